@@ -109,7 +109,7 @@ def _stall_table(by_site, sort: dict) -> html.Table:
         for c in by_site.columns
     ])
     rows = [
-        html.Tr([html.Td(_call_site(v), **{"data-col": c}) if c == "call site" else _td(v, **{"data-col": c})
+        html.Tr([html.Td(_call_site(v), **{"data-col": c}) if c == "call site" else _td(v, right=c.startswith("%"), **{"data-col": c})
                  for c, v in zip(by_site.columns, rec)])
         for rec in by_site.head(STALL_ROWS).itertuples(index=False)
     ]
@@ -376,8 +376,24 @@ def create_app(catalog: Catalog) -> dash.Dash:
         out: list = [html.H2([s.name, html.Span(f"  {s.label} · rank {rep['rank']}", className="tk-sub")], id="overview-title"),
                      html.Div([html.Div([html.Div(k, className="tk-tile-k"), html.Div(v, className="tk-tile-v")], className="tk-tile")
                                for k, v in tiles], className="tk-tiles", id="overview-tiles")]
-        out.append(dcc.Graph(id="overview-steps", config=GRAPH_CONFIG,
-                             figure=figures.step_times(results.step_times(rep), _rank_label(s, rep))))
+        ex = results.explain(rep)
+        if ex is None:  # a report without tracekit explain's section: step time per step
+            out.append(dcc.Graph(id="overview-steps", config=GRAPH_CONFIG,
+                                 figure=figures.step_times(results.step_times(rep), _rank_label(s, rep))))
+            return out
+        out.append(html.Div([html.Span("What bounds the step: ", className="tk-sub"), html.B(ex["bound"])],
+                            className="tk-lead tk-bound", id="overview-bound"))
+        f = ex["findings"]
+        if len(f):
+            out.append(html.Div([html.Div([html.Div([html.B(r.title), html.Span(r.saving, className="tk-saving")], className="tk-finding-head"),
+                                           html.Div(["fix: ", r.fix], className="tk-finding-fix") if r.fix else None,
+                                           html.Div(r.evidence, className="tk-note") if r.evidence else None],
+                                          className="tk-finding")
+                                 for r in f.itertuples(index=False)], id="overview-findings", className="tk-findings"))
+        else:
+            out.append(_note("No finding: none of the known fixes applies to this trace.", id="overview-findings"))
+        if len(ex["steps"]):
+            out.append(dcc.Graph(id="overview-steps", config=GRAPH_CONFIG, figure=figures.step_breakdown(ex["steps"], _rank_label(s, rep))))
         return out
 
     def _overview_row(s: Source, index, rank) -> html.Tr:
@@ -729,9 +745,11 @@ def create_app(catalog: Catalog) -> dash.Dash:
         if len(picked) < 2:
             return [_note("Choose two or more traces that loaded.")] + notes
         base = next((k for k, (_, _, i) in enumerate(picked) if i == baseline), 0)
-        table = results.compare([(n, r) for n, r, _ in picked], base)
-        out = [html.Div(f"Each figure of {len(picked)} traces against {picked[base][0]} (rank {rank if rank is not None else 'lowest'}): "
-                        "green is better, red worse, grey within 1%.", className="tk-lead"),
+        picked.insert(0, picked.pop(base))  # the baseline first
+        table = results.compare([(n, r) for n, r, _ in picked], 0)
+        out = [html.Div(f"Each figure of {len(picked)} traces against {picked[0][0]} (rank {rank if rank is not None else 'lowest'}): "
+                        "green is better, red worse, grey within 1% or too small to matter (under 0.05 ms, 0.01 GiB or "
+                        "1 point).", className="tk-lead"),
                *flagged,
                dcc.Graph(id="compare-bars", figure=figures.compare_bars(table), config=GRAPH_CONFIG),
                html.Div(_compare_table(table, [n for n, _, _ in picked]), className="tk-section")]

@@ -95,7 +95,31 @@ def step_times(steps: pd.DataFrame, title: str) -> dict:
     }
 
 
-MARK_COLOURS = {"step": "#dfe3ea", "gap": "#e8a33d", "stall": "#c62828", "critical": "#6a1b9a"}
+MARK_COLOURS = {"step": "#dfe3ea", "gap": "#b8860b", "stall": "#111111", "critical": "#6a1b9a"}
+"""Marks in colours no phase has (sync stalls black, gaps dark gold)."""
+
+
+CATEGORY_COLOURS = {"host": "#5c6370", "communication": "#17becf", "memcpy": "#8c564b", "sync": "#c62828", "idle": "#d9dce3"}
+
+
+def category_colour(cat: str) -> str:
+    """A critical-path category's colour: a compute phase keeps its phase colour."""
+    return phase_colour(cat.split(":", 1)[1]) if cat.startswith("compute:") else CATEGORY_COLOURS.get(cat, "#bcbd22")
+
+
+def step_breakdown(steps: pd.DataFrame, title: str) -> dict:
+    """Where each step's time went on its critical path: one stacked bar per step, in ms."""
+    from dashboards.results import category_name
+
+    cats = [c for c in steps.columns if c not in ("step", "bound")]
+    x = steps["step"].astype(str).tolist()
+    data = [{"type": "bar", "x": x, "y": _nums(steps[c]), "name": category_name(c), "marker": {"color": category_colour(c)},
+             "customdata": steps["bound"].tolist(),
+             "hovertemplate": "step %{x}: %{y:,.3f} ms<br>%{customdata}<extra>" + category_name(c) + "</extra>"}
+            for c in cats if (steps[c] > 0).any()]
+    return {"data": data, "layout": _layout(f"Where each step goes (its critical path, ms) · {title}", x="step", y="ms",
+                                            height=380, barmode="stack", xaxis={"type": "category"}, bargap=0.35,
+                                            legend={"traceorder": "normal"})}
 
 
 def timeline(lanes: Lanes, marks: pd.DataFrame | None = None) -> dict:
@@ -167,7 +191,7 @@ def overlap_heatmap(matrix: pd.DataFrame) -> dict:
     labels = [str(c) for c in matrix.columns]
     z = matrix.to_numpy(dtype=float)
     shown = np.where(z > 0, z, np.nan)
-    text = [["" if not math.isfinite(v) else ("0" if v == 0 else f"{v:,.2f}") for v in row] for row in z]
+    text = [["" if not math.isfinite(v) else ("0" if v == 0 else f"{v:,.2f}" if v >= 0.005 else "<0.01") for v in row] for row in z]
     zmax = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
     return {
         "data": [{

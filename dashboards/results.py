@@ -366,6 +366,62 @@ def snapshot(trace: Trace, analysis: Any, stream_names: dict[tuple[int, int], st
     })
 
 
+# ---- explain: what bounds each step, what each fix would save -----------------------------------
+
+BREAKDOWN_ORDER = ("host", "compute:batch_copy", "compute:input_dist", "compute:lookup", "compute:forward",
+                   "compute:backward", "compute:emb_backward", "compute:optimizer", "compute:zero_grad",
+                   "communication", "memcpy", "sync", "idle")
+"""The order of ``tracekit explain``'s critical-path categories in a stacked bar (bottom up);
+categories not named here (other ``compute:<phase>``) go after the compute ones."""
+
+CATEGORY_NAMES = {"host": "host (dispatch, launch)", "communication": "exposed communication", "memcpy": "exposed memcpy",
+                  "sync": "sync stall", "idle": "GPU idle"}
+
+
+def category_name(cat: str) -> str:
+    """``compute:backward`` -> ``backward``; the others as ``CATEGORY_NAMES`` says."""
+    return cat.split(":", 1)[1].replace("emb_backward", "embedding backward") if cat.startswith("compute:") \
+        else CATEGORY_NAMES.get(cat, cat)
+
+
+def bound_text(bound: str | None, share: float | None) -> str:
+    """``host-bound (72% of the critical path)``."""
+    if not bound:
+        return "bound: unknown"
+    return f"{category_name(bound) if ':' in bound else bound}-bound" + (f" ({pct(share)} of the critical path)" if share is not None else "")
+
+
+def explain(report: dict) -> dict | None:
+    """``tracekit explain``'s section of one rank's report object, ready to draw: ``bound`` (text),
+    ``findings`` (``title, fix, evidence, saving_ms, saving`` as text, best first), ``steps``
+    (``step`` and ms per category, columns in ``BREAKDOWN_ORDER``, plus the step's ``bound``);
+    None when the report has no explain section."""
+    ex = report.get("explain")
+    if not isinstance(ex, dict):
+        return None
+    findings = pd.DataFrame([{
+        "title": f.get("title", ""), "fix": f.get("fix", ""), "evidence": f.get("evidence", ""),
+        "saving_ms": (f.get("saving_ns") or 0) / NS_PER_MS,
+        "saving": (f"{(f.get('saving_ns') or 0) / NS_PER_MS:,.3f} ms" + (f" ({pct(f['saving_fraction'])} of the step)"
+                                                                         if f.get("saving_fraction") is not None else ""))
+        if f.get("saving_ns") is not None else "no time saving predicted",
+    } for f in ex.get("findings") or []], columns=["title", "fix", "evidence", "saving_ms", "saving"])
+    findings = findings.sort_values("saving_ms", ascending=False, kind="stable", ignore_index=True)
+    cats: list[str] = []
+    for st in ex.get("steps") or []:
+        for c in (st.get("breakdown") or {}):
+            if c not in cats:
+                cats.append(c)
+    known = [c for c in BREAKDOWN_ORDER if c in cats]
+    extra = [c for c in cats if c not in BREAKDOWN_ORDER]
+    at = max([i + 1 for i, c in enumerate(known) if c == "host" or c.startswith("compute:")], default=0)
+    cats = known[:at] + extra + known[at:]  # other phases after the known compute ones
+    steps = pd.DataFrame([{"step": str(st.get("step")), "bound": bound_text(st.get("bound"), st.get("bound_share")),
+                           **{c: float((st.get("breakdown") or {}).get(c, 0)) / NS_PER_MS for c in cats}}
+                          for st in ex.get("steps") or []], columns=["step", "bound", *cats])
+    return {"bound": bound_text(ex.get("bound"), ex.get("bound_share")), "findings": findings, "steps": steps}
+
+
 # ---- HTA's figures -------------------------------------------------------------------------------
 
 def hta_idle(h: dict, rank: int, stream_names: dict[tuple[int, int], str]) -> tuple[str, pd.DataFrame] | None:
@@ -416,7 +472,8 @@ def hta_kernels(h: dict, rank: int) -> tuple[pd.DataFrame | None, pd.DataFrame |
 COMPARE_FIGURES = (  # (title, headline key, unit, higher is better)
     ("step time P90, GPU", "step_gpu_p90_ns", "ms", False),
     ("step time P90, CPU", "step_cpu_p90_ns", "ms", False),
-    ("optimizer → lookup gap, mean", "mean_gap_ns", "ms", False),
+    ("lookup's wait for the optimizer, mean", "lookup_wait_ns", "ms", False),
+    ("GPU idle in that wait, mean", "mean_gap_idle_ns", "ms", False),
     ("exposed communication", "exposed_comm_ns", "ms", False),
     ("exposed memcpy", "exposed_memcpy_ns", "ms", False),
     ("sync stalls, CPU", "stall_total_ns", "ms", False),
@@ -424,7 +481,18 @@ COMPARE_FIGURES = (  # (title, headline key, unit, higher is better)
     ("peak allocated", "peak_allocated_bytes", "GiB", False),
     ("comm overlapped by compute", "comm_overlap_ratio", "%", True),
 )
-"""The figures compare puts side by side, in the unit it draws them in."""
+"""The figures compare puts side by side, in the unit it draws them in. ``lookup_wait_ns`` is the
+mean over steps of the optimizer -> next lookup gap where positive, else 0: a pipeline whose
+lookup runs ahead of the optimizer (SemiSync) does not wait (its signed gap, -45 ms, is no
+"better" than another's +0.6 ms)."""
+
+
+def _figure(report: dict, key: str):
+    if key != "lookup_wait_ns":
+        return report["headline"].get(key)
+    rows = report.get("gaps", {}).get("gaps") or []
+    gaps = [r["gap_ns"] for r in rows if r.get("gap_ns") is not None]
+    return float(np.mean(np.maximum(gaps, 0))) if gaps else None
 
 _SCALE = {"ms": NS_PER_MS, "GiB": float(2**30), "%": 0.01}
 NOISE = 0.01
@@ -441,7 +509,7 @@ def compare(picked: list[tuple[str, dict]], baseline: int) -> pd.DataFrame:
     A figure no trace measured, or that is 0 in all, is left out."""
     rows = []
     for title, key, unit, higher_better in COMPARE_FIGURES:
-        vals = [r["headline"].get(key) for _, r in picked]
+        vals = [_figure(r, key) for _, r in picked]
         if all(v is None or v == 0 for v in vals):
             continue  # not measured, or nothing of it in any trace: no chart
         base = vals[baseline]

@@ -488,3 +488,30 @@ def test_a_link_opens_the_same_trace_rank_and_view(browser, dashboard):
         assert errors == []
     finally:
         ctx.close()
+
+
+def test_overview_shows_the_findings_and_where_each_step_goes(page, dashboard):
+    """With tracekit explain's section in a report (hand-made here, see test_names_results.EXPLAIN):
+    the bound, the findings best saving first, a stacked bar per step."""
+    from tests.dashboards.test_names_results import EXPLAIN
+
+    _, catalog, roles = dashboard
+    s = catalog.sources[roles["memory"]]
+    saved = s.reports
+    s.reports = tuple({**r, "explain": EXPLAIN} for r in saved)
+    try:
+        tab(page, "overview")
+        choose_source(page, dashboard, "memory")
+        expect_text(page, "#overview-bound", "host-bound (72.0% of the critical path)")
+        findings = page.locator("#overview-findings .tk-finding")
+        findings.first.wait_for(timeout=TIMEOUT)
+        texts = findings.all_inner_texts()
+        assert "the lookup waits for the optimizer" in texts[0] and "5.000 ms (50.0% of the step)" in texts[0]
+        assert "fix: FusedSparseDist" in texts[0]
+        data = {d["name"]: d for d in plot_data(page, "overview-steps")}
+        assert data["host (dispatch, launch)"]["y"] == [7.0, 3.0]
+        assert data["backward"]["y"] == [1.0, 5.0] and data["custom"]["y"] == [0.0, 1.0]
+        assert "zero_grad" not in data  # a category no step has is not drawn
+    finally:
+        s.reports = saved
+        choose_source(page, dashboard, "sample")

@@ -112,3 +112,50 @@ def test_warnings_gather_the_loaders_and_the_sections():
 def test_bytes_unit():
     assert results.bytes_unit(2**30) == ("GiB", 2**30)
     assert results.bytes_unit(2**30 - 1) == ("MiB", 2**20)
+
+
+EXPLAIN = {  # a rank's "explain" section as `tracekit explain` writes it (hand-made: two steps)
+    "bound": "host", "bound_share": 0.72,
+    "steps": [
+        {"step": 51, "bound": "host", "bound_share": 0.7,
+         "breakdown": {"host": 7e6, "compute:forward": 2e6, "compute:backward": 1e6}},
+        {"step": 52, "bound": "compute:backward", "bound_share": 0.5,
+         "breakdown": {"host": 3e6, "compute:backward": 5e6, "compute:custom": 1e6, "idle": 1e6}},
+    ],
+    "breakdown": [],
+    "findings": [
+        {"id": "sync", "title": "a sync in backward", "fix": "precomputed writeback", "evidence": "3 syncs, 55 ms",
+         "saving_ns": 2_000_000, "saving_fraction": 0.2},
+        {"id": "lookup", "title": "the lookup waits for the optimizer", "fix": "FusedSparseDist", "evidence": "gap 0.6 ms",
+         "saving_ns": 5_000_000, "saving_fraction": 0.5},
+        {"id": "memory", "title": "batch copy memory on a side stream", "fix": "in-place batch copy", "evidence": "5 GiB",
+         "saving_ns": None, "saving_fraction": None},
+    ],
+}
+
+
+def test_explain_section_ready_to_draw():
+    ex = results.explain({"explain": EXPLAIN})
+    assert ex["bound"] == "host-bound (72.0% of the critical path)"
+    f = ex["findings"]
+    assert f["title"].tolist()[:2] == ["the lookup waits for the optimizer", "a sync in backward"]  # biggest saving first
+    assert f["saving"].tolist() == ["5.000 ms (50.0% of the step)", "2.000 ms (20.0% of the step)", "no time saving predicted"]
+    st = ex["steps"]
+    # categories bottom-up: host, the compute phases (unknown ones after the known), then the rest
+    assert [c for c in st.columns if c not in ("step", "bound")] == ["host", "compute:forward", "compute:backward",
+                                                                       "compute:custom", "idle"]
+    assert st["step"].tolist() == ["51", "52"]
+    assert st.loc[1, "compute:backward"] == 5.0 and st.loc[0, "idle"] == 0.0
+    assert st.loc[1, "bound"] == "backward-bound (50.0% of the critical path)"
+    assert results.explain({"headline": {}}) is None
+
+
+def test_compare_a_lookup_that_runs_ahead_does_not_wait():
+    """SemiSync's signed gap (-45 ms) is not 'better' than SparseDist's +0.6 ms: neither waits long."""
+    sparse = {"headline": {"mean_gap_ns": 600_000}, "gaps": {"gaps": [{"gap_ns": 600_000}, {"gap_ns": 700_000}]}}
+    semi = {"headline": {"mean_gap_ns": -45e6}, "gaps": {"gaps": [{"gap_ns": -45e6}, {"gap_ns": 100_000}]}}
+    t = results.compare([("sparse", sparse), ("semi", semi)], 0)
+    wait = t[t["figure"] == "lookup's wait for the optimizer, mean"].set_index("trace")
+    assert wait.loc["sparse", "value"] == pytest.approx(0.65)
+    assert wait.loc["semi", "value"] == pytest.approx(0.05)  # (0 + 0.1) / 2
+    assert wait.loc["semi", "verdict"] == "better" and wait.loc["semi", "diff_pct"] == pytest.approx(-92.3, abs=0.1)
