@@ -106,9 +106,7 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
     browser_ms: dict[str, list[float]] = {}
     server_ms: dict[str, list[float]] = {}
 
-    containers = {"overview": "#overview-content", "timeline": "#view-timeline", "overlap": "#overlap-content",
-                  "gaps": "#gaps-content", "stalls": "#view-stalls", "memory": "#memory-content", "idle": "#idle-content",
-                  "compare": "#compare-content", "navigate": "#rank", "stalls-sort": "#stalls-table-box"}
+    containers = {"page": "#view", "timeline": "#view-timeline", "compare": "#compare-content", "stalls-sort": "#stalls-table-box"}
 
     def settled(callback: str, before: int) -> None:
         """The callback ran and its part of the page is no longer loading (its answer is drawn)."""
@@ -150,27 +148,27 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
         page.click("#tab-overview")
         for view, sel in [("timeline", "#timeline-graph .js-plotly-plot .main-svg"),
                           ("overlap", "#overlap-heatmap .js-plotly-plot"),
-                          ("gaps", "#gaps-content > *"),
+                          ("gaps", "#view-gaps > *"),
                           ("stalls", "#stalls-table-box > *"),
-                          ("memory", "#memory-content > *"),
-                          ("idle", "#idle-content > *"),
+                          ("memory", "#view-memory > *"),
+                          ("idle", "#view-idle > *"),
                           ("compare", "#compare-content > *"),
                           ("overview", "#overview-steps .js-plotly-plot")]:
-            step(f"tab {view}", tab(view), visible(sel), view)
+            step(f"tab {view}", tab(view), visible(sel), "page")
         # trace and rank on the overview
         first = catalog.sources[0]
         if len(catalog.sources) > 1:
             other = catalog.sources[1]
             step("choose trace (overview)", choose("source", option(other)),
-                 lambda: expect(page.locator("#overview-title")).to_contain_text(other.name, timeout=TIMEOUT), "overview")
+                 lambda: expect(page.locator("#overview-title")).to_contain_text(other.name, timeout=TIMEOUT), "page")
             step("click a trace's row (overview)", lambda: page.click(f"#card-{first.index} .tk-link"),
-                 lambda: expect(page.locator("#overview-title")).to_contain_text(first.name, timeout=TIMEOUT), "overview")
+                 lambda: expect(page.locator("#overview-title")).to_contain_text(first.name, timeout=TIMEOUT), "page")
         if multi:
             step("choose trace with ranks", choose("source", option(multi[0])),
-                 lambda: expect(page.locator("#overview-title")).to_contain_text(multi[0].name, timeout=TIMEOUT), "navigate")
+                 lambda: expect(page.locator("#overview-title")).to_contain_text(multi[0].name, timeout=TIMEOUT), "page")
             step("choose rank 1 (overview)", choose("rank", str(multi[0].ranks[1])),
                  lambda: expect(page.locator(f"#card-{multi[0].index}")).to_contain_text(f"rank {multi[0].ranks[1]}", timeout=TIMEOUT),
-                 "overview")
+                 "page")
         if len(catalog.sources) > 1:
             choose("source", option(first))()
             expect(page.locator("#overview-title")).to_contain_text(first.name, timeout=TIMEOUT)
@@ -200,6 +198,7 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
         # compare: another baseline
         page.click("#tab-compare")
         page.wait_for_selector("#compare-content > *", timeout=TIMEOUT)
+        page.wait_for_timeout(300)
         opts = page.locator("#compare-sources input:checked").count()
         if opts >= 2:
             page.click("#compare-baseline")
