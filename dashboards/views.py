@@ -15,7 +15,9 @@ from typing import Any
 
 from dash import dcc, html
 
+from dashboards import reports
 from dashboards.catalog import Catalog, Source
+from dashboards.style import fmt, is_number
 
 
 class _Lazy:
@@ -64,8 +66,8 @@ def note(text: Any, **kw: Any) -> html.Div:
 
 
 def td(v: Any, *, right: bool = False, **kw: Any) -> html.Td:
-    """A table cell written as ``figures.fmt`` writes it; numbers (and, with ``right``, text) right-aligned."""
-    return html.Td(figures.fmt(v), className="tk-num" if right or figures.is_number(v) else None, **kw)
+    """A table cell written as ``dashboards.style.fmt`` writes it; numbers (and, with ``right``, text) right-aligned."""
+    return html.Td(fmt(v), className="tk-num" if right or is_number(v) else None, **kw)
 
 
 def html_table(df, *, id: str | None = None, text_right: bool = False) -> html.Table:
@@ -180,24 +182,23 @@ class Views:
         out: list = [html.H2([s.name, html.Span(f"  {s.label} · rank {rep['rank']}", className="tk-sub")], id="overview-title"),
                      html.Div([html.Div([html.Div(k, className="tk-tile-k"), html.Div(v, className="tk-tile-v")], className="tk-tile")
                                for k, v in tiles], className="tk-tiles", id="overview-tiles")]
-        ex = results.explain(rep)
+        ex = reports.explain(rep)
         if ex is None:  # a report without tracekit explain's section: step time per step
-            out.append(dcc.Graph(id="overview-steps", config=GRAPH_CONFIG,
-                                 figure=figures.step_times(results.step_times(rep), rank_label(s, rep))))
+            out.append(dcc.Graph(id="overview-steps", config=GRAPH_CONFIG, figure=reports.step_times_figure(rep, rank_label(s, rep))))
             return out
         out.append(html.Div([html.Span("What bounds the step: ", className="tk-sub"), html.B(ex["bound"])],
                             className="tk-lead tk-bound", id="overview-bound"))
-        f = ex["findings"]
-        if len(f):
-            out.append(html.Div([html.Div([html.Div([html.B(r.title), html.Span(r.saving, className="tk-saving")], className="tk-finding-head"),
-                                           html.Div(["fix: ", r.fix], className="tk-finding-fix") if r.fix else None,
-                                           html.Div(r.evidence, className="tk-note") if r.evidence else None],
+        if ex["findings"]:
+            out.append(html.Div([html.Div([html.Div([html.B(f["title"]), html.Span(f["saving"], className="tk-saving")],
+                                                    className="tk-finding-head"),
+                                           html.Div(["fix: ", f["fix"]], className="tk-finding-fix") if f["fix"] else None,
+                                           html.Div(f["evidence"], className="tk-note") if f["evidence"] else None],
                                           className="tk-finding")
-                                 for r in f.itertuples(index=False)], id="overview-findings", className="tk-findings"))
+                                 for f in ex["findings"]], id="overview-findings", className="tk-findings"))
         else:
             out.append(note("No finding: none of the known fixes applies to this trace.", id="overview-findings"))
-        if len(ex["steps"]):
-            out.append(dcc.Graph(id="overview-steps", config=GRAPH_CONFIG, figure=figures.step_breakdown(ex["steps"], rank_label(s, rep))))
+        if ex["steps"]:
+            out.append(dcc.Graph(id="overview-steps", config=GRAPH_CONFIG, figure=reports.step_breakdown_figure(ex, rank_label(s, rep))))
         return out
 
     def _overview_row(self, s: Source, index, rank) -> html.Tr:
@@ -211,7 +212,7 @@ class Views:
             return html.Tr([html.Td(name), html.Td(error(s.error), colSpan=9)], id=f"card-{s.index}", className=cls)
         rep = s.report(rank if chosen else None)
         h = rep["headline"]
-        warns = results.warnings(rep)
+        warns = reports.warnings(rep)
         rank_note = f" · rank {rep['rank']} of {len(s.ranks)}" if len(s.ranks) > 1 else ""
         cells = [html.Td([name, html.Span(rank_note, className="tk-sub")]), td(h["steps"]),
                  *[html.Td(fmt_figure(h.get(k), "ms"), className="tk-num") for k in
@@ -326,9 +327,9 @@ class Views:
         if err is not None:
             return [err]
         by_site, per_step, total, share = results.stalls(trace, analysis)
-        total_text = (f"Total stall time: {figures.fmt(total)} ms of CPU time in {analysis.syncs.count} blocking calls"
+        total_text = (f"Total stall time: {fmt(total)} ms of CPU time in {analysis.syncs.count} blocking calls"
                       + (f", {100 * share:.1f}% of the steps' CPU time" if share is not None else "")
-                      + f"; the GPU sat idle {figures.fmt(analysis.syncs.idle_after_ns / 1e6)} ms after them.")
+                      + f"; the GPU sat idle {fmt(analysis.syncs.idle_after_ns / 1e6)} ms after them.")
         table = note("No blocking host-device synchronisation found in this trace.") if by_site.empty \
             else stall_table(by_site, DEFAULT_STALL_SORT)
         graph = [dcc.Graph(id="stalls-per-step", figure=figures.stall_steps(per_step), config=GRAPH_CONFIG)] if not per_step.empty else []
@@ -421,7 +422,7 @@ class Views:
             rep = s.report(rank)
             if rank is not None and rep["rank"] != rank:
                 notes.append(note(f"{s.name} has no rank {rank}: its rank {rep['rank']} is shown."))
-            warns = results.warnings(rep)
+            warns = reports.warnings(rep)
             if warns:
                 flagged.append(warning([html.B(f"⚠ {s.name}: "), "; ".join(warns)]))
             picked.append((s.name + (" ⚠" if warns else ""), rep, i))
@@ -446,6 +447,6 @@ class Views:
             cells = [html.Td(f"{fig} ({t['unit'].iloc[0]})")]
             for rec in t.itertuples(index=False):
                 diff = "" if rec.verdict in ("baseline", "–") else f" ({rec.diff_pct:+.1f}%)"
-                cells.append(html.Td(figures.fmt(rec.value) + diff, className=f"tk-num tk-{rec.verdict if rec.verdict != '–' else 'na'}"))
+                cells.append(html.Td(fmt(rec.value) + diff, className=f"tk-num tk-{rec.verdict if rec.verdict != '–' else 'na'}"))
             rows.append(html.Tr(cells))
         return html.Table([html.Thead(head), html.Tbody(rows)], className="tk-table", id="compare-table")
