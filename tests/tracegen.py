@@ -222,19 +222,51 @@ class TraceBuilder:
         kind: str = "stream_synchronize",
         stream: int = 7,
         correlation: int | None = None,
+        wait_on_stream: int | None = None,
+        wait_on_record: int | None = None,
     ) -> None:
-        """A Kineto ``cuda_sync`` event (``Stream Sync``/``Event Sync``/``Context Sync``)."""
+        """A Kineto ``cuda_sync`` event (``Stream Sync``/``Event Sync``/``Context Sync``/
+        ``Stream Wait Event``). ``wait_on_stream``/``wait_on_record`` (the correlation id of the
+        ``cudaEventRecord``) are written as Kineto's ``wait_on_stream`` and
+        ``wait_on_cuda_event_record_corr_id`` args (``enable_cuda_sync_events``)."""
         names = {
             "stream_synchronize": "Stream Sync",
             "event_synchronize": "Event Sync",
             "context_synchronize": "Context Sync",
             "stream_wait_event": "Stream Wait Event",
         }
+        args: dict[str, Any] = {"cuda_sync_kind": kind}
+        if wait_on_stream is not None or wait_on_record is not None:
+            args["wait_on_stream"] = -1 if wait_on_stream is None else wait_on_stream
+            args["wait_on_cuda_event_record_corr_id"] = -1 if wait_on_record is None \
+                else wait_on_record
+            args["wait_on_cuda_event_id"] = 1
         self.events.append(
             _Ev("sync", names.get(kind, kind), ts, dur, stream, stream=stream,
                 device=self.device, correlation=-1 if correlation is None else correlation,
-                args={"cuda_sync_kind": kind})
+                args=args)
         )
+
+    def stream_wait(
+        self,
+        *,
+        record_at: float,
+        wait_at: float,
+        on_stream: int,
+        stream: int,
+        gpu_at: float,
+        tid: int | None = None,
+    ) -> tuple[int, int]:
+        """``event.record(on_stream)`` then ``stream.wait_event(event)`` as PyTorch issues them:
+        a ``cudaEventRecord`` call at ``record_at``, a ``cudaStreamWaitEvent`` call at
+        ``wait_at`` (1 us each, on ``tid``), and the ``Stream Wait Event`` cuda_sync event on
+        ``stream`` at GPU time ``gpu_at`` that Kineto writes with ``enable_cuda_sync_events``.
+        Returns the correlation ids of the record and the wait calls."""
+        rec = self.runtime("cudaEventRecord", record_at, 1.0, tid=tid)
+        wait = self.runtime("cudaStreamWaitEvent", wait_at, 1.0, tid=tid)
+        self.cuda_sync(gpu_at, 0.5, kind="stream_wait_event", stream=stream, correlation=wait,
+                       wait_on_stream=on_stream, wait_on_record=rec)
+        return rec, wait
 
     # ---- memory ----------------------------------------------------------------------------
     def memory(

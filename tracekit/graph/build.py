@@ -325,10 +325,24 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     launch_end = np.full(na, -1, np.int64)  # per activity: end of its launch call
     if l_dst.size:
         by_node = np.full(kind.size, -1, np.int64)
-        by_node[l_dst] = end[l_src]
+        # a call that waited ended after its own work began: not a launch latency sample
+        by_node[l_dst] = np.where(wait[l_src] > 0, -1, end[l_src])
         launch_end = by_node[a_id]
     lat = _launch_latency(a_start, a_lane, launch_end, config.launch_latency_ns)
-    add(l_src, l_dst, EdgeKind.LAUNCH, lat)
+    # a blocking call launched its work when it began, before its wait: that launch edge comes
+    # from the call before it on its thread, with the host time up to the call's start
+    l_nom = np.full(l_src.size, lat, np.int64)
+    waited = wait[l_src] > 0
+    if waited.any():
+        pred_of = np.full(kind.size, -1, np.int64)
+        pred_of[p_next] = p_prev
+        pr = pred_of[l_src[waited]]
+        has = pr >= 0
+        idx = np.flatnonzero(waited)[has]
+        l_nom[idx] = ev_ts[l_src[idx]] - end[pr[has]] + lat
+        l_src = l_src.copy()
+        l_src[idx] = pr[has]
+    add(l_src, l_dst, EdgeKind.LAUNCH, l_nom)
     if na and not l_dst.size:
         warnings.append("no GPU activity is linked to its launch (no correlation ids or flows): "
                         "the graph has no launch edges; host and GPU are explained separately")

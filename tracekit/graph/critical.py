@@ -2,7 +2,8 @@
 
 A step's window runs from the previous step's *completion* (its first step: its own CPU start)
 to its own completion: the latest end among the nodes that belong to it (its CPU calls and end
-marker, and the GPU activities it launched). Consecutive windows tile the trace, and a window's
+marker, and the GPU activities it launched on each device's main stream, the one with the most
+activity time; never earlier than the previous step's completion). Consecutive windows tile the trace, and a window's
 length is the step's period, the figure a training loop's step time measures.
 
 The critical path of a step is walked back from the node that completes it along *binding*
@@ -41,7 +42,7 @@ def step_windows(g: Graph, start: np.ndarray | None = None,
         sink = int(np.argmax(end))
         return pd.DataFrame({"step": [-1], "start": [int(start.min())], "end": [int(end[sink])],
                              "sink": [sink]})
-    ids = np.flatnonzero(np.isin(g.step, steps))
+    ids = np.flatnonzero(np.isin(g.step, steps) & completes(g))
     df = pd.DataFrame({"step": g.step[ids], "end": end[ids], "id": ids})
     best = df.sort_values(["step", "end", "id"]).drop_duplicates("step", keep="last")
     best = best.set_index("step").reindex(steps)
@@ -49,6 +50,11 @@ def step_windows(g: Graph, start: np.ndarray | None = None,
     steps = steps[ok]
     comp = best["end"].to_numpy()[ok].astype(np.int64)
     sink = best["id"].to_numpy()[ok].astype(np.int64)
+    # a step cannot complete before the one before it (work it left running ends it)
+    late = comp < np.maximum.accumulate(comp)
+    if late.any():
+        run = np.maximum.accumulate(np.where(late, -1, np.arange(comp.size)))
+        comp, sink = comp[run], sink[run]
     if not steps.size:
         return pd.DataFrame({"step": [], "start": [], "end": [], "sink": []}, dtype=np.int64)
     first = int(g.steps.set_index("step").loc[steps[0], "start_node"])
@@ -56,15 +62,38 @@ def step_windows(g: Graph, start: np.ndarray | None = None,
     return pd.DataFrame({"step": steps, "start": begin, "end": comp, "sink": sink})
 
 
+def main_lanes(g: Graph) -> np.ndarray:
+    """bool per lane: the GPU lane with the most activity time on its device (the stream a
+    training loop's step-time events are recorded on)."""
+    out = np.zeros(len(g.lanes), bool)
+    gpu = g.kind == NodeKind.GPU
+    if gpu.any():
+        busy = pd.DataFrame({"lane": g.lane[gpu], "dur": g.dur[gpu]}).groupby("lane")["dur"].sum()
+        dev = g.lanes["device"].to_numpy(np.int64)[busy.index.to_numpy()]
+        best = pd.DataFrame({"lane": busy.index, "dev": dev, "dur": busy.to_numpy()}) \
+            .sort_values(["dev", "dur"]).drop_duplicates("dev", keep="last")
+        out[best["lane"].to_numpy(np.int64)] = True
+    return out
+
+
+def completes(g: Graph) -> np.ndarray:
+    """bool per node: whether it can complete its step: CPU calls and markers, and activities
+    on a device's main GPU lane (a copy prefetched on a side stream for a later batch does not
+    hold its step open)."""
+    return (g.kind != NodeKind.GPU) | main_lanes(g)[g.lane]
+
+
 def walk(g: Graph, sink: int, t_from: int, *, start: np.ndarray | None = None,
-         end: np.ndarray | None = None, binding: np.ndarray | None = None) -> list[tuple]:
+         end: np.ndarray | None = None, binding: np.ndarray | None = None,
+         src: np.ndarray | None = None) -> list[tuple]:
     """Segments ``(start, end, node, edge)`` of the path into ``sink`` back to ``t_from``,
-    latest first; ``edge`` is -1 for a node's own time, else the edge whose lag it is.
-    ``start/end/binding`` default to the observed schedule."""
+    latest first; ``edge`` is -1 for a node's own time, -2 for time before a node nothing
+    precedes, else the edge whose lag it is. ``start/end/binding/src`` default to the observed
+    schedule and the graph's edges (a replay passes its own)."""
     start = (g.start if start is None else start).tolist()
     end_l = (g.end if end is None else end).tolist()
     binding_l = (g.binding if binding is None else binding).tolist()
-    src = g.src.tolist()
+    src = (g.src if src is None else src).tolist()
     out = []
     v = int(sink)
     t = end_l[v]
@@ -88,15 +117,19 @@ def walk(g: Graph, sink: int, t_from: int, *, start: np.ndarray | None = None,
     return out
 
 
-def segments_frame(g: Graph, step: int, segs: list[tuple]) -> pd.DataFrame:
-    """The walk's segments (earliest first) as a table (``SEGMENT_COLUMNS``)."""
+def segments_frame(g: Graph, step: int, segs: list[tuple],
+                   edge_kind: np.ndarray | None = None) -> pd.DataFrame:
+    """The walk's segments (earliest first) as a table (``SEGMENT_COLUMNS``); ``edge_kind``:
+    the kinds of the edges the walk used (default: the graph's)."""
     if not segs:
         return pd.DataFrame({c: [] for c in SEGMENT_COLUMNS})
     a = np.array(segs[::-1], dtype=np.int64).reshape(-1, 4)
     s, e, v, edge = a[:, 0], a[:, 1], a[:, 2], a[:, 3]
     own = edge == -1
     cat = np.where(own, g.category[v], IDLE).astype(object)
-    ek = np.where(edge >= 0, g.edge_kind[np.maximum(edge, 0)], -1)
+    kinds = g.edge_kind if edge_kind is None else edge_kind
+    ek = np.where(edge >= 0, kinds[np.maximum(edge, 0)], -1) if kinds.size else \
+        np.full(edge.size, -1)
     for k in EdgeKind:
         cat[ek == int(k)] = EDGE_CATEGORY[k]
     what = np.where(own, np.array(["activity", "call", "marker"], dtype=object)[g.kind[v]],
@@ -128,12 +161,14 @@ _EDGE_WHAT = {
 }
 
 
-def step_paths(g: Graph, *, start=None, end=None, binding=None,
+def step_paths(g: Graph, *, start=None, end=None, binding=None, src=None, edge_kind=None,
                windows: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The critical path of every step as one segments table (earliest first per step)."""
+    """The critical path of every step as one segments table (earliest first per step); a
+    replay passes its times, binding edges and edges (``src``, ``edge_kind``)."""
     win = step_windows(g, start, end) if windows is None else windows
     parts = [segments_frame(g, int(r.step), walk(g, int(r.sink), int(r.start), start=start,
-                                                 end=end, binding=binding))
+                                                 end=end, binding=binding, src=src),
+                            edge_kind)
              for r in win.itertuples(index=False)]
     if not parts:
         return segments_frame(g, -1, [])
