@@ -116,9 +116,12 @@ class TraceBuilder:
         """torch.profiler's ``ProfilerStep#n`` annotation."""
         self.annotation(f"ProfilerStep#{n}", ts, dur, tid=tid)
 
-    def cpu_op(self, name: str, ts: float, dur: float, *, tid: int | None = None) -> None:
-        """An aten operator (``cpu_op``)."""
-        self.events.append(_Ev("cpu_op", name, ts, dur, self.tid if tid is None else tid))
+    def cpu_op(self, name: str, ts: float, dur: float, *, tid: int | None = None,
+               args: dict[str, Any] | None = None) -> None:
+        """An aten operator (``cpu_op``); ``args`` are written as they are (e.g. the collective
+        metadata of ``record_param_comms``)."""
+        self.events.append(_Ev("cpu_op", name, ts, dur, self.tid if tid is None else tid,
+                               args=dict(args or {})))
 
     def python(self, name: str, ts: float, dur: float, *, tid: int | None = None) -> None:
         """A ``python_function`` event (with_stack=True)."""
@@ -153,16 +156,20 @@ class TraceBuilder:
         launched_by: int | None = None,
         launch_at: float | None = None,
         tid: int | None = None,
+        args: dict[str, Any] | None = None,
     ) -> int:
         """A kernel on ``stream``.
 
         Link it to its launch either with ``launched_by`` (a correlation id returned by
         ``runtime``) or with ``launch_at`` (a ``cudaLaunchKernel`` of 1 us is added at that CPU
         time on ``tid``). Without either it has its own correlation id and no launch.
+        ``args``: extra args written as they are (an NCCL kernel's collective metadata).
         Returns the correlation id.
         """
-        return self._activity("kernel", name, ts, dur, "LaunchKernel", stream, device,
+        corr = self._activity("kernel", name, ts, dur, "LaunchKernel", stream, device,
                               correlation, launched_by, launch_at, tid)
+        self.events[-1].args.update(args or {})
+        return corr
 
     def memcpy(
         self,
@@ -222,29 +229,29 @@ class TraceBuilder:
         kind: str = "stream_synchronize",
         stream: int = 7,
         correlation: int | None = None,
-        wait_on_stream: int | None = None,
-        wait_on_record: int | None = None,
+        wait_stream: int | None = None,
+        wait_correlation: int | None = None,
     ) -> None:
         """A Kineto ``cuda_sync`` event (``Stream Sync``/``Event Sync``/``Context Sync``/
-        ``Stream Wait Event``). ``wait_on_stream``/``wait_on_record`` (the correlation id of the
-        ``cudaEventRecord``) are written as Kineto's ``wait_on_stream`` and
-        ``wait_on_cuda_event_record_corr_id`` args (``enable_cuda_sync_events``)."""
+        ``Stream Wait Event``). For a wait: ``wait_stream`` is the stream the waited-on event was
+        recorded on and ``wait_correlation`` the correlation id of its ``cudaEventRecord``
+        (Kineto's ``wait_on_stream`` / ``wait_on_cuda_event_record_corr_id``)."""
+        extra: dict[str, Any] = {"cuda_sync_kind": kind}
+        if wait_stream is not None:
+            extra["wait_on_stream"] = wait_stream
+        if wait_correlation is not None:
+            extra["wait_on_cuda_event_record_corr_id"] = wait_correlation
+            extra["wait_on_cuda_event_id"] = 1
         names = {
             "stream_synchronize": "Stream Sync",
             "event_synchronize": "Event Sync",
             "context_synchronize": "Context Sync",
             "stream_wait_event": "Stream Wait Event",
         }
-        args: dict[str, Any] = {"cuda_sync_kind": kind}
-        if wait_on_stream is not None or wait_on_record is not None:
-            args["wait_on_stream"] = -1 if wait_on_stream is None else wait_on_stream
-            args["wait_on_cuda_event_record_corr_id"] = -1 if wait_on_record is None \
-                else wait_on_record
-            args["wait_on_cuda_event_id"] = 1
         self.events.append(
             _Ev("sync", names.get(kind, kind), ts, dur, stream, stream=stream,
                 device=self.device, correlation=-1 if correlation is None else correlation,
-                args=args)
+                args=extra)
         )
 
     def stream_wait(
@@ -265,7 +272,7 @@ class TraceBuilder:
         rec = self.runtime("cudaEventRecord", record_at, 1.0, tid=tid)
         wait = self.runtime("cudaStreamWaitEvent", wait_at, 1.0, tid=tid)
         self.cuda_sync(gpu_at, 0.5, kind="stream_wait_event", stream=stream, correlation=wait,
-                       wait_on_stream=on_stream, wait_on_record=rec)
+                       wait_stream=on_stream, wait_correlation=rec)
         return rec, wait
 
     # ---- memory ----------------------------------------------------------------------------

@@ -7,10 +7,11 @@
 This package reads a ``Trace`` and knows nothing of rendering.
 """
 
-from tracekit.graph.build import GraphConfig, build_graph
+from tracekit.graph.build import GraphConfig, build_graph, wait_agreement
 from tracekit.graph.model import BOUNDS, EdgeKind, Graph, NodeKind
 
-__all__ = ["BOUNDS", "EdgeKind", "Graph", "GraphConfig", "NodeKind", "build_graph"]
+__all__ = ["BOUNDS", "EdgeKind", "Graph", "GraphConfig", "NodeKind", "build_graph",
+           "wait_agreement"]
 
 
 def critical_path(trace, rules=None, *, step: int | None = None,

@@ -354,8 +354,11 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     if rec[0].size and config.infer_waits is not True:
         add(rec[0], rec[1], EdgeKind.WAIT_RECORDED, 0)
     if infer and na:
+        sw = phases.name_matches(ncodes[k_rows], ncats, STREAM_WAIT)
         w_src, w_dst = _inferred_waits(a_start, a_end, a_lane, acts["device"].to_numpy(np.int64),
-                                       launch_end, lat, config)
+                                       launch_end, lat, config, a_launch,
+                                       acts["launch_tid"].to_numpy(np.int64),
+                                       k_ts[sw], k_tid[sw])
         add(a_id[w_src], a_id[w_dst], EdgeKind.WAIT_INFERRED, 0)
     # handoffs between CPU threads
     h_src, h_dst, h_nom, p_override = _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes,
@@ -462,11 +465,16 @@ def _host_waits(calls_idx, c_ts, c_end, device_sync, a_start, a_end, a_launch, a
     return df["a"].to_numpy(np.int64), df["c"].to_numpy(np.int64)
 
 
-def _inferred_waits(a_start, a_end, a_lane, a_dev, launch_end, lat, config: GraphConfig):
-    """Cross-stream waits from timing alone: an activity that started ``wait_ready_ns`` after it
-    was ready (its launch + the launch latency, its stream's previous activity) waited for the
+def _inferred_waits(a_start, a_end, a_lane, a_dev, launch_end, lat, config: GraphConfig,
+                    a_launch, a_tid, wait_ts, wait_tid):
+    """Cross-stream waits from timing: an activity that started ``wait_ready_ns`` after it was
+    ready (its launch + the launch latency, its stream's previous activity) waited for the
     activity of another stream of its device that ended last, at most ``wait_match_ns`` before
-    it started (and after it was ready)."""
+    it started (and after it was ready); when several streams ended an activity in that window,
+    the stream it was seen to wait on when only one did. When the trace has ``cudaStreamWaitEvent`` calls, the
+    thread that launched it must have made one since its previous launch (PyTorch waits right
+    before it launches on the waiting stream; a stream held without one waited for something
+    else: the GPU's resources, say)."""
     n = a_start.size
     order = np.lexsort((a_start, a_lane))
     same = np.r_[False, a_lane[order][1:] == a_lane[order][:-1]]
@@ -476,6 +484,19 @@ def _inferred_waits(a_start, a_end, a_lane, a_dev, launch_end, lat, config: Grap
     ready = np.maximum(prev_end, np.where(launch_end >= 0, launch_end + lat, np.iinfo(np.int64).min // 2))
     has_ready = ready > np.iinfo(np.int64).min // 4
     held = has_ready & (a_start - ready > config.wait_ready_ns)
+    if wait_ts.size and held.any():
+        # the thread's previous launch (onto any stream)
+        o = np.lexsort((a_launch, a_tid))
+        same = np.r_[False, a_tid[o][1:] == a_tid[o][:-1]]
+        prev_launch = np.full(n, np.iinfo(np.int64).min)
+        prev_launch[o] = np.where(same, np.r_[0, a_launch[o][:-1]], np.iinfo(np.int64).min)
+        hinted = np.zeros(n, bool)
+        for t in np.unique(a_tid[held]):
+            w = np.sort(wait_ts[wait_tid == t])
+            sel = np.flatnonzero(held & (a_tid == t))
+            hinted[sel] = (np.searchsorted(w, a_launch[sel], side="left")
+                           - np.searchsorted(w, prev_launch[sel], side="right")) > 0
+        held &= hinted
     out_s, out_d = [], []
     for dev in np.unique(a_dev):
         for ln in np.unique(a_lane[a_dev == dev]):
@@ -487,13 +508,27 @@ def _inferred_waits(a_start, a_end, a_lane, a_dev, launch_end, lat, config: Grap
                 continue
             other = other[np.argsort(a_end[other], kind="stable")]
             e = a_end[other]
-            k = np.searchsorted(e, a_start[d], side="right") - 1
-            ok = k >= 0
-            kk = np.maximum(k, 0)
-            ok &= a_start[d] - e[kk] <= config.wait_match_ns
-            ok &= e[kk] > ready[d]
-            out_s.append(other[kk[ok]])
-            out_d.append(d[ok])
+            lo = np.searchsorted(e, np.maximum(a_start[d] - config.wait_match_ns, ready[d] + 1),
+                                 side="left")
+            hi = np.searchsorted(e, a_start[d], side="right")
+            ok = hi > lo
+            d, lo, hi = d[ok], lo[ok], hi[ok]
+            if not d.size:
+                continue
+            pick = hi - 1  # the latest end
+            # several streams ended in the window: the one this stream waited on when only
+            # one did, else the latest
+            changes = np.r_[0, np.cumsum(a_lane[other][1:] != a_lane[other][:-1])]
+            one = changes[hi - 1] == changes[lo]
+            if not one.all():
+                freq = pd.Series(a_lane[other[pick[one]]]).value_counts()
+                for i in np.flatnonzero(~one):  # the ambiguous few
+                    cand = np.arange(lo[i], hi[i])
+                    score = freq.reindex(a_lane[other[cand]]).fillna(0).to_numpy()
+                    best = np.flatnonzero(score == score.max())
+                    pick[i] = cand[best[-1]]
+            out_s.append(other[pick])
+            out_d.append(d)
     if not out_s:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate(out_s), np.concatenate(out_d)
@@ -622,3 +657,29 @@ def _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes, p_prev, p_next, co
         return empty
     return (np.array(hs, np.int64), np.array(hd, np.int64), np.array(hn, np.int64),
             np.array(ov, np.int64).reshape(-1, 2))
+
+
+def wait_agreement(trace: Trace, rules: Rules, config: GraphConfig | None = None) -> dict | None:
+    """Inferred cross-stream waits against the recorded ones of the same trace (None when it
+    records none): the graph is built twice, once with the recorded waits and once inferring
+    them (recorded ones dropped). A recorded wait counts when it is *binding* (it decided when
+    its consumer started; a wait already satisfied leaves no trace in the timing to infer it
+    from, and changes nothing on the critical path). ``precision`` = inferred edges that are
+    recorded binding ones / inferred edges; ``recall`` = recorded binding edges inferred /
+    recorded binding edges."""
+    base = DEFAULT_CONFIG if config is None else config
+    rec_cfg = GraphConfig(**{**base.__dict__, "infer_waits": False})
+    inf_cfg = GraphConfig(**{**base.__dict__, "infer_waits": True})
+    g = build_graph(trace, rules, rec_cfg)
+    rec = np.flatnonzero(g.edge_kind == int(EdgeKind.WAIT_RECORDED))
+    if not rec.size:
+        return None
+    binding = rec[g.binding[g.dst[rec]] == rec]
+    truth = set(zip(g.src[binding].tolist(), g.dst[binding].tolist()))
+    h = build_graph(trace, rules, inf_cfg)
+    inf = np.flatnonzero(h.edge_kind == int(EdgeKind.WAIT_INFERRED))
+    got = set(zip(h.src[inf].tolist(), h.dst[inf].tolist()))
+    hit = len(truth & got)
+    return {"recorded": int(rec.size), "recorded_binding": len(truth), "inferred": len(got),
+            "matched": hit, "precision": hit / len(got) if got else None,
+            "recall": hit / len(truth) if truth else None}
