@@ -571,7 +571,7 @@ def text_explain(e: dict, limit: int) -> str:
             f"{r['lane']} {_pct(r['share'])}" for r in lanes[:6]) + "\n"
     wis = e.get("what_ifs") or []
     if wis:
-        out += "  what-if (mean step over the steps traced):\n"
+        out += "  what-if (mean step, all steps but the first):\n"
         out += table(["what-if", "applies", "traced ms", "predicted ms", "with contention ms",
                       "saving"],
                      [[_clip(w["id"], 40), "yes" if w["applies"] else "no",

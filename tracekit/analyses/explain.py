@@ -13,7 +13,7 @@ and its predicted saving from a what-if replay (contention-free and contention-a
 ``tracekit.graph.whatif``); then generic ones: the phase with the largest share of the
 critical path twice as fast, the host twice as fast (when the host holds 10% of it or more), the
 host syncs removed (when sync holds 5% or more and no fix covers them). The saving is over the
-mean step (``tracekit.graph.whatif``: the span of all steps over their number). User what-ifs
+mean step (``tracekit.graph.whatif``: all steps but the first when there are two or more). User what-ifs
 (``--what-if``) are replayed the same way and listed with the fixes under ``what_ifs``.
 """
 

@@ -11,11 +11,10 @@ changed graph twice:
   the overlap it gained (two kernels sharing the SMs each progress at half speed while they
   overlap), and the graph is replayed again with those durations.
 
-The predicted step time is the mean step length (``tracekit.graph.critical.step_windows``) of
-the replay: the time from the first step's start to the last step's completion, over the
-number of steps. (A fix shifts every later step; the period between two completions in a
-short trace sees the shift of both, the whole span sees all of it.) The saving is the observed
-mean minus the predicted one.
+The predicted step time is the mean step length (``tracekit.graph.critical.step_windows``: from
+one step's completion to the next's) over the steps that count: all but the first when there
+are two or more (the first holds the pipeline's fill and the profiler's warm-up). The saving is
+the observed mean minus the predicted one.
 
 Generic what-ifs a user can ask for (``parse_spec``):
 
@@ -161,13 +160,22 @@ def predict(g: Graph, change: Change) -> Prediction:
         w2 = step_windows(g, s2, e2)
     else:
         w2 = w1
+    keep = counted_steps(obs)
     o = (obs["end"] - obs["start"]).to_numpy(np.int64)
     a = _aligned(obs, w1)
     b = _aligned(obs, w2)
     rows = [(int(s), int(x), int(y), int(z)) for s, x, y, z in zip(obs["step"], o, a, b)]
-    if not len(obs):
+    if not keep.any():
         return Prediction(0.0, 0.0, 0.0, rows)
-    return Prediction(float(o.mean()), float(a.mean()), float(b.mean()), rows)
+    return Prediction(float(o[keep].mean()), float(a[keep].mean()), float(b[keep].mean()), rows)
+
+
+def counted_steps(windows) -> np.ndarray:
+    """Which steps a mean step time counts: all but the first when there are two or more."""
+    keep = np.ones(len(windows), bool)
+    if keep.size >= 2:
+        keep[0] = False
+    return keep
 
 
 def _aligned(obs, w) -> np.ndarray:
