@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.profiler import ProfilerActivity, profile, record_function, schedule  # noqa: E402
+from torch.profiler import profile, record_function, schedule  # noqa: E402
 
 PART_TIMEOUT_S = {"a": 240, "b": 200, "c_standard": 150, "c_inplace": 150}
 """Most seconds each part may run; ``--budget-s`` caps the sum (the rest is skipped)."""
@@ -168,18 +168,18 @@ def timed_window(run_steps, device: torch.device, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def profiler_for(device: torch.device, path: Path, active: int, *, memory: bool = False) -> profile:
-    """A profiler that skips one warm-up step, records ``active`` steps (``ProfilerStep#N``
-    each) and writes ``path`` when they are done; call ``prof.step()`` after every step."""
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+def profiler_for(device: torch.device, path: Path, active: int) -> profile:
+    """The runtime's profiler (``[memory]`` events, cuda_sync events where torch has them) that
+    skips one warm-up step, records ``active`` steps (``ProfilerStep#N`` each) and writes
+    ``path`` when they are done; call ``prof.step()`` after every step."""
+    from runtime.profiling import make_profiler
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    return profile(
-        activities=acts,
+    return make_profiler(
+        device,
         schedule=schedule(wait=0, warmup=1, active=active, repeat=1),
         on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
-        record_shapes=False,
-        profile_memory=memory,
-        with_stack=False,
+        memory=True,
     )
 
 
@@ -432,7 +432,7 @@ def part_c(cfg: dict, device: torch.device, out: Path, res: dict, save, inplace:
         torch.cuda.memory._record_memory_history(max_entries=cfg["c_history"], stacks="python")
     trace_path = out / "traces" / f"issue5_inplace_{tag}.json"
     # the first step is the profiler's warm-up; the others are recorded, with [memory] events
-    with profiler_for(device, trace_path, cfg["c_batches"] - 1, memory=True) as prof:
+    with profiler_for(device, trace_path, cfg["c_batches"] - 1) as prof:
         t0 = time.perf_counter()
         result = sd.train_sparse_dist(
             model, opt, host_batches, device=device, inplace_copy_batch_to_gpu=inplace,

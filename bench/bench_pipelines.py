@@ -55,7 +55,8 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "semi": ("semi", {"start_batch": 0}),
     "base": ("base", {}),
     "fused_new_stream": ("fused", {"lookup_stream": "new"}),
-    "fused_lookup_after_dist": ("fused", {"lookup_stream": "data_dist", "lookup_before_data_dist": False}),
+    "fused_step_start": ("fused", {"lookup_stream": "data_dist", "lookup_placement": "step_start"}),
+    "fused_lookup_after_dist": ("fused", {"lookup_stream": "data_dist", "lookup_placement": "after_data_dist"}),
     "fused_current_stream": ("fused", {"lookup_stream": "current"}),
     "sparse_inplace_copy": ("sparse", {"inplace_copy_batch_to_gpu": True}),
 }
