@@ -74,7 +74,7 @@ from runtime.dist import init_from_env  # noqa: E402
 from runtime.model import DenseOptimizerConfig, ModelConfig  # noqa: E402
 from runtime.profiling import cuda_sync_events  # noqa: E402
 from runtime.session import RunResult, Session  # noqa: E402
-from runtime.train import TrainConfig, _versions  # noqa: E402
+from runtime.train import TrainConfig, _config_dict, _versions  # noqa: E402
 
 # name -> (pipeline, options)
 VARIANTS: dict[str, tuple[str, dict]] = {
@@ -395,7 +395,7 @@ class Bench:
         for v, cfg in trace_cfgs.items():
             seg = self.run(session, loader, cfg)
             if self.rank0:
-                write_run_metrics(Path(cfg.out), seg, pdoc, v, self)
+                write_run_metrics(Path(cfg.out), seg, pdoc, v, cfg, self)
             pdoc["traces"][v] = {"dir": str(Path(cfg.out).relative_to(self.commit)), **{k: seg[k] for k in (
                 "step_ms_median", "traced_step_ms", "peak_reserved_bytes", "gpu_waited_share")}}
             self.say(f"{name} trace {v}: untraced {seg['step_ms_median']:.3f} ms, traced {seg['traced_step_ms']}")
@@ -529,11 +529,13 @@ def targets(pdoc: dict) -> dict:
 # ------------------------------------------------------------------------------------------
 # what the lead commits
 # ------------------------------------------------------------------------------------------
-def write_run_metrics(folder: Path, seg: dict, pdoc: dict, variant: str, bench: Bench) -> None:
-    """metrics.json beside a sample trace: the trace run's own figures and the config."""
+def write_run_metrics(folder: Path, seg: dict, pdoc: dict, variant: str, cfg: TrainConfig, bench: Bench) -> None:
+    """metrics.json beside a sample trace: the trace run's own figures and its config (the keys
+    runtime.train's metrics.json has for them: pipeline, world_size, config)."""
     folder.mkdir(parents=True, exist_ok=True)
     doc = {
         "variant": variant, "pipeline": VARIANTS[variant][0], "options": VARIANTS[variant][1], "preset": pdoc["preset"],
+        "config": _config_dict(cfg),
         "device": bench.device_name, "world_size": bench.info.world_size, "date_utc": bench.doc["date_utc"],
         "cuda_sync_events": bench.doc["process"].get("cuda_sync_events"),
         "trace_run": {k: seg[k] for k in ("step_ms", "traced_step_ms", "step_ms_median", "peak_reserved_bytes",
@@ -620,8 +622,9 @@ def markdown(doc: dict) -> list[str]:
                   f"over arch {tuple(spec['over_arch'])}, {spec['task_heads']} task head(s), Adam foreach={spec['adam_foreach']}, "
                   f"main stream priority {spec['main_priority']}. Timed rounds: {p.get('timed_rounds', 0)} (+1 warm-up); setup: "
                   f"batches {p['setup'].get('loader_s')} s, model {p['setup'].get('model_build_s')} s.", "",
-                  "| variant | step ms | / SparseDist | peak reserved GB | / SparseDist | peak alloc GB | GPU waited for host | warm-up round / median |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| variant | step ms | / SparseDist | peak reserved GB | / SparseDist | peak alloc GB | GPU waited for host "
+                  "| device allocs in timed steps | warm-up round / median |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for v in p["variants"]:
             s = p["summary"].get(v)
             if not s:
@@ -631,7 +634,8 @@ def markdown(doc: dict) -> list[str]:
             lines.append(
                 f"| {v} | {_est(s.get('step'))} | {_est(s.get('ratio'))} | {_est(s.get('reserved_bytes'), '{:.2f}', 1e-9)} | "
                 f"{_est(s.get('reserved_ratio'))} | {_est(s.get('allocated_bytes'), '{:.2f}', 1e-9)} | "
-                f"{'-' if waited is None else f'{waited:.0%}'} | {'-' if warm is None else f'{warm:.3f}'} |")
+                f"{'-' if waited is None else f'{waited:.0%}'} | {s.get('device_allocs_in_timed_steps', '-')} | "
+                f"{'-' if warm is None else f'{warm:.3f}'} |")
         backends = sorted({str(run.get("embedding_backend")) for rd in p["rounds"] for run in rd["runs"].values()})
         if backends and backends != ["cuda"]:
             lines += ["", "Embedding backend: " + ", ".join(backends) + " (NOT the CUDA kernels)"]

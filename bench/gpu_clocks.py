@@ -3,7 +3,7 @@
     log = ClockLog(uuid=...)       # starts `nvidia-smi --query-gpu=... --loop-ms=200` (if there is one)
     ...                            # the benchmark; it notes perf_counter() around each segment
     log.window(t0, t1)             # {"sm_mhz": mean, "mem_mhz": mean, "temp_c_max": .., ...}
-    log.stop(); log.samples        # every sample: (perf_counter, {field: value})
+    log.stop(); log.samples        # every sample of every GPU: (perf_counter, {field: value})
 
 A separate process does the sampling, so the benchmark's own process spends nothing on it;
 each line is stamped with ``time.perf_counter()`` when it is read (a few ms after nvidia-smi
@@ -53,8 +53,9 @@ def parse_line(line: str, fields: Sequence[str]) -> dict | None:
 
 
 class ClockLog:
-    """Samples every ``interval_ms`` until :meth:`stop`; keeps the GPU whose uuid ends with
-    ``uuid`` (torch's ``get_device_properties(i).uuid``), or every GPU when None."""
+    """Samples every GPU every ``interval_ms`` until :meth:`stop`; :meth:`window` summarises the
+    GPU whose uuid ends with ``uuid`` (torch's ``get_device_properties(i).uuid``; None, or no
+    sample of it: every GPU's samples)."""
 
     def __init__(self, *, uuid: str | None = None, interval_ms: int = 200, command: str = "nvidia-smi") -> None:
         self.samples: list[tuple[float, dict]] = []
@@ -91,11 +92,17 @@ class ClockLog:
         assert self._proc is not None and self._proc.stdout is not None
         for line in self._proc.stdout:
             s = parse_line(line, self.fields)
-            if s is None:
-                continue
-            if self._uuid and not s.get("uuid", "").lower().endswith(self._uuid):
-                continue
-            self.samples.append((time.perf_counter(), s))
+            if s is not None:
+                self.samples.append((time.perf_counter(), s))
+
+    def _mine(self) -> list[tuple[float, dict]]:
+        """The samples of the GPU asked for; every sample if none carries its uuid (a name
+        written differently by torch and nvidia-smi must not lose the log)."""
+        samples = list(self.samples)
+        if not self._uuid:
+            return samples
+        mine = [(t, s) for t, s in samples if s.get("uuid", "").lower().endswith(self._uuid)]
+        return mine or samples
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -110,7 +117,7 @@ class ClockLog:
     def window(self, t0: float, t1: float) -> dict:
         """Mean SM/memory clock and power, highest temperature, and the union of the
         reason bits, over the samples taken in ``[t0, t1)`` (perf_counter seconds)."""
-        return summarize_window([s for t, s in self.samples if t0 <= t < t1])
+        return summarize_window([s for t, s in self._mine() if t0 <= t < t1])
 
 
 def summarize_window(samples: Sequence[dict]) -> dict:

@@ -34,15 +34,18 @@ def test_falls_back_to_the_old_reason_field_and_keeps_its_gpu(tmp_path):
     log = ClockLog(uuid="aaaa-1111", command=_fake(tmp_path), interval_ms=50)
     assert log.status == "on" and log.fields[-1] == "clocks_throttle_reasons.active"
     deadline = time.time() + 10
-    while len(log.samples) < 2 and time.time() < deadline:
+    while len(log.samples) < 3 and time.time() < deadline:
         time.sleep(0.05)
     log.stop()
-    assert [s["sm_mhz"] for _, s in log.samples] == [1980.0, 1755.0]  # GPU-bbbb's line left out
-    w = log.window(0, time.perf_counter() + 1)
+    assert [s["sm_mhz"] for _, s in log.samples] == [1980.0, 1410.0, 1755.0]
+    w = log.window(0, time.perf_counter() + 1)  # GPU-bbbb's sample left out
     assert w == {"samples": 2, "sm_mhz": 1867.5, "sm_mhz_min": 1755.0, "mem_mhz": 3201.0, "power_w": 405.2,
                  "temp_c_max": 63.0, "reasons": "0x4"}
     assert reason_names(w["reasons"]) == ["sw_power_cap"]
     assert log.window(0, 0)["samples"] == 0
+    # a uuid no line carries: every GPU's samples rather than none
+    log._uuid = "ffff"
+    assert log.window(0, time.perf_counter() + 1)["samples"] == 3
 
 
 def test_parse_line_and_missing_values():
