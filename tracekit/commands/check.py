@@ -11,7 +11,8 @@ import json
 import click
 
 from tracekit import __version__
-from tracekit.commands.analyze import check_out, echo_warnings, emit, select_rank
+from tracekit._files import check_out
+from tracekit.commands.analyze import echo_warnings, emit, select_rank, warn_cache
 
 
 def _fmt(key: str, v: float | None) -> str:
@@ -50,7 +51,8 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, no_cache, cache_d
     thresholds = [parse(s, upper=True) for s in maxima] + [parse(s, upper=False) for s in minima]
     if not thresholds:
         raise InputError("check needs at least one --max or --min threshold")
-    check_out(out, paths)
+    check_out(out, paths, rules_path=rules_path)
+    warn_cache(no_cache, cache_dir)
     results, failed = [], 0
     for p in paths:
         for r in select_rank(report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,

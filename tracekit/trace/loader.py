@@ -15,7 +15,7 @@ import os
 import re
 import threading
 
-from tracekit._files import SNIFF_BYTES, TRACE_SUFFIXES, is_trace_file, trace_files_in  # noqa: F401
+from tracekit._files import SNIFF_BYTES, TRACE_SUFFIXES, check_readable, is_trace_file, trace_files_in  # noqa: F401
 from tracekit.errors import EmptyTraceError, InputError
 from tracekit.trace import _reader, cache
 from tracekit.trace._columns import Columns, events_frame, memory_frame, platform_of
@@ -46,8 +46,7 @@ def load(
     each naming the file. The input is only ever read.
     """
     src = os.fspath(path)
-    if not os.path.exists(src):
-        raise InputError("no such file or directory", path=src)
+    check_readable(src, "trace file or directory", directory_ok=True)
     if os.path.isdir(src):
         try:
             files = trace_files_in(src)
