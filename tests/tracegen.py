@@ -116,9 +116,12 @@ class TraceBuilder:
         """torch.profiler's ``ProfilerStep#n`` annotation."""
         self.annotation(f"ProfilerStep#{n}", ts, dur, tid=tid)
 
-    def cpu_op(self, name: str, ts: float, dur: float, *, tid: int | None = None) -> None:
-        """An aten operator (``cpu_op``)."""
-        self.events.append(_Ev("cpu_op", name, ts, dur, self.tid if tid is None else tid))
+    def cpu_op(self, name: str, ts: float, dur: float, *, tid: int | None = None,
+               args: dict[str, Any] | None = None) -> None:
+        """An aten operator (``cpu_op``); ``args`` are written as they are (e.g. the collective
+        metadata of ``record_param_comms``)."""
+        self.events.append(_Ev("cpu_op", name, ts, dur, self.tid if tid is None else tid,
+                               args=dict(args or {})))
 
     def python(self, name: str, ts: float, dur: float, *, tid: int | None = None) -> None:
         """A ``python_function`` event (with_stack=True)."""
@@ -153,16 +156,20 @@ class TraceBuilder:
         launched_by: int | None = None,
         launch_at: float | None = None,
         tid: int | None = None,
+        args: dict[str, Any] | None = None,
     ) -> int:
         """A kernel on ``stream``.
 
         Link it to its launch either with ``launched_by`` (a correlation id returned by
         ``runtime``) or with ``launch_at`` (a ``cudaLaunchKernel`` of 1 us is added at that CPU
         time on ``tid``). Without either it has its own correlation id and no launch.
+        ``args``: extra args written as they are (an NCCL kernel's collective metadata).
         Returns the correlation id.
         """
-        return self._activity("kernel", name, ts, dur, "LaunchKernel", stream, device,
+        corr = self._activity("kernel", name, ts, dur, "LaunchKernel", stream, device,
                               correlation, launched_by, launch_at, tid)
+        self.events[-1].args.update(args or {})
+        return corr
 
     def memcpy(
         self,
@@ -222,8 +229,19 @@ class TraceBuilder:
         kind: str = "stream_synchronize",
         stream: int = 7,
         correlation: int | None = None,
+        wait_stream: int | None = None,
+        wait_correlation: int | None = None,
     ) -> None:
-        """A Kineto ``cuda_sync`` event (``Stream Sync``/``Event Sync``/``Context Sync``)."""
+        """A Kineto ``cuda_sync`` event (``Stream Sync``/``Event Sync``/``Context Sync``/
+        ``Stream Wait Event``). For a wait: ``wait_stream`` is the stream the waited-on event was
+        recorded on and ``wait_correlation`` the correlation id of its ``cudaEventRecord``
+        (Kineto's ``wait_on_stream`` / ``wait_on_cuda_event_record_corr_id``)."""
+        extra: dict[str, Any] = {"cuda_sync_kind": kind}
+        if wait_stream is not None:
+            extra["wait_on_stream"] = wait_stream
+        if wait_correlation is not None:
+            extra["wait_on_cuda_event_record_corr_id"] = wait_correlation
+            extra["wait_on_cuda_event_id"] = 1
         names = {
             "stream_synchronize": "Stream Sync",
             "event_synchronize": "Event Sync",
@@ -233,7 +251,7 @@ class TraceBuilder:
         self.events.append(
             _Ev("sync", names.get(kind, kind), ts, dur, stream, stream=stream,
                 device=self.device, correlation=-1 if correlation is None else correlation,
-                args={"cuda_sync_kind": kind})
+                args=extra)
         )
 
     # ---- memory ----------------------------------------------------------------------------

@@ -427,6 +427,9 @@ def _big_builder(n: int = 3000) -> TraceBuilder:
         c = b.runtime("cudaLaunchKernel", 100 + i, 0.5)
         b.kernel(f"kernel_{i % 37}", 100.25 + i, 0.5, stream=7 + i % 3, launched_by=c)
         b.memory(100 + i + 0.125, 64 * (i % 5 + 1), total_allocated=i, total_reserved=2 * i)
+        if i % 50 == 0:  # collectives spread over the pieces: their args travel with them
+            b.cpu_op("record_param_comms", 100.5 + i, 0.1,
+                     args={"Collective name": "allreduce", "Seq": i, "In msg nelems": i})
     return b
 
 

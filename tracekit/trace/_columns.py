@@ -14,8 +14,10 @@ import numpy as np
 import pandas as pd
 
 from tracekit.trace._numbers import us_float_to_ns, us_text_to_ns
-from tracekit.trace._schema import CATEGORY_KIND, GPU_SIDE_KINDS, LEGACY_CATEGORIES, Event, str_id
-from tracekit.trace.model import EVENT_COLUMNS, GPU_ACTIVITY_KINDS, MEMORY_COLUMNS, Kind
+from tracekit.trace._schema import (
+    CATEGORY_KIND, GPU_SIDE_KINDS, LEGACY_CATEGORIES, STR_ARGS, Event, str_id,
+)
+from tracekit.trace.model import ARG_COLUMNS, EVENT_COLUMNS, GPU_ACTIVITY_KINDS, MEMORY_COLUMNS, Kind
 
 _get = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")}
 _aget = {
@@ -25,6 +27,10 @@ _aget = {
         "total_allocated", "total_reserved", "addr", "device_type", "device_id",
     )
 }
+_ARG_NAME = re.compile(r"^record_param_comms$|(?i:nccl|rccl)")
+"""Names of the events (besides every cuda_sync event) whose args go into ``Trace.args``."""
+_ARG_FIELDS = tuple(c for c in ARG_COLUMNS if c != "event")
+_ARG_GET = {f: attrgetter(f) for f in _ARG_FIELDS}
 _LEGACY_ANNOTATION = re.compile(r"ProfilerStep#\d+$|## .* ##$|Optimizer\.(step|zero_grad)#")
 _GPU_SIDE = np.array(sorted(int(k) for k in GPU_SIDE_KINDS), dtype=np.int8)
 _HOST_ONLY = np.array([int(Kind.CPU_OP), int(Kind.ANNOTATION), int(Kind.PYTHON)], dtype=np.int8)
@@ -86,6 +92,9 @@ class Columns:
         self.n_events = 0
         self.n_memory = 0
         self.negative_durations = 0
+        self._wants_args = np.zeros(0, dtype=bool)  # name code -> its events' args are kept
+        self._arg_parts: list[dict] = []
+        self._order: np.ndarray | None = None  # file order -> ts order, set by event_arrays
 
     def reset(self) -> None:
         self.__init__()
@@ -163,6 +172,7 @@ class Columns:
             copies = np.isin(k, _COPIES)  # memcpy/memset carry bytes
             nbytes[sel] = np.where(copies, _ints(_aget["nbytes"], sub, m), -1)
         cols = {
+            "_args": self._extra_args(kind, name, args),
             "kind": kind,
             "name": name,
             "ts": ts,
@@ -177,6 +187,37 @@ class Columns:
         }
         self._ev.append((index, cols))
         self.n_events += n
+
+    def _extra_args(self, kind: np.ndarray, name: np.ndarray, args: list) -> dict | None:
+        """The ``Trace.args`` fields of this piece's events that carry them (``row``: the
+        event's row in the piece), None when none does."""
+        known = len(self._wants_args)
+        if len(self.names.values_) > known:
+            new = [bool(_ARG_NAME.search(s)) for s in self.names.values_[known:]]
+            self._wants_args = np.concatenate([self._wants_args, np.array(new, dtype=bool)])
+        rows = np.flatnonzero(self._wants_args[name] | (kind == int(Kind.SYNC)))
+        if not len(rows):
+            return None
+        sub = [args[i] for i in rows.tolist()]
+        out: dict = {"row": rows}
+        for f in _ARG_FIELDS:
+            if f == "group":  # the name; older traces wrote a numeric "Process Group ID"
+                out[f] = [a.group or (str(a.group_id) if a.group_id >= 0 else "") for a in sub]
+            elif f in STR_ARGS:
+                out[f] = list(map(_ARG_GET[f], sub))
+            else:
+                out[f] = _ints(_ARG_GET[f], sub, len(sub))
+        carries = np.zeros(len(rows), dtype=bool)  # the events that wrote any of the fields
+        for f in _ARG_FIELDS:
+            carries |= (np.array([v != "" for v in out[f]], dtype=bool) if f in STR_ARGS
+                        else out[f] != -1)
+        if not carries.any():
+            return None
+        if not carries.all():
+            keep = carries.nonzero()[0].tolist()
+            out = {f: ([v[i] for i in keep] if isinstance(v, list) else v[carries])
+                   for f, v in out.items()}
+        return out
 
     def _add_memory(self, mem: list[Event], index: int) -> None:
         n = len(mem)
@@ -204,6 +245,11 @@ class Columns:
         """The events table's columns (name as int32 codes into ``self.names.values_``), by ts."""
         parts = [p for _, p in sorted(self._ev, key=lambda ip: ip[0])]  # file order (stable)
         cols = {c: _cat([p[c] for p in parts], t) for c, t in EVENT_COLUMNS.items()}
+        self._arg_parts, offset = [], 0
+        for p in parts:  # each piece's args, their rows made rows of the whole file
+            if p.get("_args") is not None:
+                self._arg_parts.append({**p["_args"], "row": p["_args"]["row"] + offset})
+            offset += len(p["ts"])
         self._ev = []
         if self.schema == "legacy2021":
             # The 2021 schema wrote record_function ranges as "Operator": the names torch and
@@ -212,7 +258,31 @@ class Columns:
             if ann:
                 sel = np.isin(cols["name"], ann) & (cols["kind"] == int(Kind.CPU_OP))
                 cols["kind"] = np.where(sel, np.int8(Kind.ANNOTATION), cols["kind"]).astype(np.int8)
-        return _sorted_by_ts(cols)
+        cols, self._order = _sorted_by_ts(cols)
+        return cols
+
+    def arg_arrays(self) -> tuple[dict[str, np.ndarray], list[str]]:
+        """The ``Trace.args`` table's columns (strings as int32 codes into the returned list),
+        sorted by event row; call after ``event_arrays``."""
+        parts, self._arg_parts = self._arg_parts, []
+        strings = _Codes()
+        if not parts:
+            return {c: np.empty(0, dtype=np.int32 if t == "category" else t)
+                    for c, t in ARG_COLUMNS.items()}, []
+        rows = np.concatenate([p["row"] for p in parts])
+        if self._order is not None:  # file row -> row in the ts-sorted table
+            where = np.empty_like(self._order)
+            where[self._order] = np.arange(len(self._order), dtype=self._order.dtype)
+            rows = where[rows]
+        cols: dict[str, np.ndarray] = {"event": rows.astype(np.int64)}
+        for f in _ARG_FIELDS:
+            if f in STR_ARGS:
+                values = [v for p in parts for v in p[f]]
+                cols[f] = np.fromiter(map(strings.__getitem__, values), dtype=np.int32, count=len(values))
+            else:
+                cols[f] = np.concatenate([p[f] for p in parts]).astype(ARG_COLUMNS[f])
+        order = np.argsort(cols["event"], kind="stable")
+        return {c: a[order] for c, a in cols.items()}, strings.values_
 
     def sorted_names(self, cols: dict[str, np.ndarray]) -> list[str]:
         """The names in sorted order, ``cols["name"]`` recoded to match: the same categories
@@ -228,7 +298,7 @@ class Columns:
         parts = [p for _, p in sorted(self._mem, key=lambda ip: ip[0])]
         cols = {c: _cat([p[c] for p in parts], t) for c, t in MEMORY_COLUMNS.items()}
         self._mem = []
-        return _sorted_by_ts(cols)
+        return _sorted_by_ts(cols)[0]
 
     @property
     def schema(self) -> str:
@@ -244,12 +314,13 @@ def _cat(parts: list[np.ndarray], dtype) -> np.ndarray:
     return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
-def _sorted_by_ts(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _sorted_by_ts(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """The columns sorted by ts (stable), and the order applied (None: already sorted)."""
     ts = cols["ts"]
     if len(ts) < 2 or bool(np.all(ts[1:] >= ts[:-1])):
-        return cols
+        return cols, None
     order = np.argsort(ts, kind="stable")
-    return {c: a[order] for c, a in cols.items()}
+    return {c: a[order] for c, a in cols.items()}, order
 
 
 def events_frame(cols: dict[str, np.ndarray], names: list[str]) -> pd.DataFrame:
@@ -259,6 +330,19 @@ def events_frame(cols: dict[str, np.ndarray], names: list[str]) -> pd.DataFrame:
         a = cols[c]
         if c == "name":
             data[c] = pd.Categorical.from_codes(a, categories=pd.Index(names), validate=False)
+        else:
+            data[c] = a.astype(dtype, copy=False)
+    return pd.DataFrame(data, copy=False)
+
+
+def args_frame(cols: dict[str, np.ndarray], strings: list[str]) -> pd.DataFrame:
+    """The ``Trace.args`` DataFrame from ``arg_arrays()`` columns and their string list."""
+    cats = pd.Index(strings, dtype=object)
+    data = {}
+    for c, dtype in ARG_COLUMNS.items():
+        a = cols[c]
+        if dtype == "category":
+            data[c] = pd.Categorical.from_codes(a, categories=cats, validate=False).remove_unused_categories()
         else:
             data[c] = a.astype(dtype, copy=False)
     return pd.DataFrame(data, copy=False)

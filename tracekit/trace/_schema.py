@@ -25,8 +25,30 @@ class Args(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, rename={
     "addr": "Addr",
     "device_type": "Device Type",
     "device_id": "Device Id",
+    "wait_stream": "wait_on_stream",
+    "wait_correlation": "wait_on_cuda_event_record_corr_id",
+    "wait_event": "wait_on_cuda_event_id",
+    "collective": "Collective name",
+    "group": "Process Group Name",
+    "group_id": "Process Group ID",
+    "group_desc": "Process Group Description",
+    "group_ranks": "Process Group Ranks",
+    "group_size": "Group size",
+    "in_nelems": "In msg nelems",
+    "out_nelems": "Out msg nelems",
+    "in_split": "In split size",
+    "out_split": "Out split size",
+    "dtype": "dtype",
+    "seq": "Seq",
+    "comm_rank": "Rank",
+    "src_rank": "Src Rank",
+    "dst_rank": "Dst Rank",
 }):
-    """The ``args`` keys tracekit reads; absent ones are -1 (the tables' sentinel)."""
+    """The ``args`` keys tracekit reads; absent ones are -1 (the tables' sentinel) or "".
+
+    The fields after ``device_id`` go into ``Trace.args`` (see ``model.ARG_COLUMNS``): Kineto's
+    ``cuda_sync`` fields and the collective metadata torch writes on ``record_param_comms`` and
+    on the NCCL kernels it launched."""
 
     external_id: int = -1
     external_id_legacy: int = -1
@@ -40,6 +62,24 @@ class Args(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, rename={
     addr: int = -1
     device_type: int = -1
     device_id: int = -1
+    wait_stream: int = -1
+    wait_correlation: int = -1
+    wait_event: int = -1
+    collective: str = ""
+    group: str = ""
+    group_id: int = -1
+    group_desc: str = ""
+    group_ranks: str = ""
+    group_size: int = -1
+    in_nelems: int = -1
+    out_nelems: int = -1
+    in_split: str = ""
+    out_split: str = ""
+    dtype: str = ""
+    seq: int = -1
+    comm_rank: int = -1
+    src_rank: int = -1
+    dst_rank: int = -1
 
 
 NO_ARGS = Args()
@@ -138,6 +178,19 @@ def _pid_or_tid(v: Any) -> int | str:
 
 
 _ARG_KEYS = {f: Args.__struct_encode_fields__[i] for i, f in enumerate(Args.__struct_fields__)}
+STR_ARGS = frozenset(f for f in Args.__struct_fields__ if isinstance(getattr(NO_ARGS, f), str))
+"""The ``Args`` fields that hold strings (the others are integers)."""
+
+
+def _as_str(v: Any) -> str:
+    """A string as it is; a number or a list as its JSON text (``[0, 1]``); else ""."""
+    if isinstance(v, str):
+        return v
+    if v is None or isinstance(v, (dict, bool)):
+        return ""
+    if isinstance(v, list):
+        return "[" + ", ".join(map(str, v)) + "]"
+    return str(v)
 
 
 def coerce(e: LenientEvent) -> Event | None:
@@ -147,7 +200,8 @@ def coerce(e: LenientEvent) -> Event | None:
     a = e.args
     args = NO_ARGS
     if isinstance(a, dict):
-        args = Args(**{f: _as_int(a[k]) for f, k in _ARG_KEYS.items() if k in a})
+        args = Args(**{f: (_as_str if f in STR_ARGS else _as_int)(a[k])
+                       for f, k in _ARG_KEYS.items() if k in a})
     return Event(
         ph=e.ph if isinstance(e.ph, str) else "",
         cat=e.cat if isinstance(e.cat, str) else "",

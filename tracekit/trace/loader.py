@@ -18,7 +18,7 @@ import threading
 from tracekit._files import SNIFF_BYTES, TRACE_SUFFIXES, check_readable, is_trace_file, trace_files_in  # noqa: F401
 from tracekit.errors import EmptyTraceError, InputError
 from tracekit.trace import _reader, cache
-from tracekit.trace._columns import Columns, events_frame, memory_frame, platform_of
+from tracekit.trace._columns import Columns, args_frame, events_frame, memory_frame, platform_of
 from tracekit.trace._progress import Progress
 from tracekit.trace.model import Trace, TraceSet
 
@@ -108,6 +108,7 @@ def _assign_ranks(parsed: list[dict], *, many: bool) -> list[Trace]:
                 schema=p["schema"],
                 platform=p["platform"],
                 warnings=tuple(p["warnings"]),
+                args=p["args"],
             )
         )
     return out
@@ -166,6 +167,7 @@ def _load_file(path: str, directory: str | None, progress: bool | None) -> dict:
         "source": path,
         "events": events_frame(entry.events, entry.names),
         "memory": memory_frame(entry.memory),
+        "args": args_frame(entry.args, entry.arg_strings),
         "metadata": info["metadata"],
         "schema": info["schema"],
         "platform": info["platform"],
@@ -209,6 +211,7 @@ def parse_file(path: str, *, progress: bool | None = None, threaded: bool = True
             raise EmptyTraceError("traceEvents is empty", path=path)
         raise EmptyTraceError("traceEvents holds no complete (ph X) or [memory] events", path=path)
     events = cols.event_arrays()
+    args, arg_strings = cols.arg_arrays()
     memory = cols.memory_arrays()
     names = cols.sorted_names(events)
     info = {
@@ -217,7 +220,8 @@ def parse_file(path: str, *, progress: bool | None = None, threaded: bool = True
         "platform": platform_of(events, names),
         "warnings": warnings,
     }
-    return cache.Entry(events=events, memory=memory, names=names, info=info)
+    return cache.Entry(events=events, memory=memory, names=names, info=info, args=args,
+                       arg_strings=arg_strings)
 
 
 __all__ = ["load", "parse_file", "wait_for_cache_writes", "is_trace_file", "TRACE_SUFFIXES"]
