@@ -61,7 +61,8 @@ def _rules_bytes(rules_path: str | os.PathLike | None) -> bytes:
     default = (Path(__file__).parent / "default_rules.toml").read_bytes()
     if rules_path is None:
         return default
-    check_readable(rules_path, "rules file")
+    if os.path.exists(rules_path):
+        check_readable(rules_path, "rules file")
     try:
         user = Path(rules_path).read_bytes()
     except FileNotFoundError:

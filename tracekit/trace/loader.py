@@ -18,7 +18,10 @@ import threading
 from tracekit._files import SNIFF_BYTES, TRACE_SUFFIXES, check_readable, is_trace_file, trace_files_in  # noqa: F401
 from tracekit.errors import EmptyTraceError, InputError
 from tracekit.trace import _reader, cache
-from tracekit.trace._columns import Columns, args_frame, events_frame, memory_frame, platform_of
+from tracekit.trace._columns import (
+    Columns, args_frame, events_frame, memory_frame, platform_of, problem_warnings,
+    unreadable_reason,
+)
 from tracekit.trace._progress import Progress
 from tracekit.trace.model import Trace, TraceSet
 
@@ -197,16 +200,27 @@ def parse_file(path: str, *, progress: bool | None = None, threaded: bool = True
         header = _reader.read(path, cols, progress=bar, threaded=threaded, parallel=parallel, reset=cols.reset)
     finally:
         bar.close()
-    warnings = []
+    warnings = list(header.warnings)
     if header.truncated:
         warnings.append(
             f"{header.truncated}; read the {cols.n_events:,} complete events before the cut"
         )
     if cols.negative_durations:
         warnings.append(f"{cols.negative_durations} events had a negative duration, read as 0")
+    problems = problem_warnings(cols.problems, cols.dropped, cols.dropped_names)
+    warnings += problems
     if cols.n_events == 0 and cols.n_memory == 0:
         if header.truncated:
             raise EmptyTraceError(f"{header.truncated} before its first complete event", path=path)
+        if sum(cols.dropped.values()):
+            raise EmptyTraceError(f"none of its {sum(cols.dropped.values()):,} complete or [memory] "
+                                  f"events could be read ({unreadable_reason(cols.problems)})",
+                                  path=path)
+        odd = cols.problems["not an object"] + cols.problems["no ph"]
+        if odd:
+            raise EmptyTraceError(f"traceEvents holds {odd:,} elements that are not events "
+                                  "(not objects, or without a ph) and no complete (ph X) or "
+                                  "[memory] event", path=path)
         if header.n_elements == 0:
             raise EmptyTraceError("traceEvents is empty", path=path)
         raise EmptyTraceError("traceEvents holds no complete (ph X) or [memory] events", path=path)
