@@ -15,7 +15,9 @@ import os
 import re
 import threading
 
-from tracekit._files import SNIFF_BYTES, TRACE_SUFFIXES, check_readable, is_trace_file, trace_files_in  # noqa: F401
+from tracekit._files import (  # noqa: F401
+    SNIFF_BYTES, TRACE_SUFFIXES, check_readable, display, is_trace_file, trace_files_in,
+)
 from tracekit.errors import EmptyTraceError, InputError
 from tracekit.trace import _reader, cache
 from tracekit.trace._columns import (
@@ -81,16 +83,18 @@ def _declared_rank(metadata: dict) -> int | None:
 
 def _assign_ranks(parsed: list[dict], *, many: bool) -> list[Trace]:
     """Declared ranks first; a file without one (or with a rank already taken) gets its position
-    among the files, or the next free rank after it."""
-    taken: set[int] = set()
+    among the files, or the next free rank after it, with one warning saying which."""
+    taken: dict[int, str] = {}
     rank_of: list[int | None] = []
+    clash: list[str | None] = []
     for p in parsed:
         r = _declared_rank(p["metadata"])
-        if r is not None and r in taken:
-            p["warnings"].append(f"distributedInfo.rank {r} is also another file's rank")
+        other = taken.get(r) if r is not None else None
+        clash.append(other)
+        if other is not None:
             r = None
         if r is not None:
-            taken.add(r)
+            taken[r] = p["source"]
         rank_of.append(r)
     out = []
     for i, (p, r) in enumerate(zip(parsed, rank_of)):
@@ -98,8 +102,12 @@ def _assign_ranks(parsed: list[dict], *, many: bool) -> list[Trace]:
             r = i
             while r in taken:
                 r += 1
-            taken.add(r)
-            if many:
+            taken[r] = p["source"]
+            if clash[i] is not None:
+                p["warnings"].append(
+                    f"distributedInfo.rank {_declared_rank(p['metadata'])} is also "
+                    f"{display(os.path.basename(clash[i]))}'s rank; loaded as rank {r}")
+            elif many:
                 p["warnings"].append(f"no usable distributedInfo.rank; loaded as rank {r}")
         out.append(
             Trace(
