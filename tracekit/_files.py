@@ -217,12 +217,12 @@ def short_labels(paths: list[str] | tuple[str, ...]) -> list[str]:
         names = ["/".join(q[-d:]) for q, d in zip(parts, depth)]
         dup = {n for n in names if names.count(n) > 1}
         if not dup:
-            return names
+            return [display(n) for n in names]
         grew = False
         for i, n in enumerate(names):
             if n in dup and depth[i] < len(parts[i]):
                 depth[i] += 1
                 grew = True
         if not grew:  # the same path more than once
-            return [n if names.count(n) == 1 else f"{q[-1]}#{i + 1}"
+            return [display(n if names.count(n) == 1 else f"{q[-1]}#{i + 1}")
                     for i, (n, q) in enumerate(zip(names, parts))]

@@ -85,6 +85,8 @@ import dataclasses
 import math
 from typing import Any
 
+from tracekit._files import display
+
 FORMAT = 1
 SERIES_POINTS = 1000
 
@@ -193,7 +195,7 @@ def to_dict(a: Any) -> dict:
     alloc["series_points"] = len(a.allocator.series)
     alloc["series"] = _downsample(a.allocator.series)
     d = {
-        "source": a.source,
+        "source": display(a.source),
         "rank": int(a.rank),
         "schema": a.schema,
         "platform": a.platform,

@@ -31,6 +31,7 @@ from tracekit.trace._schema import Event, decode_events as _decode_events
 
 _READ_PLAIN = 16 << 20  # bytes per read of an uncompressed file
 _READ_GZ = 1 << 20  # compressed bytes per read (~15 MB once inflated)
+_INFLATE = 16 << 20  # decompressed bytes per zlib call, at most
 _CHUNK = 8 << 20  # decode once this much is pending
 _MAX_PENDING = 256 << 20  # no event is this big: the JSON is broken
 MAX_PREFIX = 64 << 20
@@ -71,7 +72,7 @@ def _text(blocks: Iterator, path: str, clean: Header | None) -> Iterator[bytes |
             first = False
             if block.startswith(_BOM):
                 block = block[len(_BOM):]
-            elif block[:2] in (b"\xff\xfe", b"\xfe\xff") or block[1:2] == b"\0" or block[:1] == b"\0":
+            elif block[:2] in (b"\xff\xfe", b"\xfe\xff") or re.match(rb"\s?\0[{\[]|[{\[]\0", block):
                 raise TraceFormatError("is UTF-16 (or other non-UTF-8) text; tracekit reads UTF-8 "
                                        "JSON (convert it: iconv -f UTF-16 -t UTF-8)", path=path)
         if decoder is not None and not isinstance(block, Exception):
@@ -112,8 +113,8 @@ def _source(path: str, progress: Callable[[int], None] | None) -> Iterator[bytes
             if not block:
                 break
             while block:
-                try:
-                    out = d.decompress(block)
+                try:  # at most _INFLATE bytes out per call: a gzip bomb inflates by pieces
+                    out = d.decompress(block, _INFLATE)
                 except zlib.error as exc:
                     raise TraceFormatError(f"corrupt gzip data ({exc})", path=path) from None
                 if out:
@@ -127,7 +128,7 @@ def _source(path: str, progress: Callable[[int], None] | None) -> Iterator[bytes
                     block = b""  # trailing garbage after the gzip stream: ignored, like gzip(1)
                     d = None
                     break
-                block = b""
+                block = d.unconsumed_tail
             if d is None:
                 break
         if d is not None and not d.eof:
