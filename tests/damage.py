@@ -116,3 +116,74 @@ def utf16(doc: dict[str, Any], path: str | Path) -> Path:
 
 def bom(doc: dict[str, Any], path: str | Path) -> Path:
     return write_bytes(b"\xef\xbb\xbf" + text_of(doc), path, gz=False)
+
+
+# ---- mutations for the property-based test ---------------------------------------------------
+
+OTHER_TYPE = {
+    "number": [None, "x", True, [1], {"a": 1}],  # ts, dur, pid, tid: anything but a number
+    "string": [None, 7, True, [1], {"a": 1}],  # ph, cat, name
+    "object": [None, 7, "x", True, [1]],  # args
+}
+"""Values of another JSON type than a field's own: a retyped number is never another number
+(that would be a different, valid trace, which no reader can tell from the original)."""
+
+FIELDS = {"ph": "string", "cat": "string", "name": "string", "pid": "number", "tid": "number",
+          "ts": "number", "dur": "number", "args": "object"}
+LINKED_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "Kernel", "Memcpy",
+               "Memset", "Runtime")
+"""Events Kineto always links by ``args.correlation``: dropping or retyping it is detectable."""
+
+
+def read_events(doc: dict[str, Any]) -> list[int]:
+    """Indices of the events tracekit reads: complete (``X``) and ``[memory]`` ones."""
+    return [i for i, e in enumerate(doc["traceEvents"])
+            if isinstance(e, dict) and (e.get("ph") == "X" or e.get("name") == "[memory]")]
+
+
+def mutate_field(doc: dict[str, Any], index: int, field: str, value: Any) -> dict[str, Any]:
+    """Event ``index`` with ``field`` (``args.correlation`` for an arg) set to ``value``
+    (``DROP``: removed)."""
+    out = copy.deepcopy(doc)
+    ev = out["traceEvents"][index]
+    if field.startswith("args."):
+        ev = ev.setdefault("args", {})
+        field = field[len("args."):]
+    if value is DROP:
+        ev.pop(field, None)
+    else:
+        ev[field] = value
+    return out
+
+
+def nest_args(doc: dict[str, Any], index: int, depth: int) -> bytes:
+    """The JSON text with event ``index``'s args wrapped in ``depth`` arrays."""
+    marked = mutate_field(doc, index, "args", "\u2603NEST\u2603")
+    args = json.dumps(doc["traceEvents"][index].get("args", {})).encode()
+    return text_of(marked).replace(b'"\\u2603NEST\\u2603"', b"[" * depth + args + b"]" * depth, 1)
+
+
+def flip(data: bytes, at: int, byte: int) -> bytes:
+    return data[:at] + bytes([byte]) + data[at + 1:]
+
+
+DAMAGING_BYTES = (0xFF, 0x00, 0x1F, 0xC3)
+"""Bytes that cannot stand in valid UTF-8 JSON text where they land (a control character, a
+lone lead byte, 0xff): a flip to one of them is damage a reader can see, unlike a digit."""
+
+
+def re_encode(doc: dict[str, Any], how: str) -> tuple[bytes, bool]:
+    """(bytes, gzip them?) of ``doc`` in another encoding: ``gzip``, ``bom``, ``utf16``,
+    ``indent``, ``double-gzip``."""
+    text = text_of(doc)
+    if how == "gzip":
+        return text, True
+    if how == "bom":
+        return b"\xef\xbb\xbf" + text, False
+    if how == "utf16":
+        return json.dumps(doc).encode("utf-16"), False
+    if how == "indent":
+        return json.dumps(doc, indent=1).encode(), False
+    if how == "double-gzip":
+        return gzip.compress(text, mtime=0), True
+    raise ValueError(how)

@@ -312,9 +312,12 @@ class Columns:
         def col(f: str, dtype=np.int64) -> np.ndarray:
             return _ints(_aget[f], args, n, dtype)
 
+        device_type = col("device_type", np.int8)
+        if (device_type == -1).any():  # torch writes it on every [memory] event
+            self.problems["args.Device Type"] += int((device_type == -1).sum())
         cols = {
             "ts": ts,
-            "device_type": col("device_type", np.int8),
+            "device_type": device_type,
             "device_id": col("device_id", np.int16),
             "bytes": col("mem_bytes"),
             "total_allocated": col("total_allocated"),

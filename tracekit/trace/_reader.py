@@ -33,7 +33,8 @@ _READ_PLAIN = 16 << 20  # bytes per read of an uncompressed file
 _READ_GZ = 1 << 20  # compressed bytes per read (~15 MB once inflated)
 _INFLATE = 16 << 20  # decompressed bytes per zlib call, at most
 _CHUNK = 8 << 20  # decode once this much is pending
-_MAX_PENDING = 256 << 20  # no event is this big: the JSON is broken
+MAX_PENDING = 64 << 20
+"""No event is this big: this many bytes without a decodable event means the JSON is broken."""
 MAX_PREFIX = 64 << 20
 """``traceEvents`` must start within this many (decompressed) bytes: a gzip bomb or a device
 of zeros is refused after reading this much, not after filling memory."""
@@ -252,7 +253,7 @@ def _read_events(path: str, blocks, sink, helper: Helper | None, header: Header)
         if len(pending) >= next_cut:
             pending, consumed = _cut(pending, consumed, run, path)
             # if nothing could be cut off, wait for twice as much before trying again
-            next_cut = 2 * len(pending) if len(pending) >= _CHUNK else _CHUNK
+            next_cut = min(2 * len(pending), MAX_PENDING + _CHUNK) if len(pending) >= _CHUNK else _CHUNK
     if pending is None:
         _no_events_array(bytes(pre), path, gz_truncated)
     if helper is not None:
@@ -289,7 +290,7 @@ def _cut(pending: bytearray, consumed: int, run: Callable[[memoryview], bool], p
         if not ok:
             break
         pos = m.end() - 1  # the next piece starts at the '{' after the boundary
-    if len(pending) - pos > _MAX_PENDING:
+    if len(pending) - pos > MAX_PENDING:
         raise TraceFormatError(
             f"not valid JSON: no decodable event in {(len(pending) - pos) >> 20} MiB after byte {consumed + pos:,}",
             path=path,
@@ -305,12 +306,15 @@ def _cut(pending: bytearray, consumed: int, run: Callable[[memoryview], bool], p
 def _last_boundary(buf: bytearray, before: int, lo_limit: int = 0) -> re.Match | None:
     """The last event boundary starting in ``[lo_limit, before)``: Kineto's events start with
     "ph" or "name" (json.dumps'ed ones with any of the usual keys); any ``},{`` if none is found."""
+    if buf.find(b"}", lo_limit, before) < 0:  # memchr: quick on a run without any (a bomb)
+        return None
+    end = min(len(buf), before + 4096)  # a boundary starting before ``before`` ends by here
     for rx in (_EVENT_BOUNDARY, _BOUNDARY):
         window = 1 << 16
         while True:
             lo = max(lo_limit, before - window)
             best = None
-            for mm in rx.finditer(buf, lo):
+            for mm in rx.finditer(buf, lo, end):
                 if mm.start() >= before:
                     break
                 best = mm

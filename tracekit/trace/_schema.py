@@ -119,7 +119,7 @@ class LenientEvent(msgspec.Struct, gc=False):
     tid: Any = None
     ts: msgspec.Raw = _NO_TS
     dur: Any = None
-    args: Any = None
+    args: Any = ()  # absent (JSON decodes no tuple): distinct from null
 
 
 EVENT_LIST = msgspec.json.Decoder(list[Event])
@@ -221,6 +221,8 @@ def coerce(e: LenientEvent, problems: Counter | None = None) -> Event | None:
     if not isinstance(e.ph, str):
         bad["no ph"] += 1
         return None
+    if e.ph == "i" and not isinstance(e.name, str):
+        bad["name"] += 1  # it may have been a [memory] event
     read = e.ph == "X" or (e.ph == "i" and e.name == "[memory]")
     if not read:
         bad = Counter()  # the fields of events tracekit does not read do not matter
@@ -235,7 +237,7 @@ def coerce(e: LenientEvent, problems: Counter | None = None) -> Event | None:
                     bad[f"args.{k}"] += 1  # (the columns count activities without correlation)
                 fields[f] = v
         args = Args(**fields)
-    elif a is not None:
+    elif a != () or e.ph == "i":  # null or not an object; a [memory] event's are its content
         bad["args"] += 1
     for f in ("pid", "tid"):
         v = getattr(e, f)

@@ -104,7 +104,7 @@ class Kind(IntEnum):
 
 
 GPU_ACTIVITY_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
-"""Kinds that occupy a GPU stream: DESIGN.md's "activities"."""
+"""Kinds that occupy a GPU stream: the "activities" of docs/metrics.md."""
 
 EVENT_COLUMNS: dict[str, Any] = {
     "kind": np.int8,
