@@ -111,6 +111,8 @@ import dataclasses
 import math
 from typing import Any
 
+from tracekit._files import display
+
 FORMAT = 1
 SERIES_POINTS = 1000
 
@@ -223,7 +225,7 @@ def to_dict(a: Any) -> dict:
     alloc["series_points"] = len(a.allocator.series)
     alloc["series"] = _downsample(a.allocator.series)
     d = {
-        "source": a.source,
+        "source": display(a.source),
         "rank": int(a.rank),
         "schema": a.schema,
         "platform": a.platform,
@@ -328,7 +330,8 @@ def _text_overlap(o: dict) -> str:
                                         ["any (GPU busy)", _ms(o["gpu_busy_ns"])]]) + "\n"
     if o["communication_ns"]:
         out += (f"  communication overlapped with compute: {_pct(o['comm_overlap_ratio'])} "
-                f"({_ms(o['comm_compute_overlap_ns'])} ms); exposed communication "
+                f"({_ms(o['comm_compute_overlap_ns'])} ms, over the whole trace; HTA's figure "
+                f"below covers its own window); exposed communication "
                 f"{_ms(o['exposed_comm_ns'])} ms\n")
     else:
         out += "  no communication kernels\n"
@@ -344,6 +347,9 @@ def _text_gaps(g: dict, limit: int) -> str:
     out += table(["step", "opt batch", "lookup batch", "gap ms", "overlap ms", "GPU idle ms"],
                  [[r["step"], r["optimizer_batch"], r["lookup_batch"], _ms(r["gap_ns"]),
                    _ms(r["overlap_ns"]), _ms(r["idle_ns"])] for r in rows]) + "\n" + more
+    if any(r["step"] == -1 or r["optimizer_batch"] == -1 for r in g["gaps"]):
+        out += ("  -1: step = the optimizer was launched outside every ProfilerStep; batch = the "
+                "labels carry no batch index (paired by time order)\n")
     out += (f"  mean gap {_ms(g['mean_gap_ns'])} ms (median {_ms(g['median_gap_ns'])}), "
             f"mean overlap {_ms(g['mean_overlap_ns'])} ms, mean GPU idle "
             f"{_ms(g['mean_idle_ns'])} ms\n")
