@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from dashboards.reports import category_name
 from dashboards.timeline import Lanes
 
 from dashboards.style import AXIS as _AXIS  # noqa: E402
@@ -76,8 +77,9 @@ def timeline(lanes: Lanes, marks: pd.DataFrame | None = None) -> dict:
             bar = {"type": "bar", "orientation": "h", "y": grp["lane"].tolist(), "x": _nums(grp["dur_ms"]),
                    "base": _nums(grp["start_ms"]), "name": {"step": "step", "gap": "optimizer → lookup gap",
                                                              "stall": "sync stall", "critical": "critical path"}.get(kind, kind),
-                   "legendgroup": f"mark-{kind}", "showlegend": kind != "step",
-                   "marker": {"color": MARK_COLOURS.get(kind, "#888"), "line": {"width": 1 if kind == "step" else 0, "color": "#9aa0b0"}},
+                   "legendgroup": f"mark-{kind}", "showlegend": kind not in ("step", "critical"),
+                   "marker": {"color": [category_colour(c) for c in grp["category"]] if kind == "critical" else MARK_COLOURS.get(kind, "#888"),
+                              "line": {"width": 1 if kind == "step" else 0, "color": "#9aa0b0"}},
                    "customdata": grp["label"].tolist(), "hovertemplate": "%{customdata}<extra></extra>"}
             if kind == "step":
                 bar.update(text=grp["label"].tolist(), textposition="inside", insidetextanchor="middle",
@@ -86,6 +88,10 @@ def timeline(lanes: Lanes, marks: pd.DataFrame | None = None) -> dict:
                     shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
                                    "line": {"color": "#59607a", "width": 1, "dash": "dot"}, "layer": "below"})
             data.append(bar)
+            if kind == "critical":  # a legend entry for the categories no phase colour names
+                for cat in dict.fromkeys(c for c in grp["category"] if not str(c).startswith("compute:")):
+                    data.append({"type": "bar", "orientation": "h", "y": [None], "x": [None], "name": f"{category_name(cat)} (critical path)",
+                                 "marker": {"color": category_colour(cat)}, "legendgroup": f"mark-critical-{cat}", "hoverinfo": "skip"})
     order = mark_lanes + list(lanes.lanes)
     layout = {
         **PLAIN_LAYOUT, "barmode": "overlay", "bargap": 0.25, "height": max(320, 140 + 30 * len(order)),

@@ -21,7 +21,7 @@ def warnings(report: dict) -> list[str]:
     """Everything tracekit warned about in one rank's report object: the loader's warnings and
     any section's own ``warnings`` (explain's, for one)."""
     out = list(report.get("warnings") or [])
-    for key in (*tk_report.SECTION_KEYS, "explain"):
+    for key in dict.fromkeys((*tk_report.SECTION_KEYS, "explain")):
         sec = report.get(key)
         if isinstance(sec, dict) and isinstance(sec.get("warnings"), list):
             out += [str(w) for w in sec["warnings"] if str(w) not in out]
@@ -58,7 +58,7 @@ def bound_text(bound: str | None, share: float | None) -> str:
 def _saving(f: dict) -> str:
     if f.get("kind") == "memory":
         b = f.get("saving_bytes")
-        return f"{tk_report.fmt_bytes(b)} less peak reserved" if b is not None else "no memory saving predicted"
+        return f"{tk_report.fmt_bytes(b)} less peak reserved" if b is not None else "memory saving not predicted (no snapshot)"
     ns = f.get("saving_ns")
     if ns is None:
         return "no time saving predicted"
@@ -70,7 +70,7 @@ def _saving(f: dict) -> str:
 
 def explain(report: dict) -> dict | None:
     """tracekit explain's section of one rank's report object, ready to draw: ``bound`` (text),
-    ``findings`` (dicts ``title, fix, evidence, saving``: time findings by predicted saving,
+    ``findings`` (dicts ``title, fix, evidence, saving, predicted``: time findings by predicted saving,
     largest first, then memory findings), ``categories`` (in ``BREAKDOWN_ORDER``) and ``steps``
     (dicts ``step, bound`` and ms per category). None when the report has no such section."""
     ex = report.get("explain")
@@ -89,7 +89,8 @@ def explain(report: dict) -> dict | None:
              for st in ex.get("steps") or []]
     return {"bound": bound_text(ex.get("bound"), ex.get("bound_share")), "categories": cats, "steps": steps,
             "findings": [{"title": f.get("title", ""), "fix": f.get("fix", ""), "evidence": f.get("evidence", ""),
-                          "saving": _saving(f)} for f in findings]}
+                          "saving": _saving(f), "predicted": f.get("saving_bytes" if f.get("kind") == "memory" else "saving_ns") is not None}
+                         for f in findings]}
 
 
 def step_breakdown_figure(ex: dict, title: str) -> dict:

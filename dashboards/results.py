@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from dashboards import names, timeline
-from dashboards.reports import pct
+from dashboards.reports import category_name, pct
 from tracekit import __version__
 from tracekit import report as tk_report
 from tracekit.trace.model import Kind, Trace
@@ -41,22 +41,36 @@ def steps(trace: Trace, analysis: Any) -> pd.DataFrame:
     })
 
 
-MARK_LANES = ("steps", "optimizer → lookup gap", "sync stalls")
+MARK_LANES = ("steps", "critical path", "optimizer → lookup gap", "sync stalls")
 """The timeline's lanes of marks, drawn above the threads."""
 
 
-def timeline_marks(trace: Trace, analysis: Any, origin: int) -> pd.DataFrame:
+def timeline_marks(trace: Trace, analysis: Any, origin: int, window_ms: tuple[float, float] | None = None) -> pd.DataFrame:
     """What the timeline marks, in ms from ``origin``: ``lane`` (one of ``MARK_LANES``),
-    ``start_ms, dur_ms, label, kind``: every step's span (``step``), every positive optimizer →
-    next lookup gap (``gap``: from the optimizer's end to the lookup's start) and every sync
-    stall (``stall``: the blocking call's CPU time)."""
-    cols = ["lane", "start_ms", "dur_ms", "label", "kind"]
+    ``start_ms, dur_ms, label, kind, category``: every step's span (``step``), the critical
+    path's segments (``critical``, from tracekit explain: ``category`` says what the time was;
+    only those inside ``window_ms`` when given, a trace has thousands), every positive
+    optimizer → next lookup gap (``gap``: from the optimizer's end to the lookup's start) and
+    every sync stall (``stall``: the blocking call's CPU time)."""
+    cols = ["lane", "start_ms", "dur_ms", "label", "kind", "category"]
     parts = []
     st = steps(trace, analysis)
     if len(st):
         parts.append(pd.DataFrame({"lane": MARK_LANES[0], "start_ms": (st["start_ns"] - origin) / NS_PER_MS,
                                    "dur_ms": (st["end_ns"] - st["start_ns"]) / NS_PER_MS,
                                    "label": [f"step {s}" for s in st["step"]], "kind": "step"}))
+    path = getattr(getattr(analysis, "explain", None), "path", None)
+    if path is not None and len(path):
+        start = (path["start"].to_numpy(np.int64) - origin) / NS_PER_MS
+        end = (path["end"].to_numpy(np.int64) - origin) / NS_PER_MS
+        keep = (end > window_ms[0]) & (start < window_ms[1]) if window_ms is not None else np.ones(len(path), bool)
+        p = path[keep]
+        cats = p["category"].astype(str).tolist()
+        parts.append(pd.DataFrame({
+            "lane": MARK_LANES[1], "start_ms": start[keep], "dur_ms": end[keep] - start[keep],
+            "label": [f"step {st} · {category_name(c)}: {str(n)[:90]}<br>{w} · {d / NS_PER_MS:,.3f} ms"
+                      for st, c, n, w, d in zip(p["step"], cats, p["name"], p["what"], p["dur"])],
+            "kind": "critical", "category": cats}))
     g = analysis.gaps.gaps
     if len(g):
         g = g[g["gap_ns"] > 0]
@@ -73,7 +87,7 @@ def timeline_marks(trace: Trace, analysis: Any, origin: int) -> pd.DataFrame:
                                    "kind": "stall"}))
     if not parts:
         return pd.DataFrame(columns=cols)
-    return pd.concat(parts, ignore_index=True)[cols]
+    return pd.concat(parts, ignore_index=True).reindex(columns=cols)
 
 
 LANES_KEPT = 16

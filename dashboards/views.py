@@ -189,7 +189,7 @@ class Views:
         out.append(html.Div([html.Span("What bounds the step: ", className="tk-sub"), html.B(ex["bound"])],
                             className="tk-lead tk-bound", id="overview-bound"))
         if ex["findings"]:
-            out.append(html.Div([html.Div([html.Div([html.B(f["title"]), html.Span(f["saving"], className="tk-saving")],
+            out.append(html.Div([html.Div([html.Div([html.B(f["title"]), html.Span(f["saving"], className="tk-saving" if f["predicted"] else "tk-saving-none")],
                                                     className="tk-finding-head"),
                                            html.Div(["fix: ", f["fix"]], className="tk-finding-fix") if f["fix"] else None,
                                            html.Div(f["evidence"], className="tk-note") if f["evidence"] else None],
@@ -258,7 +258,7 @@ class Views:
             if len(row):
                 window = (int(row["start_ns"].iloc[0]) - origin, int(row["end_ns"].iloc[0]) - origin)
         lanes = timeline_lanes.build_lanes(events, window)
-        marks = results.timeline_marks(trace, analysis, origin)
+        marks = results.timeline_marks(trace, analysis, origin, lanes.window_ms)
         info = (
             f"{source.name} · rank {trace.rank} · window {lanes.window_ms[0]:.3f}–{lanes.window_ms[1]:.3f} ms "
             f"(trace: {lanes.span_ms[0]:.3f}–{lanes.span_ms[1]:.3f} ms) · {lanes.events_in_window} events in window"
