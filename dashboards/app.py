@@ -19,10 +19,10 @@ import urllib.parse
 from typing import Any
 
 import dash
-from dash import ALL, Input, Output, State, ctx, dcc, html
+from dash import ALL, MATCH, Input, Output, State, ctx, dcc, html
 
 from dashboards.catalog import Catalog
-from dashboards.views import TABS, VIEWS, Views, source_error, warning
+from dashboards.views import GRAPH_CONFIG, TABS, VIEWS, Views, source_error, warning
 
 TAB_STYLE = {"padding": "6px 10px", "lineHeight": "20px"}
 
@@ -186,6 +186,13 @@ def create_app(catalog: Catalog) -> dash.Dash:
         link = make_link(catalog, index, rank, tab, step)
         return (link if link != search else dash.no_update), index, [{"label": str(r), "value": r} for r in ranks], rank, \
             len(ranks) < 2, tab, banner, info, view
+
+    # ---- a chart drawn after the text of its view (views.deferred_graph) ------------------------
+    @app.callback(Output({"type": "deferred-box", "graph": MATCH}, "children"),
+                  Input({"type": "deferred-figure", "graph": MATCH}, "data"))
+    @timed("deferred-graph")
+    def deferred_graph(figure):
+        return dcc.Graph(id=ctx.outputs_list["id"]["graph"], figure=figure, config=GRAPH_CONFIG)
 
     # ---- timeline: step and zoom ---------------------------------------------------------------
     @app.callback(

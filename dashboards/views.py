@@ -80,6 +80,15 @@ def html_table(df, *, id: str | None = None, text_right: bool = False) -> html.T
     return html.Table([html.Thead(head), html.Tbody(rows)], className="tk-table", **kw)
 
 
+def deferred_graph(graph_id: str, figure: dict) -> list:
+    """A chart drawn after the text around it: its figure in a store, the graph put in its box by
+    a callback of its own (``dashboards.app``). The browser renders nothing of an answer that
+    holds a graph until plotly.js (4.6 MB) is loaded and parsed, seconds on a loaded machine;
+    the first page's figures need not wait for it."""
+    return [dcc.Store(id={"type": "deferred-figure", "graph": graph_id}, data=figure),
+            html.Div(id={"type": "deferred-box", "graph": graph_id}, className="tk-deferred")]
+
+
 def source_error(source: Source | None) -> html.Div | None:
     if source is None:
         return error("No such trace.")
@@ -184,7 +193,7 @@ class Views:
                                for k, v in tiles], className="tk-tiles", id="overview-tiles")]
         ex = reports.explain(rep)
         if ex is None:  # a report without tracekit explain's section: step time per step
-            out.append(dcc.Graph(id="overview-steps", config=GRAPH_CONFIG, figure=reports.step_times_figure(rep, rank_label(s, rep))))
+            out += deferred_graph("overview-steps", reports.step_times_figure(rep, rank_label(s, rep)))
             return out
         out.append(html.Div([html.Span("What bounds the step: ", className="tk-sub"), html.B(ex["bound"])],
                             className="tk-lead tk-bound", id="overview-bound"))
@@ -198,7 +207,7 @@ class Views:
         else:
             out.append(note("No finding: none of the known fixes applies to this trace.", id="overview-findings"))
         if ex["steps"]:
-            out.append(dcc.Graph(id="overview-steps", config=GRAPH_CONFIG, figure=reports.step_breakdown_figure(ex, rank_label(s, rep))))
+            out += deferred_graph("overview-steps", reports.step_breakdown_figure(ex, rank_label(s, rep)))
         return out
 
     def _overview_row(self, s: Source, index, rank) -> html.Tr:
