@@ -16,7 +16,7 @@ argument). Runs in three parts, each printed as a table:
    and the browser's time from the click to the view showing its new content.
 
 ``--screenshots DIR`` also writes every view at 1600x1000 (the README's pictures, ``docs/``),
-reduced to 64 colours when Pillow is installed.
+reduced to 128 colours when Pillow is installed.
 The machine's load average is printed before and after: on a shared machine the absolute times
 move with it, so read the spread over the rounds.
 
@@ -248,14 +248,14 @@ SHOTS = [  # (file, view, trace: the first source whose label ends so, else the 
 
 
 def _shrink(path: str) -> None:
-    """Rewrite a screenshot with at most 64 colours (a third of the bytes, for the README) when
+    """Rewrite a screenshot with at most 128 colours (about half the bytes, for the README) when
     Pillow is installed; left as Chromium wrote it otherwise."""
     try:
         from PIL import Image
     except ImportError:
         return
     with Image.open(path) as im:
-        small = im.convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+        small = im.convert("RGB").quantize(colors=128, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
     small.save(path, optimize=True)
 
 
