@@ -9,7 +9,7 @@ the trace.
 Report cache: ``<cache dir>/reports/<key>.json`` where the cache dir is the loader's
 (``--cache-dir``, else ``$TRACEKIT_CACHE_DIR``, else the user cache dir) and the key hashes
 
-- the tracekit version and the report format,
+- the tracekit version, ``REPORT_CACHE_VERSION`` and the report format,
 - each trace file's stamp: resolved path, size, mtime_ns and a hash of its first and last
   64 KiB (``tracekit._files.content_stamp``, as the loader's cache), for a directory each trace in it,
 - the phase rules: the bytes of ``default_rules.toml`` and of the ``--rules`` file,
@@ -45,6 +45,9 @@ if TYPE_CHECKING:  # heavy imports stay out of the warm path
 
 MAX_REPORTS = 256
 """Reports kept in the report cache; the least recently written go first."""
+REPORT_CACHE_VERSION = 2
+"""Part of every report-cache key: bump it when a change to the loader or the analyses changes
+a figure of an unchanged trace (the version string stays 0.1.0 between releases)."""
 
 
 def trace_files(path: str) -> list[str]:
@@ -88,7 +91,8 @@ def report_key(path: str, rules_id: bytes, with_hta: bool | None = True) -> str 
     from tracekit.report import FORMAT
 
     h = hashlib.sha256()
-    h.update(json.dumps([__version__, FORMAT, stamps, snap_stamp, with_hta]).encode())
+    h.update(json.dumps([__version__, REPORT_CACHE_VERSION, FORMAT, stamps, snap_stamp,
+                         with_hta]).encode())
     h.update(hashlib.sha256(rules_id).digest())
     return h.hexdigest()[:40]
 
