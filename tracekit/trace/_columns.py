@@ -11,8 +11,12 @@ import re
 from collections import Counter
 from operator import attrgetter, itemgetter
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # imported where the tables are built: parsing needs only numpy
+    import pandas as pd
 
 from tracekit.trace._numbers import BAD, us_float_to_ns, us_text_to_ns
 from tracekit.trace._schema import (
@@ -424,6 +428,8 @@ def _sorted_by_ts(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], n
 
 def events_frame(cols: dict[str, np.ndarray], names: list[str]) -> pd.DataFrame:
     """The ``Trace.events`` DataFrame from ``event_arrays()`` columns and the name list."""
+    import pandas as pd
+
     data = {}
     for c, dtype in EVENT_COLUMNS.items():
         a = cols[c]
@@ -436,6 +442,8 @@ def events_frame(cols: dict[str, np.ndarray], names: list[str]) -> pd.DataFrame:
 
 def args_frame(cols: dict[str, np.ndarray], strings: list[str]) -> pd.DataFrame:
     """The ``Trace.args`` DataFrame from ``arg_arrays()`` columns and their string list."""
+    import pandas as pd
+
     cats = pd.Index(strings, dtype=object)
     data = {}
     for c, dtype in ARG_COLUMNS.items():
@@ -448,6 +456,8 @@ def args_frame(cols: dict[str, np.ndarray], strings: list[str]) -> pd.DataFrame:
 
 
 def memory_frame(cols: dict[str, np.ndarray]) -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame({c: cols[c].astype(t, copy=False) for c, t in MEMORY_COLUMNS.items()}, copy=False)
 
 

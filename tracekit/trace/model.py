@@ -83,10 +83,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where a table is built: parsing needs only numpy
+    import pandas as pd
 
 
 class Kind(IntEnum):
@@ -146,6 +148,8 @@ ARG_COLUMNS: dict[str, Any] = {
 
 def empty_args() -> pd.DataFrame:
     """An ``args`` table without rows."""
+    import pandas as pd
+
     return pd.DataFrame({c: pd.Categorical([]) if t == "category" else np.empty(0, dtype=t)
                          for c, t in ARG_COLUMNS.items()})
 
