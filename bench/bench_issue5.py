@@ -700,8 +700,9 @@ def write_commit(out: Path, results: dict, md: str, *, quick: bool) -> None:
     (res / f"issue5-{tag}.md").write_text(f"{md}\nWritten {now.isoformat(timespec='seconds')} by bench/bench_issue5.py.\n")
     pairs = proof_pairs(results)
     if pairs:
-        proof_manifest.write(res / f"proof-issue5-{tag}.json", pairs, device=device, date_utc=now.isoformat(timespec="seconds"),
-                             source=f"bench/results/issue5-{tag}.json", versions={"torch": torch.__version__})
+        proof_manifest.write(res / f"proof-issue5-{tag}.json", pairs, repo=out / "commit", device=device,
+                             date_utc=now.isoformat(timespec="seconds"), source=f"bench/results/issue5-{tag}.json",
+                             versions={"torch": torch.__version__})
 
 
 def summarize(out: Path, parts: list[str], wall: dict) -> tuple[dict, str]:

@@ -580,8 +580,8 @@ def write_commit(bench: Bench) -> None:
                 continue
             pairs.append(proof_manifest.pipeline_pair(p, before, after, fix=fix, trace_file=f"trace_rank0.json.gz"))
     if pairs:
-        proof_manifest.write(res / f"proof-pipelines-{bench.tag}.json", pairs, device=doc["device"], date_utc=doc["date_utc"],
-                             source=f"bench/results/pipelines-{bench.tag}.json", versions=doc["versions"])
+        proof_manifest.write(res / f"proof-pipelines-{bench.tag}.json", pairs, repo=c, device=doc["device"],
+                             date_utc=doc["date_utc"], source=f"bench/results/pipelines-{bench.tag}.json", versions=doc["versions"])
 
 
 def _est(e: dict | None, fmt: str = "{:.3f}", scale: float = 1.0) -> str:
