@@ -386,7 +386,10 @@ class Bench:
         one_round(0, list(variants))
         per_round = pdoc["rounds"][0]["t"][1] - pdoc["rounds"][0]["t"][0]
         traces_s = len(trace_cfgs) * (4.0 + 0.002 * spec["est_step_ms"] * 13) if self.gpu else 2.0 * len(trace_cfgs)
-        left = share_s - (self.now() - t_preset) - traces_s
+        diag_s = 0.0
+        if self.gpu and not args.no_diagnostics:
+            diag_s += self.old_method_s(name, variants) + (15.0 if headline else 0.0)
+        left = share_s - (self.now() - t_preset) - traces_s - diag_s
         n_rounds = self.decide(method.rounds_that_fit(per_round_s=per_round, left_s=left, least=args.min_rounds, most=args.rounds))
         pdoc["timed_rounds_planned"] = n_rounds
         for r, order in enumerate(method.round_orders(variants, n_rounds), start=1):
@@ -418,9 +421,9 @@ class Bench:
         while the next variant's model and data were built), then SparseDist, FusedSparseDist
         and SemiSync back to back, 10 warm-up + 40 timed steps each, P90 ratios."""
         main = [v for v in MAIN if v in variants]
-        if name not in OLD_METHOD_PRESETS or REFERENCE not in main:
+        need = self.old_method_s(name, variants)
+        if not need:
             return
-        need = self.args.idle_s + len(main) * 50 * PRESETS[name]["est_step_ms"] / 1e3 + 5
         if not self.decide(left_s > need):
             pdoc["diagnostics"]["old_method"] = "skipped: time budget"
             return
@@ -434,6 +437,13 @@ class Bench:
         old["p90_ratio"] = {v: old["runs"][v]["step_ms_p90"] / ref for v in main}
         pdoc["diagnostics"]["old_method"] = old
         self.say(f"{name} old method after {self.args.idle_s} s idle: P90 ratios {old['p90_ratio']}")
+
+    def old_method_s(self, name: str, variants: list[str]) -> float:
+        """Seconds the old_method diagnostic takes on this preset (0: it does not run here)."""
+        main = [v for v in MAIN if v in variants]
+        if name not in OLD_METHOD_PRESETS or REFERENCE not in main:
+            return 0.0
+        return self.args.idle_s + len(main) * 50 * PRESETS[name]["est_step_ms"] / 1e3 + 5
 
     def fresh_tables(self, variants, pdoc, loader, cfgs, left_s) -> None:  # noqa: ANN001
         """The model built again (a new 13 GB allocation, the old one freed), SparseDist and
