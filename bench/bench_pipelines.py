@@ -72,7 +72,7 @@ from bench.gpu_clocks import ClockLog, reason_names  # noqa: E402
 from runtime.data import DataConfig, SyntheticLoader  # noqa: E402
 from runtime.dist import init_from_env  # noqa: E402
 from runtime.model import DenseOptimizerConfig, ModelConfig  # noqa: E402
-from runtime.profiling import cuda_sync_events  # noqa: E402
+from runtime.profiling import cuda_sync_events, trace_counts  # noqa: E402
 from runtime.session import RunResult, Session  # noqa: E402
 from runtime.train import TrainConfig, _config_dict, _versions  # noqa: E402
 
@@ -398,10 +398,12 @@ class Bench:
         for v, cfg in trace_cfgs.items():
             seg = self.run(session, loader, cfg)
             if self.rank0:
+                seg["trace_counts"] = trace_counts(seg["trace"])  # did cuda_sync and [memory] make it in?
                 write_run_metrics(Path(cfg.out), seg, pdoc, v, cfg, self)
-            pdoc["traces"][v] = {"dir": str(Path(cfg.out).relative_to(self.commit)), **{k: seg[k] for k in (
-                "step_ms_median", "traced_step_ms", "peak_reserved_bytes", "gpu_waited_share")}}
-            self.say(f"{name} trace {v}: untraced {seg['step_ms_median']:.3f} ms, traced {seg['traced_step_ms']}")
+            pdoc["traces"][v] = {"dir": str(Path(cfg.out).relative_to(self.commit)), **{k: seg.get(k) for k in (
+                "step_ms_median", "traced_step_ms", "peak_reserved_bytes", "gpu_waited_share", "trace_counts")}}
+            self.say(f"{name} trace {v}: untraced {seg['step_ms_median']:.3f} ms, traced {seg['traced_step_ms']}, "
+                     f"events {seg.get('trace_counts')}")
         self.publish()
 
         diagnose = self.gpu and not args.no_diagnostics
@@ -548,8 +550,8 @@ def write_run_metrics(folder: Path, seg: dict, pdoc: dict, variant: str, cfg: Tr
         "config": _config_dict(cfg),
         "device": bench.device_name, "world_size": bench.info.world_size, "date_utc": bench.doc["date_utc"],
         "cuda_sync_events": bench.doc["process"].get("cuda_sync_events"),
-        "trace_run": {k: seg[k] for k in ("step_ms", "traced_step_ms", "step_ms_median", "peak_reserved_bytes",
-                                          "peak_allocated_bytes", "gpu_waited_share", "final_loss", "clocks")},
+        "trace_run": {k: seg.get(k) for k in ("step_ms", "traced_step_ms", "step_ms_median", "peak_reserved_bytes",
+                                              "peak_allocated_bytes", "gpu_waited_share", "final_loss", "clocks", "trace_counts")},
         "model": pdoc["model"], "data": pdoc["data"], "dense_optimizer": pdoc["dense_optimizer"],
         "main_stream_priority": pdoc["main_stream_priority"], "versions": bench.doc["versions"],
         "measured": f"bench/results/pipelines-{bench.tag}.json (preset {pdoc['preset']}, summary -> {variant})",
@@ -578,8 +580,10 @@ def write_commit(bench: Bench) -> None:
              "`<preset>/`.", ""]
     for p in doc["presets"]:
         for v, t in p["traces"].items():
+            n = t.get("trace_counts") or {}
             lines.append(f"- `{Path(t['dir']).relative_to(bench.samples_dir)}/`: preset {p['preset']}, {v}; untraced "
-                         f"{t['step_ms_median']:.3f} ms/step, traced steps {t['traced_step_ms']} ms")
+                         f"{t['step_ms_median']:.3f} ms/step, traced steps {t['traced_step_ms']} ms; {n.get('cuda_sync')} "
+                         f"cuda_sync and {n.get('memory')} [memory] events")
     (samples / "README.md").write_text("\n".join(lines) + "\n")
     rows = readme_rows(doc, bench.tag)
     (c / "README-rows.md").write_text("\n".join(rows) + "\n")

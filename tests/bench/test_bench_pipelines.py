@@ -66,6 +66,9 @@ def test_commit_folder_traces_and_proof_manifest(bench_out):
         assert "[memory]" in names and any(n and n.startswith("ProfilerStep#") for n in names)
         metrics = json.loads((c / f"sample_traces/pipelines_1gpu/{v}/metrics.json").read_text())
         assert metrics["variant"] == v and len(metrics["trace_run"]["traced_step_ms"]) == 1
+        assert metrics["pipeline"] == v and metrics["config"]["pipeline"] == v  # what the dashboard names it by
+        counts = metrics["trace_run"]["trace_counts"]
+        assert counts["memory"] == sum(e.get("name") == "[memory]" for e in trace["traceEvents"]) > 0
     manifest = c / "bench/results/proof-pipelines-1gpu-cpu-20000101.json"
     doc = proof_manifest.load(manifest)
     (pair,) = doc["pairs"]
