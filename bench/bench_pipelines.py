@@ -494,7 +494,8 @@ class Bench:
             s["gpu_waited_share"] = method.median([r["gpu_waited_share"] for r in runs if r["gpu_waited_share"] is not None])
             s["host_step_ms"] = method.median([r["host_step_ms_median"] for r in runs])
             s["first_step_ms"] = method.median([r["first_step_ms"] for r in runs if r["first_step_ms"] is not None])
-            s["device_allocs_in_timed_steps"] = sum(r["allocator_timed"].get("num_device_alloc", 0) for r in runs)
+            allocs = [r["allocator_timed"].get("segment.all.allocated") for r in runs]
+            s["device_allocs_in_timed_steps"] = None if None in allocs else sum(allocs)  # cudaMalloc calls
             losses = {r["final_loss"] for r in runs}
             s["final_loss"] = runs[-1]["final_loss"] if runs else None
             s["final_loss_same_every_round"] = len(losses) == 1
@@ -598,6 +599,10 @@ def write_commit(bench: Bench) -> None:
                              date_utc=doc["date_utc"], source=f"bench/results/pipelines-{bench.tag}.json", versions=doc["versions"])
 
 
+def _cell(x) -> str:  # noqa: ANN001
+    return "-" if x is None else str(x)
+
+
 def _est(e: dict | None, fmt: str = "{:.3f}", scale: float = 1.0) -> str:
     if not e:
         return "-"
@@ -648,7 +653,7 @@ def markdown(doc: dict) -> list[str]:
             lines.append(
                 f"| {v} | {_est(s.get('step'))} | {_est(s.get('ratio'))} | {_est(s.get('reserved_bytes'), '{:.2f}', 1e-9)} | "
                 f"{_est(s.get('reserved_ratio'))} | {_est(s.get('allocated_bytes'), '{:.2f}', 1e-9)} | "
-                f"{'-' if waited is None else f'{waited:.0%}'} | {s.get('device_allocs_in_timed_steps', '-')} | "
+                f"{'-' if waited is None else f'{waited:.0%}'} | {_cell(s.get('device_allocs_in_timed_steps'))} | "
                 f"{'-' if warm is None else f'{warm:.3f}'} |")
         backends = sorted({str(run.get("embedding_backend")) for rd in p["rounds"] for run in rd["runs"].values()})
         if backends and backends != ["cuda"]:
