@@ -395,6 +395,7 @@ class Bench:
         for r, order in enumerate(method.round_orders(variants, n_rounds), start=1):
             one_round(r, order)
 
+        self.summarize(pdoc)  # the figures each sample trace's metrics.json carries
         for v, cfg in trace_cfgs.items():
             seg = self.run(session, loader, cfg)
             if self.rank0:
@@ -543,12 +544,19 @@ def targets(pdoc: dict) -> dict:
 # what the lead commits
 # ------------------------------------------------------------------------------------------
 def write_run_metrics(folder: Path, seg: dict, pdoc: dict, variant: str, cfg: TrainConfig, bench: Bench) -> None:
-    """metrics.json beside a sample trace: the trace run's own figures and its config (the keys
-    runtime.train's metrics.json has for them: pipeline, world_size, config)."""
+    """metrics.json beside a sample trace: the variant's measured figures (``step_ms_p50``: the
+    median over the timed rounds of each round's median step; ``measured_summary``), the trace
+    run's own figures and its config (the keys runtime.train's metrics.json has for them:
+    pipeline, world_size, config, step_ms_p50)."""
     folder.mkdir(parents=True, exist_ok=True)
+    measured = pdoc["summary"].get(variant, {})
     doc = {
         "variant": variant, "pipeline": VARIANTS[variant][0], "options": VARIANTS[variant][1], "preset": pdoc["preset"],
         "config": _config_dict(cfg),
+        # the method's figures of this variant (median over the timed rounds of each round's
+        # median step [95 % interval]; ratios to SparseDist within rounds), not this trace run's
+        "step_ms_p50": (measured.get("step") or {}).get("median"),
+        "measured_summary": measured,
         "device": bench.device_name, "world_size": bench.info.world_size, "date_utc": bench.doc["date_utc"],
         "cuda_sync_events": bench.doc["process"].get("cuda_sync_events"),
         "trace_run": {k: seg.get(k) for k in ("step_ms", "traced_step_ms", "step_ms_median", "peak_reserved_bytes",

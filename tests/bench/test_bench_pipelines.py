@@ -67,6 +67,8 @@ def test_commit_folder_traces_and_proof_manifest(bench_out):
         metrics = json.loads((c / f"sample_traces/pipelines_1gpu/{v}/metrics.json").read_text())
         assert metrics["variant"] == v and len(metrics["trace_run"]["traced_step_ms"]) == 1
         assert metrics["pipeline"] == v and metrics["config"]["pipeline"] == v  # what the dashboard names it by
+        summary = json.loads((c / "bench/results/pipelines-1gpu-cpu-20000101.json").read_text())["presets"][0]["summary"][v]
+        assert metrics["step_ms_p50"] == summary["step"]["median"]  # bench/explain_samples.json reads this key
         counts = metrics["trace_run"]["trace_counts"]
         assert counts["memory"] == sum(e.get("name") == "[memory]" for e in trace["traceEvents"]) > 0
     manifest = c / "bench/results/proof-pipelines-1gpu-cpu-20000101.json"
