@@ -283,3 +283,34 @@ def report_for_path(
     if use_cache:
         _remember(src, rules_id, with_hta, cache_dir, ranks)
     return ranks
+
+
+def explain_path(
+    path: str | os.PathLike,
+    *,
+    rules_path: str | os.PathLike | None = None,
+    what_ifs: tuple[str, ...] = (),
+    cache_dir: str | os.PathLike | None = None,
+    use_cache: bool = True,
+    progress: bool | None = None,
+) -> list[tuple[Trace, Any]]:
+    """``(Trace, ExplainResult)`` per rank of ``path``, with the user's what-ifs replayed too
+    (``tracekit.graph.whatif.parse_spec``). Not cached: the report cache holds the explain
+    section without user what-ifs (``report_for_path``)."""
+    from tracekit.analyses.explain import ExplainConfig, compute
+    from tracekit.phases import load_rules
+    from tracekit.trace import load
+
+    src = os.fspath(path)
+    if not os.path.exists(src):
+        raise InputError("no such file or directory", path=src)
+    config = ExplainConfig(what_ifs=tuple(what_ifs))
+    rules = load_rules(rules_path)
+    ts = load(src, cache_dir=cache_dir, use_cache=use_cache, progress=progress)
+    snap = None
+    snap_path = find_snapshot(src)
+    if snap_path is not None and len(ts.traces) == 1:
+        from tracekit.analyses.snapshot import compute_snapshot
+
+        snap = compute_snapshot(snap_path)
+    return [(t, compute(t, rules, snapshot=snap, config=config)) for t in ts.traces]
