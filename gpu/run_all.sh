@@ -3,6 +3,9 @@
 #
 #   bash gpu/run_all.sh [PART...]        # default: every part but pipelines2 (2 GPUs), in this order
 #
+# The device tool allows 10 minutes a command: pipelines, pipelines2 and issue5 take up to 9
+# each, so each goes in a call of its own (bash gpu/run_all.sh pipelines; ... issue5).
+#
 # Parts: env, kernels (build + GPU correctness tests of the TBE kernels), tbe (kernel benchmark),
 # pipetests (GPU tests of the pipelines and the batch type), pipelines (the 1-GPU pipeline
 # benchmark, every preset, interleaved rounds, traces, diagnostics: <= 9 min; bench/bench_pipelines.py),
