@@ -680,6 +680,20 @@ def markdown(doc: dict) -> list[str]:
             lines.append(f"| {rd['round']}{' (warm-up)' if rd['warmup'] else ''} | {rd['order'][0]} first | " + " | ".join(cells)
                          + f" | {ck.get('sm_mhz', '-')} | {ck.get('temp_c_max', '-')} | {','.join(reason_names(ck.get('reasons'))) or '-'}"
                          f" | {rd['probes'].get('gemm_ms', '-')} | {rd['probes'].get('lookup_ms', '-')} |")
+        warm = next((rd for rd in p["rounds"] if rd["warmup"]), None)
+        if warm is not None:
+            lines += ["", "First use (the warm-up round against the timed rounds; a run's first step includes the pipeline "
+                      "fill and the allocator's growth after `empty_cache`):", "",
+                      "| variant | warm-up round: first step ms (host ms) | its warm-up steps ms | its median step ms "
+                      "| timed rounds: first step ms | median step ms |", "|---|---|---|---|---|---|"]
+            for v in p["variants"]:
+                w, s = warm["runs"].get(v), p["summary"].get(v, {})
+                if w is None:
+                    continue
+                lines.append(f"| {v} | {w['first_step_ms']:.1f} ({w['first_step_host_ms']:.1f}) | "
+                             f"{', '.join(f'{x:.1f}' for x in w['warmup_step_ms'])} | {w['step_ms_median']:.3f} | "
+                             f"{_cell(None if s.get('first_step_ms') is None else round(s['first_step_ms'], 1))} | "
+                             f"{_cell(None if not s.get('step') else round(s['step']['median'], 3))} |")
         diag = p.get("diagnostics") or {}
         old = diag.get("old_method")
         if isinstance(old, dict):
