@@ -515,12 +515,14 @@ struct GradRef {
   float len, w;
 };
 
+// v2 values of positions in no bag (malformed offsets: never trained, see linearize_v2_kernel)
+// are not written; a window may still read them, so they are clamped into range.
 template <typename IndexT>
 __device__ __forceinline__ GradRef grad_ref(const BackwardArgs& a, const Scratch& s, int64_t q, int dim) {
   GradRef r{0, 1.f, 1.f};
   int64_t bag;
   if (a.pooling == kPoolNone) {
-    const int64_t p = s.pos_out[q];
+    const int64_t p = min_i64(static_cast<uint32_t>(s.pos_out[q]), a.num_indices - 1);
     r.src = p * dim;
     if (a.psw != nullptr) r.w = a.psw[p];
     return r;
@@ -536,6 +538,7 @@ __device__ __forceinline__ GradRef grad_ref(const BackwardArgs& a, const Scratch
   } else {
     bag = static_cast<uint32_t>(s.pos_out[q]);
   }
+  bag = min_i64(bag, a.num_features * a.batch - 1);
   const uint32_t f = static_cast<uint32_t>(bag) / static_cast<uint32_t>(a.batch);
   const int64_t b = bag - static_cast<int64_t>(f) * a.batch;
   r.src = b * a.total_dim + a.out_off[f];
@@ -544,6 +547,37 @@ __device__ __forceinline__ GradRef grad_ref(const BackwardArgs& a, const Scratch
     r.len = static_cast<float>(static_cast<int64_t>(offsets[bag + 1]) - static_cast<int64_t>(offsets[bag]));
   }
   return r;
+}
+
+// acc += the gradient row at grad_out + src (this lane's elements), / len for MEAN, * w when
+// weighted (ok == false: nothing is read or added). IEEE-rounded ops, no contraction: the
+// reference's order of operations.
+template <int G, int kW, bool kVec>
+__device__ __forceinline__ void add_grad(const BackwardArgs& a, int64_t src, float len, float w, bool ok, int dim, int l,
+                                         float4 (&acc)[kW]) {
+  const bool mean = a.pooling == kPoolMean;
+  float4 v[kW];
+  if (ok) {
+    load_units<G, kW, kVec>(a.grad_out + src, dim, l, v);
+  } else {
+#pragma unroll
+    for (int u = 0; u < kW; ++u) v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int u = 0; u < kW; ++u) {
+    if (mean) {
+      v[u].x = __fdiv_rn(v[u].x, len); v[u].y = __fdiv_rn(v[u].y, len);
+      v[u].z = __fdiv_rn(v[u].z, len); v[u].w = __fdiv_rn(v[u].w, len);
+    }
+    if (a.psw != nullptr) {
+      v[u].x = __fmul_rn(v[u].x, w); v[u].y = __fmul_rn(v[u].y, w);
+      v[u].z = __fmul_rn(v[u].z, w); v[u].w = __fmul_rn(v[u].w, w);
+    }
+    if (ok) {
+      acc[u].x = __fadd_rn(acc[u].x, v[u].x); acc[u].y = __fadd_rn(acc[u].y, v[u].y);
+      acc[u].z = __fadd_rn(acc[u].z, v[u].z); acc[u].w = __fadd_rn(acc[u].w, v[u].w);
+    }
+  }
 }
 
 // Sum the gradient rows of sorted positions [q0, q1) into acc, in order, for each group of G
@@ -556,7 +590,6 @@ __device__ __forceinline__ GradRef grad_ref(const BackwardArgs& a, const Scratch
 template <typename IndexT, int G, int kW, bool kVec>
 __device__ __forceinline__ void sum_grads(const BackwardArgs& a, const Scratch& s, bool active, int64_t q0, int64_t q1,
                                           int64_t span, int dim, int lane, float4 (&acc)[kW]) {
-  const bool mean = a.pooling == kPoolMean;
   const int g0 = lane / G * G;  // first lane of this group
   const int l = lane % G;
   for (int64_t qb = 0; qb < span; qb += G) {
@@ -570,29 +603,41 @@ __device__ __forceinline__ void sum_grads(const BackwardArgs& a, const Scratch& 
       const float len = __shfl_sync(kFull, r.len, g0 + j);
       const float w = __shfl_sync(kFull, r.w, g0 + j);
       const bool ok = active && q0 + qb + j < q1;
-      float4 v[kW];
-      if (ok) {
-        load_units<G, kW, kVec>(a.grad_out + src, dim, l, v);
-      } else {
-#pragma unroll
-        for (int u = 0; u < kW; ++u) v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int u = 0; u < kW; ++u) {
-        if (mean) {
-          v[u].x = __fdiv_rn(v[u].x, len); v[u].y = __fdiv_rn(v[u].y, len);
-          v[u].z = __fdiv_rn(v[u].z, len); v[u].w = __fdiv_rn(v[u].w, len);
-        }
-        if (a.psw != nullptr) {
-          v[u].x = __fmul_rn(v[u].x, w); v[u].y = __fmul_rn(v[u].y, w);
-          v[u].z = __fmul_rn(v[u].z, w); v[u].w = __fmul_rn(v[u].w, w);
-        }
-        if (ok) {
-          acc[u].x = __fadd_rn(acc[u].x, v[u].x); acc[u].y = __fadd_rn(acc[u].y, v[u].y);
-          acc[u].z = __fadd_rn(acc[u].z, v[u].z); acc[u].w = __fadd_rn(acc[u].w, v[u].w);
-        }
-      }
+      add_grad<G, kW, kVec>(a, src, len, w, ok, dim, l, acc);
     }
+  }
+}
+
+// The bookkeeping (GradRef) of G consecutive sorted positions [q0, q0 + G), lane l of a group
+// holding position q0 + l. The rows of a tile are consecutive in sorted order, so one window
+// serves several short rows: their gradient rows are then one load away instead of two.
+struct Window {
+  int64_t q0;  // first position (-1: empty)
+  GradRef ref;
+};
+
+// Rows of at most G positions: acc += their gradient rows in order, from the group's window
+// (reloaded at q0 when [q0, q1) is not inside it). fits == false: the group adds nothing here.
+template <typename IndexT, int G, int kW, bool kVec>
+__device__ __forceinline__ void sum_grads_window(const BackwardArgs& a, const Scratch& s, bool fits, int64_t q0,
+                                                 int64_t q1, int32_t span, int dim, int lane, Window& win,
+                                                 float4 (&acc)[kW]) {
+  const int g0 = lane / G * G;
+  const int l = lane % G;
+  if (fits && !(q0 >= win.q0 && q1 <= win.q0 + G && win.q0 >= 0)) {
+    win.q0 = q0;
+    win.ref = GradRef{0, 1.f, 1.f};
+    if (q0 + l < a.num_indices) win.ref = grad_ref<IndexT>(a, s, q0 + l, dim);
+  }
+  const int off = fits ? static_cast<int>(q0 - win.q0) : 0;
+#pragma unroll 4
+  for (int j = 0; j < span; ++j) {
+    const int src_lane = g0 + ((off + j) & (G - 1));
+    const int64_t src = __shfl_sync(kFull, win.ref.src, src_lane);
+    const float len = __shfl_sync(kFull, win.ref.len, src_lane);
+    const float w = __shfl_sync(kFull, win.ref.w, src_lane);
+    const bool ok = fits && j < q1 - q0;
+    add_grad<G, kW, kVec>(a, src, len, w, ok, dim, l, acc);
   }
 }
 
@@ -671,9 +716,10 @@ __device__ __forceinline__ void add_partial(const Scratch& s, int64_t c, int dim
 
 // Sum the gradient of one unique row per group of G lanes (its positions, or its chunk sums)
 // and apply the optimizer (active == false: the group only takes part in the shuffles).
-template <typename IndexT, typename WeightT, int G, int kW, bool kVec>
+template <typename IndexT, typename WeightT, int G, int kW, bool kVec, bool kWindow>
 __device__ __forceinline__ void update_row(const BackwardArgs& a, const Scratch& s, bool active, int64_t seg,
-                                           int64_t linear_id, int64_t k, int32_t count, int32_t start, int lane) {
+                                           int64_t linear_id, int64_t k, int32_t count, int32_t start, int lane,
+                                           Window& win) {
   const int l = lane % G;
   const int dim = active ? static_cast<int>(a.table_dim[k]) : 0;  // dim 0: no element is touched
   const int64_t row = linear_id - (active ? a.table_row_off[k] : linear_id);
@@ -688,18 +734,25 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const Scratch&
   float4 g[kW];
 #pragma unroll
   for (int u = 0; u < kW; ++u) g[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+  const int64_t q1 = static_cast<int64_t>(start) + count;
   if constexpr (G == kWarp) {  // one row per warp: warp-uniform branches
-    if (count <= kChunk) {
-      sum_grads<IndexT, G, kW, kVec>(a, s, true, start, static_cast<int64_t>(start) + count, count, dim, lane, g);
+    if (kWindow && count <= G) {  // (compile-time false for v1)
+      sum_grads_window<IndexT, G, kW, kVec>(a, s, true, start, q1, count, dim, lane, win, g);
+    } else if (count <= kChunk) {
+      sum_grads<IndexT, G, kW, kVec>(a, s, true, start, q1, count, dim, lane, g);
     } else {
       const int64_t c0 = s.chunk_off[seg];
       const int64_t c1 = c0 + s.nchunks[seg];
       for (int64_t c = c0; c < c1; ++c) add_partial<G, kW, kVec>(s, c, dim, l, g);
     }
   } else {  // 32/G rows per warp, each its own count: warp-uniform trip counts, predicated adds
-    const bool small = active && count <= kChunk;
+    // (only v2 has groups narrower than the warp)
+    const bool fits = active && count <= G;
+    const int32_t wspan = __reduce_max_sync(kFull, fits ? count : 0);
+    if (wspan > 0) sum_grads_window<IndexT, G, kW, kVec>(a, s, fits, start, q1, wspan, dim, lane, win, g);
+    const bool small = active && count > G && count <= kChunk;
     const int32_t span = __reduce_max_sync(kFull, small ? count : 0);
-    sum_grads<IndexT, G, kW, kVec>(a, s, small, start, static_cast<int64_t>(start) + count, span, dim, lane, g);
+    if (span > 0) sum_grads<IndexT, G, kW, kVec>(a, s, small, start, q1, span, dim, lane, g);
     const bool big = active && count > kChunk;
     const int64_t c0 = big ? s.chunk_off[seg] : 0;
     const int32_t nch = big ? s.nchunks[seg] : 0;
@@ -744,8 +797,10 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const Scratch&
 
 // One warp per tile of 32 unique rows (grid-stride over the device-side unique count): lane i
 // fetches the bookkeeping of row i of the tile, then the warp updates the tile's rows of this
-// dim class, 32/G rows at a time (group g of G lanes takes the g-th next one).
-template <typename IndexT, typename WeightT, int G, int kW, bool kVec>
+// dim class, 32/G rows at a time (group g of G lanes takes the g-th next one). kWindow (v2):
+// short rows sum from the group's window of sorted positions (a compile-time switch: v1 keeps
+// its registers, 48 instead of 60 for dims <= 128).
+template <typename IndexT, typename WeightT, int G, int kW, bool kVec, bool kWindow>
 __global__ void __launch_bounds__(kBlock) update_kernel(BackwardArgs a, Scratch s, int policy) {
   constexpr int P = kWarp / G;
   const int lane = threadIdx.x % kWarp;
@@ -769,6 +824,7 @@ __global__ void __launch_bounds__(kBlock) update_kernel(BackwardArgs a, Scratch 
       }
     }
     unsigned todo = __ballot_sync(kFull, mine);
+    Window win{-1, GradRef{0, 1.f, 1.f}};
     while (todo != 0) {
       int j = -1;  // the row (lane of the tile) this group updates in this round
 #pragma unroll
@@ -784,7 +840,8 @@ __global__ void __launch_bounds__(kBlock) update_kernel(BackwardArgs a, Scratch 
       const int32_t count = __shfl_sync(kFull, my_count, src);
       const int32_t start = __shfl_sync(kFull, my_start, src);
       // (one row per warp: j >= 0 always; a constant lets the compiler drop the predicates)
-      update_row<IndexT, WeightT, G, kW, kVec>(a, s, P == 1 || j >= 0, tile * kWarp + src, id, k, count, start, lane);
+      update_row<IndexT, WeightT, G, kW, kVec, kWindow>(a, s, P == 1 || j >= 0, tile * kWarp + src, id, k, count,
+                                                        start, lane, win);
     }
   }
 }
@@ -822,13 +879,16 @@ struct ChunkSum {
   };
 };
 
-template <typename IndexT, typename WeightT>
+template <typename IndexT, typename WeightT, bool kV2>
 struct Update {
   template <int G, int kW, bool kVec>
   struct K {
     static cudaError_t launch(const BackwardArgs& a, const Scratch& s, int grid, int policy, cudaStream_t stream) {
-      update_kernel<IndexT, WeightT, G, kW, kVec><<<grid, kBlock, 0, stream>>>(a, s, policy);
-      return cudaGetLastError();
+      if constexpr (kV2 || G == kWarp) {  // v1 has one row per warp only
+        update_kernel<IndexT, WeightT, G, kW, kVec, kV2><<<grid, kBlock, 0, stream>>>(a, s, policy);
+        return cudaGetLastError();
+      }
+      return cudaErrorInvalidValue;
     }
   };
 };
@@ -901,10 +961,17 @@ cudaError_t forward_typed(const ForwardArgs& a, cudaStream_t stream) {
 // present under the variant's class policy
 template <typename WeightT>
 cudaError_t update_typed(const BackwardArgs& a, const Scratch& s, int grid, cudaStream_t stream) {
-  const int policy = a.variant == kBwdV1 ? kClassesWarp : a.variant == kBwdV2TwoRows ? kClassesV2TwoRows : kClassesV2;
-  const unsigned mask = a.variant == kBwdV1 ? a.dim_classes : a.dim_classes_v2;
-  if (a.index_is_64) return for_each_class<Update<int64_t, WeightT>::template K>(mask, a, s, grid, policy, stream);
-  return for_each_class<Update<int32_t, WeightT>::template K>(mask, a, s, grid, policy, stream);
+  if (a.variant == kBwdV1) {
+    if (a.index_is_64) {
+      return for_each_class<Update<int64_t, WeightT, false>::template K>(a.dim_classes, a, s, grid, kClassesWarp, stream);
+    }
+    return for_each_class<Update<int32_t, WeightT, false>::template K>(a.dim_classes, a, s, grid, kClassesWarp, stream);
+  }
+  const int policy = a.variant == kBwdV2TwoRows ? kClassesV2TwoRows : kClassesV2;
+  if (a.index_is_64) {
+    return for_each_class<Update<int64_t, WeightT, true>::template K>(a.dim_classes_v2, a, s, grid, policy, stream);
+  }
+  return for_each_class<Update<int32_t, WeightT, true>::template K>(a.dim_classes_v2, a, s, grid, policy, stream);
 }
 
 extern template cudaError_t forward_typed<__half>(const ForwardArgs&, cudaStream_t);
