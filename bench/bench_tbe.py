@@ -186,11 +186,6 @@ def variants_ctx(fwd: str | None = None, bwd: str | None = None):
     return kc.use_variants(forward=fwd, backward=bwd)
 
 
-def free(*objs) -> None:
-    del objs
-    torch.cuda.empty_cache()
-
-
 # ------------------------------------------------------------------------------ one case
 def bench_case(case: dict, copy_gbs: float, opts: dict) -> dict:
     """Forward and training timings + agreement of one (dim, batch, dist, precision) case."""
@@ -240,7 +235,8 @@ def bench_case(case: dict, copy_gbs: float, opts: dict) -> dict:
                 with torch.no_grad():
                     res["forward"]["torch"] = statistics.median(
                         time_reps(lambda s: baseline_forward(embs, s), sets, reps=15))
-                free(embs)
+                del embs
+                torch.cuda.empty_cache()
             res["forward_GBps"] = fwd_bytes / (res["forward"]["ours"] / 1e3) / 1e9
             res["forward_frac_of_copy"] = res["forward_GBps"] / copy_gbs
 
@@ -266,8 +262,8 @@ def bench_case(case: dict, copy_gbs: float, opts: dict) -> dict:
             r["ms"]["fbgemm"] = statistics.median(time_reps(lambda s: step(f, s), sets, reps=15))
             if profile:
                 r["fbgemm kernels"] = safe_breakdown(lambda s: step(f, s), sets[0])
-            free(f)
-            f = None
+        f = None  # (the modules hold GBs: drop each before the next is built)
+        torch.cuda.empty_cache()
         # ---- every backward variant gives the same tables after that step (where two fit)
         if dim <= 128:
             for v in kc.BACKWARD_VARIANTS:
@@ -280,7 +276,8 @@ def bench_case(case: dict, copy_gbs: float, opts: dict) -> dict:
                 same = all(torch.equal(a, b) for a, b in zip(m2.split_embedding_weights(), m.split_embedding_weights()))
                 same = same and torch.equal(m2.momentum, m.momentum)
                 res["variants_identical"][f"{opt.name} backward {v}"] = bool(same)
-                free(m2)
+                del m2
+                torch.cuda.empty_cache()
         # ---- training timings
         for fv, bv in [(default_fwd, b) for b in kc.BACKWARD_VARIANTS] + [V1]:
             key = "ours v1" if (fv, bv) == V1 else f"ours {fv}+{bv}"
@@ -291,7 +288,8 @@ def bench_case(case: dict, copy_gbs: float, opts: dict) -> dict:
                 if profile and bv in (default_bwd, "v1") and (fv == default_fwd or (fv, bv) == V1):
                     r[f"{key} kernels"] = safe_breakdown(lambda s: step(m, s), sets[0])
         r["ms"]["ours"] = r["ms"][f"ours {default_fwd}+{default_bwd}"]
-        free(m)
+        m = None
+        torch.cuda.empty_cache()
         if opts["torch_baseline"](case):
             embs, optim = baseline(dim, opt)
 
@@ -301,7 +299,8 @@ def bench_case(case: dict, copy_gbs: float, opts: dict) -> dict:
                 optim.zero_grad(set_to_none=True)
 
             r["ms"]["torch"] = statistics.median(time_reps(step_base, sets, reps=6, warmup=1, max_s=6.0))
-            free(embs, optim)
+            del embs, optim, step_base
+            torch.cuda.empty_cache()
         r["GBps"] = r["bytes"] / (r["ms"]["ours"] / 1e3) / 1e9
         r["frac_of_copy"] = r["GBps"] / copy_gbs
         res["results"][opt.name] = r

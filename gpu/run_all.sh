@@ -46,7 +46,7 @@ parts=("$@")
 for p in "${parts[@]}"; do
     case "$p" in
     env) part env 60 bash -c 'date -u; nvidia-smi; python3 -c "import torch,sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0), torch.cuda.device_count())"; nvcc --version' ;;
-    kernels) part kernels 540 bash -c "python3 -c '$fbgemm_check' || echo 'fbgemm_gpu: not importable (the agreement test skips)';
+    kernels) part kernels 480 bash -c "python3 -c '$fbgemm_check' || echo 'fbgemm_gpu: not importable (the agreement test skips)';
                                        python3 -c 'from runtime.kernels import cuda; cuda.load(verbose=False)' &&
                                        python3 -m pytest -q -p no:cacheprovider -o addopts= gpu/test_kernels.py" ;;
     tbe) part tbe 300 bash -c "python3 -c '$fbgemm_check' || echo 'fbgemm_gpu: not importable';

@@ -1,6 +1,6 @@
-"""The CUDA backend: builds ``tbe_kernels.cu`` (+ the float16/bfloat16 instantiations in
-``tbe_kernels_f16.cu``/``tbe_kernels_bf16.cu``, compiled in parallel by ninja) and
-``tbe_binding.cpp`` on first use with torch's extension builder, caches the build, and wraps
+"""The CUDA backend: builds ``tbe_kernels.cu`` (sort/scan steps, host API), the per weight
+type kernels ``tbe_kernels_f32.cu`` / ``_f16.cu`` / ``_bf16.cu`` (compiled in parallel by ninja)
+and ``tbe_binding.cpp`` on first use with torch's extension builder, caches the build, and wraps
 the two ops with the layout of ``common.py``.
 
 Build directory: ``$TBE_KERNELS_BUILD_DIR`` or ``~/.cache/tracekit/tbe_kernels/<hash>`` where
@@ -28,8 +28,9 @@ import torch
 from runtime.kernels.common import POOL_NONE, KernelUnavailableError, RowUpdate, TBELayout
 
 HERE = Path(__file__).resolve().parent
-# float kernels + sort/scan + host API; the half and bfloat16 instantiations compile in parallel
-SOURCES = [HERE / "tbe_kernels.cu", HERE / "tbe_kernels_f16.cu", HERE / "tbe_kernels_bf16.cu", HERE / "tbe_binding.cpp"]
+# sort/scan + host API, and the kernels of each weight type: four TUs that compile in parallel
+SOURCES = [HERE / "tbe_kernels.cu", HERE / "tbe_kernels_f32.cu", HERE / "tbe_kernels_f16.cu", HERE / "tbe_kernels_bf16.cu",
+           HERE / "tbe_binding.cpp"]
 HEADERS = [HERE / "tbe_kernels.h", HERE / "tbe_impl.cuh"]
 NO_ERROR = 2**63 - 1  # first_bad when every index was in range (kNoError)
 

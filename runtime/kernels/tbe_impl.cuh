@@ -1,8 +1,8 @@
 // Device code of the TBE kernels, templated on the weights' type (float, __half,
-// __nv_bfloat16; accumulation is always float). Included by tbe_kernels.cu (float, plus the
-// sort / scan / chunk-sum steps and the host API) and by tbe_kernels_f16.cu /
-// tbe_kernels_bf16.cu (one instantiation each, compiled in parallel). See tbe_kernels.cu for
-// the algorithm.
+// __nv_bfloat16; accumulation is always float). Included by tbe_kernels.cu (the sort / scan /
+// chunk-sum steps and the host API) and by tbe_kernels_f32.cu / tbe_kernels_f16.cu /
+// tbe_kernels_bf16.cu (the forward and the row update for one weight type each, compiled in
+// parallel). See tbe_kernels.cu for the algorithm.
 #pragma once
 
 #include "tbe_kernels.h"
@@ -974,6 +974,8 @@ cudaError_t update_typed(const BackwardArgs& a, const Scratch& s, int grid, cuda
   return for_each_class<Update<int32_t, WeightT, true>::template K>(a.dim_classes_v2, a, s, grid, policy, stream);
 }
 
+extern template cudaError_t forward_typed<float>(const ForwardArgs&, cudaStream_t);
+extern template cudaError_t update_typed<float>(const BackwardArgs&, const Scratch&, int, cudaStream_t);
 extern template cudaError_t forward_typed<__half>(const ForwardArgs&, cudaStream_t);
 extern template cudaError_t update_typed<__half>(const BackwardArgs&, const Scratch&, int, cudaStream_t);
 extern template cudaError_t forward_typed<__nv_bfloat16>(const ForwardArgs&, cudaStream_t);

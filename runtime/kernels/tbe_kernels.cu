@@ -24,9 +24,9 @@
 // Out-of-range indices are never read: the forward writes NaN for the bag and atomicMin's the
 // position into *first_bad; the backward gives them linear id total_rows and skips that segment.
 // Weights: float, __half or __nv_bfloat16 (fp32 math; 16-bit rows read 4 elements = 8 bytes per
-// lane and stored rounded to nearest even). The kernels live in tbe_impl.cuh; this file
-// instantiates them for float and holds the sort/scan steps and the host API;
-// tbe_kernels_f16.cu / tbe_kernels_bf16.cu instantiate the 16-bit types (parallel builds).
+// lane and stored rounded to nearest even). The kernels live in tbe_impl.cuh; this file holds
+// the sort/scan steps and the host API; tbe_kernels_f32.cu / _f16.cu / _bf16.cu instantiate the
+// forward and the row update per weight type (four translation units built in parallel).
 
 #include "tbe_impl.cuh"
 
@@ -112,8 +112,6 @@ int grid_for(int64_t work, int per_block, int num_sms) {
 }
 
 
-template cudaError_t forward_typed<float>(const ForwardArgs&, cudaStream_t);
-template cudaError_t update_typed<float>(const BackwardArgs&, const Scratch&, int, cudaStream_t);
 
 }  // namespace detail
 
