@@ -1,133 +1,36 @@
-"""The Dash app: layout and callbacks. Figures come from ``dashboards.figures``, data from tracekit.
+"""The Dash app: the page and its callbacks. The views themselves are ``dashboards.views``.
 
-The browser chooses a trace by its index in the server-side ``Catalog`` and a rank; nothing it
-sends is ever used as a path. Every view is rendered by one callback that runs only while its
-tab is shown, so a page load costs one view's rendering, not seven.
+The browser chooses a trace by its index in the server-side ``Catalog`` (or, in a link, by its
+label) and a rank; nothing it sends is ever used as a path.
+
+One callback (``page``) answers every change of trace, rank or view: it writes the URL
+(``?trace=<label>&rank=<r>&view=<tab>[&step=<s>]``, so a link opens the same page), the
+banner (a trace that failed, every warning tracekit gave about the chosen one) and the one view
+shown, rebuilt from scratch. So a click costs one request, and no view can keep another trace's
+figures. Controls inside a view (timeline step and zoom, stall sort, compare selection and
+baseline) have callbacks of their own that redraw their part of it.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import urllib.parse
 from typing import Any
 
 import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html
 
-from dashboards.catalog import Catalog, Source
+from dashboards.catalog import Catalog
+from dashboards.views import TABS, VIEWS, Views, source_error, warning
 
-
-class _Lazy:
-    """A module imported on first use. figures/results/timeline pull in numpy and pandas (about
-    a second); importing them while the browser loads the page, not before the server starts,
-    keeps the first page quick (``Catalog.prefetch`` imports them in the background)."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, attr: str) -> Any:
-        import importlib
-
-        return getattr(importlib.import_module(self._name), attr)
-
-
-figures = _Lazy("dashboards.figures")
-results = _Lazy("dashboards.results")
-timeline_lanes = _Lazy("dashboards.timeline")
-
-TABS = [
-    ("overview", "Overview"),
-    ("timeline", "Timeline"),
-    ("overlap", "Overlap"),
-    ("gaps", "Gaps"),
-    ("stalls", "Sync stalls"),
-    ("memory", "Memory"),
-    ("compare", "Compare"),
-]
-
-GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
-
-
-def _error(text: str) -> html.Div:
-    return html.Div(text, className="tk-error")
-
-
-def _note(text: str, **kw: Any) -> html.Div:
-    return html.Div(text, className="tk-note", **kw)
-
-
-def _td(v: Any, *, right: bool = False, **kw: Any) -> html.Td:
-    """A table cell written as ``figures.fmt`` writes it; numbers (and, with ``right``, text) right-aligned."""
-    return html.Td(figures.fmt(v), className="tk-num" if right or figures.is_number(v) else None, **kw)
-
-
-def _html_table(df, *, id: str | None = None, text_right: bool = False) -> html.Table:
-    """A small static table (the figures' text is in the page, so tests and people can read it).
-    Numbers are right-aligned; with ``text_right`` so is every text cell after the first column
-    (tables of figures already written as text)."""
-    head = html.Tr([html.Th(str(c)) for c in df.columns])
-    rows = [html.Tr([_td(v, right=text_right and i > 0) for i, v in enumerate(rec)]) for rec in df.itertuples(index=False)]
-    kw = {"id": id} if id else {}
-    return html.Table([html.Thead(head), html.Tbody(rows)], className="tk-table", **kw)
-
-
-DEFAULT_STALL_SORT = {"col": "total_ms", "ascending": False}
-STALL_ROWS = 200
-"""Rows of the stall table sent to the browser (a trace can have thousands of call sites)."""
-
-
-def _stall_table(by_site, sort: dict) -> html.Table:
-    """Stalls by call site and phase, sorted as ``sort`` says; each header is a sort button."""
-    col, asc = sort["col"], bool(sort["ascending"])
-    if col in by_site.columns:
-        by_site = by_site.sort_values(col, ascending=asc, kind="stable", na_position="last")
-    head = html.Tr([
-        html.Th(html.Button(c + (" ▲" if c == col and asc else " ▼" if c == col else ""),
-                            id={"type": "stalls-sort", "col": c}, className="tk-sort", n_clicks=0))
-        for c in by_site.columns
-    ])
-    rows = [
-        html.Tr([_td(v, **{"data-col": c}) for c, v in zip(by_site.columns, rec)])
-        for rec in by_site.head(STALL_ROWS).itertuples(index=False)
-    ]
-    table = html.Table([html.Thead(head), html.Tbody(rows)], className="tk-table", id="stalls-table")
-    if len(by_site) <= STALL_ROWS:
-        return table
-    return html.Div([table, _note(f"{STALL_ROWS} of {len(by_site)} rows shown (sort to see others first).")])
+TAB_STYLE = {"padding": "6px 10px", "lineHeight": "20px"}
 
 
 def _source_options(catalog: Catalog) -> list[dict]:
-    """The traces served, by label; the value the browser sends back is the index."""
-    return [{"label": s.label, "value": s.index} for s in catalog.sources]
-
-
-def _view(tab: str, catalog: Catalog) -> html.Div:
-    """The static part of each view: its own controls and the container its callback fills."""
-    if tab == "timeline":
-        controls = html.Div(
-            [
-                html.Label("Step"),
-                dcc.Dropdown(id="timeline-step", className="tk-control", clearable=False),
-                _note("Drag on the chart to zoom: the zoomed window is redrawn at full detail; "
-                      "outside it, bars are time bins (opacity = busy fraction).", id="timeline-help"),
-            ],
-            className="tk-row",
-        )
-        body = [controls, dcc.Store(id="timeline-window"), html.Div(id="timeline-info", className="tk-note"),
-                dcc.Graph(id="timeline-graph", config={**GRAPH_CONFIG, "responsive": False})]
-    elif tab == "compare":
-        body = [
-            html.Div([html.Label("Traces"), dcc.Checklist(id="compare-sources", inline=True, options=_source_options(catalog),
-                                                          value=[s.index for s in catalog.sources])],
-                     className="tk-row"),
-            html.Div(id="compare-content"),
-        ]
-    elif tab == "stalls":
-        body = [dcc.Store(id="stalls-sort", data=DEFAULT_STALL_SORT), html.Div(id="stalls-total", className="tk-note"),
-                html.Div(id="stalls-table-box", className="tk-section"), html.Div(id="stalls-content")]
-    else:
-        body = [html.Div(id=f"{tab}-content")]
-    return html.Div(body, id=f"view-{tab}", className="tk-view")
+    """The traces served, by variant name (and label where that differs); the value the browser
+    sends back is the index."""
+    return [{"label": s.name if s.name == s.label else f"{s.name} · {s.label}", "value": s.index} for s in catalog.sources]
 
 
 def build_layout(catalog: Catalog) -> html.Div:
@@ -135,48 +38,63 @@ def build_layout(catalog: Catalog) -> html.Div:
         [
             html.H1("tracekit"),
             html.Label("Trace", htmlFor="source"),
-            dcc.Dropdown(
-                id="source",
-                options=_source_options(catalog),
-                value=0 if len(catalog) else None,
-                clearable=False,
-                className="tk-control",
-            ),
+            dcc.Dropdown(id="source", options=_source_options(catalog), value=0 if len(catalog) else None,
+                         clearable=False, className="tk-control-wide"),
             html.Label("Rank", htmlFor="rank"),
             dcc.Dropdown(id="rank", clearable=False, className="tk-control-small"),
+            html.Div(id="trace-info", className="tk-trace-info"),
         ],
         className="tk-header",
     )
-    tabs = dcc.Tabs(
-        id="tabs",
-        value="overview",
-        children=[dcc.Tab(label=label, value=value, id=f"tab-{value}", children=_view(value, catalog)) for value, label in TABS],
-    )
-    return html.Div([header, html.Div([html.Div(id="source-status"), tabs], className="tk-body")])
+    tabs = dcc.Tabs(id="tabs", value="overview",
+                    children=[dcc.Tab(label=label, value=value, id=f"tab-{value}", style=TAB_STYLE,
+                                      selected_style={**TAB_STYLE, "fontWeight": 600}) for value, label in TABS])
+    return html.Div([dcc.Location(id="url", refresh=False), header,
+                     html.Div([html.Div(id="source-status"), tabs, html.Div(id="view")], className="tk-body")])
 
 
-def _source_error(source: Source | None) -> html.Div | None:
-    if source is None:
-        return _error("No such trace.")
-    if source.error is not None:
-        return _error(f"{source.label} could not be loaded: {source.error}")
-    return None
+def _validation_layout(catalog: Catalog, layout: html.Div) -> html.Div:
+    """The page with every view's controls in it, so Dash can check the callbacks of components
+    that only exist while their view is shown."""
+    return html.Div([layout, dcc.Dropdown(id="timeline-step"), dcc.Store(id="timeline-window"), dcc.Store(id="step-link"),
+                     html.Div(id="timeline-info"), dcc.Graph(id="timeline-graph"), dcc.Store(id="stalls-sort"),
+                     html.Div(id="stalls-table-box"), dcc.Checklist(id="compare-sources"), dcc.Dropdown(id="compare-baseline"),
+                     html.Div(id="compare-content")])
 
 
-def _reports(catalog: Catalog, indices, index: Any, rank: Any) -> list[tuple[Source, dict | None]]:
-    """The sources at ``indices`` (what is not one is left out), each with the report object the
-    views show: of ``rank`` for the chosen trace ``index``, of the lowest rank for the others;
-    None for a source that could not be loaded (its ``error`` says why)."""
-    out = []
-    for i in indices:
-        s = catalog.summary(i)
-        if s is not None:
-            out.append((s, None if s.error is not None else s.report(rank if s.index == index else None)))
+def parse_link(search: str | None, catalog: Catalog) -> dict:
+    """What a link's query string asks for: ``index`` (of ``trace=<label>``), ``rank``,
+    ``view`` and ``step``, each only when present and valid (the label must be one served)."""
+    q = urllib.parse.parse_qs((search or "").lstrip("?"))
+    out: dict = {}
+    label = (q.get("trace") or [None])[0]
+    if label in catalog.by_label:
+        out["index"] = catalog.by_label[label]
+    rank = (q.get("rank") or [None])[0]
+    if rank is not None and rank.lstrip("-").isdigit():
+        out["rank"] = int(rank)
+    view = (q.get("view") or [None])[0]
+    if view in VIEWS:
+        out["view"] = view
+    step = (q.get("step") or [None])[0]
+    if step:
+        out["step"] = step
     return out
 
 
-def _rank_label(source: Source, report: dict) -> str:
-    return f"{source.label} · rank {report['rank']}"
+def make_link(catalog: Catalog, index: Any, rank: Any, view: Any, step: Any = None) -> str:
+    """The query string ``parse_link`` reads back."""
+    source = catalog.summary(index)
+    q = {}
+    if source is not None:
+        q["trace"] = source.label
+    if rank is not None:
+        q["rank"] = str(rank)
+    if view in VIEWS:
+        q["view"] = view
+    if step not in (None, "") and view == "timeline":
+        q["step"] = str(step)
+    return "?" + urllib.parse.urlencode(q)
 
 
 def create_app(catalog: Catalog) -> dash.Dash:
@@ -190,6 +108,10 @@ def create_app(catalog: Catalog) -> dash.Dash:
         suppress_callback_exceptions=False,
     )
     app.layout = build_layout(catalog)
+    app.validation_layout = _validation_layout(catalog, app.layout)
+    from dashboards.server import answer_not_found
+
+    answer_not_found(app)
     timings: dict[str, list[float]] = {}
     app.tracekit_catalog = catalog  # type: ignore[attr-defined]
     app.tracekit_timings = timings  # type: ignore[attr-defined]
@@ -210,196 +132,107 @@ def create_app(catalog: Catalog) -> dash.Dash:
 
         return wrap
 
+    views = Views(catalog)
+
+    # ---- the page: trace, rank, view, the URL, the banner and the view shown -------------------
     @app.callback(
+        Output("url", "search"),
+        Output("source", "value"),
         Output("rank", "options"),
         Output("rank", "value"),
         Output("rank", "disabled"),
+        Output("tabs", "value"),
         Output("source-status", "children"),
-        Input("source", "value"),
-        State("rank", "value"),
-    )
-    @timed("rank")
-    def choose_source(index, rank):
-        source = catalog.summary(index)
-        err = _source_error(source)
-        if err is not None:
-            return [], None, True, err
-        ranks = source.ranks
-        value = rank if rank in ranks else ranks[0]
-        return [{"label": str(r), "value": r} for r in ranks], value, len(ranks) < 2, None
-
-    def _picked(index, rank):
-        source = catalog.get(index)
-        err = _source_error(source)
-        if err is not None:
-            return None, None, None, err
-        trace, analysis = source.pick(rank)
-        return source, trace, analysis, None
-
-    # ---- overview: one card per trace, step time per step of the chosen one -------------------
-    @app.callback(Output("overview-content", "children"), Input("tabs", "value"), Input("source", "value"), Input("rank", "value"))
-    @timed("overview")
-    def overview(tab, index, rank):
-        if tab != "overview":
-            return dash.no_update
-        cards, chart = [], []
-        for s, rep in _reports(catalog, range(len(catalog)), index, rank):
-            if rep is None:
-                cards.append(html.Div([html.H3(s.label), _error(s.error)], className="tk-card", id=f"card-{s.index}"))
-                continue
-            title = s.label + (f" · rank {rep['rank']} of {len(s.ranks)}" if len(s.ranks) > 1 else "")
-            rows = [html.Tr([html.Td(k), html.Td(v, className="tk-num")]) for k, v in results.headline(rep).items()]
-            cards.append(html.Div([html.H3(title), html.Table(rows)], className="tk-card", id=f"card-{s.index}"))
-            if s.index == index:  # the chosen trace: its step time per step
-                chart.append(dcc.Graph(id="overview-steps", config=GRAPH_CONFIG,
-                                       figure=figures.step_times(results.step_times(rep), _rank_label(s, rep))))
-        out: list = [html.Div(cards, className="tk-cards"), *chart]
-        catalog.first_page.set()
-        return out
-
-    # ---- timeline ------------------------------------------------------------------------------
-    @app.callback(
-        Output("timeline-step", "options"),
-        Output("timeline-step", "value"),
-        Input("tabs", "value"),
+        Output("trace-info", "children"),
+        Output("view", "children"),
+        Input("url", "search"),
         Input("source", "value"),
         Input("rank", "value"),
-        State("timeline-step", "value"),
+        Input("tabs", "value"),
+        Input({"type": "pick-trace", "index": ALL}, "n_clicks"),
     )
-    @timed("timeline-steps")
-    def timeline_steps(tab, index, rank, current):
-        if tab != "timeline":
-            return dash.no_update, dash.no_update
-        source, trace, analysis, err = _picked(index, rank)
+    @timed("page")
+    def page(search, index, rank, tab, picks):
+        trig = ctx.triggered_id
+        want = parse_link(search, catalog)
+        if trig == "url" or trig is None:  # a link (or the first page): it decides what is shown
+            index = want.get("index", index)
+            rank = want.get("rank", rank if trig == "url" else None)
+            tab = want.get("view", tab)
+        elif isinstance(trig, dict) and trig.get("type") == "pick-trace":
+            if not any(t.get("value") for t in ctx.triggered):  # rows drawn anew, not clicked
+                raise dash.exceptions.PreventUpdate
+            index, rank = trig["index"], None
+        step = want.get("step") if trig in ("url", None) else None
+        source = catalog.summary(index)
+        err = source_error(source)
         if err is not None:
-            return [], None
-        steps = results.steps(trace, analysis)
-        options = [{"label": "whole trace", "value": "all"}] + [
-            {"label": f"step {s}", "value": str(s)} for s in steps["step"]
-        ]
-        values = [o["value"] for o in options]
-        if current in values:
-            return options, current
-        return options, values[1] if len(values) > 1 else "all"
+            return make_link(catalog, index, None, tab), index, [], None, True, tab, err, None, views.render(tab, index, None)
+        ranks = source.ranks
+        rank = rank if rank in ranks else ranks[0]
+        banner = None
+        warns = source.warnings(rank)
+        if warns:
+            banner = warning([html.B(f"⚠ tracekit warned about {source.name} (rank {rank}): figures may be incomplete. "),
+                              *[html.Div(w) for w in warns]], id="source-warnings")
+        rep = source.report(rank)
+        h = rep["headline"]
+        info = [html.Span(f"{source.label} · rank {rank} of {len(ranks)} · {h['steps']} steps ({h['step_source']}) · "
+                          f"{rep['schema']} · {rep['platform']}")]
+        if warns:
+            info.append(html.Span(f" · ⚠ {len(warns)} warning" + ("s" if len(warns) > 1 else ""), className="tk-flag"))
+        view = views.render(tab, index, rank, step)
+        catalog.first_page.set()
+        link = make_link(catalog, index, rank, tab, step)
+        return (link if link != search else dash.no_update), index, [{"label": str(r), "value": r} for r in ranks], rank, \
+            len(ranks) < 2, tab, banner, info, view
 
+    # ---- timeline: step and zoom ---------------------------------------------------------------
     @app.callback(
         Output("timeline-graph", "figure"),
         Output("timeline-info", "children"),
         Output("timeline-window", "data"),
-        Input("tabs", "value"),
-        Input("source", "value"),
-        Input("rank", "value"),
         Input("timeline-step", "value"),
         Input("timeline-graph", "relayoutData"),
         State("timeline-window", "data"),
+        State("source", "value"),
+        State("rank", "value"),
+        prevent_initial_call=True,
     )
     @timed("timeline")
-    def timeline(tab, index, rank, step, relayout, stored):
+    def timeline(step, relayout, stored, index, rank):
         # Always answers with a figure, even for a relayout that changes nothing (autosize): Dash
         # drops a pending answer when a newer request for the same output starts, so a "no
         # update" here could swallow the step's drawing.
-        if tab != "timeline" or step is None:
-            return dash.no_update, dash.no_update, dash.no_update
-        source, trace, analysis, err = _picked(index, rank)
-        if err is not None:
-            return figures.empty("no trace"), err, None
-        events, origin = results.lane_events(trace, catalog.rules)
-        key = [index, trace.rank, step]
         window = None
-        if step != "all":
-            steps = results.steps(trace, analysis)
-            row = steps[steps["step"].astype(str) == str(step)]
-            if len(row):
-                window = (int(row["start_ns"].iloc[0]) - origin, int(row["end_ns"].iloc[0]) - origin)
         if ctx.triggered_id == "timeline-graph" and relayout:
             if "xaxis.range[0]" in relayout:
                 window = (float(relayout["xaxis.range[0]"]) * 1e6, float(relayout["xaxis.range[1]"]) * 1e6)
             elif "xaxis.range" in relayout:
                 window = (float(relayout["xaxis.range"][0]) * 1e6, float(relayout["xaxis.range"][1]) * 1e6)
             elif relayout.get("xaxis.autorange"):
-                window = None
-            elif stored and stored.get("key") == key:
-                window = tuple(stored["window"]) if stored.get("window") else None
-        lanes = timeline_lanes.build_lanes(events, window)
-        info = (
-            f"{source.label} · rank {trace.rank} · window {lanes.window_ms[0]:.3f}–{lanes.window_ms[1]:.3f} ms "
-            f"(trace: {lanes.span_ms[0]:.3f}–{lanes.span_ms[1]:.3f} ms) · {lanes.events_in_window} events in window"
-            + (" (too many to draw one by one: binned)" if lanes.aggregated_in_window else f", {len(lanes.detail)} drawn in full")
-            + f" · {len(lanes.bins)} aggregated bins"
-        )
-        return figures.timeline(lanes), info, {"key": key, "window": list(window) if window else None}
+                step = "all"
+            elif stored and stored.get("window") and stored.get("key", [None] * 3)[2] == step:
+                window = tuple(stored["window"])
+        return views.timeline_figure(index, rank, step, window)
 
-    # ---- overlap -------------------------------------------------------------------------------
-    @app.callback(Output("overlap-content", "children"), Input("tabs", "value"), Input("source", "value"), Input("rank", "value"))
-    @timed("overlap")
-    def overlap(tab, index, rank):
-        if tab != "overlap":
-            return dash.no_update
-        source, trace, analysis, err = _picked(index, rank)
-        if err is not None:
-            return err
-        ov = results.overlap(trace, analysis)
-        if ov is None:
-            return _note("No GPU activity in this trace: nothing overlaps.")
-        matrix, classes, ratios = ov
-        return [
-            html.Div(_html_table(ratios, id="overlap-ratios"), className="tk-section"),
-            dcc.Graph(id="overlap-heatmap", figure=figures.overlap_heatmap(matrix), config=GRAPH_CONFIG),
-            dcc.Graph(id="overlap-classes", figure=figures.class_bars(classes), config=GRAPH_CONFIG),
-        ]
-
-    # ---- gaps ----------------------------------------------------------------------------------
-    @app.callback(Output("gaps-content", "children"), Input("tabs", "value"), Input("source", "value"), Input("rank", "value"))
-    @timed("gaps")
-    def gaps(tab, index, rank):
-        if tab != "gaps":
-            return dash.no_update
-        per_trace = {}
-        notes = []
-        chosen = None
-        for s, rep in _reports(catalog, range(len(catalog)), index, rank):
-            if rep is None:
-                notes.append(_error(f"{s.label}: {s.error}"))
-                continue
-            key = _rank_label(s, rep)
-            g = results.gaps(rep)
-            if g is None:
-                notes.append(_note(f"{key}: no optimizer → lookup pair found. {rep['gaps']['note']}"))
-                continue
-            per_trace[key] = g
-            if s.index == index:
-                chosen = key
-        out: list = [dcc.Graph(id="gaps-graph", figure=figures.gap_bars(per_trace), config=GRAPH_CONFIG)] if per_trace else []
-        if chosen is not None:  # the chosen trace's pairs as a table
-            out.append(html.Div([html.H4(chosen), _html_table(per_trace[chosen], id="gaps-table")], className="tk-section"))
-        return out + notes
-
-    # ---- sync stalls ---------------------------------------------------------------------------
-    @app.callback(
-        Output("stalls-total", "children"),
-        Output("stalls-table-box", "children"),
-        Output("stalls-content", "children"),
-        Input("tabs", "value"),
-        Input("source", "value"),
-        Input("rank", "value"),
-        State("stalls-sort", "data"),
+    # the chosen step goes into the address bar (replaceState: dcc.Location would make the
+    # page callback redraw the view)
+    app.clientside_callback(
+        """function(step) {
+            if (step === null || step === undefined) { return window.dash_clientside.no_update; }
+            const u = new URL(window.location.href);
+            if (u.searchParams.get('view') === 'timeline' && u.searchParams.get('step') !== String(step)) {
+                u.searchParams.set('step', String(step));
+                window.history.replaceState(window.history.state, '', u.toString());
+            }
+            return window.dash_clientside.no_update;
+        }""",
+        Output("step-link", "data"),
+        Input("timeline-step", "value"),
     )
-    @timed("stalls")
-    def stalls(tab, index, rank, sort):
-        if tab != "stalls":
-            return dash.no_update, dash.no_update, dash.no_update
-        source, trace, analysis, err = _picked(index, rank)
-        if err is not None:
-            return None, None, err
-        by_site, per_step, total = results.stalls(trace, analysis)
-        total_text = f"Total stall time: {figures.fmt(total)} ms"
-        if by_site.empty:
-            table = _note("No blocking host-device synchronisation found in this trace.")
-        else:
-            table = _stall_table(by_site, sort or DEFAULT_STALL_SORT)
-        graph = [dcc.Graph(id="stalls-per-step", figure=figures.stall_steps(per_step), config=GRAPH_CONFIG)] if not per_step.empty else []
-        return total_text, table, graph
 
+    # ---- sync stalls: sort ---------------------------------------------------------------------
     @app.callback(
         Output("stalls-table-box", "children"),
         Output("stalls-sort", "data"),
@@ -411,6 +244,9 @@ def create_app(catalog: Catalog) -> dash.Dash:
     )
     @timed("stalls-sort")
     def sort_stalls(clicks, sort, index, rank):
+        from dashboards import results
+        from dashboards.views import DEFAULT_STALL_SORT, stall_table
+
         clicked = ctx.triggered_id
         if not isinstance(clicked, dict) or not any(clicks):
             return dash.no_update, dash.no_update
@@ -420,54 +256,24 @@ def create_app(catalog: Catalog) -> dash.Dash:
             sort = {"col": col, "ascending": not sort["ascending"]}
         else:  # first click: largest first for figures, A-Z for names
             sort = {"col": col, "ascending": col in ("call site", "phase")}
-        source, trace, analysis, err = _picked(index, rank)
+        source, trace, analysis, err = views.picked(index, rank)
         if err is not None:
             return err, sort
-        by_site, _, _ = results.stalls(trace, analysis)
-        return _stall_table(by_site, sort), sort
+        return stall_table(results.stalls(trace, analysis)[0], sort), sort
 
-    # ---- memory --------------------------------------------------------------------------------
-    @app.callback(Output("memory-content", "children"), Input("tabs", "value"), Input("source", "value"), Input("rank", "value"))
-    @timed("memory")
-    def memory(tab, index, rank):
-        if tab != "memory":
-            return dash.no_update
-        source, trace, analysis, err = _picked(index, rank)
-        if err is not None:
-            return err
-        mem = results.memory(trace, analysis)
-        out: list = []
-        if mem is None:
-            out.append(_note("No [memory] events in this trace (profile with profile_memory=True)."))
-        else:
-            series, peaks, marks = mem
-            out.append(html.Div(_html_table(peaks, id="memory-peaks", text_right=True), className="tk-section"))
-            out.append(dcc.Graph(id="memory-graph", figure=figures.memory_lines(series, marks), config=GRAPH_CONFIG))
-        snap = results.snapshot(trace, analysis)
-        if snap is not None:
-            out.append(html.Div([html.H4("Memory snapshot: reserved per stream"),
-                                 _html_table(snap.drop(columns="reserved_mib"), id="memory-snapshot-table", text_right=True)],
-                                className="tk-section"))
-            out.append(dcc.Graph(id="memory-snapshot", figure=figures.snapshot_streams(snap), config=GRAPH_CONFIG))
-        else:
-            out.append(_note("No memory snapshot for this trace: reserved bytes per stream need one."))
-        return out
-
-    # ---- compare -------------------------------------------------------------------------------
-    @app.callback(Output("compare-content", "children"), Input("tabs", "value"), Input("compare-sources", "value"), Input("rank", "value"), State("source", "value"))
+    # ---- compare: which traces, against which ---------------------------------------------------
+    @app.callback(
+        Output("compare-baseline", "options"),
+        Output("compare-baseline", "value"),
+        Output("compare-content", "children"),
+        Input("compare-sources", "value"),
+        Input("compare-baseline", "value"),
+        State("rank", "value"),
+        prevent_initial_call=True,
+    )
     @timed("compare")
-    def compare(tab, chosen, rank, index):
-        if tab != "compare" or chosen is None:
-            return dash.no_update
-        picked, notes = [], []
-        for s, rep in _reports(catalog, chosen, index, rank):
-            if rep is None:
-                notes.append(_error(f"{s.label}: {s.error}"))
-            else:
-                picked.append((_rank_label(s, rep), rep))
-        if len(picked) < 2:
-            return [_note("Choose two or more traces that loaded.")] + notes
-        table = results.compare(picked)
-        return [html.Div(_html_table(table, id="compare-table", text_right=True), className="tk-section")] + notes
+    def compare(chosen, baseline, rank):
+        options, baseline = views.baseline_options(chosen, baseline)
+        return options, baseline, views.compare_content(chosen, baseline, rank)
 
     return app

@@ -116,9 +116,12 @@ class TraceBuilder:
         """torch.profiler's ``ProfilerStep#n`` annotation."""
         self.annotation(f"ProfilerStep#{n}", ts, dur, tid=tid)
 
-    def cpu_op(self, name: str, ts: float, dur: float, *, tid: int | None = None) -> None:
-        """An aten operator (``cpu_op``)."""
-        self.events.append(_Ev("cpu_op", name, ts, dur, self.tid if tid is None else tid))
+    def cpu_op(self, name: str, ts: float, dur: float, *, tid: int | None = None,
+               args: dict[str, Any] | None = None) -> None:
+        """An aten operator (``cpu_op``); ``args`` are written as they are (e.g. the collective
+        metadata of ``record_param_comms``)."""
+        self.events.append(_Ev("cpu_op", name, ts, dur, self.tid if tid is None else tid,
+                               args=dict(args or {})))
 
     def python(self, name: str, ts: float, dur: float, *, tid: int | None = None) -> None:
         """A ``python_function`` event (with_stack=True)."""
@@ -153,16 +156,20 @@ class TraceBuilder:
         launched_by: int | None = None,
         launch_at: float | None = None,
         tid: int | None = None,
+        args: dict[str, Any] | None = None,
     ) -> int:
         """A kernel on ``stream``.
 
         Link it to its launch either with ``launched_by`` (a correlation id returned by
         ``runtime``) or with ``launch_at`` (a ``cudaLaunchKernel`` of 1 us is added at that CPU
         time on ``tid``). Without either it has its own correlation id and no launch.
+        ``args``: extra args written as they are (an NCCL kernel's collective metadata).
         Returns the correlation id.
         """
-        return self._activity("kernel", name, ts, dur, "LaunchKernel", stream, device,
+        corr = self._activity("kernel", name, ts, dur, "LaunchKernel", stream, device,
                               correlation, launched_by, launch_at, tid)
+        self.events[-1].args.update(args or {})
+        return corr
 
     def memcpy(
         self,
@@ -222,8 +229,19 @@ class TraceBuilder:
         kind: str = "stream_synchronize",
         stream: int = 7,
         correlation: int | None = None,
+        wait_stream: int | None = None,
+        wait_correlation: int | None = None,
     ) -> None:
-        """A Kineto ``cuda_sync`` event (``Stream Sync``/``Event Sync``/``Context Sync``)."""
+        """A Kineto ``cuda_sync`` event (``Stream Sync``/``Event Sync``/``Context Sync``/
+        ``Stream Wait Event``). For a wait: ``wait_stream`` is the stream the waited-on event was
+        recorded on and ``wait_correlation`` the correlation id of its ``cudaEventRecord``
+        (Kineto's ``wait_on_stream`` / ``wait_on_cuda_event_record_corr_id``)."""
+        extra: dict[str, Any] = {"cuda_sync_kind": kind}
+        if wait_stream is not None:
+            extra["wait_on_stream"] = wait_stream
+        if wait_correlation is not None:
+            extra["wait_on_cuda_event_record_corr_id"] = wait_correlation
+            extra["wait_on_cuda_event_id"] = 1
         names = {
             "stream_synchronize": "Stream Sync",
             "event_synchronize": "Event Sync",
@@ -233,8 +251,29 @@ class TraceBuilder:
         self.events.append(
             _Ev("sync", names.get(kind, kind), ts, dur, stream, stream=stream,
                 device=self.device, correlation=-1 if correlation is None else correlation,
-                args={"cuda_sync_kind": kind})
+                args=extra)
         )
+
+    def stream_wait(
+        self,
+        *,
+        record_at: float,
+        wait_at: float,
+        on_stream: int,
+        stream: int,
+        gpu_at: float,
+        tid: int | None = None,
+    ) -> tuple[int, int]:
+        """``event.record(on_stream)`` then ``stream.wait_event(event)`` as PyTorch issues them:
+        a ``cudaEventRecord`` call at ``record_at``, a ``cudaStreamWaitEvent`` call at
+        ``wait_at`` (1 us each, on ``tid``), and the ``Stream Wait Event`` cuda_sync event on
+        ``stream`` at GPU time ``gpu_at`` that Kineto writes with ``enable_cuda_sync_events``.
+        Returns the correlation ids of the record and the wait calls."""
+        rec = self.runtime("cudaEventRecord", record_at, 1.0, tid=tid)
+        wait = self.runtime("cudaStreamWaitEvent", wait_at, 1.0, tid=tid)
+        self.cuda_sync(gpu_at, 0.5, kind="stream_wait_event", stream=stream, correlation=wait,
+                       wait_stream=on_stream, wait_correlation=rec)
+        return rec, wait
 
     # ---- memory ----------------------------------------------------------------------------
     def memory(

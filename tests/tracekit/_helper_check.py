@@ -42,6 +42,7 @@ def main() -> None:
     par = load(path, use_cache=False).traces[0]
     assert par.events.equals(serial.events), "events differ"
     assert par.memory.equals(serial.memory), "memory differs"
+    assert par.args.equals(serial.args), "args differ"
     assert list(par.events["name"].cat.categories) == list(serial.events["name"].cat.categories)
     assert par.metadata == serial.metadata and par.warnings == serial.warnings
     if which == "same":

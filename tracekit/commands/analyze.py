@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 
 import click
 
 from tracekit import __version__
+from tracekit._files import check_out, check_readable, display
 from tracekit.errors import InputError
 
 
@@ -22,18 +22,6 @@ def select_rank(ranks: list[dict], rank: int | None, path: str) -> list[dict]:
     return got
 
 
-def check_out(out: str | None, inputs: tuple[str, ...]) -> None:
-    """Refuse an output file that is one of the inputs (it would overwrite a trace)."""
-    if out is None:
-        return
-    real = os.path.realpath(out)
-    for p in inputs:
-        if os.path.realpath(p) == real:
-            raise InputError("--out names an input file; it would be overwritten", path=out)
-    if os.path.isdir(out):
-        raise InputError("--out is a directory", path=out)
-
-
 def emit(text: str, out: str | None) -> None:
     """Write ``text`` to ``out`` (a file) or stdout."""
     if out is None:
@@ -46,10 +34,21 @@ def emit(text: str, out: str | None) -> None:
         raise InputError(f"cannot write: {exc.strerror or exc}", path=out) from None
 
 
+def warn_cache(no_cache: bool, cache_dir: str | None) -> None:
+    """Say once, on stderr, that the cache cannot be written (each run is then a cold one)."""
+    if no_cache:
+        return
+    from tracekit.api import cache_problem
+
+    problem = cache_problem(cache_dir)
+    if problem:
+        click.echo(f"tracekit: warning: {problem}", err=True)
+
+
 def echo_warnings(rank: dict) -> None:
     """A rank's loader and analysis warnings on stderr, one line each."""
     for w in rank["warnings"]:
-        click.echo(f"tracekit: warning: {rank['source']}: {w}", err=True)
+        click.echo(f"tracekit: warning: {display(rank['source'])}: {w}", err=True)
 
 
 def with_snapshot(ranks: list[dict], snapshot_path: str) -> dict:
@@ -58,6 +57,7 @@ def with_snapshot(ranks: list[dict], snapshot_path: str) -> dict:
     if len(ranks) != 1:
         raise InputError(f"--snapshot goes with one trace, not {len(ranks)} ranks "
                          "(choose one with --rank)", path=snapshot_path)
+    check_readable(snapshot_path, "memory-snapshot pickle")
     from tracekit.analyses.snapshot import compute_snapshot
     from tracekit.report import jsonable
 
@@ -87,12 +87,13 @@ def command(paths, fmt, out, rules_path, rank, snapshot_path, hta, no_cache, cac
     """Where do the training steps in these Kineto traces go?
 
     PATH is a .json/.json.gz trace or a directory of per-rank traces. Sections: steps, stream
-    overlap, optimizer -> lookup gap, sync stalls, allocator (see DESIGN.md for definitions).
+    overlap, optimizer -> lookup gap, sync stalls, allocator (every figure is defined in docs/metrics.md).
     """
     from tracekit.api import report_for_path
     from tracekit.report import document, render_text
 
-    check_out(out, paths + ((snapshot_path,) if snapshot_path else ()))
+    check_out(out, paths, rules_path=rules_path, snapshot_path=snapshot_path)
+    warn_cache(no_cache, cache_dir)
     ranks: list[dict] = []
     for p in paths:
         got = report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,

@@ -8,14 +8,17 @@ chunk and memory stays bounded by the columns themselves.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from operator import attrgetter, itemgetter
 
 import numpy as np
 import pandas as pd
 
-from tracekit.trace._numbers import us_float_to_ns, us_text_to_ns
-from tracekit.trace._schema import CATEGORY_KIND, GPU_SIDE_KINDS, LEGACY_CATEGORIES, Event, str_id
-from tracekit.trace.model import EVENT_COLUMNS, GPU_ACTIVITY_KINDS, MEMORY_COLUMNS, Kind
+from tracekit.trace._numbers import BAD, us_float_to_ns, us_text_to_ns
+from tracekit.trace._schema import (
+    CATEGORY_KIND, GPU_SIDE_KINDS, LEGACY_CATEGORIES, NO_CAT, STR_ARGS, Event, str_id,
+)
+from tracekit.trace.model import ARG_COLUMNS, EVENT_COLUMNS, GPU_ACTIVITY_KINDS, MEMORY_COLUMNS, Kind
 
 _get = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")}
 _aget = {
@@ -25,11 +28,54 @@ _aget = {
         "total_allocated", "total_reserved", "addr", "device_type", "device_id",
     )
 }
+_ARG_NAME = re.compile(r"^record_param_comms$|(?i:nccl|rccl)")
+"""Names of the events (besides every cuda_sync event) whose args go into ``Trace.args``."""
+_ARG_FIELDS = tuple(c for c in ARG_COLUMNS if c != "event")
+_ARG_GET = {f: attrgetter(f) for f in _ARG_FIELDS}
 _LEGACY_ANNOTATION = re.compile(r"ProfilerStep#\d+$|## .* ##$|Optimizer\.(step|zero_grad)#")
 _GPU_SIDE = np.array(sorted(int(k) for k in GPU_SIDE_KINDS), dtype=np.int8)
 _HOST_ONLY = np.array([int(Kind.CPU_OP), int(Kind.ANNOTATION), int(Kind.PYTHON)], dtype=np.int8)
 _GPU_ACTIVITY = np.array([int(k) for k in GPU_ACTIVITY_KINDS], dtype=np.int8)
 _COPIES = np.array([int(Kind.MEMCPY), int(Kind.MEMSET)], dtype=np.int8)
+_LINKED = np.array([int(k) for k in GPU_ACTIVITY_KINDS] + [int(Kind.RUNTIME)], dtype=np.int8)
+_NAMES_SHOWN = 3
+_AFFECTS = {
+    "KERNEL": "GPU", "MEMCPY": "GPU", "MEMSET": "GPU", "GPU_ANNOTATION": "GPU",
+    "ANNOTATION": "steps and phases", "RUNTIME": "launches, phases and sync stalls",
+    "SYNC": "sync stalls", "CPU_OP": "sync stalls' op chains", "[memory]": "allocator",
+}
+_FIELD_TEXT = {
+    "ts": "ts missing, not a JSON number or beyond int64 ns (nanoseconds written as µs?)",
+    "dur": "dur missing or not a number",
+}
+
+
+def _kind_label(k: int) -> str:
+    return "OTHER" if k < 0 else Kind(k).name
+
+
+def unreadable_reason(problems: Counter) -> str:
+    """Why events were left out: ``ts ...: 3; dur ...: 1``."""
+    return "; ".join(f"{_FIELD_TEXT[f]}: {problems[f]:,}" for f in ("ts", "dur") if problems[f])
+
+
+def problem_warnings(problems: Counter, dropped: Counter, names: list[str]) -> list[str]:
+    """One sentence for the events left out, one for the values read as absent."""
+    out = []
+    n = sum(dropped.values())
+    if n:
+        why = unreadable_reason(problems)
+        kinds = ", ".join(f"{k.lower()} {c:,}" for k, c in dropped.most_common())
+        hit = sorted({_AFFECTS[k] for k in dropped if k in _AFFECTS})
+        out.append(f"{n:,} events could not be read and are left out ({why}): {kinds}, e.g. "
+                   + ", ".join(repr(s[:60]) for s in names)
+                   + (f"; figures from them ({', '.join(hit)}) may be off" if hit else ""))
+    rest = [(f, c) for f, c in problems.most_common() if f not in ("ts", "dur", "not an object")]
+    if rest:
+        out.append("values missing or of an unexpected type, read as absent: "
+                   + ", ".join(f"{f} {c:,}" for f, c in rest)
+                   + " (events); figures that use them may be off")
+    return out
 
 
 class _Codes(dict):
@@ -48,7 +94,7 @@ class _Codes(dict):
 
 class _KindOf(dict):
     def __missing__(self, cat: str) -> int:
-        k = int(CATEGORY_KIND.get(cat, Kind.OTHER))
+        k = -1 if cat == NO_CAT else int(CATEGORY_KIND.get(cat, Kind.OTHER))  # -1: counted
         self[cat] = k
         return k
 
@@ -86,12 +132,24 @@ class Columns:
         self.n_events = 0
         self.n_memory = 0
         self.negative_durations = 0
+        self.problems: Counter = Counter()
+        """What could not be read (``problems_warnings`` says it): field -> events."""
+        self.dropped: Counter = Counter()
+        """Kind (``Kind`` name, or ``memory``) -> events left out as unreadable."""
+        self.dropped_names: list[str] = []
+        """The first few names of the events left out."""
+        self._wants_args = np.zeros(0, dtype=bool)  # name code -> its events' args are kept
+        self._arg_parts: list[dict] = []
+        self._order: np.ndarray | None = None  # file order -> ts order, set by event_arrays
 
     def reset(self) -> None:
         self.__init__()
 
     def __call__(self, chunk: list[Event], index: int = 0) -> None:
         """Adds a decoded piece of the file; ``index`` is its position among the pieces."""
+        problems = getattr(chunk, "problems", None)  # a piece decode_lenient read
+        if problems:
+            self.problems.update(problems)
         xs = [e for e in chunk if e.ph == "X"]
         if len(xs) != len(chunk):
             mem = [e for e in chunk if e.ph == "i" and e.name == "[memory]"]
@@ -108,6 +166,9 @@ class Columns:
             "names": self.names.values_,
             "cats": set(self.kind_of),
             "neg": self.negative_durations,
+            "problems": self.problems,
+            "dropped": self.dropped,
+            "dropped_names": self.dropped_names,
         }
 
     def add_part(self, index: int, part: dict) -> None:
@@ -124,15 +185,37 @@ class Columns:
         for cat in part["cats"]:
             self.kind_of[cat]  # noqa: B018 - registers the category
         self.negative_durations += part["neg"]
+        self.problems.update(part["problems"])
+        self.dropped.update(part["dropped"])
+        self.dropped_names += part["dropped_names"][: _NAMES_SHOWN - len(self.dropped_names)]
+
+    def _unreadable(self, what: list[Event], bad: np.ndarray, kinds: list[str]) -> list[Event]:
+        """Counts the events ``bad`` marks (by kind, first names) and returns the others."""
+        self.dropped.update(kinds)
+        for i in np.flatnonzero(bad)[: _NAMES_SHOWN - len(self.dropped_names)].tolist():
+            self.dropped_names.append(what[i].name)
+        return [e for e, b in zip(what, bad.tolist()) if not b]
 
     def _add_events(self, xs: list[Event], index: int) -> None:
+        ts = us_text_to_ns(list(map(_get["ts"], xs)))
+        dur = us_float_to_ns(np.fromiter(map(_get["dur"], xs), dtype=np.float64, count=len(xs)))
+        bad = (ts == BAD) | (dur == BAD)
+        if bad.any():  # left out, counted and named (``problem_warnings``)
+            self.problems["ts"] += int((ts == BAD).sum())
+            self.problems["dur"] += int(((dur == BAD) & (ts != BAD)).sum())
+            kinds = [_kind_label(self.kind_of[xs[i].cat]) for i in np.flatnonzero(bad).tolist()]
+            xs = self._unreadable(xs, bad, kinds)
+            ts, dur = ts[~bad], dur[~bad]
+            if not xs:
+                return
         n = len(xs)
         kind = np.fromiter(map(self.kind_of.__getitem__, map(_get["cat"], xs)), dtype=np.int8, count=n)
+        if kind.min() < 0:  # complete events without a cat (or not a string): Kind.OTHER
+            self.problems["cat"] += int((kind < 0).sum())
+            kind[kind < 0] = int(Kind.OTHER)
         name = np.fromiter(map(self.names.__getitem__, map(_get["name"], xs)), dtype=np.int32, count=n)
         pid = _ints(_get["pid"], xs, n)
         tid = _ints(_get["tid"], xs, n)
-        ts = us_text_to_ns(b" ".join(map(_get["ts"], xs)), n)
-        dur = us_float_to_ns(np.fromiter(map(_get["dur"], xs), dtype=np.float64, count=n))
         if dur.min(initial=0) < 0:
             self.negative_durations += int((dur < 0).sum())
             np.maximum(dur, 0, out=dur)
@@ -162,7 +245,13 @@ class Columns:
             device[sel] = np.where(gpu, np.where(d_args >= 0, d_args, pid[sel]), -1)
             copies = np.isin(k, _COPIES)  # memcpy/memset carry bytes
             nbytes[sel] = np.where(copies, _ints(_aget["nbytes"], sub, m), -1)
+            # Kineto links every runtime call and GPU activity by correlation id: without one,
+            # an activity's launch (so its phase) is unknown
+            unlinked = int((np.isin(k, _LINKED) & (corr[sel] == -1)).sum())
+            if unlinked:
+                self.problems["args.correlation"] += unlinked
         cols = {
+            "_args": self._extra_args(kind, name, args),
             "kind": kind,
             "name": name,
             "ts": ts,
@@ -178,16 +267,57 @@ class Columns:
         self._ev.append((index, cols))
         self.n_events += n
 
+    def _extra_args(self, kind: np.ndarray, name: np.ndarray, args: list) -> dict | None:
+        """The ``Trace.args`` fields of this piece's events that carry them (``row``: the
+        event's row in the piece), None when none does."""
+        known = len(self._wants_args)
+        if len(self.names.values_) > known:
+            new = [bool(_ARG_NAME.search(s)) for s in self.names.values_[known:]]
+            self._wants_args = np.concatenate([self._wants_args, np.array(new, dtype=bool)])
+        rows = np.flatnonzero(self._wants_args[name] | (kind == int(Kind.SYNC)))
+        if not len(rows):
+            return None
+        sub = [args[i] for i in rows.tolist()]
+        out: dict = {"row": rows}
+        for f in _ARG_FIELDS:
+            if f == "group":  # the name; older traces wrote a numeric "Process Group ID"
+                out[f] = [a.group or (str(a.group_id) if a.group_id >= 0 else "") for a in sub]
+            elif f in STR_ARGS:
+                out[f] = list(map(_ARG_GET[f], sub))
+            else:
+                out[f] = _ints(_ARG_GET[f], sub, len(sub))
+        carries = np.zeros(len(rows), dtype=bool)  # the events that wrote any of the fields
+        for f in _ARG_FIELDS:
+            carries |= (np.array([v != "" for v in out[f]], dtype=bool) if f in STR_ARGS
+                        else out[f] != -1)
+        if not carries.any():
+            return None
+        if not carries.all():
+            keep = carries.nonzero()[0].tolist()
+            out = {f: ([v[i] for i in keep] if isinstance(v, list) else v[carries])
+                   for f, v in out.items()}
+        return out
+
     def _add_memory(self, mem: list[Event], index: int) -> None:
+        ts = us_text_to_ns(list(map(_get["ts"], mem)))
+        if (ts == BAD).any():
+            self.problems["ts"] += int((ts == BAD).sum())
+            mem = self._unreadable(mem, ts == BAD, ["[memory]"] * int((ts == BAD).sum()))
+            ts = ts[ts != BAD]
+            if not mem:
+                return
         n = len(mem)
         args = list(map(_get["args"], mem))
 
         def col(f: str, dtype=np.int64) -> np.ndarray:
             return _ints(_aget[f], args, n, dtype)
 
+        device_type = col("device_type", np.int8)
+        if (device_type == -1).any():  # torch writes it on every [memory] event
+            self.problems["args.Device Type"] += int((device_type == -1).sum())
         cols = {
-            "ts": us_text_to_ns(b" ".join(map(_get["ts"], mem)), n),
-            "device_type": col("device_type", np.int8),
+            "ts": ts,
+            "device_type": device_type,
             "device_id": col("device_id", np.int16),
             "bytes": col("mem_bytes"),
             "total_allocated": col("total_allocated"),
@@ -204,6 +334,11 @@ class Columns:
         """The events table's columns (name as int32 codes into ``self.names.values_``), by ts."""
         parts = [p for _, p in sorted(self._ev, key=lambda ip: ip[0])]  # file order (stable)
         cols = {c: _cat([p[c] for p in parts], t) for c, t in EVENT_COLUMNS.items()}
+        self._arg_parts, offset = [], 0
+        for p in parts:  # each piece's args, their rows made rows of the whole file
+            if p.get("_args") is not None:
+                self._arg_parts.append({**p["_args"], "row": p["_args"]["row"] + offset})
+            offset += len(p["ts"])
         self._ev = []
         if self.schema == "legacy2021":
             # The 2021 schema wrote record_function ranges as "Operator": the names torch and
@@ -212,7 +347,31 @@ class Columns:
             if ann:
                 sel = np.isin(cols["name"], ann) & (cols["kind"] == int(Kind.CPU_OP))
                 cols["kind"] = np.where(sel, np.int8(Kind.ANNOTATION), cols["kind"]).astype(np.int8)
-        return _sorted_by_ts(cols)
+        cols, self._order = _sorted_by_ts(cols)
+        return cols
+
+    def arg_arrays(self) -> tuple[dict[str, np.ndarray], list[str]]:
+        """The ``Trace.args`` table's columns (strings as int32 codes into the returned list),
+        sorted by event row; call after ``event_arrays``."""
+        parts, self._arg_parts = self._arg_parts, []
+        strings = _Codes()
+        if not parts:
+            return {c: np.empty(0, dtype=np.int32 if t == "category" else t)
+                    for c, t in ARG_COLUMNS.items()}, []
+        rows = np.concatenate([p["row"] for p in parts])
+        if self._order is not None:  # file row -> row in the ts-sorted table
+            where = np.empty_like(self._order)
+            where[self._order] = np.arange(len(self._order), dtype=self._order.dtype)
+            rows = where[rows]
+        cols: dict[str, np.ndarray] = {"event": rows.astype(np.int64)}
+        for f in _ARG_FIELDS:
+            if f in STR_ARGS:
+                values = [v for p in parts for v in p[f]]
+                cols[f] = np.fromiter(map(strings.__getitem__, values), dtype=np.int32, count=len(values))
+            else:
+                cols[f] = np.concatenate([p[f] for p in parts]).astype(ARG_COLUMNS[f])
+        order = np.argsort(cols["event"], kind="stable")
+        return {c: a[order] for c, a in cols.items()}, strings.values_
 
     def sorted_names(self, cols: dict[str, np.ndarray]) -> list[str]:
         """The names in sorted order, ``cols["name"]`` recoded to match: the same categories
@@ -228,7 +387,7 @@ class Columns:
         parts = [p for _, p in sorted(self._mem, key=lambda ip: ip[0])]
         cols = {c: _cat([p[c] for p in parts], t) for c, t in MEMORY_COLUMNS.items()}
         self._mem = []
-        return _sorted_by_ts(cols)
+        return _sorted_by_ts(cols)[0]
 
     @property
     def schema(self) -> str:
@@ -244,12 +403,13 @@ def _cat(parts: list[np.ndarray], dtype) -> np.ndarray:
     return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
-def _sorted_by_ts(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _sorted_by_ts(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """The columns sorted by ts (stable), and the order applied (None: already sorted)."""
     ts = cols["ts"]
     if len(ts) < 2 or bool(np.all(ts[1:] >= ts[:-1])):
-        return cols
+        return cols, None
     order = np.argsort(ts, kind="stable")
-    return {c: a[order] for c, a in cols.items()}
+    return {c: a[order] for c, a in cols.items()}, order
 
 
 def events_frame(cols: dict[str, np.ndarray], names: list[str]) -> pd.DataFrame:
@@ -259,6 +419,19 @@ def events_frame(cols: dict[str, np.ndarray], names: list[str]) -> pd.DataFrame:
         a = cols[c]
         if c == "name":
             data[c] = pd.Categorical.from_codes(a, categories=pd.Index(names), validate=False)
+        else:
+            data[c] = a.astype(dtype, copy=False)
+    return pd.DataFrame(data, copy=False)
+
+
+def args_frame(cols: dict[str, np.ndarray], strings: list[str]) -> pd.DataFrame:
+    """The ``Trace.args`` DataFrame from ``arg_arrays()`` columns and their string list."""
+    cats = pd.Index(strings, dtype=object)
+    data = {}
+    for c, dtype in ARG_COLUMNS.items():
+        a = cols[c]
+        if dtype == "category":
+            data[c] = pd.Categorical.from_codes(a, categories=cats, validate=False).remove_unused_categories()
         else:
             data[c] = a.astype(dtype, copy=False)
     return pd.DataFrame(data, copy=False)

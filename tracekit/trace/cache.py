@@ -27,15 +27,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracekit._files import ENV_VAR, cache_dir, content_stamp  # noqa: F401 (re-exported)
-from tracekit.trace.model import EVENT_COLUMNS, MEMORY_COLUMNS
+from tracekit.trace.model import ARG_COLUMNS, EVENT_COLUMNS, MEMORY_COLUMNS
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Bump when the tables, the loader's output or this layout change: old entries then miss."""
 _MAGIC = b"TKCACHE\0"
 _FIXED = struct.Struct("<8sIIQI")
 _ALIGN = 64
 _EVENT_DTYPES = {c: np.dtype(np.int32 if t == "category" else t) for c, t in EVENT_COLUMNS.items()}
 _MEMORY_DTYPES = {c: np.dtype(t) for c, t in MEMORY_COLUMNS.items()}
+_ARG_DTYPES = {c: np.dtype(np.int32 if t == "category" else t) for c, t in ARG_COLUMNS.items()}
+_TABLES = (("events", _EVENT_DTYPES), ("memory", _MEMORY_DTYPES), ("args", _ARG_DTYPES))
 
 
 def stamp(path: str) -> dict:
@@ -59,21 +61,25 @@ class Entry:
     names: list[str]
     info: dict
     """rank, metadata, schema, platform, warnings: JSON-safe."""
+    args: dict[str, np.ndarray]
+    """``Trace.args``'s columns, strings as codes into ``arg_strings``."""
+    arg_strings: list[str]
 
 
 def write(path: str, st: dict, entry: Entry) -> None:
     """Writes ``entry`` for the file stamped ``st`` at ``path`` atomically."""
     blocks: list[tuple[str, str, np.ndarray]] = []
-    for table, cols in (("events", entry.events), ("memory", entry.memory)):
+    for table, cols in (("events", entry.events), ("memory", entry.memory), ("args", entry.args)):
         for name, a in cols.items():
             blocks.append((table, name, np.ascontiguousarray(a)))
-    layout: dict[str, dict] = {"events": {}, "memory": {}}
+    layout: dict[str, dict] = {"events": {}, "memory": {}, "args": {}}
     offset = 0
     for table, name, a in blocks:
         layout[table][name] = [a.dtype.str, offset, len(a)]
         offset += -(-a.nbytes // _ALIGN) * _ALIGN
     header = json.dumps(
-        {"stamp": st, "layout": layout, "names": entry.names, "info": entry.info},
+        {"stamp": st, "layout": layout, "names": entry.names, "info": entry.info,
+         "arg_strings": entry.arg_strings},
         ensure_ascii=False,
     ).encode()
     crc = 0
@@ -150,7 +156,7 @@ def _parse(data: mmap.mmap, st: dict) -> Entry:
     tables: dict[str, dict[str, np.ndarray]] = {}
     try:
         names = header["names"]
-        for table, expected in (("events", _EVENT_DTYPES), ("memory", _MEMORY_DTYPES)):
+        for table, expected in _TABLES:
             layout = header["layout"][table]
             if {k: np.dtype(v[0]) for k, v in layout.items()} != expected:
                 raise Invalid(f"{table} columns are not this version's")
@@ -164,6 +170,15 @@ def _parse(data: mmap.mmap, st: dict) -> Entry:
         codes = tables["events"]["name"]
         if len(codes) and (int(codes.max()) >= len(names) or int(codes.min()) < 0):
             raise Invalid("name codes out of range")
-        return Entry(tables["events"], tables["memory"], names, header["info"])
+        strings = header["arg_strings"]
+        args = tables["args"]
+        for c, t in ARG_COLUMNS.items():
+            a = args[c]
+            if t == "category" and len(a) and (int(a.max()) >= len(strings) or int(a.min()) < 0):
+                raise Invalid("arg string codes out of range")
+        ev = args["event"]
+        if len(ev) and (int(ev.max()) >= len(codes) or int(ev.min()) < 0):
+            raise Invalid("arg rows out of range")
+        return Entry(tables["events"], tables["memory"], names, header["info"], args, strings)
     except (KeyError, TypeError, ValueError) as exc:
         raise Invalid(f"bad layout: {exc}") from None

@@ -37,7 +37,7 @@ sorted by ``ts``:
 
 ================ ====== ===================================================================
 ts               int64  ns
-device_type      int8   c10 DeviceType: 0 CPU, 1 CUDA (ROCm reports CUDA too)
+device_type      int8   c10 DeviceType: 0 CPU, 1 CUDA, 6 HIP (ROCm's builds)
 device_id        int16  -1 for the host
 bytes            int64  signed: > 0 allocation, < 0 free
 total_allocated  int64  allocator's allocated bytes after the event, -1 when not recorded
@@ -45,6 +45,36 @@ total_reserved   int64  allocator's reserved bytes after the event, -1 when not 
 addr             int64  address, -1 when not recorded
 tid              int64  thread
 ================ ====== ===================================================================
+
+``Trace.args`` holds the extra arguments of the few events that carry them, one row per such
+event, sorted by ``event``: Kineto's ``cuda_sync`` events (a stream waiting on an event recorded
+on another stream; written with ``enable_cuda_sync_events``) and the collective metadata torch
+writes on ``record_param_comms`` CPU ops and on the NCCL/RCCL kernels they launched:
+
+================ ======== =================================================================
+event            int64    row of ``Trace.events`` the args belong to
+wait_stream      int32    ``wait_on_stream``: the stream the waited-on event was recorded on
+wait_correlation int64    ``wait_on_cuda_event_record_corr_id``: correlation id of the
+                          ``cudaEventRecord`` call that recorded it
+wait_event       int64    ``wait_on_cuda_event_id``
+collective       category ``Collective name`` (``allreduce``, ``all_to_allv``...), "" if none
+group            category ``Process Group Name``, else ``Process Group ID`` as text, else ""
+group_desc       category ``Process Group Description``
+group_ranks      category ``Process Group Ranks`` as written (``[0, 1]``)
+group_size       int64    ``Group size``
+in_nelems        int64    ``In msg nelems``
+out_nelems       int64    ``Out msg nelems``
+in_split         category ``In split size`` as written (``[14, 14]``; long lists end ``...]``)
+out_split        category ``Out split size``
+dtype            category ``dtype``
+seq              int64    ``Seq``: the collective's sequence number in its group
+comm_rank        int64    ``Rank``: this rank in the group
+src_rank         int64    ``Src Rank`` (recv)
+dst_rank         int64    ``Dst Rank`` (send)
+================ ======== =================================================================
+
+Integers not written are -1, strings "". Which events are asked for their args: every
+``cuda_sync`` event, and ``record_param_comms`` and names matching ``nccl``/``rccl`` (any case).
 """
 
 from __future__ import annotations
@@ -74,7 +104,7 @@ class Kind(IntEnum):
 
 
 GPU_ACTIVITY_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
-"""Kinds that occupy a GPU stream: DESIGN.md's "activities"."""
+"""Kinds that occupy a GPU stream: the "activities" of docs/metrics.md."""
 
 EVENT_COLUMNS: dict[str, Any] = {
     "kind": np.int8,
@@ -89,6 +119,34 @@ EVENT_COLUMNS: dict[str, Any] = {
     "external_id": np.int64,
     "bytes": np.int64,
 }
+
+ARG_COLUMNS: dict[str, Any] = {
+    "event": np.int64,
+    "wait_stream": np.int32,
+    "wait_correlation": np.int64,
+    "wait_event": np.int64,
+    "collective": "category",
+    "group": "category",
+    "group_desc": "category",
+    "group_ranks": "category",
+    "group_size": np.int64,
+    "in_nelems": np.int64,
+    "out_nelems": np.int64,
+    "in_split": "category",
+    "out_split": "category",
+    "dtype": "category",
+    "seq": np.int64,
+    "comm_rank": np.int64,
+    "src_rank": np.int64,
+    "dst_rank": np.int64,
+}
+
+
+def empty_args() -> pd.DataFrame:
+    """An ``args`` table without rows."""
+    return pd.DataFrame({c: pd.Categorical([]) if t == "category" else np.empty(0, dtype=t)
+                         for c, t in ARG_COLUMNS.items()})
+
 
 MEMORY_COLUMNS: dict[str, Any] = {
     "ts": np.int64,
@@ -123,6 +181,8 @@ class Trace:
     warnings: tuple[str, ...] = ()
     """What the loader had to repair or guess (a truncated file, a missing rank...); one
     sentence each, without the file name (``source`` says which file)."""
+    args: pd.DataFrame = field(default_factory=empty_args)
+    """Extra args of cuda_sync events and collectives, see the module docstring."""
 
     @property
     def world_size(self) -> int | None:
