@@ -20,8 +20,8 @@ SemiSync, SparseDist with the in-place copy); SparseDist is the reference. For e
    memory; ratios to SparseDist are taken within the round. Reported: the median over rounds
    with a 95 % bootstrap interval over rounds, of the step time, the ratio, peak reserved and
    allocated memory and their ratios (bench/method.py).
-3. **Traces**: then one more run of SparseDist, FusedSparseDist (and the other main variants)
-   with ``--profile-steps`` profiled steps (Kineto with ``[memory]`` and ``cuda_sync`` events:
+3. **Traces**: then one more run of each variant the plan traces (the headline's main variants,
+   and what the 16k question and the explain proof need) with ``--profile-steps`` profiled steps (Kineto with ``[memory]`` and ``cuda_sync`` events:
    ``runtime.profiling``), written in the repository's layout under ``<out>/commit/`` so the lead
    can copy them in: ``sample_traces/pipelines_{N}gpu/<variant>/`` for the headline preset,
    ``.../<preset>/<variant>/`` for the others.
@@ -72,7 +72,7 @@ from bench.gpu_clocks import ClockLog, reason_names  # noqa: E402
 from runtime.data import DataConfig, SyntheticLoader  # noqa: E402
 from runtime.dist import init_from_env  # noqa: E402
 from runtime.model import DenseOptimizerConfig, ModelConfig  # noqa: E402
-from runtime.profiling import cuda_sync_events  # noqa: E402
+from runtime.profiling import cuda_sync_events, trace_counts  # noqa: E402
 from runtime.session import RunResult, Session  # noqa: E402
 from runtime.train import TrainConfig, _config_dict, _versions  # noqa: E402
 
@@ -90,7 +90,7 @@ VARIANTS: dict[str, tuple[str, dict]] = {
 }
 REFERENCE = "sparse"
 TRACED = ("sparse", "fused", "semi", "base", "fused_step_start")
-"""Variants that get a trace run (where the preset has them)."""
+"""Variants that get a trace run (where the preset has them), unless the plan says which."""
 
 _BIG = dict(tables=26, rows=1_000_000, dim=128, pooling=20.0, dense_arch=(1024, 1024), over_arch=(4096, 4096, 4096, 2048))
 
@@ -117,14 +117,16 @@ PRESETS: dict[str, dict] = {
 }
 
 MAIN = ("sparse", "fused", "semi")
-# (preset, variants); the first preset is the headline (every variant; its traces in
-# sample_traces/pipelines_{N}gpu/<variant>/, the others' in .../<preset>/<variant>/)
+# (preset, variants, traced variants); the first preset is the headline (every variant; its
+# traces in sample_traces/pipelines_{N}gpu/<variant>/, the others' in .../<preset>/<variant>/).
+# Traced besides the headline: what the 16k question and the explain proof's host-bound pair
+# need (the sample traces stay a few MB).
 PLAN = (
-    ("multitask_b32k", tuple(VARIANTS)),
-    ("multitask", ("sparse", "fused", "fused_step_start", "semi")),
-    ("multitask_b4k", MAIN),
-    ("multitask_p0", MAIN),
-    ("dense_heavy", MAIN),
+    ("multitask_b32k", tuple(VARIANTS), TRACED),
+    ("multitask", ("sparse", "fused", "fused_step_start", "semi"), ("sparse", "fused", "fused_step_start")),
+    ("multitask_b4k", MAIN, ("sparse", "fused")),
+    ("multitask_p0", MAIN, ()),
+    ("dense_heavy", MAIN, ()),
 )
 OLD_METHOD_PRESETS = ("multitask_b32k", "multitask")
 """Presets whose ``old_method`` diagnostic runs (the issue's two disagreeing presets)."""
@@ -343,7 +345,7 @@ class Bench:
         return seg
 
     # ---- a preset ----------------------------------------------------------------------------
-    def preset(self, name: str, variants: list[str], *, headline: bool, share_s: float) -> None:
+    def preset(self, name: str, variants: list[str], *, traced: tuple[str, ...], headline: bool, share_s: float) -> None:
         args, spec = self.args, PRESETS[name]
         folder = self.commit / self.samples_dir / ("" if headline else name)
         pdoc: dict = {
@@ -355,7 +357,7 @@ class Bench:
         cfgs = {v: _config(spec, v, device=args.device, warmup=args.warmup_steps, timed=args.steps, profile=0,
                            out=folder / v, seed=args.seed) for v in variants}
         trace_cfgs = {v: dataclasses.replace(cfgs[v], timed_steps=3, profile_steps=args.profile_steps)
-                      for v in variants if v in TRACED and args.profile_steps}
+                      for v in variants if v in traced and args.profile_steps}
         longest = max([c.total_steps for c in cfgs.values()] + [c.total_steps for c in trace_cfgs.values()] + [50])
         first = cfgs[variants[0]]
         pdoc.update(model=dataclasses.asdict(first.model), data=dataclasses.asdict(first.data),
@@ -386,19 +388,25 @@ class Bench:
         one_round(0, list(variants))
         per_round = pdoc["rounds"][0]["t"][1] - pdoc["rounds"][0]["t"][0]
         traces_s = len(trace_cfgs) * (4.0 + 0.002 * spec["est_step_ms"] * 13) if self.gpu else 2.0 * len(trace_cfgs)
-        left = share_s - (self.now() - t_preset) - traces_s
+        diag_s = 0.0
+        if self.gpu and not args.no_diagnostics:
+            diag_s += self.old_method_s(name, variants) + (15.0 if headline else 0.0)
+        left = share_s - (self.now() - t_preset) - traces_s - diag_s
         n_rounds = self.decide(method.rounds_that_fit(per_round_s=per_round, left_s=left, least=args.min_rounds, most=args.rounds))
         pdoc["timed_rounds_planned"] = n_rounds
         for r, order in enumerate(method.round_orders(variants, n_rounds), start=1):
             one_round(r, order)
 
+        self.summarize(pdoc)  # the figures each sample trace's metrics.json carries
         for v, cfg in trace_cfgs.items():
             seg = self.run(session, loader, cfg)
             if self.rank0:
+                seg["trace_counts"] = trace_counts(seg["trace"])  # did cuda_sync and [memory] make it in?
                 write_run_metrics(Path(cfg.out), seg, pdoc, v, cfg, self)
-            pdoc["traces"][v] = {"dir": str(Path(cfg.out).relative_to(self.commit)), **{k: seg[k] for k in (
-                "step_ms_median", "traced_step_ms", "peak_reserved_bytes", "gpu_waited_share")}}
-            self.say(f"{name} trace {v}: untraced {seg['step_ms_median']:.3f} ms, traced {seg['traced_step_ms']}")
+            pdoc["traces"][v] = {"dir": str(Path(cfg.out).relative_to(self.commit)), **{k: seg.get(k) for k in (
+                "step_ms_median", "traced_step_ms", "peak_reserved_bytes", "gpu_waited_share", "trace_counts")}}
+            self.say(f"{name} trace {v}: untraced {seg['step_ms_median']:.3f} ms, traced {seg['traced_step_ms']}, "
+                     f"events {seg.get('trace_counts')}")
         self.publish()
 
         diagnose = self.gpu and not args.no_diagnostics
@@ -418,9 +426,9 @@ class Bench:
         while the next variant's model and data were built), then SparseDist, FusedSparseDist
         and SemiSync back to back, 10 warm-up + 40 timed steps each, P90 ratios."""
         main = [v for v in MAIN if v in variants]
-        if name not in OLD_METHOD_PRESETS or REFERENCE not in main:
+        need = self.old_method_s(name, variants)
+        if not need:
             return
-        need = self.args.idle_s + len(main) * 50 * PRESETS[name]["est_step_ms"] / 1e3 + 5
         if not self.decide(left_s > need):
             pdoc["diagnostics"]["old_method"] = "skipped: time budget"
             return
@@ -434,6 +442,13 @@ class Bench:
         old["p90_ratio"] = {v: old["runs"][v]["step_ms_p90"] / ref for v in main}
         pdoc["diagnostics"]["old_method"] = old
         self.say(f"{name} old method after {self.args.idle_s} s idle: P90 ratios {old['p90_ratio']}")
+
+    def old_method_s(self, name: str, variants: list[str]) -> float:
+        """Seconds the old_method diagnostic takes on this preset (0: it does not run here)."""
+        main = [v for v in MAIN if v in variants]
+        if name not in OLD_METHOD_PRESETS or REFERENCE not in main:
+            return 0.0
+        return self.args.idle_s + len(main) * 50 * PRESETS[name]["est_step_ms"] / 1e3 + 5
 
     def fresh_tables(self, variants, pdoc, loader, cfgs, left_s) -> None:  # noqa: ANN001
         """The model built again (a new 13 GB allocation, the old one freed), SparseDist and
@@ -482,7 +497,8 @@ class Bench:
             s["gpu_waited_share"] = method.median([r["gpu_waited_share"] for r in runs if r["gpu_waited_share"] is not None])
             s["host_step_ms"] = method.median([r["host_step_ms_median"] for r in runs])
             s["first_step_ms"] = method.median([r["first_step_ms"] for r in runs if r["first_step_ms"] is not None])
-            s["device_allocs_in_timed_steps"] = sum(r["allocator_timed"].get("num_device_alloc", 0) for r in runs)
+            allocs = [r["allocator_timed"].get("segment.all.allocated") for r in runs]
+            s["device_allocs_in_timed_steps"] = None if None in allocs else sum(allocs)  # cudaMalloc calls
             losses = {r["final_loss"] for r in runs}
             s["final_loss"] = runs[-1]["final_loss"] if runs else None
             s["final_loss_same_every_round"] = len(losses) == 1
@@ -530,16 +546,23 @@ def targets(pdoc: dict) -> dict:
 # what the lead commits
 # ------------------------------------------------------------------------------------------
 def write_run_metrics(folder: Path, seg: dict, pdoc: dict, variant: str, cfg: TrainConfig, bench: Bench) -> None:
-    """metrics.json beside a sample trace: the trace run's own figures and its config (the keys
-    runtime.train's metrics.json has for them: pipeline, world_size, config)."""
+    """metrics.json beside a sample trace: the variant's measured figures (``step_ms_p50``: the
+    median over the timed rounds of each round's median step; ``measured_summary``), the trace
+    run's own figures and its config (the keys runtime.train's metrics.json has for them:
+    pipeline, world_size, config, step_ms_p50)."""
     folder.mkdir(parents=True, exist_ok=True)
+    measured = pdoc["summary"].get(variant, {})
     doc = {
         "variant": variant, "pipeline": VARIANTS[variant][0], "options": VARIANTS[variant][1], "preset": pdoc["preset"],
         "config": _config_dict(cfg),
+        # the method's figures of this variant (median over the timed rounds of each round's
+        # median step [95 % interval]; ratios to SparseDist within rounds), not this trace run's
+        "step_ms_p50": (measured.get("step") or {}).get("median"),
+        "measured_summary": measured,
         "device": bench.device_name, "world_size": bench.info.world_size, "date_utc": bench.doc["date_utc"],
         "cuda_sync_events": bench.doc["process"].get("cuda_sync_events"),
-        "trace_run": {k: seg[k] for k in ("step_ms", "traced_step_ms", "step_ms_median", "peak_reserved_bytes",
-                                          "peak_allocated_bytes", "gpu_waited_share", "final_loss", "clocks")},
+        "trace_run": {k: seg.get(k) for k in ("step_ms", "traced_step_ms", "step_ms_median", "peak_reserved_bytes",
+                                              "peak_allocated_bytes", "gpu_waited_share", "final_loss", "clocks", "trace_counts")},
         "model": pdoc["model"], "data": pdoc["data"], "dense_optimizer": pdoc["dense_optimizer"],
         "main_stream_priority": pdoc["main_stream_priority"], "versions": bench.doc["versions"],
         "measured": f"bench/results/pipelines-{bench.tag}.json (preset {pdoc['preset']}, summary -> {variant})",
@@ -568,8 +591,10 @@ def write_commit(bench: Bench) -> None:
              "`<preset>/`.", ""]
     for p in doc["presets"]:
         for v, t in p["traces"].items():
+            n = t.get("trace_counts") or {}
             lines.append(f"- `{Path(t['dir']).relative_to(bench.samples_dir)}/`: preset {p['preset']}, {v}; untraced "
-                         f"{t['step_ms_median']:.3f} ms/step, traced steps {t['traced_step_ms']} ms")
+                         f"{t['step_ms_median']:.3f} ms/step, traced steps {t['traced_step_ms']} ms; {n.get('cuda_sync')} "
+                         f"cuda_sync and {n.get('memory')} [memory] events")
     (samples / "README.md").write_text("\n".join(lines) + "\n")
     rows = readme_rows(doc, bench.tag)
     (c / "README-rows.md").write_text("\n".join(rows) + "\n")
@@ -580,8 +605,12 @@ def write_commit(bench: Bench) -> None:
                 continue
             pairs.append(proof_manifest.pipeline_pair(p, before, after, fix=fix, trace_file=f"trace_rank0.json.gz"))
     if pairs:
-        proof_manifest.write(res / f"proof-pipelines-{bench.tag}.json", pairs, device=doc["device"], date_utc=doc["date_utc"],
-                             source=f"bench/results/pipelines-{bench.tag}.json", versions=doc["versions"])
+        proof_manifest.write(res / f"proof-pipelines-{bench.tag}.json", pairs, repo=c, device=doc["device"],
+                             date_utc=doc["date_utc"], source=f"bench/results/pipelines-{bench.tag}.json", versions=doc["versions"])
+
+
+def _cell(x) -> str:  # noqa: ANN001
+    return "-" if x is None else str(x)
 
 
 def _est(e: dict | None, fmt: str = "{:.3f}", scale: float = 1.0) -> str:
@@ -634,7 +663,7 @@ def markdown(doc: dict) -> list[str]:
             lines.append(
                 f"| {v} | {_est(s.get('step'))} | {_est(s.get('ratio'))} | {_est(s.get('reserved_bytes'), '{:.2f}', 1e-9)} | "
                 f"{_est(s.get('reserved_ratio'))} | {_est(s.get('allocated_bytes'), '{:.2f}', 1e-9)} | "
-                f"{'-' if waited is None else f'{waited:.0%}'} | {s.get('device_allocs_in_timed_steps', '-')} | "
+                f"{'-' if waited is None else f'{waited:.0%}'} | {_cell(s.get('device_allocs_in_timed_steps'))} | "
                 f"{'-' if warm is None else f'{warm:.3f}'} |")
         backends = sorted({str(run.get("embedding_backend")) for rd in p["rounds"] for run in rd["runs"].values()})
         if backends and backends != ["cuda"]:
@@ -653,6 +682,20 @@ def markdown(doc: dict) -> list[str]:
             lines.append(f"| {rd['round']}{' (warm-up)' if rd['warmup'] else ''} | {rd['order'][0]} first | " + " | ".join(cells)
                          + f" | {ck.get('sm_mhz', '-')} | {ck.get('temp_c_max', '-')} | {','.join(reason_names(ck.get('reasons'))) or '-'}"
                          f" | {rd['probes'].get('gemm_ms', '-')} | {rd['probes'].get('lookup_ms', '-')} |")
+        warm = next((rd for rd in p["rounds"] if rd["warmup"]), None)
+        if warm is not None:
+            lines += ["", "First use (the warm-up round against the timed rounds; a run's first step includes the pipeline "
+                      "fill and the allocator's growth after `empty_cache`):", "",
+                      "| variant | warm-up round: first step ms (host ms) | its warm-up steps ms | its median step ms "
+                      "| timed rounds: first step ms | median step ms |", "|---|---|---|---|---|---|"]
+            for v in p["variants"]:
+                w, s = warm["runs"].get(v), p["summary"].get(v, {})
+                if w is None:
+                    continue
+                lines.append(f"| {v} | {w['first_step_ms']:.1f} ({w['first_step_host_ms']:.1f}) | "
+                             f"{', '.join(f'{x:.1f}' for x in w['warmup_step_ms'])} | {w['step_ms_median']:.3f} | "
+                             f"{_cell(None if s.get('first_step_ms') is None else round(s['first_step_ms'], 1))} | "
+                             f"{_cell(None if not s.get('step') else round(s['step']['median'], 3))} |")
         diag = p.get("diagnostics") or {}
         old = diag.get("old_method")
         if isinstance(old, dict):
@@ -675,16 +718,18 @@ def markdown(doc: dict) -> list[str]:
 # ------------------------------------------------------------------------------------------
 # main
 # ------------------------------------------------------------------------------------------
-def parse_plan(text: str | None) -> list[tuple[str, list[str]]]:
+def parse_plan(text: str | None) -> list[tuple[str, list[str], tuple[str, ...]]]:
+    """(preset, variants, traced variants) of the built-in plan or of ``--plan`` (whose presets
+    trace the TRACED variants they have)."""
     if not text:
-        return [(p, list(vs)) for p, vs in PLAN]
+        return [(p, list(vs), tr) for p, vs, tr in PLAN]
     plans = []
     for item in text.split(","):
         preset, _, vs = item.partition(":")
         names = [v for v in vs.split("+") if v] or list(MAIN)
         if REFERENCE not in names:
             names.insert(0, REFERENCE)  # every ratio is to SparseDist, measured in the same round
-        plans.append((preset, names))
+        plans.append((preset, names, TRACED))
     return plans
 
 
@@ -722,20 +767,20 @@ def main() -> int:
                str(Path(__file__).resolve()), *sys.argv[1:]]
         return subprocess.run(cmd).returncode
     plans = parse_plan(args.plan)
-    bad = [p for p, _ in plans if p not in PRESETS] + [v for _, vs in plans for v in vs if v not in VARIANTS]
-    if bad or len({p for p, _ in plans}) != len(plans):
-        print(f"bench_pipelines: error: unknown or repeated presets/variants {bad or [p for p, _ in plans]}", file=sys.stderr)
+    bad = [p for p, _, _ in plans if p not in PRESETS] + [v for _, vs, _ in plans for v in vs if v not in VARIANTS]
+    if bad or len({p for p, _, _ in plans}) != len(plans):
+        print(f"bench_pipelines: error: unknown or repeated presets/variants {bad or [p for p, _, _ in plans]}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally below, then exit
     info = init_from_env(args.device)
     bench = Bench(args, info)
     try:
         bench.start_process()
-        weights = [PRESETS[p]["est_step_ms"] * len(vs) for p, vs in plans]
-        for k, (preset, names) in enumerate(plans):
+        weights = [PRESETS[p]["est_step_ms"] * len(vs) for p, vs, _ in plans]
+        for k, (preset, names, traced) in enumerate(plans):
             left = args.budget_s - bench.now()
             share = left * weights[k] / sum(weights[k:])
-            bench.preset(preset, names, headline=k == 0, share_s=share)
+            bench.preset(preset, names, traced=traced, headline=k == 0, share_s=share)
     finally:  # also on SIGTERM (a time limit): the figures of every round that ran
         for p in bench.doc["presets"]:
             bench.summarize(p)
