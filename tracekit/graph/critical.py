@@ -157,6 +157,7 @@ _EDGE_WHAT = {
     EdgeKind.WAIT_RECORDED: "cross-stream wait before",
     EdgeKind.WAIT_INFERRED: "cross-stream wait (inferred) before",
     EdgeKind.HOST_WAIT: "wake-up after the GPU, before",
+    EdgeKind.QUEUE: "wake-up after a full launch queue, before",
     EdgeKind.FIX: "what-if dependency before",
 }
 
