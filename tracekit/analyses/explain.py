@@ -115,15 +115,33 @@ def _label(g, lane: int) -> str:
     return g.lane_label(lane)
 
 
-def _top(g, segs: pd.DataFrame) -> list[dict]:
-    """The path's largest items: its time grouped by (lane, name, category)."""
-    if segs.empty:
-        return []
-    t = segs.groupby(["lane", "name", "category"], sort=False).agg(
+def _tops(g, path: pd.DataFrame) -> dict[int, list[dict]]:
+    """Per step, the path's largest items: its time grouped by (lane, name, category)."""
+    if path.empty:
+        return {}
+    t = path.groupby(["step", "lane", "name", "category"], sort=False).agg(
         ns=("dur", "sum"), count=("dur", "size")).reset_index()
-    t = t.sort_values("ns", ascending=False, kind="stable").head(TOP_ITEMS)
-    return [{"lane": _label(g, int(r.lane)), "name": str(r.name), "category": r.category,
-             "ns": int(r.ns), "count": int(r.count)} for r in t.itertuples(index=False)]
+    t = t.sort_values(["step", "ns"], ascending=[True, False], kind="stable")
+    t = t.groupby("step", sort=False).head(TOP_ITEMS)
+    labels = {int(ln): _label(g, int(ln)) for ln in t["lane"].unique()}
+    out: dict[int, list[dict]] = {}
+    for r in t.itertuples(index=False):
+        out.setdefault(int(r.step), []).append(
+            {"lane": labels[int(r.lane)], "name": str(r.name), "category": r.category,
+             "ns": int(r.ns), "count": int(r.count)})
+    return out
+
+
+def _breakdowns(path: pd.DataFrame) -> dict[int, dict[str, int]]:
+    """Per step, time per category (largest first)."""
+    if path.empty:
+        return {}
+    t = path.groupby(["step", "category"], sort=False)["dur"].sum().reset_index()
+    t = t.sort_values(["step", "dur"], ascending=[True, False], kind="stable")
+    out: dict[int, dict[str, int]] = {}
+    for st, cat, ns in zip(t["step"].tolist(), t["category"].tolist(), t["dur"].tolist()):
+        out.setdefault(int(st), {})[str(cat)] = int(ns)
+    return out
 
 
 def _finding(fid, title, fix, evidence, pred: wi.Prediction, kind="time") -> dict:
@@ -148,13 +166,13 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     win = cr.step_windows(g)
     rows = []
     total_bd: dict[str, int] = {}
+    bds, tops = _breakdowns(path), _tops(g, path)
     for r in win.itertuples(index=False):
-        segs = path[path["step"].to_numpy() == r.step]
-        bd = cr.breakdown(segs)
+        bd = bds.get(int(r.step), {})
         dur = int(r.end - r.start)
         b, share = cr.bound_of(bd, dur)
         rows.append((int(r.step), int(r.start), int(r.end), dur, b,
-                     np.nan if share is None else share, bd, _top(g, segs)))
+                     np.nan if share is None else share, bd, tops.get(int(r.step), [])))
         for k, v in bd.items():
             total_bd[k] = total_bd.get(k, 0) + v
     steps = pd.DataFrame(rows, columns=["step", "start_ns", "end_ns", "duration_ns", "bound",

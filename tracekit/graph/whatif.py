@@ -221,9 +221,9 @@ def _aligned(obs, w) -> np.ndarray:
 def _contention_durations(g: Graph, p: Plan, start, end) -> np.ndarray | None:
     """Kernel durations lengthened by ``CONTENTION_SHARE`` of the overlap with other streams'
     kernels that each gained in the replay; None when no kernel gained any."""
-    cat = g.category
-    kern = (g.kind == NodeKind.GPU) & np.array(
-        [c == COMMUNICATION or c.startswith(COMPUTE) for c in cat], bool)
+    uniq, inv = np.unique(g.category.astype(str), return_inverse=True)
+    is_kernel = np.array([c == COMMUNICATION or c.startswith(COMPUTE) for c in uniq], bool)
+    kern = (g.kind == NodeKind.GPU) & is_kernel[inv.reshape(-1)]
     if not kern.any():
         return None
     lanes = g.lanes
