@@ -82,7 +82,8 @@ def _event_rows(trace: Trace, kinds) -> np.ndarray:
 
 def _calls(trace: Trace) -> pd.DataFrame:
     """Runtime/driver calls, nested ones folded into the outermost call of their thread:
-    ``row, ts, end, pid, tid, name, outer`` (outer: position of the kept call)."""
+    ``row, ts, end, pid, tid, outer, corr`` (outer: position of the kept call; its end covers
+    the calls nested in it)."""
     ev = trace.events
     rows = _event_rows(trace, (Kind.RUNTIME, Kind.DRIVER))
     ts = ev["ts"].to_numpy(np.int64)[rows]
@@ -101,10 +102,7 @@ def _calls(trace: Trace) -> pd.DataFrame:
         nested = same & (ts < np.r_[0, reach[:-1]])
         top = ~nested
         outer = np.maximum.accumulate(np.where(top, np.arange(n), 0))
-        end = np.where(top, np.maximum(end, 0), end)
-        # an outer call's end covers its nested calls
-        reach_top = pd.Series(end).groupby(outer).transform("max").to_numpy()
-        end = reach_top
+        end = pd.Series(end).groupby(outer).transform("max").to_numpy()
     return pd.DataFrame({"row": rows, "ts": ts, "end": end, "pid": pid, "tid": tid,
                          "outer": outer, "corr": ev["correlation"].to_numpy(np.int64)[rows]})
 
@@ -124,21 +122,25 @@ def _main_thread(trace: Trace, rules: Rules, calls: pd.DataFrame) -> tuple[int, 
     return pid, int(tid)
 
 
-def _launch_latency(a_start, a_lane, launch_end, nominal: int | None) -> int:
+NONE = np.iinfo(np.int64).min // 2
+"""A time that precedes every other (an activity first on its stream has no previous end)."""
+
+
+def stream_prev_end(a_start, a_end, a_lane) -> np.ndarray:
+    """Per activity: the end of the one before it on its stream (``NONE`` for the first)."""
+    order = np.lexsort((a_start, a_lane))
+    same = np.r_[False, a_lane[order][1:] == a_lane[order][:-1]]
+    out = np.full(a_start.size, NONE, np.int64)
+    out[order] = np.where(same, np.r_[0, a_end[order][:-1]], NONE)
+    return out
+
+
+def _launch_latency(a_start, a_end, a_lane, launch_end, nominal: int | None) -> int:
+    """The nominal launch latency: ``nominal``, else the 10th percentile of activity start -
+    launch end over the activities whose stream was free when their launch returned."""
     if nominal is not None:
         return nominal
-    has = launch_end >= 0
-    if not has.any():
-        return 0
-    # activities whose stream was free when their launch returned: start - launch end
-    order = np.lexsort((a_start, a_lane))
-    prev_end = np.full(a_start.size, np.iinfo(np.int64).min)
-    s = a_start[order]
-    same = np.r_[False, a_lane[order][1:] == a_lane[order][:-1]]
-    # a stream's previous activity end: the activities of a lane do not overlap
-    ends = np.r_[np.iinfo(np.int64).min, (s + 0)[:-1]]
-    prev_end[order] = np.where(same, ends, np.iinfo(np.int64).min)
-    free = has & (prev_end < launch_end)
+    free = (launch_end >= 0) & (stream_prev_end(a_start, a_end, a_lane) < launch_end)
     lat = (a_start - launch_end)[free]
     if not lat.size:
         return 0
@@ -338,7 +340,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         # a call that waited ended after its own work began: not a launch latency sample
         by_node[l_dst] = np.where(wait[l_src] > 0, -1, end[l_src])
         launch_end = by_node[a_id]
-    lat = _launch_latency(a_start, a_lane, launch_end, config.launch_latency_ns)
+    lat = _launch_latency(a_start, a_end, a_lane, launch_end, config.launch_latency_ns)
     # a blocking call launched its work when it began, before its wait: that launch edge comes
     # from the call before it on its thread, with the host time up to the call's start
     l_nom = np.full(l_src.size, lat, np.int64)
@@ -493,13 +495,9 @@ def _inferred_waits(a_start, a_end, a_lane, a_dev, launch_end, lat, config: Grap
     before it launches on the waiting stream; a stream held without one waited for something
     else: the GPU's resources, say)."""
     n = a_start.size
-    order = np.lexsort((a_start, a_lane))
-    same = np.r_[False, a_lane[order][1:] == a_lane[order][:-1]]
-    prev_end = np.full(n, np.iinfo(np.int64).min // 2)
-    pe = np.r_[0, a_end[order][:-1]]
-    prev_end[order] = np.where(same, pe, np.iinfo(np.int64).min // 2)
-    ready = np.maximum(prev_end, np.where(launch_end >= 0, launch_end + lat, np.iinfo(np.int64).min // 2))
-    has_ready = ready > np.iinfo(np.int64).min // 4
+    prev_end = stream_prev_end(a_start, a_end, a_lane)
+    ready = np.maximum(prev_end, np.where(launch_end >= 0, launch_end + lat, NONE))
+    has_ready = ready > NONE
     held = has_ready & (a_start - ready > config.wait_ready_ns)
     if wait_ts.size and held.any():
         # the thread's previous launch (onto any stream)

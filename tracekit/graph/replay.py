@@ -104,24 +104,23 @@ def replay(p: Plan) -> tuple[np.ndarray, np.ndarray]:
     dur = p.dur
     last_end = {k: NEG for k in lanes}  # end of the lane's last node computed so far
     x = release.copy()  # latest cross-lane input per node, filled block by block
+
+    def scan(which: list[int], j: int) -> None:  # these lanes' nodes of block j
+        for k in which:
+            i0, i1 = at[k][j], at[k][j + 1]
+            if i0 < i1:
+                v = lanes[k][i0:i1]
+                _scan(v, x, ilag, has_pred, dur, last_end[k], start, end)
+                last_end[k] = end[v[-1]]
+
     for j in range(bounds.size - 1):
         lo, mid, hi = e_lo[j], e_first[j], e_hi[j]
         if mid > lo:  # inputs of the block's first node, all from earlier blocks
             _max_into(x, cd[lo:mid], end[cs[lo:mid]] + cl[lo:mid])
-        for k in cpu_lanes:
-            i0, i1 = at[k][j], at[k][j + 1]
-            if i0 < i1:
-                v = lanes[k][i0:i1]
-                _scan(v, x, ilag, has_pred, dur, last_end[k], start, end)
-                last_end[k] = end[v[-1]]
+        scan(cpu_lanes, j)
         if hi > mid:  # launches (from this block's CPU nodes or earlier ones)
             _max_into(x, cd[mid:hi], end[cs[mid:hi]] + cl[mid:hi])
-        for k in gpu_lanes:
-            i0, i1 = at[k][j], at[k][j + 1]
-            if i0 < i1:
-                v = lanes[k][i0:i1]
-                _scan(v, x, ilag, has_pred, dur, last_end[k], start, end)
-                last_end[k] = end[v[-1]]
+        scan(gpu_lanes, j)
     return start, end
 
 
