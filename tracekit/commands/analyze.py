@@ -97,7 +97,7 @@ def command(paths, fmt, out, rules_path, rank, snapshot_path, hta, no_cache, cac
     ranks: list[dict] = []
     for p in paths:
         got = report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
-                              use_cache=not no_cache, with_hta=hta)
+                              use_cache=not no_cache, prefetch=True, with_hta=hta)
         ranks += select_rank(got, rank, p)
     if snapshot_path is not None:
         ranks = [with_snapshot(ranks, snapshot_path)]

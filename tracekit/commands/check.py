@@ -57,8 +57,9 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, no_cache, cache_d
     warn_cache(no_cache, cache_dir)
     results, failed = [], 0
     for p in paths:
-        for r in select_rank(report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
-                                             use_cache=not no_cache, with_hta=False), rank, p):
+        got = report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
+                              use_cache=not no_cache, prefetch=True, with_hta=False)
+        for r in select_rank(got, rank, p):
             echo_warnings(r)
             for row in evaluate(r["headline"], thresholds, r):
                 failed += not row.passed
