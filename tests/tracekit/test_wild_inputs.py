@@ -164,7 +164,7 @@ def test_out_never_overwrites_anything_read(good, tmp_path, capsys):
                  ["check", d, "--max", "stall_count=9", "--out", rank0],
                  ["analyze", path, "--out", snap]):
         code, _, err = run([*argv, "--no-cache"], capsys)
-        one_error(code, err.splitlines(), "which this command reads; it would be overwritten")
+        one_error(code, err.splitlines(), "an input this command reads; it would be overwritten")
     assert {p: sha(p) for p in before} == before
     # a new file, even inside the input directory, is fine
     code, _, err = run(["analyze", d, "--out", d / "report.txt", "--no-cache", "--no-hta"],
