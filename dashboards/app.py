@@ -167,6 +167,7 @@ def create_app(catalog: Catalog) -> dash.Dash:
         source = catalog.summary(index)
         err = source_error(source)
         if err is not None:
+            catalog.first_page.set()  # answered: the background loads may start (Catalog.prefetch)
             return make_link(catalog, index, None, tab), index, [], None, True, tab, err, None, views.render(tab, index, None)
         ranks = source.ranks
         rank = rank if rank in ranks else ranks[0]
