@@ -4,12 +4,14 @@
 analysis, returning ``(Trace, Analysis)`` per rank. ``report_for_path(path)`` returns the same
 analyses as the JSON objects of ``tracekit.report`` and keeps them in a *report cache*, so the
 second ``tracekit analyze`` of an unchanged file reads one small JSON file instead of loading
-the trace.
+the trace. ``job_document(directory)`` analyses a directory of rank traces as one job
+(``tracekit.ranks``) and returns the JSON document ``tracekit analyze DIR --format json``
+writes, with the job object.
 
 Report cache: ``<cache dir>/reports/<key>.json`` where the cache dir is the loader's
 (``--cache-dir``, else ``$TRACEKIT_CACHE_DIR``, else the user cache dir) and the key hashes
 
-- the tracekit version and the report format,
+- the tracekit version, the report format and its revision (``report.REVISION``),
 - each trace file's stamp: resolved path, size, mtime_ns and a hash of its first and last
   64 KiB (``tracekit._files.content_stamp``, as the loader's cache), for a directory each trace in it,
 - the phase rules: the bytes of ``default_rules.toml`` and of the ``--rules`` file,
@@ -80,10 +82,10 @@ def report_key(path: str, rules_id: bytes, with_hta: bool | None = True) -> str 
         snap_stamp = content_stamp(snap) if snap else None
     except OSError:
         return None
-    from tracekit.report import FORMAT
+    from tracekit.report import FORMAT, REVISION
 
     h = hashlib.sha256()
-    h.update(json.dumps([__version__, FORMAT, stamps, snap_stamp, with_hta]).encode())
+    h.update(json.dumps([__version__, FORMAT, REVISION, stamps, snap_stamp, with_hta]).encode())
     h.update(hashlib.sha256(rules_id).digest())
     return h.hexdigest()[:40]
 
@@ -235,3 +237,35 @@ def report_for_path(
     if use_cache:
         _remember(src, rules_id, with_hta, cache_dir, ranks)
     return ranks
+
+
+def job_document(
+    directory: str | os.PathLike,
+    *,
+    rules_path: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    use_cache: bool = True,
+    with_hta: bool | None = False,
+    whole: bool = False,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    scheduler_timeout_s: float | None = None,
+) -> dict:
+    """The document ``tracekit analyze DIRECTORY --format json`` writes, for a program (the
+    dashboard's ranks view): ``{"tracekit_version", "format", "analyses": [<rank>...],
+    "jobs": [<job>]}``, the job object documented in ``tracekit.report``.
+
+    ``whole=False`` (the default) keeps in each rank object only what the job reads
+    (``tracekit.ranks.work.SUMMARY_KEYS``: headline, steps, collectives, identity, explain...):
+    enough for a ranks view, a fraction of the size; a rank's whole object (its timeline
+    sections) is ``report_for_path(job["ranks"][i]["source"])``. Ranks that cannot be read are
+    in ``jobs[0]["problems"]`` (never an exception); ``InputError`` only when the directory
+    cannot be listed or holds no trace. The other arguments are ``tracekit.ranks.analyze_job``'s.
+    """
+    from tracekit.ranks import analyze_job
+    from tracekit.report import document
+
+    rep = analyze_job(directory, rules_path=rules_path, cache_dir=cache_dir, use_cache=use_cache,
+                      with_hta=with_hta, whole=whole, workers=workers, scheduler=scheduler,
+                      scheduler_timeout_s=scheduler_timeout_s)
+    return document(rep.ranks, __version__, [rep.job])

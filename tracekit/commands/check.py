@@ -1,17 +1,21 @@
 """``tracekit check PATH --max KEY=VALUE --min KEY=VALUE``: gate a job on headline figures.
 
 Exit 0 when every threshold holds on every rank, 1 when one does not (or its figure cannot be
-measured in that trace), 2 on bad input, like every other command.
+measured in that trace), 2 on bad input, like every other command. A directory is a job: its
+ranks are checked, and a job of which a rank could not be read (or is missing) fails the check
+``all ranks read`` (exit 1, with one ``tracekit: error:`` line per rank not read).
 """
 
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
 from tracekit import __version__
-from tracekit.commands.analyze import check_out, echo_warnings, emit, select_rank
+from tracekit.commands.analyze import (check_out, echo_problems, echo_warnings, emit, job_options,
+                                       select_rank)
 
 
 def _fmt(key: str, v: float | None) -> str:
@@ -34,9 +38,11 @@ def _fmt(key: str, v: float | None) -> str:
 @click.option("--rules", "rules_path", type=click.Path(), default=None,
               help="A TOML file of phase rules overriding the defaults.")
 @click.option("--rank", type=int, default=None, help="Only this rank of a multi-rank directory.")
+@job_options
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the caches.")
 @click.option("--cache-dir", type=click.Path(), default=None, help="Cache directory.")
-def command(paths, maxima, minima, fmt, out, rules_path, rank, no_cache, cache_dir):
+def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, scheduler,
+            scheduler_timeout, no_cache, cache_dir):
     """Check headline figures of traces against thresholds (exit 1 when one fails).
 
     KEY is a headline figure of `tracekit analyze --format json` (the _ns/_bytes suffix may be
@@ -53,8 +59,26 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, no_cache, cache_d
     check_out(out, paths)
     results, failed = [], 0
     for p in paths:
-        for r in select_rank(report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
-                                             use_cache=not no_cache, with_hta=False), rank, p):
+        if os.path.isdir(p):
+            from tracekit.ranks import analyze_job
+
+            rep = analyze_job(p, rules_path=rules_path, cache_dir=cache_dir,
+                              use_cache=not no_cache, with_hta=False, whole=False,
+                              workers=workers, scheduler=scheduler,
+                              scheduler_timeout_s=scheduler_timeout)
+            echo_problems(rep.problems, p)
+            job = rep.job
+            expected = job["world_size"] or job["ranks_read"] + sum(
+                1 for x in job["problems"] if x["kind"] != "missing")
+            failed += not job["complete"]
+            results.append({"source": p, "rank": None, "key": "ranks_read", "op": "==",
+                            "bound": expected, "value": job["ranks_read"],
+                            "passed": job["complete"]})
+            got = rep.ranks
+        else:
+            got = report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
+                                  use_cache=not no_cache, with_hta=False)
+        for r in select_rank(got, rank, p):
             echo_warnings(r)
             for row in evaluate(r["headline"], thresholds):
                 failed += not row.passed
@@ -65,7 +89,9 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, no_cache, cache_d
         emit(json.dumps({"tracekit_version": __version__, "passed": failed == 0,
                          "checks": results}) + "\n", out)
     else:
-        rows = [[c["source"], c["rank"], c["key"], f"{c['op']} {_fmt(c['key'], c['bound'])}",
+        rows = [[c["source"], "-", "all ranks read", f"== {c['bound']}", c["value"],
+                 "ok" if c["passed"] else "FAIL"] if c["key"] == "ranks_read" else
+                [c["source"], c["rank"], c["key"], f"{c['op']} {_fmt(c['key'], c['bound'])}",
                  _fmt(c["key"], c["value"]), "ok" if c["passed"] else "FAIL"] for c in results]
         emit(table(["trace", "rank", "figure", "threshold", "value", "result"], rows)
              + f"\n{len(results) - failed} of {len(results)} checks passed\n", out)
