@@ -7,11 +7,16 @@ argument). Runs in three parts, each printed as a table:
 
 1. warm the caches: analyse every path once, as an earlier ``tracekit analyze`` would have;
 2. start: launch ``tracekit dashboard PATH... --port 0`` as a new process and, in headless
-   Chromium (launched beforehand, not counted), time from the launch to the URL being printed
-   and to the overview page showing every trace's card and the step chart (interactive);
+   Chromium (launched beforehand, not counted), time from the launch to the URL being printed,
+   to the first content (the chosen trace's figures on the overview), to every trace's row of
+   the overview, to the step chart drawn and to a first tab click answered;
 3. callbacks: in-process server; for each control a person uses (tabs, trace, rank, step, zoom,
-   sort), the server-side time of the callback it triggers (max over ``--repeat`` rounds) and
-   the browser's time from the click to the view showing its new content.
+   sort, compare baseline), the server-side time of the callback it triggers (max over
+   ``--repeat`` rounds) and the browser's time from the click to the view showing its new content.
+
+``--screenshots DIR`` also writes every view at 1600x1000 (the README's pictures, ``docs/``).
+The machine's load average is printed before and after: on a shared machine the absolute times
+move with it, so read the spread over the rounds.
 
 Needs Debian's ``/usr/bin/chromium`` and Playwright for Python (as the browser tests).
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -30,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.dashboards.conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (launched as the browser tests launch it)
+from tests.dashboards.conftest import CHROMIUM, CHROMIUM_ARGS, VIEWPORT  # noqa: E402  (launched as the browser tests launch it)
 
 CLI = [sys.executable, "-c", "from tracekit.cli import main; main()"]
 TIMEOUT = 60_000
@@ -56,7 +62,7 @@ def warm(paths: list[str], cache: str) -> list[list]:
 def start(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
     rows = []
     for _ in range(repeat):
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = browser.new_page(viewport=VIEWPORT)
         t0 = time.perf_counter()
         proc = subprocess.Popen([*CLI, "dashboard", *paths, "--port", "0"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env={**os.environ, "TRACEKIT_CACHE_DIR": cache})
@@ -65,8 +71,10 @@ def start(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
             t_url = time.perf_counter() - t0
             url = line[line.index("http://"):].split()[0]
             page.goto(url)
+            page.wait_for_selector("#overview-tiles .tk-tile-v", timeout=TIMEOUT)
+            t_first = time.perf_counter() - t0
             for i in range(len(paths)):
-                page.wait_for_selector(f"#card-{i} table, #card-{i} .tk-error", timeout=TIMEOUT)
+                page.wait_for_selector(f"#card-{i}", timeout=TIMEOUT)
             t_cards = time.perf_counter() - t0
             page.wait_for_selector("#overview-steps .js-plotly-plot .main-svg .bars", timeout=TIMEOUT)
             t_chart = time.perf_counter() - t0
@@ -77,7 +85,7 @@ def start(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
             proc.terminate()
             proc.wait(timeout=10)
             page.close()
-        rows.append([f"{t_url:.2f}", f"{t_cards:.2f}", f"{t_chart:.2f}", f"{t_tab:.2f}"])
+        rows.append([f"{t_url:.2f}", f"{t_first:.2f}", f"{t_cards:.2f}", f"{t_chart:.2f}", f"{t_tab:.2f}"])
     return rows
 
 
@@ -91,7 +99,7 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
     catalog = Catalog(paths, cache_dir=cache)
     app = create_app(catalog)
     server = Server(app, port=0).start()
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport=VIEWPORT)
     page.goto(server.url)
     page.wait_for_selector("#overview-steps .js-plotly-plot", timeout=TIMEOUT)
     timings = app.tracekit_timings
@@ -99,8 +107,8 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
     server_ms: dict[str, list[float]] = {}
 
     containers = {"overview": "#overview-content", "timeline": "#view-timeline", "overlap": "#overlap-content",
-                  "gaps": "#gaps-content", "stalls": "#view-stalls", "memory": "#memory-content",
-                  "compare": "#compare-content", "rank": "#rank", "stalls-sort": "#stalls-table-box"}
+                  "gaps": "#gaps-content", "stalls": "#view-stalls", "memory": "#memory-content", "idle": "#idle-content",
+                  "compare": "#compare-content", "navigate": "#rank", "stalls-sort": "#stalls-table-box"}
 
     def settled(callback: str, before: int) -> None:
         """The callback ran and its part of the page is no longer loading (its answer is drawn)."""
@@ -131,8 +139,11 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
     def choose(dropdown: str, label: str):
         def act():
             page.click(f"#{dropdown}")
-            page.get_by_role("option", name=label, exact=True).click()
+            page.get_by_role("dialog").get_by_role("option", name=label, exact=True).click()
         return act
+
+    def option(s) -> str:  # the trace dropdown's text for a source
+        return s.name if s.name == s.label else f"{s.name} · {s.label}"
 
     multi = [s for s in catalog.sources if len(s.ranks) > 1]
     for _ in range(repeat):
@@ -142,25 +153,27 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
                           ("gaps", "#gaps-content > *"),
                           ("stalls", "#stalls-table-box > *"),
                           ("memory", "#memory-content > *"),
+                          ("idle", "#idle-content > *"),
                           ("compare", "#compare-content > *"),
                           ("overview", "#overview-steps .js-plotly-plot")]:
             step(f"tab {view}", tab(view), visible(sel), view)
         # trace and rank on the overview
+        first = catalog.sources[0]
         if len(catalog.sources) > 1:
-            other = catalog.sources[1].label
-            step("choose trace (overview)", choose("source", other),
-                 lambda: expect(page.locator("#overview-steps")).to_contain_text(other, timeout=TIMEOUT), "overview")
+            other = catalog.sources[1]
+            step("choose trace (overview)", choose("source", option(other)),
+                 lambda: expect(page.locator("#overview-title")).to_contain_text(other.name, timeout=TIMEOUT), "overview")
+            step("click a trace's row (overview)", lambda: page.click(f"#card-{first.index} .tk-link"),
+                 lambda: expect(page.locator("#overview-title")).to_contain_text(first.name, timeout=TIMEOUT), "overview")
         if multi:
-            choose("source", catalog.sources[0].label)()
-            expect(page.locator("#overview-steps")).to_contain_text(catalog.sources[0].label, timeout=TIMEOUT)
-            step("choose trace with ranks", choose("source", multi[0].label),
-                 lambda: expect(page.locator("#overview-steps")).to_contain_text(multi[0].label, timeout=TIMEOUT), "rank")
+            step("choose trace with ranks", choose("source", option(multi[0])),
+                 lambda: expect(page.locator("#overview-title")).to_contain_text(multi[0].name, timeout=TIMEOUT), "navigate")
             step("choose rank 1 (overview)", choose("rank", str(multi[0].ranks[1])),
                  lambda: expect(page.locator(f"#card-{multi[0].index}")).to_contain_text(f"rank {multi[0].ranks[1]}", timeout=TIMEOUT),
                  "overview")
         if len(catalog.sources) > 1:
-            choose("source", catalog.sources[0].label)()
-            expect(page.locator("#overview-steps")).to_contain_text(catalog.sources[0].label, timeout=TIMEOUT)
+            choose("source", option(first))()
+            expect(page.locator("#overview-title")).to_contain_text(first.name, timeout=TIMEOUT)
         # timeline: step, zoom, whole trace
         page.click("#tab-timeline")
         expect(page.locator("#timeline-info")).to_contain_text("window", timeout=TIMEOUT)
@@ -183,17 +196,72 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
             step("stalls: sort by count", lambda: page.get_by_role("button", name="count").first.click(),
                  lambda: page.wait_for_function("() => /count [▲▼]/.test(document.querySelector('#stalls-table thead').innerText)",
                                                 timeout=TIMEOUT), "stalls-sort")
-            page.get_by_role("button", name="total_ms").first.click()  # back to the default order
+            page.get_by_role("button", name=re.compile("^total ms")).first.click()  # back to the default order
+        # compare: another baseline
+        page.click("#tab-compare")
+        page.wait_for_selector("#compare-content > *", timeout=TIMEOUT)
+        opts = page.locator("#compare-sources input:checked").count()
+        if opts >= 2:
+            page.click("#compare-baseline")
+            names = page.get_by_role("dialog").get_by_role("option").all_inner_texts()
+            current = page.inner_text("#compare-baseline").strip()
+            other = next(n for n in names if n.strip() != current)
+            page.keyboard.press("Escape")
+            step("compare: choose baseline", choose("compare-baseline", other),
+                 lambda: expect(page.locator("#compare-content")).to_contain_text(f"against {other}", timeout=TIMEOUT), "compare")
     page.close()
     server.shutdown()
+    every = [[k, len(v), f"{statistics.median(v) * 1e3:.0f}", f"{max(v) * 1e3:.0f}"] for k, v in sorted(timings.items())]
     return [[k, f"{max(server_ms[k]):.0f}", f"{statistics.median(browser_ms[k]):.0f}", f"{max(browser_ms[k]):.0f}"]
-            for k in browser_ms]
+            for k in browser_ms], every
+
+
+SHOTS = [  # (file, view, trace: the first source whose label ends so, else the first; what to wait for)
+    ("overview", "overview", "pipelines_1gpu/fused", "#overview-steps .js-plotly-plot .bars"),
+    ("timeline", "timeline", "pipelines_1gpu/fused", "#timeline-graph .js-plotly-plot .bars"),
+    ("overlap", "overlap", "public/hta_sampled_rank0", "#overlap-heatmap .js-plotly-plot .hm"),
+    ("gaps", "gaps", "pipelines_1gpu/sparse", "#gaps-variants .js-plotly-plot .bars"),
+    ("stalls", "stalls", "issue5_delta_blocking", "#stalls-per-step .js-plotly-plot .bars"),
+    ("memory", "memory", "issue5_inplace_standard", "#memory-snapshot .js-plotly-plot .bars"),
+    ("idle", "idle", "public/hta_sampled_rank0", "#idle-streams .js-plotly-plot .bars"),
+    ("compare", "compare", "pipelines_1gpu/fused", "#compare-bars .js-plotly-plot .bars"),
+]
+
+
+def screenshots(browser, paths: list[str], cache: str, out: str) -> list[list]:
+    """Every view at 1600x1000 as PNG in ``out`` (what the README shows)."""
+    from dashboards.app import create_app
+    from dashboards.catalog import Catalog
+    from dashboards.server import Server
+
+    catalog = Catalog(paths, cache_dir=cache)
+    server = Server(create_app(catalog), port=0).start()
+    page = browser.new_page(viewport=VIEWPORT)
+    rows = []
+    os.makedirs(out, exist_ok=True)
+    try:
+        for name, view, want, sel in SHOTS:
+            src = next((s for s in catalog.sources if os.path.abspath(s.path).replace(os.sep, "/").removesuffix(".json.gz")
+                        .removesuffix("/trace_rank0").endswith(want)), catalog.sources[0])
+            import urllib.parse
+
+            page.goto(server.url + "?" + urllib.parse.urlencode({"trace": src.label, "view": view}))
+            page.wait_for_selector(sel, timeout=TIMEOUT)
+            page.wait_for_timeout(500)  # plotly's transitions
+            path = os.path.join(out, f"dashboard-{name}.png")
+            page.screenshot(path=path)
+            rows.append([path, src.label, f"{os.path.getsize(path) / 1024:.0f} KiB"])
+    finally:
+        page.close()
+        server.shutdown()
+    return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="*")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--screenshots", metavar="DIR", help="also write every view at 1600x1000 into DIR (docs/)")
     args = ap.parse_args()
     from tracekit.commands.dashboard import default_paths
 
@@ -211,13 +279,21 @@ def main() -> None:
         print(table(["trace", "s", "status"], warm(paths, cache)), "\n")
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            print("2. start: seconds from launching `tracekit dashboard` to: the URL printed; every trace's card"
-                  " shown; the step chart drawn; a first tab click answered")
-            print(table(["URL printed", "cards shown", "chart drawn", "tab answered"],
+            print("2. start: seconds from launching `tracekit dashboard` to: the URL printed; the chosen trace's"
+                  " figures shown (first content); every trace's row; the step chart drawn; a first tab click answered")
+            print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            print(table(["URL printed", "first content", "every row", "chart drawn", "tab answered"],
                         start(browser, paths, cache, args.repeat)), "\n")
+            print(f"load average before the callbacks: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             print(f"3. callbacks ({args.repeat} rounds): server-side time (max) and click-to-drawn in the browser (ms)")
-            print(table(["interaction", "server max", "browser median", "browser max"],
-                        callbacks(browser, paths, cache, args.repeat)))
+            by_action, every = callbacks(browser, paths, cache, args.repeat)
+            print(table(["interaction", "server max", "browser median", "browser max"], by_action))
+            print("\nevery callback that ran, server-side (ms)")
+            print(table(["callback", "calls", "median", "max"], every))
+            print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            if args.screenshots:
+                print("\n4. screenshots")
+                print(table(["file", "trace", "size"], screenshots(browser, paths, cache, args.screenshots)))
             browser.close()
 
 

@@ -29,6 +29,7 @@ Traces are labelled with DESIGN.md's stage names (## forward i ##, ## backward i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -46,10 +47,22 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.profiler import ProfilerActivity, profile, record_function, schedule  # noqa: E402
+from torch.profiler import profile, record_function, schedule  # noqa: E402
 
-PART_TIMEOUT_S = {"a": 240, "b": 200, "c_standard": 150, "c_inplace": 150}
-"""Most seconds each part may run; ``--budget-s`` caps the sum (the rest is skipped)."""
+from bench import method, proof_manifest  # noqa: E402
+
+PART_TIMEOUT_S = {"a": 240, "b": 200, "c_standard": 150, "c_inplace": 150, "c_timed": 90}
+"""Most seconds each part may run (c_timed: each timed round's process); ``--budget-s`` caps the
+sum (the rest is skipped)."""
+TRACES = Path("commit/sample_traces/issue5")
+"""Where the traces and snapshots go under --out: the repository's layout (the lead copies
+``commit/`` in); the explain proof's manifest names them by their repository paths."""
+PROOF_PAIRS = (
+    ("async_delta_copy", "a", "blocking", "async", "issue5_delta_{}"),
+    ("precomputed_writeback", "b", "legacy", "precomputed", "issue5_writeback_{}"),
+    ("inplace_batch_copy", "c", "standard", "inplace", "issue5_inplace_{}"),
+)
+"""(fix, part, before, after, trace stem) of each pair of the explain proof."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -168,33 +181,101 @@ def timed_window(run_steps, device: torch.device, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def profiler_for(device: torch.device, path: Path, active: int, *, memory: bool = False) -> profile:
-    """A profiler that skips one warm-up step, records ``active`` steps (``ProfilerStep#N``
-    each) and writes ``path`` when they are done; call ``prof.step()`` after every step."""
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+def profiler_for(device: torch.device, path: Path, active: int) -> profile:
+    """The runtime's profiler (``[memory]`` events, cuda_sync events where torch has them) that
+    skips one warm-up step, records ``active`` steps (``ProfilerStep#N`` each) and writes
+    ``path`` when they are done; call ``prof.step()`` after every step."""
+    from runtime.profiling import make_profiler
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    return profile(
-        activities=acts,
+    return make_profiler(
+        device,
         schedule=schedule(wait=0, warmup=1, active=active, repeat=1),
         on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
-        record_shapes=False,
-        profile_memory=memory,
-        with_stack=False,
+        memory=True,
     )
 
 
+def step_mark(device: torch.device):  # noqa: ANN201 - a CUDA event (recorded now) or the host clock
+    if device.type != "cuda":
+        return time.perf_counter()
+    ev = torch.cuda.Event(enable_timing=True)
+    ev.record()
+    return ev
+
+
+def step_ms(marks: list) -> list[float]:
+    """Times between consecutive marks of ``step_mark`` (read after a sync), ms."""
+    if marks and not isinstance(marks[0], float):
+        return [round(a.elapsed_time(b), 4) for a, b in zip(marks, marks[1:])]
+    return [round((b - a) * 1e3, 4) for a, b in zip(marks, marks[1:])]
+
+
 def profile_steps(run_one, device: torch.device, path: Path, steps: int) -> dict:
-    """A trace of ``steps`` steps (after 2 unprofiled steps and 1 profiler warm-up step)."""
+    """A trace of ``steps`` steps (after 2 unprofiled steps and 1 profiler warm-up step); the
+    profiled steps' own times (CUDA events, profiler overhead included) as traced_step_ms."""
     for _ in range(2):
         run_one()
     sync(device)
+    marks = [step_mark(device)]
     with profiler_for(device, path, steps) as prof:
         for _ in range(steps + 1):
             run_one()
+            marks.append(step_mark(device))
             if _ == steps:
                 sync(device)  # the last active step's GPU work ends inside the trace
             prof.step()
-    return gzip_trace(path)
+    return {**gzip_trace(path), "traced_step_ms": step_ms(marks)[1:]}
+
+
+def interleaved_windows(variants: list[str], rounds: int, window, device: torch.device) -> dict:  # noqa: ANN001
+    """The benchmark method (bench/method.py) over timed windows: a warm-up round in the given
+    order (discarded), then ``rounds`` timed rounds in mirrored pairs of rotated orders. One
+    window of a variant: the allocator emptied and its peak reset, then ``window(name)`` (the
+    variant's set-up and its timed steps: seconds per step). Returns the orders, the warm-up
+    round's and each timed round's figures ({"step_ms", "peak_reserved"}) and the summary
+    (median over rounds [95 % interval], ratios to ``variants[0]`` within each round)."""
+    orders = [list(variants)] + method.round_orders(list(variants), rounds)
+    per_round: list[dict] = []
+    for order in orders:
+        figs = {}
+        for name in order:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+            sec = window(name)
+            figs[name] = {"step_ms": sec * 1e3, "peak_reserved": torch.cuda.max_memory_reserved() if device.type == "cuda" else None}
+        per_round.append(figs)
+    return {"orders": orders, "warmup": per_round[0], "rounds": per_round[1:], "summary": method_summary(per_round[1:], variants[0])}
+
+
+def method_summary(rounds: list[dict], reference: str) -> dict:
+    """{variant: {"step", "step_ratio", "reserved", "reserved_ratio"}} (Estimate dicts) from timed
+    rounds of {variant: {"step_ms", "peak_reserved"}}; ratios to ``reference`` within each round."""
+    summary: dict = {}
+    for key, label in (("step_ms", "step"), ("peak_reserved", "reserved")):
+        rows = [{v: f[key] for v, f in r.items() if f.get(key) is not None} for r in rounds]
+        if any(rows):
+            for v, est in method.summarize(rows, reference).items():
+                summary.setdefault(v, {})[label] = est["value"].to_dict()
+                if "ratio" in est:
+                    summary[v][f"{label}_ratio"] = est["ratio"].to_dict()
+    return summary
+
+
+def record_windows(res: dict) -> None:
+    """The part's classic figures from its windows: median step ms of each variant over the
+    timed rounds, every window's step ms, and the overhead over the first variant (the paired
+    ratio's median, with its interval)."""
+    m = res["method"]
+    ref = next(iter(m["summary"]))
+    res["step_ms"] = {v: round(f["step"]["median"], 3) for v, f in m["summary"].items()}
+    res["step_ms_windows"] = {v: [round(r[v]["step_ms"], 3) for r in m["rounds"]] for v in m["summary"]}
+    res["overhead_pct_vs_" + ref] = {
+        v: [round((f["step_ratio"][k] - 1) * 100, 2) for k in ("median", "lo", "hi")]
+        for v, f in m["summary"].items() if v != ref and "step_ratio" in f
+    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -250,36 +331,35 @@ def part_a(cfg: dict, device: torch.device, out: Path, res: dict, save) -> None:
         "async_after_fwd": dict(mode="async", transport="auto", copy_after="next_forward"),
     }
     run(cfg["warmup"])
-    times: dict[str, list[float]] = {v: [] for v in variants}
     extra: dict[str, dict] = {}
-    for _ in range(cfg["windows"]):  # interleaved windows: drift hits every variant alike
-        for name, kw in variants.items():
-            tracker = None
-            if kw is not None:
-                # consumer: none here (the copy thread already copies each delta out into fresh
-                # CPU tensors); the mirror check below uses a real consumer
-                tracker = track_deltas(emb, consumer=lambda d: None, initial_rows=res["rows_per_step_upper_bound"], **kw)
-                run(2)  # first steps of a tracker (thread start-up) outside the window
-            times[name].append(timed_window(run, device, cfg["steps"]))
-            if tracker is not None:
-                tracker.close()
-                s = tracker.stats
-                extra[name] = {
-                    "transport": s.transport,
-                    "slots": tracker.config.slots,
-                    "chunk_bytes": tracker.config.chunk_bytes,
-                    "copy_after": tracker.config.copy_after,
-                    "joins_waited": s.joins_waited,
-                    "join_wait_s": s.join_wait_s,
-                    "rows_delivered": s.rows,
-                    "steps": s.steps,
-                }
-    base = statistics.median(times["none"])
-    res["step_ms"] = {v: round(statistics.median(t) * 1e3, 3) for v, t in times.items()}
-    res["step_ms_windows"] = {v: [round(x * 1e3, 3) for x in t] for v, t in times.items()}
-    res["overhead_pct_vs_none"] = {
-        v: round((statistics.median(t) / base - 1) * 100, 2) for v, t in times.items() if v != "none"
-    }
+
+    def window(name: str) -> float:
+        kw = variants[name]
+        tracker = None
+        if kw is not None:
+            # consumer: none here (the copy thread already copies each delta out into fresh
+            # CPU tensors); the mirror check below uses a real consumer
+            tracker = track_deltas(emb, consumer=lambda d: None, initial_rows=res["rows_per_step_upper_bound"], **kw)
+            run(2)  # first steps of a tracker (thread start-up) outside the window
+        sec = timed_window(run, device, cfg["steps"])
+        if tracker is not None:
+            tracker.close()
+            s = tracker.stats
+            extra[name] = {
+                "transport": s.transport,
+                "slots": tracker.config.slots,
+                "chunk_bytes": tracker.config.chunk_bytes,
+                "copy_after": tracker.config.copy_after,
+                "joins_waited": s.joins_waited,
+                "join_wait_s": s.join_wait_s,
+                "rows_delivered": s.rows,
+                "steps": s.steps,
+            }
+        return sec
+
+    # interleaved windows: drift hits every variant alike
+    res["method"] = interleaved_windows(list(variants), cfg["windows"], window, device)
+    record_windows(res)
     res["trackers"] = extra
     save()
 
@@ -300,7 +380,7 @@ def part_a(cfg: dict, device: torch.device, out: Path, res: dict, save) -> None:
         tracker = track_deltas(emb, consumer=lambda d: None, **kw) if kw is not None else None
         try:
             res["traces"][name] = profile_steps(
-                lambda: run(1), device, out / "traces" / f"issue5_delta_{name}.json", cfg["trace_steps"]
+                lambda: run(1), device, out / TRACES / f"issue5_delta_{name}.json", cfg["trace_steps"]
             )
         finally:
             if tracker is not None:
@@ -347,14 +427,15 @@ def part_b(cfg: dict, device: torch.device, out: Path, res: dict, save) -> None:
     res["none_differs_from_writeback"] = not torch.equal(models["none"][0].emb.weights, models["legacy"][0].emb.weights)
     save()
 
-    times: dict[str, list[float]] = {v: [] for v in variants}
     bwd: dict[str, dict] = {v: {"events": [], "host_s": []} for v in variants}
-    for _ in range(cfg["windows"]):
-        for name in variants:
-            times[name].append(timed_window(runner(name, bwd[name]), device, cfg["steps"]))
+    res["method"] = interleaved_windows(
+        list(variants), cfg["windows"], lambda name: timed_window(runner(name, bwd[name]), device, cfg["steps"]), device
+    )
     sync(device)
-    res["step_ms"] = {v: round(statistics.median(t) * 1e3, 3) for v, t in times.items()}
-    res["step_ms_windows"] = {v: [round(x * 1e3, 3) for x in t] for v, t in times.items()}
+    for b in bwd.values():  # the warm-up round's window (each variant's first) left out
+        b["events"], b["host_s"] = b["events"][cfg["steps"]:], b["host_s"][cfg["steps"]:]
+        b["stage_s"] = {st: x[cfg["steps"]:] for st, x in b.get("stage_s", {}).items()}
+    record_windows(res)
     if device.type == "cuda":
         res["backward_gpu_ms"] = {
             v: round(statistics.median(s.elapsed_time(e) for s, e in b["events"]), 3) for v, b in bwd.items()
@@ -383,7 +464,7 @@ def part_b(cfg: dict, device: torch.device, out: Path, res: dict, save) -> None:
     res["traces"] = {}
     for name in ("legacy", "precomputed"):
         res["traces"][name] = profile_steps(
-            lambda: runner(name)(1), device, out / "traces" / f"issue5_writeback_{name}.json", cfg["trace_steps"]
+            lambda: runner(name)(1), device, out / TRACES / f"issue5_writeback_{name}.json", cfg["trace_steps"]
         )
         save()
 
@@ -391,7 +472,11 @@ def part_b(cfg: dict, device: torch.device, out: Path, res: dict, save) -> None:
 # ------------------------------------------------------------------------------------------
 # (c) in-place batch copy (one variant per process: a fresh caching allocator)
 # ------------------------------------------------------------------------------------------
-def part_c(cfg: dict, device: torch.device, out: Path, res: dict, save, inplace: bool) -> None:  # noqa: ANN001
+def part_c(cfg: dict, device: torch.device, out: Path, res: dict, save, inplace: bool, traced: bool = True) -> None:  # noqa: ANN001
+    """One variant in this (fresh) process. ``traced``: every step but the first profiled, with
+    ``[memory]`` events, the allocator's history and a snapshot beside the trace (the method's
+    warm-up round); else ``c_warmup`` + ``c_timed`` untraced steps timed with CUDA events (a
+    timed round): step ms and peak memory only."""
     import runtime.pipelines.sparse_dist as sd
     from runtime.data import DataConfig, SyntheticLoader
     from runtime.model import DLRM, DenseOptimizerConfig, ModelConfig, make_dense_optimizer
@@ -399,12 +484,14 @@ def part_c(cfg: dict, device: torch.device, out: Path, res: dict, save, inplace:
 
     tag = "inplace" if inplace else "standard"
     res["config"] = cfg
+    res["traced"] = traced
+    steps = cfg["c_batches"] if traced else cfg["c_warmup"] + cfg["c_timed"]
     mcfg = ModelConfig(
         num_embeddings=(cfg["c_rows"],) * cfg["c_tables"], embedding_dim=64, num_dense=cfg["c_dense"],
         dense_arch=(512, 256), over_arch=(512, 256), embedding_optimizer="sgd",
     )
     dcfg = DataConfig(
-        num_embeddings=mcfg.num_embeddings, batch_size=cfg["c_batch"], num_batches=cfg["c_batches"],
+        num_embeddings=mcfg.num_embeddings, batch_size=cfg["c_batch"], num_batches=steps,
         pooling_factor=2.0, distribution="uniform", num_dense=cfg["c_dense"], distinct_batches=2, seed=3,
     )
     model = DLRM(mcfg, device=device)
@@ -429,26 +516,41 @@ def part_c(cfg: dict, device: torch.device, out: Path, res: dict, save, inplace:
     if on_cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        torch.cuda.memory._record_memory_history(max_entries=cfg["c_history"], stacks="python")
-    trace_path = out / "traces" / f"issue5_inplace_{tag}.json"
-    # the first step is the profiler's warm-up; the others are recorded, with [memory] events
-    with profiler_for(device, trace_path, cfg["c_batches"] - 1, memory=True) as prof:
+        if traced:
+            torch.cuda.memory._record_memory_history(max_entries=cfg["c_history"], stacks="python")
+    marks = [step_mark(device)]
+    trace_path = out / TRACES / f"issue5_inplace_{tag}.json"
+    # traced: the first step is the profiler's warm-up; the others are recorded, with [memory] events
+    prof = profiler_for(device, trace_path, steps - 1) if traced else contextlib.nullcontext()
+    with prof:
         t0 = time.perf_counter()
-        result = sd.train_sparse_dist(
-            model, opt, host_batches, device=device, inplace_copy_batch_to_gpu=inplace,
-            on_step=lambda i: (sync(device) if i == cfg["c_batches"] - 1 else None, prof.step()),
-        )
+
+        def on_step(i: int) -> None:
+            marks.append(step_mark(device))
+            if traced:
+                if i == steps - 1:
+                    sync(device)
+                prof.step()
+
+        result = sd.train_sparse_dist(model, opt, host_batches, device=device, inplace_copy_batch_to_gpu=inplace, on_step=on_step)
         sync(device)
         res["seconds"] = round(time.perf_counter() - t0, 3)
     res["steps"] = result.steps
     res["final_loss"] = float(result.losses[-1]) if result.losses else None
-    res["trace"] = gzip_trace(trace_path)
+    times = step_ms(marks)
+    if traced:
+        res["trace"] = {**gzip_trace(trace_path), "traced_step_ms": times[1:]}
+    else:
+        res["step_ms_all"] = times
+        res["step_ms"] = round(statistics.median(times[cfg["c_warmup"]:]), 4)
     save()
     if not on_cuda:
         res["note"] = "no CUDA: allocator figures not available"
         return
     res["peak_reserved"] = torch.cuda.max_memory_reserved()
     res["peak_allocated"] = torch.cuda.max_memory_allocated()
+    if not traced:
+        return
     snap = torch.cuda.memory._snapshot()
     names = {0: "main (default)"}
     main_handle = torch.cuda.current_stream().cuda_stream
@@ -481,12 +583,15 @@ def config(quick: bool) -> dict:
             tables=3, rows=2000, dim=16, batch=64, pooling=2, hidden=64, layers=2,
             warmup=2, windows=2, steps=3, verify_steps=3, trace_steps=2, drained_steps=3,
             c_tables=2, c_rows=1000, c_dense=16, c_batch=64, c_batches=4, c_history=2000,
+            c_warmup=1, c_timed=2, c_rounds=2,
         )
     return dict(
         tables=8, rows=1_000_000, dim=64, batch=8192, pooling=2, hidden=3072, layers=3,
-        warmup=10, windows=3, steps=30, verify_steps=12, trace_steps=3, drained_steps=15,
-        # (c): dense features make a ~1.07 GB batch (32768 x 8192 fp32) + ~0.5M ids
+        warmup=10, windows=6, steps=30, verify_steps=12, trace_steps=3, drained_steps=15,
+        # (c): dense features make a ~1.07 GB batch (32768 x 8192 fp32) + ~0.5M ids; the traced
+        # process is the method's warm-up round, then c_rounds timed rounds of one process each
         c_tables=8, c_rows=100_000, c_dense=8192, c_batch=32768, c_batches=6, c_history=4000,
+        c_warmup=3, c_timed=8, c_rounds=6,
     )
 
 
@@ -508,6 +613,8 @@ def run_part(part: str, out: Path, quick: bool) -> int:
             part_b(cfg, device, out, res, save)
         elif part in ("c_standard", "c_inplace"):
             part_c(cfg, device, out, res, save, inplace=part == "c_inplace")
+        elif part.startswith(("c_standard_r", "c_inplace_r")):  # a timed round: untraced
+            part_c(cfg, device, out, res, save, inplace=part.startswith("c_inplace"), traced=False)
         else:
             raise ValueError(f"unknown part {part!r}")
         res["status"] = "ok"
@@ -537,13 +644,94 @@ def gib(n) -> str:  # noqa: ANN001
     return "-" if n is None else f"{n / 2**30:.3f} GiB"
 
 
+def est_text(e: dict | None, scale: float = 1.0) -> str:
+    return "-" if not e else f"{e['median'] * scale:.3f} [{e['lo'] * scale:.3f}, {e['hi'] * scale:.3f}]"
+
+
+def pct_text(v) -> str:  # noqa: ANN001 - [median, lo, hi] in %, or a number
+    if isinstance(v, list):
+        return f"{v[0]:+.2f}% [{v[1]:+.2f}, {v[2]:+.2f}]"
+    return f"{fmt(v)}%"
+
+
+def proof_pairs(results: dict) -> list[dict]:
+    """The explain proof's pairs (PROOF_PAIRS) from the parts' results: timed rounds, traces."""
+    pairs = []
+    for fix, part, before, after, stem in PROOF_PAIRS:
+        if part == "c":
+            m = results.get("c_method") or {}
+            traced = {v: results.get(f"c_{v}", {}) for v in (before, after)}
+            traced_ms = {v: (t.get("trace") or {}).get("traced_step_ms", []) for v, t in traced.items()}
+            snapshots = {v: f"{TRACES.relative_to('commit')}/{stem.format(v)}.pickle" if traced[v].get("snapshot") else None
+                         for v in (before, after)}
+        else:
+            m = (results.get(part) or {}).get("method") or {}
+            traces = (results.get(part) or {}).get("traces") or {}
+            traced_ms = {v: (traces.get(v) or {}).get("traced_step_ms", []) for v in (before, after)}
+            snapshots = {before: None, after: None}
+        rounds = [r for r in m.get("rounds", []) if before in r and after in r]
+        if not rounds:
+            continue
+
+        def series(v: str) -> dict:
+            return {"step_ms": [r[v]["step_ms"] for r in rounds], "reserved": [r[v]["peak_reserved"] for r in rounds]}
+
+        sides = {v: proof_manifest.side(v, trace=f"{TRACES.relative_to('commit')}/{stem.format(v)}.json.gz",
+                                        snapshot=snapshots[v], step_ms=series(v)["step_ms"], reserved=series(v)["reserved"],
+                                        traced_step_ms=traced_ms[v]) for v in (before, after)}
+        pairs.append(proof_manifest.pair(fix, {"bench": "issue5", "part": part}, expect="memory" if part == "c" else "time",
+                                         before=sides[before], after=sides[after], before_rounds=series(before),
+                                         after_rounds=series(after)))
+    return pairs
+
+
+def write_commit(out: Path, results: dict, md: str, *, quick: bool) -> None:
+    """``<out>/commit/``: the results (``bench/results/issue5-<gpu>-<date>.{json,md}``) and the
+    explain proof's manifest (``bench/results/proof-issue5-<gpu>-<date>.json``) beside the traces
+    and snapshots already there (``sample_traces/issue5/``)."""
+    import datetime
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    device = next((r.get("device") for r in results.values() if isinstance(r, dict) and r.get("device")), "cpu")
+    tag = f"{proof_manifest.device_slug(device)}-{now:%Y%m%d}" + ("-quick" if quick else "")
+    res = out / "commit" / "bench" / "results"
+    res.mkdir(parents=True, exist_ok=True)
+    write_json(res / f"issue5-{tag}.json", results)
+    (res / f"issue5-{tag}.md").write_text(f"{md}\nWritten {now.isoformat(timespec='seconds')} by bench/bench_issue5.py.\n")
+    pairs = proof_pairs(results)
+    if pairs:
+        proof_manifest.write(res / f"proof-issue5-{tag}.json", pairs, device=device, date_utc=now.isoformat(timespec="seconds"),
+                             source=f"bench/results/issue5-{tag}.json", versions={"torch": torch.__version__})
+
+
 def summarize(out: Path, parts: list[str], wall: dict) -> tuple[dict, str]:
     results = {}
     for p in parts:
         f = out / f"issue5_{p}.json"
         results[p] = json.loads(f.read_text()) if f.exists() else {"status": "no output"}
         results[p]["wall_s"] = wall.get(p)
-    lines = ["# Issue 5 benchmark", ""]
+    timed_c = {}
+    for p in parts:
+        if p.startswith(("c_standard_r", "c_inplace_r")) and results[p].get("status") == "ok":
+            v, k = p[2:].rsplit("_r", 1)
+            timed_c.setdefault(int(k), {})[v] = {"step_ms": results[p].get("step_ms"), "peak_reserved": results[p].get("peak_reserved")}
+    if timed_c:
+        rounds = [timed_c[k] for k in sorted(timed_c)]
+        results["c_method"] = {"rounds": rounds, "summary": method_summary(rounds, "standard")}
+    lines = ["# Issue 5 benchmark", "",
+             "Method (bench/method.py): a warm-up round (discarded), then timed rounds in mirrored pairs of rotated "
+             "orders; (a) and (b): one window of steps per variant and round, (c): one fresh process per variant and "
+             "round (the traced process is the warm-up round). Figures: median over rounds [95 % bootstrap interval]; "
+             "ratios to the first variant within each round.", ""]
+    for key, title in (("a", "(a) delta tracking"), ("b", "(b) writeback"), ("c_method", "(c) in-place batch copy, timed rounds")):
+        m = results.get(key, {})
+        m = m.get("method", m)
+        if m.get("summary"):
+            lines += [f"## {title}: method", "", "| variant | step ms | / first | peak reserved GiB | / first |", "|---|---|---|---|---|"]
+            for v, f in m["summary"].items():
+                lines.append(f"| {v} | {est_text(f.get('step'))} | {est_text(f.get('step_ratio'))} | "
+                             f"{est_text(f.get('reserved'), 2**-30)} | {est_text(f.get('reserved_ratio'))} |")
+            lines.append("")
     a = results.get("a", {})
     if a:
         lines += [f"## (a) delta tracking — status {a.get('status')}, backend {a.get('backend')}, {a.get('device')}", "",
@@ -553,7 +741,7 @@ def summarize(out: Path, parts: list[str], wall: dict) -> tuple[dict, str]:
             tr = a.get("trackers", {}).get(v, {})
             wait_ms = tr.get("join_wait_s")
             lines.append(
-                f"| {v} | {fmt(a.get('step_ms', {}).get(v))} | {fmt(a.get('overhead_pct_vs_none', {}).get(v))}% "
+                f"| {v} | {fmt(a.get('step_ms', {}).get(v))} | {pct_text(a.get('overhead_pct_vs_none', {}).get(v))} "
                 f"| {tr.get('transport', '-')} | {tr.get('slots', '-') if tr.get('transport') else '-'} "
                 f"| {chunk_text(tr.get('chunk_bytes')) if tr.get('transport') else '-'} "
                 f"| {tr.get('copy_after', '-') if tr.get('transport') else '-'} "
@@ -636,7 +824,7 @@ def analyze(src: Path, out: Path) -> int:
     and ``tracekit compare`` on each before/after group; writes the outputs and a check list
     (sync stalls per step, stalls in the backward phase, bytes reserved per stream) to
     ``out/tracekit/`` and ``out/issue5_tracekit.md``."""
-    traces = src / "traces" if (src / "traces").is_dir() else src
+    traces = next((d for d in (src / TRACES, src / "traces") if d.is_dir()), src)
     dest = out / "tracekit"
     dest.mkdir(parents=True, exist_ok=True)
     lines = ["# Issue 5: what tracekit finds in the benchmark's traces", ""]
@@ -758,7 +946,14 @@ def main() -> int:
         return run_part(args.part, out, args.quick)
     parts = []
     for p in args.parts.split(","):
-        parts += ["c_standard", "c_inplace"] if p.strip() == "c" else [p.strip()]
+        if p.strip() != "c":
+            parts.append(p.strip())
+            continue
+        # the traced processes (the method's warm-up round), then the timed rounds, one process
+        # per variant and round (a fresh allocator each), in mirrored pairs of orders
+        parts += ["c_standard", "c_inplace"]
+        orders = method.round_orders(["standard", "inplace"], config(args.quick or not torch.cuda.is_available())["c_rounds"])
+        parts += [f"c_{v}_r{k}" for k, order in enumerate(orders, start=1) for v in order]
     wall = {}
     deadline = time.perf_counter() + args.budget_s
     for p in parts:
@@ -767,7 +962,7 @@ def main() -> int:
             print(f"[bench_issue5] part {p} skipped: time budget spent", flush=True)
             write_json(out / f"issue5_{p}.json", {"part": p, "status": "skipped (time budget)"})
             continue
-        timeout = min(PART_TIMEOUT_S[p], left - 5)
+        timeout = min(PART_TIMEOUT_S["c_timed" if "_r" in p else p], left - 5)
         cmd = [sys.executable, str(Path(__file__).resolve()), "--out", str(out), "--part", p] + (["--quick"] if args.quick else [])
         t0 = time.perf_counter()
         print(f"[bench_issue5] part {p} (timeout {timeout:.0f} s) ...", flush=True)
@@ -787,6 +982,10 @@ def main() -> int:
         md = "summary failed:\n" + traceback.format_exc()
     write_json(out / "issue5_results.json", results)
     (out / "issue5_results.md").write_text(md)
+    try:
+        write_commit(out, results, md, quick=args.quick)
+    except Exception:  # noqa: BLE001 - the results above are kept whatever happens here
+        print("[bench_issue5] commit files failed:\n" + traceback.format_exc(), flush=True)
     print(md, flush=True)
     return 0
 

@@ -1,110 +1,147 @@
-"""Benchmark of the training pipelines: the upstream table, on 1 GPU and (torchrun) on 2.
+"""Benchmark of the training pipelines, measured so that two runs agree (bench/method.py).
 
-    python3 bench/bench_pipelines.py --gpus 1 --out $OUT/pipelines      # 1 GPU
-    python3 bench/bench_pipelines.py --gpus 2 --out $OUT/pipelines2     # 2 GPUs (relaunches itself
-                                                                          # with torch.distributed.run)
-    python bench/bench_pipelines.py --device cpu --plan tiny:sparse+fused --out /tmp/b   # smoke test, CPU
+    python3 bench/bench_pipelines.py --gpus 1 --out $OUT            # the plan on one GPU (~6-7 min on an H200)
+    python3 bench/bench_pipelines.py --gpus 2 --out $OUT            # 2 GPUs (relaunches itself under torchrun)
+    python bench/bench_pipelines.py --device cpu --plan tiny:sparse+fused --rounds 2 --min-rounds 2 --out /tmp/b
+                                                                    # smoke test of the script, CPU (gloo)
 
-A *plan* is a list of presets (model, data, dense optimizer, main-stream priority), each with
-the variants to run (Base, SparseDist, FusedSparseDist with each lookup stream and order,
-SemiSync, SparseDist with the in-place copy). Each variant is one run of
-``runtime.train.train`` on the preset's model and the same host batches: warm-up steps, timed
-steps (CUDA events on the main stream, read after the run), then a few profiled steps whose
-trace and metrics are kept in ``<out>/<variant>/`` for the first (headline) preset and in
-``<out>/<preset>/<variant>/`` for the others (small: meant for ``sample_traces/``).
+A *plan* is a list of presets (model, data, dense optimizer, main-stream priority), each with the
+variants to compare (Base, SparseDist, FusedSparseDist with each lookup stream and placement,
+SemiSync, SparseDist with the in-place copy); SparseDist is the reference. For each preset:
 
-The headline model makes the dense optimizer a real share of the step in the way
-FusedSparseDist can use: Adam with per-parameter kernels over many small tensors (a multi-task
-model with 128 heads) leaves most of the GPU idle while it runs, and the main stream has a
-higher priority than the side streams, so the lookup and embedding backward of the side stream
-fill the idle SMs instead of queueing the optimizer behind their long grids (see
-bench/NOTES-pipelines.md for the measurements behind this). The other presets are the controls.
+1. **Setup, once**: the host batches (``SyntheticLoader``) and the model (``runtime.session.
+   Session``: 26 tables of 1M x 128 are 13 GB) are built once and reused by every run of every
+   variant; each run puts the model back to its initial state in place. Their cost is recorded.
+2. **Rounds**: a warm-up round (every variant once, discarded), then R timed rounds (R even,
+   ``--min-rounds`` <= R <= ``--rounds``, as many as the time budget allows). In each round every
+   variant runs once, in mirrored pairs of rotated orders (bench/method.py); one run =
+   ``--warmup-steps`` steps (pipeline fill, allocator growth after ``empty_cache``) + ``--steps``
+   timed steps (CUDA events on the main stream). The round's figure of a variant is the median of its timed steps and its peak
+   memory; ratios to SparseDist are taken within the round. Reported: the median over rounds
+   with a 95 % bootstrap interval over rounds, of the step time, the ratio, peak reserved and
+   allocated memory and their ratios (bench/method.py).
+3. **Traces**: then one more run of SparseDist, FusedSparseDist (and the other main variants)
+   with ``--profile-steps`` profiled steps (Kineto with ``[memory]`` and ``cuda_sync`` events:
+   ``runtime.profiling``), written in the repository's layout under ``<out>/commit/`` so the lead
+   can copy them in: ``sample_traces/pipelines_{N}gpu/<variant>/`` for the headline preset,
+   ``.../<preset>/<variant>/`` for the others.
+4. **Diagnostics** (GPU; skipped when the budget is short): why the old method's first run of
+   a call was slow and its ratios moved from run to run. ``old_method``: the GPU left idle for
+   ``--idle-s`` seconds, then SparseDist, FusedSparseDist and SemiSync back to back, 10 warm-up +
+   40 timed steps each, P90 (the method before this one); ``fresh_tables``: the model built a
+   second time (new 13 GB allocation) and SparseDist and FusedSparseDist run once more.
 
-Writes ``<out>/results.json`` and ``<out>/results.md`` after every variant (partial results
-survive a kill); one line per variant with ``Runtime (P90) | Peak Memory alloc (P90) | Peak
-Memory reserved (P90)`` (P90 over ranks of each rank's figure, as upstream), the ratio of each
-P90 step time to SparseDist's and the host time per step. The whole table is printed last.
+Throughout, for the "first run is slow" question: SM/memory clocks, temperature, power and
+clock-event reasons sampled by nvidia-smi every 200 ms (bench/gpu_clocks.py) and summarised
+per run; per run the first step's time, the caching allocator's device allocations during the
+timed steps, the share of steps in which the GPU had finished the previous step before the host
+finished issuing the next (the host bounds the step); per round a GEMM probe (clock-bound) and a
+lookup probe (memory-bound, on the preset's tables); per process the CUDA context start and the
+TBE extension's load (or build) time.
+
+Writes (rank 0) after every round: ``<out>/results.json`` (everything), ``<out>/results.md``,
+``<out>/clocks.csv``; at the end ``<out>/commit/`` with ``bench/results/pipelines-{N}gpu-<gpu>-
+<date>.{json,md}``, the sample traces and their README, ``README-rows.md`` (the README's
+"Measured" rows) and ``bench/results/proof-pipelines-{N}gpu-<gpu>-<date>.json`` (the explain
+proof's pairs: bench/proof_manifest.py).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import gc
 import json
 import os
 import platform
+import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from bench import method, proof_manifest  # noqa: E402
+from bench.gpu_clocks import ClockLog, reason_names  # noqa: E402
 from runtime.data import DataConfig, SyntheticLoader  # noqa: E402
 from runtime.dist import init_from_env  # noqa: E402
 from runtime.model import DenseOptimizerConfig, ModelConfig  # noqa: E402
-from runtime.train import TrainConfig, _percentile, _versions, train  # noqa: E402
+from runtime.profiling import cuda_sync_events  # noqa: E402
+from runtime.session import RunResult, Session  # noqa: E402
+from runtime.train import TrainConfig, _config_dict, _versions  # noqa: E402
 
-# name -> (pipeline, options), most important first (a run out of time skips the tail)
+# name -> (pipeline, options)
 VARIANTS: dict[str, tuple[str, dict]] = {
     "sparse": ("sparse", {}),
-    "fused": ("fused", {"lookup_stream": "data_dist"}),
+    "fused": ("fused", {"lookup_stream": "data_dist", "lookup_placement": "before_optimizer"}),
     "semi": ("semi", {"start_batch": 0}),
     "base": ("base", {}),
+    "fused_step_start": ("fused", {"lookup_stream": "data_dist", "lookup_placement": "step_start"}),
     "fused_new_stream": ("fused", {"lookup_stream": "new"}),
-    "fused_lookup_after_dist": ("fused", {"lookup_stream": "data_dist", "lookup_before_data_dist": False}),
+    "fused_lookup_after_dist": ("fused", {"lookup_stream": "data_dist", "lookup_placement": "after_data_dist"}),
     "fused_current_stream": ("fused", {"lookup_stream": "current"}),
     "sparse_inplace_copy": ("sparse", {"inplace_copy_batch_to_gpu": True}),
 }
+REFERENCE = "sparse"
+TRACED = ("sparse", "fused", "semi", "base", "fused_step_start")
+"""Variants that get a trace run (where the preset has them)."""
 
 _BIG = dict(tables=26, rows=1_000_000, dim=128, pooling=20.0, dense_arch=(1024, 1024), over_arch=(4096, 4096, 4096, 2048))
 
 PRESETS: dict[str, dict] = {
-    # 26 tables of 1M x 128 (13 GB), pooling 20, 16384 samples per GPU; a multi-task over arch:
-    # 128 task heads (256 small parameters) on the 4096-wide MLP, Adam with per-parameter
-    # kernels (foreach off): a dense optimizer of ~2000 short kernels that leaves most of the
-    # GPU idle, stepped on a main stream of priority -2 (above the side streams)
-    "multitask": dict(_BIG, batch=16384, task_heads=128, adam_foreach=False, main_priority=-2),
-    # the same on torch's default stream (priority 0, below the side streams: the long lookup
-    # and embedding-backward grids then hold the GPU until their last wave)
-    "multitask_p0": dict(_BIG, batch=16384, task_heads=128, adam_foreach=False, main_priority=0),
-    # half the batch and half the heads; and twice the batch
-    "multitask_b8k": dict(_BIG, batch=8192, task_heads=64, adam_foreach=False, main_priority=-2),
-    "multitask_b32k": dict(_BIG, batch=32768, task_heads=128, adam_foreach=False, main_priority=-2),
-    # the first run's model (one head, foreach Adam over ~44M parameters: a bandwidth-bound
-    # optimizer), with a priority -2 main stream and as first run (priority 0)
-    "dense_heavy_p2": dict(_BIG, batch=4096, task_heads=1, adam_foreach=True, main_priority=-2),
-    "dense_heavy": dict(_BIG, batch=4096, task_heads=1, adam_foreach=True, main_priority=0),
-    # the CI-sized smoke preset (seconds on any GPU)
+    # 26 tables of 1M x 128 (13 GB), pooling 20, a multi-task over arch: 128 task heads (256
+    # small parameters) on the 4096-wide MLP, Adam with per-parameter kernels (foreach off): a
+    # dense optimizer of ~1900 short kernels that leaves most of the GPU idle, stepped on a main
+    # stream of priority -2 (above the side streams). est_step_ms: the H200's step, for the
+    # time budget only.
+    "multitask_b32k": dict(_BIG, batch=32768, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=50),
+    "multitask": dict(_BIG, batch=16384, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=30),
+    # the same model at 4096 samples: the host issuing ~1900 optimizer launches per step takes
+    # longer than the GPU's work, so the step is bound by the host and no overlap can help
+    "multitask_b4k": dict(_BIG, batch=4096, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=20),
+    # the 16k model on torch's default stream (priority 0, below the side streams: the long
+    # lookup and embedding-backward grids then hold the GPU until their last wave)
+    "multitask_p0": dict(_BIG, batch=16384, task_heads=128, adam_foreach=False, main_priority=0, est_step_ms=30),
+    # the first run's model: one head, foreach Adam over ~44M parameters (a bandwidth-bound
+    # optimizer), torch's default stream
+    "dense_heavy": dict(_BIG, batch=4096, task_heads=1, adam_foreach=True, main_priority=0, est_step_ms=7),
+    # the CI-sized smoke preset (seconds on any GPU; the CPU smoke test)
     "tiny": dict(tables=8, rows=10_000, dim=32, batch=256, pooling=4.0, dense_arch=(64,), over_arch=(256, 128),
-                 task_heads=4, adam_foreach=False, main_priority=-2),
+                 task_heads=4, adam_foreach=False, main_priority=-2, est_step_ms=5),
 }
 
 MAIN = ("sparse", "fused", "semi")
-# (preset, variants) in order; the first preset is the headline: every variant, its traces in
-# <out>/<variant>/ (the others' in <out>/<preset>/<variant>/)
-# The headline is multitask_b32k: on the second H200 run (2026-11-21) the 16384-sample
-# multitask preset was host-bound (host ms/step = step time: ~2000 per-parameter Adam launches),
-# so nothing a side stream hides could show; at 32768 samples the GPU is the bottleneck and the
-# optimizer a real share of the step (bench/NOTES-pipelines.md, outcomes).
-# The headline's three main variants run once more at the end (timed only, no trace): the
-# spread between the two runs of one variant shows how far a ratio can move from run to run on
-# the same machine.
+# (preset, variants); the first preset is the headline (every variant; its traces in
+# sample_traces/pipelines_{N}gpu/<variant>/, the others' in .../<preset>/<variant>/)
 PLAN = (
     ("multitask_b32k", tuple(VARIANTS)),
-    ("multitask", MAIN),
+    ("multitask", ("sparse", "fused", "fused_step_start", "semi")),
+    ("multitask_b4k", MAIN),
     ("multitask_p0", MAIN),
     ("dense_heavy", MAIN),
-    ("multitask_b32k", MAIN),
 )
+OLD_METHOD_PRESETS = ("multitask_b32k", "multitask")
+"""Presets whose ``old_method`` diagnostic runs (the issue's two disagreeing presets)."""
+
+# the explain proof (issue 9 section 4): (before, after, fix, presets)
+PROOF_PAIRS = (("sparse", "fused", "fused_sparse_dist", ("multitask_b32k", "multitask_b4k", "tiny")),)
+
+TARGETS = {"fused": (0.95, 0.97), "semi": (0.92, 0.95)}
+"""Headline preset: median ratio <= first, interval's upper end <= second."""
+NEVER_COSTS = ("fused", 1.02)
+"""Every preset: FusedSparseDist's interval's upper end <= 1.02 (numerically identical: it must never cost time)."""
 
 
-def _configs(
-    preset: dict, *, device: str, warmup: int, timed: int, profile: int, out: Path, seed: int
-) -> dict[str, TrainConfig]:
+# ------------------------------------------------------------------------------------------
+# configs
+# ------------------------------------------------------------------------------------------
+def _config(preset: dict, variant: str, *, device: str, warmup: int, timed: int, profile: int, out: Path, seed: int) -> TrainConfig:
     rows = (preset["rows"],) * preset["tables"]
     model = ModelConfig(
         num_embeddings=rows, embedding_dim=preset["dim"], num_dense=13, dense_arch=preset["dense_arch"],
@@ -115,153 +152,540 @@ def _configs(
         num_embeddings=rows, batch_size=preset["batch"], pooling_factor=preset["pooling"], distribution="zipf",
         num_dense=13, distinct_batches=4, seed=seed,
     )
-    out_cfgs = {}
-    for name, (pipeline, opts) in VARIANTS.items():
-        out_cfgs[name] = TrainConfig(
-            pipeline=pipeline, device=device, warmup_steps=warmup, timed_steps=timed, profile_steps=profile,
-            out=str(out / name), model=model, data=data, allow_tf32=True, main_stream_priority=preset["main_priority"],
-            dense_optimizer=DenseOptimizerConfig(kind="adam", lr=1e-3, foreach=preset["adam_foreach"]), **opts,
-        )
-    return out_cfgs
+    pipeline, opts = VARIANTS[variant]
+    return TrainConfig(
+        pipeline=pipeline, device=device, warmup_steps=warmup, timed_steps=timed, profile_steps=profile,
+        out=str(out), model=model, data=data, allow_tf32=True, main_stream_priority=preset["main_priority"],
+        dense_optimizer=DenseOptimizerConfig(kind="adam", lr=1e-3, foreach=preset["adam_foreach"]), **opts,
+    )
 
 
-def _p90(xs: list) -> float | None:
-    return None if any(x is None for x in xs) else _percentile(xs, 0.9)
-
-
-def _gb(x: float | None) -> str:
-    return "-" if x is None else f"{x / 1e9:.2f} GB"
-
-
-def _run_preset(preset: str, names: list[str], args, info, out: Path, t0: float, publish, *, run: int = 1) -> dict | None:
-    """Every variant of ``names`` on one preset (``run``: this preset's 1st, 2nd... run in the
-    plan); rank 0 returns the results document, which ``publish(doc)`` receives after each
-    variant too (partial results survive a kill)."""
-    spec = PRESETS[preset]
-    profile = args.profile_steps if run == 1 else 0  # a repeat measures time only: no trace
-    cfgs = _configs(spec, device=args.device, warmup=args.warmup_steps, timed=args.steps, profile=profile, out=out, seed=args.seed)
-    first = cfgs[names[0]]
-    doc = {
-        "world_size": info.world_size,
-        "device": torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu",
-        "preset": preset,
-        "run": run,
-        "spec": {k: v for k, v in spec.items()},
-        "model": dataclasses.asdict(first.model),
-        "data": dataclasses.asdict(first.data),
-        "dense_optimizer": dataclasses.asdict(first.dense_optimizer),
-        "main_stream_priority": first.main_stream_priority,
-        "tf32": first.allow_tf32,
-        "warmup_steps": args.warmup_steps,
-        "timed_steps": args.steps,
-        "step_time": "CUDA events on the main stream at each step end, read after the run; "
-                     "P90 = max over ranks of each rank's P90",
-        "rows": [],
-        "targets": {},
-        "skipped_for_time": [],
-        "errors": {},
+# ------------------------------------------------------------------------------------------
+# one rank's view of a run, and the ranks combined
+# ------------------------------------------------------------------------------------------
+def _run_summary(run: RunResult) -> dict:
+    steps = run.step_ms
+    return {
+        "step_ms_median": method.median(steps),
+        "step_ms_p90": method.percentile(steps, 0.9),
+        "step_ms": [round(x, 4) for x in steps],
+        "warmup_step_ms": [round(x, 4) for x in run.step_ms_all[: run.timed[0]]],
+        "host_step_ms_median": method.median(run.host_step_ms),
+        "gpu_waited_share": run.gpu_waited_share,
+        "first_step_ms": run.step_ms_all[0] if run.step_ms_all else None,
+        "first_step_host_ms": run.host_step_ms_all[0] if run.host_step_ms_all else None,
+        "peak_reserved_bytes": run.peak_reserved_bytes,
+        "peak_allocated_bytes": run.peak_allocated_bytes,
+        "reserved_at_start_bytes": run.reserved_at_start_bytes,
+        "allocator_timed": run.allocator_timed,
+        "allocator_run": run.allocator_run,
+        "final_loss": run.final_loss,
+        "reset_s": run.reset_s,
+        "wall_s": run.wall_s,
+        "traced_step_ms": [round(x, 4) for x in run.traced_step_ms],
+        "embedding_backend": run.embedding_backend,
     }
-    t_build = time.perf_counter()
-    # host batches once for every variant (same data, and no minutes spent regenerating)
-    loader = SyntheticLoader(dataclasses.replace(first.data, num_batches=first.total_steps), rank=info.rank)
-    if info.rank == 0:
-        print(f"[bench] {info.world_size} rank(s), preset {preset}, batches built in {time.perf_counter() - t_build:.1f} s",
-              file=sys.stderr, flush=True)
-    for name in names:
-        go = [time.perf_counter() - t0 < args.budget_s]
-        dist.broadcast_object_list(go, src=0)  # every rank makes rank 0's choice
-        if not go[0]:
-            doc["skipped_for_time"].append(name)
-            continue
-        t1 = time.perf_counter()
+
+
+def _combine(ranks: list[dict]) -> dict:
+    """The ranks' summaries as one: times and memory the worst rank's (max), the rest rank 0's."""
+    out = dict(ranks[0])
+    for k in ("step_ms_median", "step_ms_p90", "peak_reserved_bytes", "peak_allocated_bytes", "first_step_ms", "gpu_waited_share"):
+        vals = [r[k] for r in ranks if r.get(k) is not None]
+        out[k] = max(vals) if vals else None
+    if len(ranks) > 1:
+        out["ranks"] = [{k: r[k] for k in ("step_ms_median", "peak_reserved_bytes")} for r in ranks]
+    return out
+
+
+class Bench:
+    """The state of one benchmark process (every rank runs the same calls in the same order)."""
+
+    def __init__(self, args, info) -> None:  # noqa: ANN001
+        self.args, self.info = args, info
+        self.rank0 = info.rank == 0
+        self.gpu = args.device == "cuda"
+        self.t0 = time.perf_counter()
+        self.out = Path(args.out)
+        self.date = args.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")
+        self.device_name = torch.cuda.get_device_name() if self.gpu else (platform.processor() or "cpu")
+        self.tag = f"{info.world_size}gpu-{proof_manifest.device_slug(self.device_name)}-{self.date}"
+        self.samples_dir = f"sample_traces/pipelines_{info.world_size}gpu"
+        self.commit = self.out / "commit"
+        self.clocks = None
+        self.doc: dict = {
+            "title": f"Pipelines on {info.world_size} x {self.device_name}",
+            "device": self.device_name,
+            "world_size": info.world_size,
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "versions": _versions(),
+            "method": {
+                "warmup_rounds": 1, "min_rounds": args.min_rounds, "max_rounds": args.rounds,
+                "warmup_steps": args.warmup_steps, "timed_steps": args.steps,
+                "order": "warm-up round in plan order; timed rounds in mirrored pairs of rotated orders",
+                "figure": "per round: median of the timed steps (GPU time between CUDA events on the main stream); "
+                          "ratios within the round; median over rounds with a 95 % percentile bootstrap interval "
+                          f"({method.RESAMPLES} resamples, bench/method.py)",
+                "reference": REFERENCE,
+            },
+            "process": {},
+            "presets": [],
+            "total_s": None,
+        }
+
+    # ---- helpers -------------------------------------------------------------------------
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def say(self, msg: str) -> None:
+        if self.rank0:
+            print(f"[bench {self.now():6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    def decide(self, value):  # noqa: ANN001, ANN201
+        """Rank 0's value, on every rank."""
+        box = [value]
+        if self.info.world_size > 1:
+            dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, mine: dict) -> list[dict]:
+        if self.info.world_size == 1:
+            return [mine]
+        got: list = [None] * self.info.world_size
+        dist.all_gather_object(got, mine)
+        return got
+
+    def clocks_in(self, t0: float, t1: float) -> dict | None:
+        """Clock summary over [t0, t1) (bench seconds)."""
+        if self.clocks is None:
+            return None
+        return self.clocks.window(t0 + self.t0, t1 + self.t0)
+
+    def publish(self) -> None:
+        if not self.rank0:
+            return
+        self.doc["total_s"] = round(self.now(), 1)
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "results.json").write_text(json.dumps(self.doc, indent=1, default=str))
+        (self.out / "results.md").write_text("\n".join(markdown(self.doc)) + "\n")
+        if self.clocks is not None:
+            with open(self.out / "clocks.csv", "w") as f:
+                f.write("t_s,sm_mhz,mem_mhz,temp_c,power_w,reasons\n")
+                for t, s in list(self.clocks.samples):
+                    f.write(f"{t - self.t0:.3f},{s.get('sm_mhz')},{s.get('mem_mhz')},{s.get('temp_c')},{s.get('power_w')},"
+                            f"{'' if s.get('reasons') is None else hex(s['reasons'])}\n")
+
+    # ---- the process: CUDA start, clocks, the extension ------------------------------------
+    def start_process(self) -> None:
+        proc = self.doc["process"]
+        proc["env"] = {k: os.environ.get(k) for k in ("CUDA_MODULE_LOADING", "PYTORCH_CUDA_ALLOC_CONF", "TBE_KERNELS_BUILD_DIR",
+                                                    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")}
+        proc["cpu_count"] = os.cpu_count()
+        proc["cuda_sync_events"] = cuda_sync_events()
+        if not self.gpu:
+            return
+        t = time.perf_counter()
+        torch.empty(1, device="cuda")
+        torch.cuda.synchronize()
+        proc["cuda_first_alloc_s"] = round(time.perf_counter() - t, 3)
+        if self.rank0:
+            uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", "") or "") or None
+            self.clocks = ClockLog(uuid=uuid)
+            proc["clock_log"] = self.clocks.status
+            q = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version,persistence_mode,power.limit,clocks.max.sm,clocks.max.mem,"
+                 "clocks.applications.graphics", "--format=csv"], capture_output=True, text=True, timeout=30,
+            ) if shutil.which("nvidia-smi") else None
+            proc["nvidia_smi"] = q.stdout.strip() if q is not None and q.returncode == 0 else None
+        # the TBE extension: built here on a fresh machine (minutes), else loaded from its cache
+        from runtime.kernels import cuda as tbe_cuda
+
+        t = time.perf_counter()
         try:
-            summary = train(cfgs[name], loader=loader)
-        except Exception as e:  # noqa: BLE001 - recorded, and the next variant still runs
-            doc["errors"][name] = f"{type(e).__name__}: {e}"[:500]
-            print(f"[bench] {preset}/{name}: FAILED {doc['errors'][name]}", file=sys.stderr, flush=True)
-            if info.world_size > 1:
-                raise  # the other ranks may be inside a collective: end the run (results so far are written)
+            tbe_cuda.load()
+            proc["tbe_extension"] = "loaded"
+        except Exception as e:  # noqa: BLE001 - the runs then use the reference (said in the table)
+            proc["tbe_extension"] = f"unavailable: {e}"[:300]
+        proc["tbe_extension_load_s"] = round(time.perf_counter() - t, 2)
+        self.say(f"CUDA start {proc['cuda_first_alloc_s']} s, TBE extension {proc['tbe_extension']} in "
+                 f"{proc['tbe_extension_load_s']} s, clock log {proc.get('clock_log')}")
+
+    # ---- probes (per round) ----------------------------------------------------------------
+    def probes(self, session: Session, loader: SyntheticLoader) -> dict:
+        """GEMM (bound by SM clocks) and lookup (bound by memory, on the preset's tables) timed
+        with CUDA events, median of a few calls; rank-local, 1 rank only for the lookup."""
+        if not self.gpu:
+            return {}
+        out = {}
+        with torch.no_grad():
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            a = torch.randn(8192, 8192, device="cuda")
+            out["gemm_ms"] = _median_ms(lambda: a @ a, 5)
+            out["gemm_first_call_host_s"] = round(time.perf_counter() - t, 3)
+            del a
+            if self.info.world_size == 1 and session.embedding is not None:
+                kjt = next(iter(loader)).sparse.to(session.device)
+                out["lookup_ms"] = _median_ms(lambda: session.model.sparse_arch.local(kjt), 3)
+        return out
+
+    # ---- one run of one variant ------------------------------------------------------------
+    def run(self, session: Session, loader: SyntheticLoader, cfg: TrainConfig) -> dict:
+        t0 = self.now()
+        run = session.run(cfg, loader.first(cfg.total_steps), progress=False)
+        t1 = self.now()
+        seg = _combine(self.gather(_run_summary(run)))
+        seg["t"] = [round(t0, 3), round(t1, 3)]
+        seg["clocks"] = self.clocks_in(t0, t1)
+        if run.trace:
+            seg["trace"] = run.trace
+        return seg
+
+    # ---- a preset ----------------------------------------------------------------------------
+    def preset(self, name: str, variants: list[str], *, headline: bool, share_s: float) -> None:
+        args, spec = self.args, PRESETS[name]
+        folder = self.commit / self.samples_dir / ("" if headline else name)
+        pdoc: dict = {
+            "preset": name, "headline": headline, "spec": {k: v for k, v in spec.items() if k != "est_step_ms"},
+            "variants": variants, "rounds": [], "summary": {}, "targets": {}, "traces": {}, "diagnostics": {},
+            "setup": {}, "budget_s": round(share_s, 1),
+        }
+        self.doc["presets"].append(pdoc)
+        cfgs = {v: _config(spec, v, device=args.device, warmup=args.warmup_steps, timed=args.steps, profile=0,
+                           out=folder / v, seed=args.seed) for v in variants}
+        trace_cfgs = {v: dataclasses.replace(cfgs[v], timed_steps=3, profile_steps=args.profile_steps)
+                      for v in variants if v in TRACED and args.profile_steps}
+        longest = max([c.total_steps for c in cfgs.values()] + [c.total_steps for c in trace_cfgs.values()] + [50])
+        first = cfgs[variants[0]]
+        pdoc.update(model=dataclasses.asdict(first.model), data=dataclasses.asdict(first.data),
+                    dense_optimizer=dataclasses.asdict(first.dense_optimizer), main_stream_priority=first.main_stream_priority)
+        t_preset = self.now()
+        t = time.perf_counter()
+        loader = SyntheticLoader(dataclasses.replace(first.data, num_batches=longest), rank=self.info.rank)
+        pdoc["setup"]["loader_s"] = round(time.perf_counter() - t, 2)
+        t = time.perf_counter()
+        session = Session(first)
+        pdoc["setup"]["model_build_s"] = round(session.build_s, 2)
+        pdoc["setup"]["model_bytes"] = sum(p.numel() * p.element_size() for p in session.model.parameters()) + sum(
+            b.numel() * b.element_size() for b in session.model.buffers())
+        self.say(f"{name}: loader {pdoc['setup']['loader_s']} s, model {pdoc['setup']['model_build_s']} s")
+
+        def one_round(r: int, order: list[str]) -> None:
+            rd = {"round": r, "warmup": r == 0, "order": order, "t": [round(self.now(), 3)], "probes": self.probes(session, loader),
+                  "runs": {}}
+            pdoc["rounds"].append(rd)
+            for v in order:
+                rd["runs"][v] = self.run(session, loader, cfgs[v])
+            rd["t"].append(round(self.now(), 3))
+            rd["clocks"] = self.clocks_in(*rd["t"])
+            self.publish()  # the figures are made at the preset's end: no host work between rounds
+            self.say(f"{name} round {r}{' (warm-up)' if r == 0 else ''}: " + ", ".join(
+                f"{v} {rd['runs'][v]['step_ms_median']:.3f}" for v in variants) + f" ms  ({rd['t'][1] - rd['t'][0]:.1f} s)")
+
+        one_round(0, list(variants))
+        per_round = pdoc["rounds"][0]["t"][1] - pdoc["rounds"][0]["t"][0]
+        traces_s = len(trace_cfgs) * (4.0 + 0.002 * spec["est_step_ms"] * 13) if self.gpu else 2.0 * len(trace_cfgs)
+        left = share_s - (self.now() - t_preset) - traces_s
+        n_rounds = self.decide(method.rounds_that_fit(per_round_s=per_round, left_s=left, least=args.min_rounds, most=args.rounds))
+        pdoc["timed_rounds_planned"] = n_rounds
+        for r, order in enumerate(method.round_orders(variants, n_rounds), start=1):
+            one_round(r, order)
+
+        for v, cfg in trace_cfgs.items():
+            seg = self.run(session, loader, cfg)
+            if self.rank0:
+                write_run_metrics(Path(cfg.out), seg, pdoc, v, cfg, self)
+            pdoc["traces"][v] = {"dir": str(Path(cfg.out).relative_to(self.commit)), **{k: seg[k] for k in (
+                "step_ms_median", "traced_step_ms", "peak_reserved_bytes", "gpu_waited_share")}}
+            self.say(f"{name} trace {v}: untraced {seg['step_ms_median']:.3f} ms, traced {seg['traced_step_ms']}")
+        self.publish()
+
+        diagnose = self.gpu and not args.no_diagnostics
+        if diagnose:
+            self.old_method(name, variants, pdoc, session, loader, cfgs, share_s - (self.now() - t_preset))
+        del session
+        gc.collect()
+        if self.gpu:
+            torch.cuda.empty_cache()
+        if diagnose and headline:
+            self.fresh_tables(variants, pdoc, loader, cfgs, share_s - (self.now() - t_preset))
+        self.summarize(pdoc)
+        self.publish()
+
+    def old_method(self, name, variants, pdoc, session, loader, cfgs, left_s) -> None:  # noqa: ANN001
+        """The method before this one, replayed: the GPU idle ``--idle-s`` seconds (as it was
+        while the next variant's model and data were built), then SparseDist, FusedSparseDist
+        and SemiSync back to back, 10 warm-up + 40 timed steps each, P90 ratios."""
+        main = [v for v in MAIN if v in variants]
+        if name not in OLD_METHOD_PRESETS or REFERENCE not in main:
+            return
+        need = self.args.idle_s + len(main) * 50 * PRESETS[name]["est_step_ms"] / 1e3 + 5
+        if not self.decide(left_s > need):
+            pdoc["diagnostics"]["old_method"] = "skipped: time budget"
+            return
+        t_idle = self.now()
+        torch.cuda.synchronize()
+        time.sleep(self.args.idle_s)
+        old = {"idle_s": self.args.idle_s, "idle_clocks": self.clocks_in(t_idle, self.now()), "runs": {}}
+        for v in main:
+            old["runs"][v] = self.run(session, loader, dataclasses.replace(cfgs[v], warmup_steps=10, timed_steps=40))
+        ref = old["runs"][REFERENCE]["step_ms_p90"]
+        old["p90_ratio"] = {v: old["runs"][v]["step_ms_p90"] / ref for v in main}
+        pdoc["diagnostics"]["old_method"] = old
+        self.say(f"{name} old method after {self.args.idle_s} s idle: P90 ratios {old['p90_ratio']}")
+
+    def fresh_tables(self, variants, pdoc, loader, cfgs, left_s) -> None:  # noqa: ANN001
+        """The model built again (a new 13 GB allocation, the old one freed), SparseDist and
+        FusedSparseDist once more: does the step time depend on where the tables landed?"""
+        pair = [v for v in (REFERENCE, "fused") if v in variants]
+        if len(pair) < 2:
+            return
+        if not self.decide(left_s > 10):
+            pdoc["diagnostics"]["fresh_tables"] = "skipped: time budget"
+            return
+        t = time.perf_counter()
+        fresh = Session(cfgs[REFERENCE])
+        ft = {"model_build_s": round(time.perf_counter() - t, 2), "probes": self.probes(fresh, loader), "runs": {}}
+        for v in pair:
+            ft["runs"][v] = self.run(fresh, loader, cfgs[v])
+        ft["ratio"] = ft["runs"]["fused"]["step_ms_median"] / ft["runs"][REFERENCE]["step_ms_median"]
+        pdoc["diagnostics"]["fresh_tables"] = ft
+        self.say(f"fresh tables: sparse {ft['runs'][REFERENCE]['step_ms_median']:.3f} ms, ratio {ft['ratio']:.3f}")
+        del fresh
+        gc.collect()
+        torch.cuda.empty_cache()
+
+    # ---- figures -----------------------------------------------------------------------------
+    def summarize(self, pdoc: dict) -> None:
+        timed = [rd for rd in pdoc["rounds"] if not rd["warmup"]]
+        if not timed:
+            return
+        figures = {
+            "step": "step_ms_median",
+            "reserved": "peak_reserved_bytes",
+            "allocated": "peak_allocated_bytes",
+        }
+        summary: dict = {}
+        for fig, key in figures.items():
+            per_round = [{v: run[key] for v, run in rd["runs"].items() if run.get(key) is not None} for rd in timed]
+            if not any(per_round):
+                continue
+            for v, est in method.summarize(per_round, REFERENCE).items():
+                s = summary.setdefault(v, {})
+                s[f"{fig}" if fig == "step" else f"{fig}_bytes"] = est["value"].to_dict()
+                if "ratio" in est:
+                    s["ratio" if fig == "step" else f"{fig}_ratio"] = est["ratio"].to_dict()
+        warm = next((rd for rd in pdoc["rounds"] if rd["warmup"]), None)
+        for v, s in summary.items():
+            runs = [rd["runs"][v] for rd in timed if v in rd["runs"]]
+            s["gpu_waited_share"] = method.median([r["gpu_waited_share"] for r in runs if r["gpu_waited_share"] is not None])
+            s["host_step_ms"] = method.median([r["host_step_ms_median"] for r in runs])
+            s["first_step_ms"] = method.median([r["first_step_ms"] for r in runs if r["first_step_ms"] is not None])
+            s["device_allocs_in_timed_steps"] = sum(r["allocator_timed"].get("num_device_alloc", 0) for r in runs)
+            losses = {r["final_loss"] for r in runs}
+            s["final_loss"] = runs[-1]["final_loss"] if runs else None
+            s["final_loss_same_every_round"] = len(losses) == 1
+            if warm is not None and v in warm["runs"] and s.get("step"):
+                s["warmup_round_step_ms"] = warm["runs"][v]["step_ms_median"]
+                s["warmup_round_over_median"] = warm["runs"][v]["step_ms_median"] / s["step"]["median"]
+        ref_loss = summary.get(REFERENCE, {}).get("final_loss")
+        for v, s in summary.items():
+            if VARIANTS[v][0] in ("sparse", "fused", "base") and ref_loss is not None:
+                s["final_loss_equals_sparse"] = s["final_loss"] == ref_loss
+        pdoc["summary"] = summary
+        pdoc["timed_rounds"] = len(timed)
+        pdoc["targets"] = targets(pdoc)
+
+
+def _median_ms(fn, reps: int) -> float:  # noqa: ANN001
+    fn()  # first call (handles, lazy loading) outside the figure
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return round(method.median(times), 4)
+
+
+def targets(pdoc: dict) -> dict:
+    """The issue's targets that apply to this preset, each True/False."""
+    s, out = pdoc["summary"], {}
+    if pdoc["headline"]:
+        for v, (med, hi) in TARGETS.items():
+            r = s.get(v, {}).get("ratio")
+            if r:
+                out[f"{v}: median <= {med} and upper end <= {hi}"] = r["median"] <= med and r["hi"] <= hi
+    v, hi = NEVER_COSTS
+    r = s.get(v, {}).get("ratio")
+    if r:
+        out[f"{v}: upper end <= {hi}"] = r["hi"] <= hi
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# what the lead commits
+# ------------------------------------------------------------------------------------------
+def write_run_metrics(folder: Path, seg: dict, pdoc: dict, variant: str, cfg: TrainConfig, bench: Bench) -> None:
+    """metrics.json beside a sample trace: the trace run's own figures and its config (the keys
+    runtime.train's metrics.json has for them: pipeline, world_size, config)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "variant": variant, "pipeline": VARIANTS[variant][0], "options": VARIANTS[variant][1], "preset": pdoc["preset"],
+        "config": _config_dict(cfg),
+        "device": bench.device_name, "world_size": bench.info.world_size, "date_utc": bench.doc["date_utc"],
+        "cuda_sync_events": bench.doc["process"].get("cuda_sync_events"),
+        "trace_run": {k: seg[k] for k in ("step_ms", "traced_step_ms", "step_ms_median", "peak_reserved_bytes",
+                                          "peak_allocated_bytes", "gpu_waited_share", "final_loss", "clocks")},
+        "model": pdoc["model"], "data": pdoc["data"], "dense_optimizer": pdoc["dense_optimizer"],
+        "main_stream_priority": pdoc["main_stream_priority"], "versions": bench.doc["versions"],
+        "measured": f"bench/results/pipelines-{bench.tag}.json (preset {pdoc['preset']}, summary -> {variant})",
+    }
+    (folder / "metrics.json").write_text(json.dumps(doc, indent=1, default=str))
+
+
+def write_commit(bench: Bench) -> None:
+    """``<out>/commit/``: the results file, the sample traces' README, the README rows and the
+    explain proof's manifest, in the repository's layout."""
+    doc, c = bench.doc, bench.commit
+    res = c / "bench" / "results"
+    res.mkdir(parents=True, exist_ok=True)
+    (res / f"pipelines-{bench.tag}.json").write_text(json.dumps(doc, indent=1, default=str))
+    (res / f"pipelines-{bench.tag}.md").write_text("\n".join(markdown(doc)) + "\n")
+    head = next((p for p in doc["presets"] if p["headline"]), None)
+    samples = c / bench.samples_dir
+    samples.mkdir(parents=True, exist_ok=True)
+    lines = [f"# Pipeline traces, {doc['world_size']} x {doc['device']}", "",
+             f"Written by `{doc['command']}` on {doc['date_utc']} (torch {doc['versions'].get('torch')}, "
+             f"cuda_sync events {doc['process'].get('cuda_sync_events')}). One run per folder after the timed rounds "
+             f"of bench/results/pipelines-{bench.tag}.md: warm-up steps, 3 untimed steps, one profiler warm-up step, "
+             f"{bench.args.profile_steps} profiled steps (Kineto with `[memory]` and `cuda_sync` events), 3 tail steps. "
+             "Each folder: `trace_rank*.json.gz` and `metrics.json` (the run's step times, traced and untraced, peak "
+             "memory, clocks, config). The headline preset's folders are at the top; the other presets' under "
+             "`<preset>/`.", ""]
+    for p in doc["presets"]:
+        for v, t in p["traces"].items():
+            lines.append(f"- `{Path(t['dir']).relative_to(bench.samples_dir)}/`: preset {p['preset']}, {v}; untraced "
+                         f"{t['step_ms_median']:.3f} ms/step, traced steps {t['traced_step_ms']} ms")
+    (samples / "README.md").write_text("\n".join(lines) + "\n")
+    rows = readme_rows(doc, bench.tag)
+    (c / "README-rows.md").write_text("\n".join(rows) + "\n")
+    pairs = []
+    for before, after, fix, presets in PROOF_PAIRS:
+        for p in doc["presets"]:
+            if p["preset"] not in presets or before not in p["traces"] or after not in p["traces"]:
+                continue
+            pairs.append(proof_manifest.pipeline_pair(p, before, after, fix=fix, trace_file=f"trace_rank0.json.gz"))
+    if pairs:
+        proof_manifest.write(res / f"proof-pipelines-{bench.tag}.json", pairs, device=doc["device"], date_utc=doc["date_utc"],
+                             source=f"bench/results/pipelines-{bench.tag}.json", versions=doc["versions"])
+
+
+def _est(e: dict | None, fmt: str = "{:.3f}", scale: float = 1.0) -> str:
+    if not e:
+        return "-"
+    return f"{fmt.format(e['median'] * scale)} [{fmt.format(e['lo'] * scale)}, {fmt.format(e['hi'] * scale)}]"
+
+
+def readme_rows(doc: dict, tag: str) -> list[str]:
+    out = []
+    for p in doc["presets"]:
+        s = p["summary"]
+        parts = [f"{v} {_est(s[v].get('ratio'))}" for v in ("fused", "semi") if v in s]
+        if not parts:
             continue
-        finally:
-            gc.collect()
-            if args.device == "cuda":
-                torch.cuda.empty_cache()
-        if info.rank == 0:
-            ranks = summary["ranks"]
-            row = {
-                "variant": name,
-                "pipeline": summary["pipeline"],
-                "options": VARIANTS[name][1],
-                "step_ms_p50": summary["step_ms_p50"],
-                "step_ms_p90": summary["step_ms_p90"],
-                "peak_allocated_p90_bytes": _p90([r["peak_allocated_bytes"] for r in ranks]),
-                "peak_reserved_p90_bytes": _p90([r["peak_reserved_bytes"] for r in ranks]),
-                "qps": summary["qps"],
-                "host_step_ms_p50_rank0": ranks[0]["host_step_ms_p50"],
-                "embedding_backend": ranks[0]["embedding_backend"],
-                "final_loss_rank0": ranks[0]["final_loss"],
-                "run_s": time.perf_counter() - t1,
-            }
-            doc["rows"].append(row)
-            _ratios(doc)
-            publish(doc)
-            print(f"[bench] {preset}/{name}: P90 {row['step_ms_p90']:.3f} ms  alloc {_gb(row['peak_allocated_p90_bytes'])}  "
-                  f"reserved {_gb(row['peak_reserved_p90_bytes'])}  host {row['host_step_ms_p50_rank0']:.2f} ms/step  "
-                  f"({row['run_s']:.1f} s)", file=sys.stderr, flush=True)
-    del loader
-    gc.collect()
-    if info.rank != 0:
-        return None
-    _ratios(doc)
-    publish(doc)
-    return doc
+        out.append(f"| pipelines, {doc['world_size']} x {doc['device']}, step time / SparseDist's, median over "
+                   f"{p.get('timed_rounds')} interleaved rounds [95% CI], preset {p['preset']}"
+                   f"{' (headline)' if p['headline'] else ''} | {'; '.join(parts)} | `bench/results/pipelines-{tag}.md` |")
+    return out
 
 
-def _ratios(doc: dict) -> None:
-    rows = doc["rows"]
-    ref = next((r["step_ms_p90"] for r in rows if r["variant"] == "sparse"), None)
-    for r in rows:
-        r["p90_vs_sparse"] = r["step_ms_p90"] / ref if ref else None
-    by = {r["variant"]: r for r in rows}
-    targets = {}
-    if ref:
-        fused = [(v, r["p90_vs_sparse"]) for v, r in by.items() if r["pipeline"] == "fused"]
-        if "fused" in by:
-            targets["fused_p90_le_0.95x_sparse"] = by["fused"]["p90_vs_sparse"] <= 0.95
-        if fused:
-            best = min(fused, key=lambda x: x[1])
-            targets[f"best_fused_option_le_0.95x_sparse ({best[0]})"] = best[1] <= 0.95
-        if "semi" in by:
-            targets["semi_p90_le_0.92x_sparse"] = by["semi"]["p90_vs_sparse"] <= 0.92
-    doc["targets"] = targets
+def markdown(doc: dict) -> list[str]:
+    lines = [f"# {doc['title']}", "",
+             f"{doc['date_utc']}, `{doc['command']}`, torch {doc['versions'].get('torch')} (CUDA {doc['versions'].get('cuda')}); "
+             f"{doc['total_s']} s in all.", "",
+             "Method (bench/method.py): a warm-up round (discarded), then timed rounds; every variant once per round, in "
+             "mirrored pairs of rotated orders; a round's figure is the median of the variant's timed steps; ratios to SparseDist "
+             "within each round; reported: median over rounds [95 % bootstrap interval over rounds].", ""]
+    proc = doc.get("process", {})
+    if proc:
+        lines += [f"Process: CUDA context + first allocation {proc.get('cuda_first_alloc_s')} s; TBE extension "
+                  f"{proc.get('tbe_extension')} in {proc.get('tbe_extension_load_s')} s; clock log {proc.get('clock_log')}; "
+                  f"cuda_sync events {proc.get('cuda_sync_events')}.", ""]
+    for p in doc["presets"]:
+        spec = p["spec"]
+        lines += [f"## {p['preset']}{' (headline)' if p['headline'] else ''}", "",
+                  f"batch {spec['batch']}/GPU, {spec['tables']} tables x {spec['rows']} x {spec['dim']}, pooling {spec['pooling']}, "
+                  f"over arch {tuple(spec['over_arch'])}, {spec['task_heads']} task head(s), Adam foreach={spec['adam_foreach']}, "
+                  f"main stream priority {spec['main_priority']}. Timed rounds: {p.get('timed_rounds', 0)} (+1 warm-up); setup: "
+                  f"batches {p['setup'].get('loader_s')} s, model {p['setup'].get('model_build_s')} s.", "",
+                  "| variant | step ms | / SparseDist | peak reserved GB | / SparseDist | peak alloc GB | GPU waited for host "
+                  "| device allocs in timed steps | warm-up round / median |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for v in p["variants"]:
+            s = p["summary"].get(v)
+            if not s:
+                continue
+            waited = s.get("gpu_waited_share")
+            warm = s.get("warmup_round_over_median")
+            lines.append(
+                f"| {v} | {_est(s.get('step'))} | {_est(s.get('ratio'))} | {_est(s.get('reserved_bytes'), '{:.2f}', 1e-9)} | "
+                f"{_est(s.get('reserved_ratio'))} | {_est(s.get('allocated_bytes'), '{:.2f}', 1e-9)} | "
+                f"{'-' if waited is None else f'{waited:.0%}'} | {s.get('device_allocs_in_timed_steps', '-')} | "
+                f"{'-' if warm is None else f'{warm:.3f}'} |")
+        backends = sorted({str(run.get("embedding_backend")) for rd in p["rounds"] for run in rd["runs"].values()})
+        if backends and backends != ["cuda"]:
+            lines += ["", "Embedding backend: " + ", ".join(backends) + " (NOT the CUDA kernels)"]
+        if p["targets"]:
+            lines += ["", "Targets: " + "; ".join(f"{k}: {'met' if ok else 'NOT met'}" for k, ok in p["targets"].items())]
+        same = [v for v, s in p["summary"].items() if s.get("final_loss_equals_sparse") is False]
+        if same:
+            lines += ["", f"Final loss differs from SparseDist's: {', '.join(same)}"]
+        lines += ["", "Per round (step ms, median of the timed steps; SM MHz mean; probes):", "",
+                  "| round | order | " + " | ".join(p["variants"]) + " | SM MHz | temp C | reasons | GEMM ms | lookup ms |",
+                  "|---|---|" + "---|" * (len(p["variants"]) + 5)]
+        for rd in p["rounds"]:
+            ck = rd.get("clocks") or {}
+            cells = [f"{rd['runs'][v]['step_ms_median']:.3f}" if v in rd["runs"] else "-" for v in p["variants"]]
+            lines.append(f"| {rd['round']}{' (warm-up)' if rd['warmup'] else ''} | {rd['order'][0]} first | " + " | ".join(cells)
+                         + f" | {ck.get('sm_mhz', '-')} | {ck.get('temp_c_max', '-')} | {','.join(reason_names(ck.get('reasons'))) or '-'}"
+                         f" | {rd['probes'].get('gemm_ms', '-')} | {rd['probes'].get('lookup_ms', '-')} |")
+        diag = p.get("diagnostics") or {}
+        old = diag.get("old_method")
+        if isinstance(old, dict):
+            lines += ["", f"Old method (GPU idle {old['idle_s']} s, then one run each, back to back, 10 + 40 steps, P90): "
+                      + ", ".join(f"{v} {r['step_ms_p90']:.3f} ms (SM {(r.get('clocks') or {}).get('sm_mhz', '-')} MHz, "
+                                  f"ratio {old['p90_ratio'][v]:.3f})" for v, r in old["runs"].items())]
+        elif old:
+            lines += ["", f"Old method: {old}"]
+        ft = diag.get("fresh_tables")
+        if isinstance(ft, dict):
+            lines += ["", f"Fresh tables (model built again, {ft['model_build_s']} s): "
+                      + ", ".join(f"{v} {r['step_ms_median']:.3f} ms" for v, r in ft["runs"].items())
+                      + f", ratio {ft['ratio']:.3f}; lookup probe {ft['probes'].get('lookup_ms', '-')} ms"]
+        elif ft:
+            lines += ["", f"Fresh tables: {ft}"]
+        lines.append("")
+    return lines
 
 
-def _markdown(doc: dict) -> list[str]:
-    spec = doc["spec"]
-    lines = [
-        f"## {doc['world_size']} x {doc['device']}, preset {doc['preset']}" + (f" (run {doc['run']})" if doc.get("run", 1) > 1 else ""),
-        "",
-        f"batch {spec['batch']}/GPU, {spec['tables']} tables x {spec['rows']} x {spec['dim']}, pooling {spec['pooling']}, "
-        f"over arch {spec['over_arch']}, {spec['task_heads']} task head(s), Adam foreach={spec['adam_foreach']}, "
-        f"main stream priority {spec['main_priority']}",
-        "",
-        "| Pipeline | Runtime (P90) | Peak Memory alloc (P90) | Peak Memory reserved (P90) | P90 / SparseDist | host ms/step (P50) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in doc["rows"]:
-        ratio = "-" if r.get("p90_vs_sparse") is None else f"{r['p90_vs_sparse']:.3f}"
-        lines.append(f"| {r['variant']} | {r['step_ms_p90']:.3f} ms | {_gb(r['peak_allocated_p90_bytes'])} | "
-                     f"{_gb(r['peak_reserved_p90_bytes'])} | {ratio} | {r['host_step_ms_p50_rank0']:.2f} |")
-    backends = sorted({str(r["embedding_backend"]) for r in doc["rows"]})
-    if backends:
-        lines += ["", "Embedding backend: " + ", ".join(backends) + ("" if backends == ["cuda"] else "  (NOT the CUDA kernels)")]
-    if doc["targets"]:
-        lines += ["", "Targets: " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in doc["targets"].items())]
-    if doc["skipped_for_time"]:
-        lines.append("Skipped (time budget): " + ", ".join(doc["skipped_for_time"]))
-    for k, v in doc["errors"].items():
-        lines.append(f"FAILED {k}: {v}")
-    return lines + [""]
+# ------------------------------------------------------------------------------------------
+# main
+# ------------------------------------------------------------------------------------------
+def parse_plan(text: str | None) -> list[tuple[str, list[str]]]:
+    if not text:
+        return [(p, list(vs)) for p, vs in PLAN]
+    plans = []
+    for item in text.split(","):
+        preset, _, vs = item.partition(":")
+        names = [v for v in vs.split("+") if v] or list(MAIN)
+        if REFERENCE not in names:
+            names.insert(0, REFERENCE)  # every ratio is to SparseDist, measured in the same round
+        plans.append((preset, names))
+    return plans
 
 
 def main() -> int:
@@ -269,19 +693,26 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
     ap.add_argument("--gpus", type=int, default=1, help="ranks (one GPU each); > 1 relaunches under torch.distributed.run")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a smoke test of the script (gloo)")
-    ap.add_argument("--plan", default=None,
-                    help="PRESET[:VARIANT+VARIANT...],... (default: the built-in plan, headline preset first); "
-                         "the first preset's traces go to <out>/<variant>/")
-    ap.add_argument("--warmup-steps", type=int, default=10)
-    ap.add_argument("--steps", type=int, default=40, help="timed steps")
-    ap.add_argument("--profile-steps", type=int, default=2,
-                    help="profiled steps per variant (2 keeps a headline trace under 2 MB gzipped)")
+    ap.add_argument("--plan", default=None, help="PRESET[:VARIANT+VARIANT...],... (default: the built-in plan, headline "
+                    "first; sparse is added where missing)")
+    ap.add_argument("--warmup-steps", type=int, default=4, help="steps before the timed ones in every run")
+    ap.add_argument("--steps", type=int, default=12, help="timed steps per run")
+    ap.add_argument("--rounds", type=int, default=10, help="timed rounds at most (after the warm-up round)")
+    ap.add_argument("--min-rounds", type=int, default=6, help="timed rounds at least, whatever the budget "
+                    "(even: whole mirrored pairs of orders, bench/method.py)")
+    ap.add_argument("--profile-steps", type=int, default=2, help="profiled steps of each trace run (0: no traces)")
+    ap.add_argument("--idle-s", type=float, default=20.0, help="diagnostics: GPU idle before the old method's runs")
+    ap.add_argument("--no-diagnostics", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--budget-s", type=float, default=330.0,
-                    help="start no new variant after this many seconds (the rest are listed as skipped)")
+    ap.add_argument("--date", default=None, help="YYYYMMDD for the file names (default: today, UTC)")
+    ap.add_argument("--budget-s", type=float, default=480.0,
+                    help="seconds for the whole benchmark: the timed rounds of each preset are as many as fit its share")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("bench_pipelines: error: needs a CUDA GPU", file=sys.stderr)
+        print("bench_pipelines: error: needs a CUDA GPU (or --device cpu)", file=sys.stderr)
+        return 2
+    if args.min_rounds < 1 or args.rounds < args.min_rounds or args.steps < 1 or args.warmup_steps < 0:
+        print("bench_pipelines: error: need 1 <= --min-rounds <= --rounds, --steps >= 1, --warmup-steps >= 0", file=sys.stderr)
         return 2
     if args.gpus > 1 and "RANK" not in os.environ:
         if args.device == "cuda" and torch.cuda.device_count() < args.gpus:
@@ -290,42 +721,30 @@ def main() -> int:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.gpus}",
                str(Path(__file__).resolve()), *sys.argv[1:]]
         return subprocess.run(cmd).returncode
-    if args.plan:
-        plans = []
-        for item in args.plan.split(","):
-            preset, _, vs = item.partition(":")
-            plans.append((preset, [v for v in vs.split("+") if v] or list(MAIN)))
-    else:
-        plans = [(p, list(vs)) for p, vs in PLAN]
+    plans = parse_plan(args.plan)
     bad = [p for p, _ in plans if p not in PRESETS] + [v for _, vs in plans for v in vs if v not in VARIANTS]
-    if bad:
-        print(f"bench_pipelines: error: unknown presets/variants {bad}", file=sys.stderr)
+    if bad or len({p for p, _ in plans}) != len(plans):
+        print(f"bench_pipelines: error: unknown or repeated presets/variants {bad or [p for p, _ in plans]}", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally below, then exit
     info = init_from_env(args.device)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    docs: list[dict] = []
-
-    def publish(doc: dict | None = None) -> None:
-        """Rank 0: results.json and results.md with every preset so far."""
-        shown = docs + ([doc] if doc is not None and doc not in docs else [])
-        result = {"versions": _versions(), "total_s": time.perf_counter() - t0, "presets": shown}
-        (out / "results.json").write_text(json.dumps(result, indent=1, default=str))
-        lines = [f"# Pipelines on {info.world_size} GPU(s)", ""] + [line for d in shown for line in _markdown(d)]
-        (out / "results.md").write_text("\n".join(lines))
-
-    for k, (preset, names) in enumerate(plans):
-        # the first preset's traces go straight into --out/<variant>/, the others' under
-        # --out/<preset>/ (a preset's second run: --out/<preset>_2/)
-        runs = sum(p == preset for p, _ in plans[:k])
-        folder = out if k == 0 else out / (preset if runs == 0 else f"{preset}_{runs + 1}")
-        doc = _run_preset(preset, names, args, info, folder, t0, publish, run=runs + 1)
-        if doc is not None:
-            docs.append(doc)
-    if info.rank == 0:
-        publish()
-        print((out / "results.md").read_text(), file=sys.stderr)
+    bench = Bench(args, info)
+    try:
+        bench.start_process()
+        weights = [PRESETS[p]["est_step_ms"] * len(vs) for p, vs in plans]
+        for k, (preset, names) in enumerate(plans):
+            left = args.budget_s - bench.now()
+            share = left * weights[k] / sum(weights[k:])
+            bench.preset(preset, names, headline=k == 0, share_s=share)
+    finally:  # also on SIGTERM (a time limit): the figures of every round that ran
+        for p in bench.doc["presets"]:
+            bench.summarize(p)
+        if bench.clocks is not None:
+            bench.clocks.stop()
+        if info.rank == 0:
+            write_commit(bench)
+            bench.publish()
+            print((bench.out / "results.md").read_text(), file=sys.stderr)
     dist.barrier()
     dist.destroy_process_group()
     return 0

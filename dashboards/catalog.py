@@ -23,6 +23,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from dashboards.names import Variant, variant
 from tracekit._files import short_labels
 from tracekit.errors import TracekitError
 
@@ -47,7 +48,25 @@ class Source:
     """Why it could not be loaded, once tried and failed."""
     load_s: float | None = None
     """Seconds the load + analysis took in this process."""
+    variant: Variant | None = None
+    """Its variant name and run group (``dashboards.names.variant``)."""
+    hta: dict = field(default_factory=dict, repr=False)
+    """rank -> HTA's section as JSON values (``tracekit.analyses.hta``), once computed."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def name(self) -> str:
+        """The variant name when the files give one, else the label."""
+        return self.variant.name if self.variant is not None else self.label
+
+    def warnings(self, rank: int | None) -> list[str]:
+        """What tracekit warned about in ``rank``'s report (the lowest rank's when absent); []
+        before the report is read."""
+        if not self.reports:
+            return []
+        from dashboards.results import warnings
+
+        return warnings(self.report(rank))
 
     @property
     def loaded(self) -> bool:
@@ -85,7 +104,10 @@ class Catalog:
                  rules: str | None = None) -> None:
         """``rules``: a phase-rules TOML path (read now: a bad file raises ``RulesError`` before
         anything is served) or None for the defaults."""
-        self.sources = [Source(i, p, label) for i, (p, label) in enumerate(zip(paths, short_labels(list(paths))))]
+        self.sources = [Source(i, p, label, variant=variant(p, label))
+                        for i, (p, label) in enumerate(zip(paths, short_labels(list(paths))))]
+        self.by_label = {s.label: s.index for s in self.sources}
+        """label -> index: how a link (``?trace=<label>``) names a source."""
         self._cache_dir = cache_dir
         self._use_cache = use_cache
         self._rules_path = rules
@@ -133,7 +155,7 @@ class Catalog:
         if self._use_cache and source.results is None:
             from tracekit.api import cached_report
 
-            for with_hta in (False, True):  # `tracekit analyze` caches with HTA's section by default
+            for with_hta in (False, None, True):  # `tracekit analyze` caches with HTA's section when the trace is small
                 hit = cached_report(source.path, rules_path=self._rules_path, cache_dir=self._cache_dir, with_hta=with_hta)
                 if hit:
                     source.reports = tuple(sorted(hit, key=lambda r: r["rank"]))
@@ -187,7 +209,28 @@ class Catalog:
             traces = [trace for s in self.sources for trace, _ in s.results or ()]
             for trace in traces[: results.LANES_KEPT]:
                 results.lane_events(trace, self.rules)
+            for s in self.sources:  # HTA's figures for the idle-time view
+                for r in s.ranks:
+                    self.hta(s, r)
 
         t = threading.Thread(target=run, name="tracekit-dashboard-prefetch", daemon=True)
         t.start()
         return t
+
+    def hta(self, source: Source, rank: int | None) -> dict | None:
+        """HTA's section (``tracekit.analyses.hta``, as JSON values) of ``rank`` of a loaded
+        source: from its report when that has it, else computed once on the parsed trace (a
+        fraction of a second for the bundled traces) and kept. None when not loaded."""
+        rep = source.report(rank) if source.reports else None
+        if rep is not None and isinstance(rep.get("hta"), dict):
+            return rep["hta"]
+        if not source.results:
+            return None
+        trace, _ = source.pick(rank)
+        hit = source.hta.get(trace.rank)
+        if hit is None:
+            from tracekit.analyses import hta as hta_mod
+            from tracekit.report import jsonable
+
+            hit = source.hta[trace.rank] = jsonable(hta_mod.compute(trace, self.rules))
+        return hit

@@ -95,8 +95,37 @@ def step_times(steps: pd.DataFrame, title: str) -> dict:
     }
 
 
-def timeline(lanes: Lanes) -> dict:
-    """Horizontal bars per lane: binned context (faded by busy fraction), then full-detail events.
+MARK_COLOURS = {"step": "#dfe3ea", "gap": "#b8860b", "stall": "#111111", "critical": "#6a1b9a"}
+"""Marks in colours no phase has (sync stalls black, gaps dark gold)."""
+
+
+CATEGORY_COLOURS = {"host": "#5c6370", "communication": "#17becf", "memcpy": "#8c564b", "sync": "#c62828", "idle": "#d9dce3"}
+
+
+def category_colour(cat: str) -> str:
+    """A critical-path category's colour: a compute phase keeps its phase colour."""
+    return phase_colour(cat.split(":", 1)[1]) if cat.startswith("compute:") else CATEGORY_COLOURS.get(cat, "#bcbd22")
+
+
+def step_breakdown(steps: pd.DataFrame, title: str) -> dict:
+    """Where each step's time went on its critical path: one stacked bar per step, in ms."""
+    from dashboards.results import category_name
+
+    cats = [c for c in steps.columns if c not in ("step", "bound")]
+    x = steps["step"].astype(str).tolist()
+    data = [{"type": "bar", "x": x, "y": _nums(steps[c]), "name": category_name(c), "marker": {"color": category_colour(c)},
+             "customdata": steps["bound"].tolist(),
+             "hovertemplate": "step %{x}: %{y:,.3f} ms<br>%{customdata}<extra>" + category_name(c) + "</extra>"}
+            for c in cats if (steps[c] > 0).any()]
+    return {"data": data, "layout": _layout(f"Where each step goes (its critical path, ms) · {title}", x="step", y="ms",
+                                            height=380, barmode="stack", xaxis={"type": "category"}, bargap=0.35,
+                                            legend={"traceorder": "normal"})}
+
+
+def timeline(lanes: Lanes, marks: pd.DataFrame | None = None) -> dict:
+    """Horizontal bars per lane: binned context (faded by busy fraction), then full-detail
+    events; above them the lanes of ``marks`` (``dashboards.results.timeline_marks``: steps,
+    gaps, stalls), and a dotted line at every step boundary.
 
     Built as a plain figure dict: plotly's validating ``go.Figure`` costs ~0.4 s for a few
     thousand bars, far more than the data work.
@@ -126,27 +155,63 @@ def timeline(lanes: Lanes) -> dict:
         data.append(bars(grp, phase, True))
     for phase, grp in lanes.detail.groupby("phase", sort=True):
         data.append(bars(grp, phase, False))
+    mark_lanes: list[str] = []
+    shapes: list[dict] = []
+    if marks is not None and len(marks):
+        mark_lanes = list(dict.fromkeys(marks["lane"]))
+        for kind, grp in marks.groupby("kind", sort=False):
+            bar = {"type": "bar", "orientation": "h", "y": grp["lane"].tolist(), "x": _nums(grp["dur_ms"]),
+                   "base": _nums(grp["start_ms"]), "name": {"step": "step", "gap": "optimizer → lookup gap",
+                                                             "stall": "sync stall", "critical": "critical path"}.get(kind, kind),
+                   "legendgroup": f"mark-{kind}", "showlegend": kind != "step",
+                   "marker": {"color": MARK_COLOURS.get(kind, "#888"), "line": {"width": 1 if kind == "step" else 0, "color": "#9aa0b0"}},
+                   "customdata": grp["label"].tolist(), "hovertemplate": "%{customdata}<extra></extra>"}
+            if kind == "step":
+                bar.update(text=grp["label"].tolist(), textposition="inside", insidetextanchor="middle",
+                           textfont={"color": "#1d2330"}, constraintext="none")
+                for x in sorted(set(grp["start_ms"].tolist()) | set((grp["start_ms"] + grp["dur_ms"]).tolist())):
+                    shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
+                                   "line": {"color": "#59607a", "width": 1, "dash": "dot"}, "layer": "below"})
+            data.append(bar)
+    order = mark_lanes + list(lanes.lanes)
     layout = {
-        **PLAIN_LAYOUT, "barmode": "overlay", "bargap": 0.25, "height": max(320, 90 + 34 * len(lanes.lanes)),
-        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom"}, "dragmode": "zoom", "hovermode": "closest",
-        "yaxis": {"categoryorder": "array", "categoryarray": list(reversed(lanes.lanes)), "fixedrange": True, "automargin": True},
+        **PLAIN_LAYOUT, "barmode": "overlay", "bargap": 0.25, "height": max(320, 140 + 30 * len(order)),
+        "margin": {"l": 20, "r": 20, "t": 70, "b": 40},
+        "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0}, "dragmode": "zoom", "hovermode": "closest",
+        "yaxis": {"categoryorder": "array", "categoryarray": list(reversed(order)), "fixedrange": True, "automargin": True},
         "xaxis": {"range": list(lanes.window_ms), "title": {"text": "ms from trace start"}, "gridcolor": "#e5e8ee", "zeroline": False},
+        "shapes": shapes,
     }
     return {"data": data, "layout": layout}
 
 
 def overlap_heatmap(matrix: pd.DataFrame) -> dict:
-    """Stream × stream overlap in ms (the diagonal is each stream's busy time)."""
+    """Stream × stream overlap in ms: darker is more; a pair that never overlaps is blank
+    with a grey 0, the diagonal (a stream with itself) is left out (busy time is its own chart)."""
     labels = [str(c) for c in matrix.columns]
     z = matrix.to_numpy(dtype=float)
+    shown = np.where(z > 0, z, np.nan)
+    text = [["" if not math.isfinite(v) else ("0" if v == 0 else f"{v:,.2f}" if v >= 0.005 else "<0.01") for v in row] for row in z]
+    zmax = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
     return {
         "data": [{
-            "type": "heatmap", "z": [_nums(row) for row in z], "x": labels, "y": [str(i) for i in matrix.index],
-            "colorscale": "Blues", "colorbar": {"title": {"text": "ms"}},
-            "text": [[f"{v:.3f}" for v in row] for row in z], "texttemplate": "%{text}",
-            "hovertemplate": "%{y} ∩ %{x}: %{z:.3f} ms<extra></extra>",
+            "type": "heatmap", "z": [_nums(row) for row in shown], "x": labels, "y": labels, "zmin": 0, "zmax": zmax,
+            "colorscale": [[0, "#e3ecf7"], [0.5, "#6a9fd4"], [1, "#08306b"]], "colorbar": {"title": {"text": "ms"}},
+            "text": text, "texttemplate": "%{text}", "hoverongaps": False, "xgap": 2, "ygap": 2,
+            "hovertemplate": "%{y} ∩ %{x}: %{z:,.3f} ms<extra></extra>",
         }],
-        "layout": _layout("Overlap between streams (ms; diagonal = busy)", height=max(320, 90 + 45 * len(labels)),
+        "layout": _layout("Time two streams were busy at once (ms)", height=max(320, 140 + 50 * len(labels)),
+                          yaxis={"autorange": "reversed"}, plot_bgcolor="#fafbfc", xaxis={"tickangle": -20}),
+    }
+
+
+def busy_bars(busy: pd.DataFrame) -> dict:
+    """Busy time per stream (ms), as horizontal bars."""
+    return {
+        "data": [{"type": "bar", "orientation": "h", "y": busy["stream"].tolist(), "x": _nums(busy["busy_ms"]),
+                  "marker": {"color": "#1f77b4"}, "text": [f"{v:,.2f} ms" for v in busy["busy_ms"]], "textposition": "auto",
+                  "hovertemplate": "%{y}: %{x:,.3f} ms busy<extra></extra>"}],
+        "layout": _layout("Busy time per stream (ms)", x="ms", height=max(220, 90 + 34 * len(busy)),
                           yaxis={"autorange": "reversed"}),
     }
 
@@ -162,26 +227,79 @@ def class_bars(classes: pd.DataFrame) -> dict:
     }
 
 
-def gap_bars(per_trace: dict[str, pd.DataFrame]) -> dict:
-    """Optimizer → lookup gap per step, one bar series per trace (negative = overlap)."""
+GAP_COLOURS = {"idle": "#d62728", "busy": "#ff9f40", "overlap": "#2ca02c", "ahead": "#7f7f7f"}
+
+
+def _ahead_notes(labels: list[str], ahead, axis: str) -> list[dict]:
+    """Text at 0 for the pairs whose lookup ran ahead of the optimizer (no bar: the scale stays
+    that of the gaps, and there is no gap to draw)."""
+    out = []
+    for lab, v in zip(labels, ahead):
+        if v:
+            pos = {"x": lab, "y": 0, "yanchor": "bottom"} if axis == "x" else {"y": lab, "x": 0, "xanchor": "left"}
+            out.append({**pos, "text": f"lookup ran {v:,.1f} ms ahead of the optimizer: no gap", "showarrow": False,
+                        "font": {"size": 11, "color": "#555"}, "bgcolor": "#eeeeee"})
+    return out
+
+
+def gap_steps(g: pd.DataFrame, title: str) -> dict:
+    """One trace's optimizer → next lookup pairs per step: a positive gap split into GPU idle
+    and GPU busy with other work; an overlap drawn below 0; a lookup that ran ahead of the
+    optimizer written at 0 with how far ahead it ran."""
+    x = g["step"].astype(str).tolist()
     data = [
-        {"type": "bar", "x": g["step"].astype(str).tolist(), "y": _nums(g["gap_ms"]), "name": label,
-         "hovertemplate": "step %{x}: gap %{y:.3f} ms<extra>" + label + "</extra>"}
-        for label, g in per_trace.items()
+        {"type": "bar", "x": x, "y": _nums(g["idle_ms"]), "name": "gap: GPU idle", "marker": {"color": GAP_COLOURS["idle"]},
+         "hovertemplate": "step %{x}: GPU idle %{y:,.3f} ms in the gap<extra></extra>"},
+        {"type": "bar", "x": x, "y": _nums(g["busy_ms"]), "name": "gap: GPU busy with other work", "marker": {"color": GAP_COLOURS["busy"]},
+         "hovertemplate": "step %{x}: GPU busy %{y:,.3f} ms in the gap<extra></extra>"},
+        {"type": "bar", "x": x, "y": _nums(-g["overlap_ms"]), "name": "lookup overlaps the optimizer", "marker": {"color": GAP_COLOURS["overlap"]},
+         "hovertemplate": "step %{x}: overlap %{customdata:,.3f} ms<extra></extra>", "customdata": _nums(g["overlap_ms"])},
     ]
-    return {
-        "data": data,
-        "layout": _layout("Optimizer → next lookup gap per step (ms; negative = overlap)", x="step", y="ms", height=380,
-                          barmode="group", xaxis={"type": "category"}, legend={"orientation": "h", "y": -0.25},
-                          yaxis={"zeroline": True, "zerolinecolor": "#555", "zerolinewidth": 1}),
-    }
+    return {"data": data, "layout": _layout(f"Optimizer → next lookup, per step · {title}", x="step", y="ms", height=340,
+                                            barmode="relative", xaxis={"type": "category"}, bargap=0.5,
+                                            legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0},
+                                            margin={"t": 70}, annotations=_ahead_notes(x, g["ahead_ms"].tolist(), "x"),
+                                            yaxis={"zeroline": True, "zerolinecolor": "#555", "zerolinewidth": 1})}
+
+
+def gap_variants(rows: pd.DataFrame) -> dict:
+    """Mean gap per trace (``name, idle_ms, busy_ms, overlap_ms, ahead_ms``), one bar each;
+    a trace whose lookup runs ahead is written at 0."""
+    y = rows["name"].tolist()
+    data = [
+        {"type": "bar", "orientation": "h", "y": y, "x": _nums(rows["idle_ms"]), "name": "gap: GPU idle", "marker": {"color": GAP_COLOURS["idle"]}},
+        {"type": "bar", "orientation": "h", "y": y, "x": _nums(rows["busy_ms"]), "name": "gap: GPU busy", "marker": {"color": GAP_COLOURS["busy"]}},
+        {"type": "bar", "orientation": "h", "y": y, "x": _nums(-rows["overlap_ms"]), "name": "overlap", "marker": {"color": GAP_COLOURS["overlap"]}},
+    ]
+    for d in data:
+        d["hovertemplate"] = "%{y}: %{x:,.3f} ms<extra>" + d["name"] + "</extra>"
+    return {"data": data, "layout": _layout("Mean gap per step, across the traces of this run (ms)", x="ms", height=max(220, 100 + 32 * len(y)),
+                                            barmode="relative", yaxis={"autorange": "reversed"}, showlegend=False, bargap=0.35,
+                                            annotations=_ahead_notes(y, rows["ahead_ms"].tolist(), "y"),
+                                            xaxis={"zeroline": True, "zerolinecolor": "#555"})}
+
+
+IDLE_COLOURS = {"host_wait_ms": "#d62728", "kernel_wait_ms": "#ff9f40", "other_ms": "#9aa0b0"}
+IDLE_NAMES = {"host_wait_ms": "host wait (the GPU waited for the CPU to launch)",
+              "kernel_wait_ms": "kernel wait (short gaps between kernels, < 30 µs)", "other_ms": "other"}
+
+
+def idle_streams(per_stream: pd.DataFrame) -> dict:
+    """HTA's idle time per stream by category (ms), stacked horizontal bars."""
+    y = per_stream["stream"].tolist()
+    data = [{"type": "bar", "orientation": "h", "y": y, "x": _nums(per_stream[c]), "name": IDLE_NAMES[c],
+             "marker": {"color": IDLE_COLOURS[c]}, "hovertemplate": "%{y}: %{x:,.3f} ms<extra>" + IDLE_NAMES[c] + "</extra>"}
+            for c in IDLE_COLOURS]
+    return {"data": data, "layout": _layout("GPU idle time per stream, by cause (HTA, ms)", x="ms", barmode="stack",
+                                            height=max(240, 130 + 36 * len(y)), yaxis={"autorange": "reversed"},
+                                            legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "traceorder": "normal"}, margin={"t": 80})}
 
 
 def stall_steps(per_step: pd.DataFrame) -> dict:
     return {
         "data": [{"type": "bar", "x": per_step["step"].astype(str).tolist(), "y": _nums(per_step["stall_ms"]),
                   "marker": {"color": "#d62728"}, "name": "stall"}],
-        "layout": _layout("Sync stall time per step (CPU ms)", x="step", y="ms", height=320, xaxis={"type": "category"}),
+        "layout": _layout("Sync stall time per step (CPU ms)", x="step", y="ms", height=300, xaxis={"type": "category"}, bargap=0.5),
     }
 
 
@@ -201,26 +319,66 @@ def decimate(t: np.ndarray, ys: list[np.ndarray], n: int = 1500) -> tuple[np.nda
     return t[idx], [y[idx] for y in ys]
 
 
-def memory_lines(series: pd.DataFrame, marks: list[tuple[str, float, float]]) -> dict:
-    """Allocated and reserved (MiB) over time, both peaks marked."""
-    t, (alloc, res) = decimate(series["t_ms"].to_numpy(), [series["allocated_mib"].to_numpy(), series["reserved_mib"].to_numpy()])
+def memory_lines(series: pd.DataFrame, marks: list[tuple[str, float, float]], unit: str) -> dict:
+    """Allocated and reserved (in ``unit``) over time from 0, both peaks marked."""
+    t, (alloc, res) = decimate(series["t_ms"].to_numpy(), [series["allocated"].to_numpy(), series["reserved"].to_numpy()])
     data = [{"type": "scatter", "x": _nums(t), "y": _nums(alloc), "name": "allocated", "mode": "lines",
-             "line": {"shape": "hv", "color": "#1f77b4"}}]
+             "line": {"shape": "hv", "color": "#1f77b4"}, "hovertemplate": "%{x:,.3f} ms: %{y:,.3f} " + unit + "<extra>allocated</extra>"}]
     if np.isfinite(res).any():
         data.append({"type": "scatter", "x": _nums(t), "y": _nums(res), "name": "reserved", "mode": "lines",
-                     "line": {"shape": "hv", "color": "#ff7f0e"}})
-    for name, at, mib in marks:
-        data.append({"type": "scatter", "x": [float(at)], "y": [float(mib)], "mode": "markers+text",
+                     "line": {"shape": "hv", "color": "#ff7f0e"}, "hovertemplate": "%{x:,.3f} ms: %{y:,.3f} " + unit + "<extra>reserved</extra>"})
+    for name, at, v in marks:
+        data.append({"type": "scatter", "x": [float(at)], "y": [float(v)], "mode": "markers+text",
                      "marker": {"size": 11, "symbol": "diamond", "color": "#d62728"},
-                     "text": [f"{name} {mib:,.2f} MiB"], "textposition": "top right", "name": name, "showlegend": False})
-    return {"data": data, "layout": _layout("Caching allocator: allocated and reserved", x="ms from trace start", y="MiB",
-                                            height=420)}
+                     "text": [f"{name} {v:,.2f} {unit}"], "textposition": "top right", "name": name, "showlegend": False})
+    return {"data": data, "layout": _layout("Caching allocator: allocated and reserved", x="ms from trace start", y=unit,
+                                            height=420, yaxis={"rangemode": "tozero"})}
 
 
-def snapshot_streams(per_stream: pd.DataFrame) -> dict:
+def snapshot_streams(per_stream: pd.DataFrame, unit: str) -> dict:
+    col = f"reserved {unit}"
     return {
-        "data": [{"type": "bar", "x": per_stream["stream"].astype(str).tolist(), "y": _nums(per_stream["reserved_mib"]),
-                  "marker": {"color": "#ff7f0e"}, "hovertemplate": "%{x}: %{y:,.2f} MiB reserved<extra></extra>"}],
-        "layout": _layout("Memory snapshot: bytes reserved per stream (MiB)", x="stream", y="MiB", height=320,
-                          xaxis={"type": "category"}),
+        "data": [{"type": "bar", "orientation": "h", "y": per_stream["stream"].astype(str).tolist(), "x": _nums(per_stream[col]),
+                  "marker": {"color": "#ff7f0e"}, "text": [f"{v:,.2f} {unit}" for v in per_stream[col]], "textposition": "auto",
+                  "hovertemplate": "%{y}: %{x:,.3f} " + unit + " reserved<extra></extra>"}],
+        "layout": _layout(f"Memory snapshot: reserved per stream ({unit})", x=unit, height=max(200, 100 + 40 * len(per_stream)),
+                          yaxis={"autorange": "reversed"}, xaxis={"rangemode": "tozero"}),
     }
+
+
+VERDICT_COLOURS = {"baseline": "#9aa0b0", "better": "#2e7d32", "worse": "#c62828", "same": "#7f8fa6", "–": "#c7c7c7"}
+
+
+def compare_bars(table: pd.DataFrame) -> dict:
+    """Small multiples: one bar chart per figure, a bar per trace, coloured by verdict against
+    the baseline (green better, red worse, grey baseline or within 1%), labelled with the
+    difference in %."""
+    figs = list(dict.fromkeys(table["figure"]))
+    cols = 3
+    rows = -(-len(figs) // cols)
+    data, layout = [], {**PLAIN_LAYOUT, "height": 230 * rows + 40, "showlegend": False, "margin": {"l": 50, "r": 20, "t": 40, "b": 20},
+                        "annotations": []}
+    gap_x, gap_y = 0.06, 0.12 / max(rows, 1)
+    for k, fig in enumerate(figs):
+        t = table[table["figure"] == fig]
+        r, c = divmod(k, cols)
+        ax = "" if k == 0 else str(k + 1)
+        x0 = c / cols + (gap_x / 2 if c else 0)
+        x1 = (c + 1) / cols - (gap_x / 2 if c < cols - 1 else 0)
+        y1 = 1 - r / rows - gap_y
+        y0 = 1 - (r + 1) / rows + gap_y / 2
+        unit = t["unit"].iloc[0]
+        text = [("baseline" if v == "baseline" else ("–" if not math.isfinite(d) else f"{d:+.1f}%"))
+                for v, d in zip(t["verdict"], t["diff_pct"])]
+        data.append({"type": "bar", "x": t["trace"].tolist(), "y": _nums(t["value"]), "xaxis": f"x{ax}", "yaxis": f"y{ax}",
+                     "marker": {"color": [VERDICT_COLOURS[v] for v in t["verdict"]]}, "text": text, "textposition": "outside",
+                     "cliponaxis": False, "customdata": text,
+                     "hovertemplate": "%{x}: %{y:,.3f} " + unit + " (%{customdata})<extra>" + fig + "</extra>"})
+        layout[f"xaxis{ax}"] = {"domain": [x0, x1], "anchor": f"y{ax}", "showticklabels": True, "tickfont": {"size": 10}, **_AXIS}
+        finite = t["value"][np.isfinite(t["value"])]
+        top = float(finite.max()) * 1.25 if len(finite) and finite.max() > 0 else 1.0
+        bottom = min(0.0, float(finite.min()) * 1.25) if len(finite) else 0.0
+        layout[f"yaxis{ax}"] = {"domain": [y0, y1], "anchor": f"x{ax}", "range": [bottom, top], **_AXIS}
+        layout["annotations"].append({"text": f"<b>{fig}</b> ({unit})", "x": (x0 + x1) / 2, "y": y1 + 0.01, "xref": "paper", "yref": "paper",
+                                      "showarrow": False, "xanchor": "center", "yanchor": "bottom", "font": {"size": 12}})
+    return {"data": data, "layout": layout}

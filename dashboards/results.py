@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dashboards import timeline
+from dashboards import names, timeline
 from tracekit import __version__
 from tracekit import report as tk_report
-from tracekit.trace.model import Trace
+from tracekit.trace.model import Kind, Trace
 
 NS_PER_MS = 1e6
 MIB = 2**20
@@ -59,15 +59,65 @@ def steps(trace: Trace, analysis: Any) -> pd.DataFrame:
     })
 
 
+MARK_LANES = ("steps", "optimizer → lookup gap", "sync stalls")
+"""The timeline's lanes of marks, drawn above the threads."""
+
+
+def timeline_marks(trace: Trace, analysis: Any, origin: int) -> pd.DataFrame:
+    """What the timeline marks, in ms from ``origin``: ``lane`` (one of ``MARK_LANES``),
+    ``start_ms, dur_ms, label, kind``: every step's span (``step``), every positive optimizer →
+    next lookup gap (``gap``: from the optimizer's end to the lookup's start) and every sync
+    stall (``stall``: the blocking call's CPU time)."""
+    cols = ["lane", "start_ms", "dur_ms", "label", "kind"]
+    parts = []
+    st = steps(trace, analysis)
+    if len(st):
+        parts.append(pd.DataFrame({"lane": MARK_LANES[0], "start_ms": (st["start_ns"] - origin) / NS_PER_MS,
+                                   "dur_ms": (st["end_ns"] - st["start_ns"]) / NS_PER_MS,
+                                   "label": [f"step {s}" for s in st["step"]], "kind": "step"}))
+    g = analysis.gaps.gaps
+    if len(g):
+        g = g[g["gap_ns"] > 0]
+        parts.append(pd.DataFrame({"lane": MARK_LANES[1], "start_ms": (g["optimizer_end"] - origin) / NS_PER_MS,
+                                   "dur_ms": g["gap_ns"] / NS_PER_MS,
+                                   "label": [f"gap {v / NS_PER_MS:,.3f} ms (GPU idle {i / NS_PER_MS:,.3f} ms) before lookup of batch {b}"
+                                             for v, i, b in zip(g["gap_ns"], g["idle_ns"], g["lookup_batch"])],
+                                   "kind": "gap"}))
+    y = analysis.syncs.stalls
+    if len(y):
+        parts.append(pd.DataFrame({"lane": MARK_LANES[2], "start_ms": (y["ts"] - origin) / NS_PER_MS,
+                                   "dur_ms": y["dur_ns"] / NS_PER_MS,
+                                   "label": [f"{n}: {d / NS_PER_MS:,.3f} ms<br>{c[-90:]}" for n, d, c in zip(y["name"], y["dur_ns"], y["call_site"])],
+                                   "kind": "stall"}))
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    return pd.concat(parts, ignore_index=True)[cols]
+
+
 LANES_KEPT = 16
 """Traces whose lanes ``lane_events`` keeps (least recently used dropped first)."""
-_LANES: "OrderedDict[int, tuple[Any, pd.DataFrame, int]]" = OrderedDict()
+_LANES: "OrderedDict[int, tuple[Any, pd.DataFrame, int, dict]]" = OrderedDict()
 _LANES_LOCK = threading.Lock()
 
 
-def lane_events(trace: Trace, rules: Any) -> tuple[pd.DataFrame, int]:
-    """``dashboards.timeline.lane_events`` with the phases ``rules`` (``tracekit.phases.Rules``)
-    give, memoised per trace object (a trace is only ever analysed with its catalog's rules)."""
+def _roles(acts: pd.DataFrame) -> dict[tuple[int, int], str]:
+    """``dashboards.names.stream_roles`` of every (device, stream) from tracekit's phase assignment."""
+    if acts.empty:
+        return {}
+    busy = (acts["end"] - acts["ts"]).to_numpy(np.float64)
+    frame = pd.DataFrame({"device": acts["device"].to_numpy(np.int64), "stream": acts["stream"].to_numpy(np.int64),
+                          "phase": acts["phase"].astype(str).to_numpy(), "busy": busy,
+                          "copy": np.where(acts["kind"].to_numpy() != int(Kind.KERNEL), busy, 0.0)})
+    by_phase: dict[tuple[int, int], dict[str, float]] = {}
+    for (d, st, ph), b in frame.groupby(["device", "stream", "phase"], sort=False)["busy"].sum().items():
+        by_phase.setdefault((int(d), int(st)), {})[ph] = float(b)
+    copies = {(int(d), int(st)): float(b) for (d, st), b in frame.groupby(["device", "stream"])["copy"].sum().items()}
+    return names.stream_roles(by_phase, copies)
+
+
+def _lanes_entry(trace: Trace, rules: Any) -> tuple[pd.DataFrame, int, dict[tuple[int, int], str]]:
+    """(lane events, origin, stream names) of ``trace``, memoised per trace object (a trace is
+    only ever analysed with its catalog's rules)."""
     import weakref
 
     from tracekit import phases
@@ -77,55 +127,80 @@ def lane_events(trace: Trace, rules: Any) -> tuple[pd.DataFrame, int]:
         hit = _LANES.get(key)
         if hit is not None and hit[0]() is trace:
             _LANES.move_to_end(key)
-            return hit[1], hit[2]
+            return hit[1], hit[2], hit[3]
     acts, index = phases.activities(trace, rules)
-    events, origin = timeline.lane_events(trace, acts, index.table)
+    roles = _roles(acts)
+    n_dev = len({d for d, _ in roles})
+    stream_names = {k: names.stream_label(k[0], k[1], r, n_dev) for k, r in roles.items()}
+    events, origin = timeline.lane_events(trace, acts, index.table, stream_names=stream_names,
+                                          thread_names=getattr(trace, "thread_names", None))
     with _LANES_LOCK:
-        _LANES[key] = (weakref.ref(trace), events, origin)
+        _LANES[key] = (weakref.ref(trace), events, origin, stream_names)
         while len(_LANES) > LANES_KEPT:
             _LANES.popitem(last=False)
+    return events, origin, stream_names
+
+
+def lane_events(trace: Trace, rules: Any) -> tuple[pd.DataFrame, int]:
+    """``dashboards.timeline.lane_events`` with the phases ``rules`` (``tracekit.phases.Rules``)
+    give, GPU lanes named by role and CPU lanes by thread."""
+    events, origin, _ = _lanes_entry(trace, rules)
     return events, origin
 
 
-def stream_label(device: int, stream: int, n_devices: int) -> str:
-    return f"stream {stream}" if n_devices <= 1 else f"GPU {device} · stream {stream}"
+def stream_names(trace: Trace, rules: Any) -> dict[tuple[int, int], str]:
+    """(device, stream) -> the name the timeline gives that stream (``main · stream 7``)."""
+    return _lanes_entry(trace, rules)[2]
 
 
-def overlap(trace: Trace, analysis: Any) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None:
-    """(stream × stream overlap ms with busy on the diagonal, class bars, ratio table); None without GPU activity."""
+def pct(ratio: float | None) -> str:
+    """A 0..1 ratio as the page writes every ratio: ``62.9%`` (``–`` when unknown)."""
+    return "–" if ratio is None or (isinstance(ratio, float) and np.isnan(ratio)) else f"{100 * ratio:.1f}%"
+
+
+def overlap(trace: Trace, analysis: Any, stream_names: dict[tuple[int, int], str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame] | None:
+    """(stream × stream overlap ms, NaN on the diagonal; busy ms per stream; class bars; the
+    figures as text), streams named by ``stream_names``; None without GPU activity."""
     ov = analysis.overlap
     st = ov.streams
     if st.empty:
         return None
-    n_dev = st["device"].nunique()
-    labels = [stream_label(d, s, n_dev) for d, s in zip(st["device"], st["stream"])]
+    labels = [stream_names.get((int(d), int(s)), f"GPU {d} · stream {s}") for d, s in zip(st["device"], st["stream"])]
     pos = {(int(d), int(s)): i for i, (d, s) in enumerate(zip(st["device"], st["stream"]))}
-    m = np.full((len(labels), len(labels)), np.nan)
-    for i, b in enumerate(st["busy_ns"].to_numpy(np.float64)):
-        m[i, i] = b / NS_PER_MS
+    m = np.zeros((len(labels), len(labels)))
+    devices = st["device"].to_numpy()
+    m[devices[:, None] != devices[None, :]] = np.nan  # streams of different GPUs never share a device
+    np.fill_diagonal(m, np.nan)
     for rec in ov.pairs.itertuples(index=False):
         a, b = pos[(int(rec.device), int(rec.stream_a))], pos[(int(rec.device), int(rec.stream_b))]
         m[a, b] = m[b, a] = rec.overlap_ns / NS_PER_MS
     matrix = pd.DataFrame(m, index=labels, columns=labels)
+    busy = pd.DataFrame({"stream": labels, "busy_ms": st["busy_ns"].to_numpy(np.float64) / NS_PER_MS})
     classes = pd.DataFrame({
         "class": ["compute", "communication", "memcpy"],
         "busy_ms": [ov.compute_ns / NS_PER_MS, ov.communication_ns / NS_PER_MS, ov.memcpy_ns / NS_PER_MS],
         "exposed_ms": [np.nan, ov.exposed_comm_ns / NS_PER_MS, ov.exposed_memcpy_ns / NS_PER_MS],
     })
+    ms = lambda ns: f"{ns / NS_PER_MS:,.3f} ms"  # noqa: E731
     ratios = pd.DataFrame({
-        "figure": ["GPU busy (ms)", "compute (ms)", "communication (ms)", "memcpy (ms)",
-                   "communication overlapped by compute (ms)", "overlap ratio of communication",
-                   "exposed communication (ms)", "exposed memcpy (ms)"],
-        "value": [ov.gpu_busy_ns / NS_PER_MS, ov.compute_ns / NS_PER_MS, ov.communication_ns / NS_PER_MS,
-                  ov.memcpy_ns / NS_PER_MS, ov.comm_compute_overlap_ns / NS_PER_MS, ov.comm_overlap_ratio,
-                  ov.exposed_comm_ns / NS_PER_MS, ov.exposed_memcpy_ns / NS_PER_MS],
+        "figure": ["GPU busy (any stream)", "compute", "communication", "memcpy",
+                   "communication overlapped by compute", "overlap ratio of communication",
+                   "exposed communication (not under compute)", "exposed memcpy (not under compute or communication)"],
+        "value": [ms(ov.gpu_busy_ns), ms(ov.compute_ns), ms(ov.communication_ns), ms(ov.memcpy_ns),
+                  ms(ov.comm_compute_overlap_ns), pct(ov.comm_overlap_ratio) if ov.communication_ns else "no communication",
+                  ms(ov.exposed_comm_ns), ms(ov.exposed_memcpy_ns)],
     })
-    return matrix, classes, ratios
+    return matrix, busy, classes, ratios
 
 
 def gaps(report: dict) -> pd.DataFrame | None:
-    """Per optimizer → lookup pair of one rank's report object: ``step`` (label), ``gap_ms,
-    overlap_ms, idle_ms``, batches, how they were matched; None when there is no pair."""
+    """Per optimizer → next lookup pair of one rank's report object: ``step`` (label), ``kind``
+    (``gap``: the lookup starts after the optimizer ends; ``overlap``: it starts while the
+    optimizer runs; ``ahead``: it started before the optimizer did, as in a pipeline that looks
+    up one step ahead, SemiSync), ``gap_ms`` (signed, as tracekit reports it), ``idle_ms`` (GPU
+    idle inside the gap), ``busy_ms`` (the rest of a positive gap: the GPU ran other work),
+    ``overlap_ms``, ``ahead_ms`` (how long before the optimizer's start the lookup started),
+    the batches and how they were matched; None when there is no pair."""
     g = pd.DataFrame(report["gaps"]["gaps"])
     if g.empty:
         return None
@@ -134,46 +209,96 @@ def gaps(report: dict) -> pd.DataFrame | None:
         (f"{s}" if s is not None and s >= 0 else f"#{i}") + (f" (GPU {d})" if multi else "")
         for i, (s, d) in enumerate(zip(g["step"], g["device"]))
     ]
+    gap = g["gap_ns"].to_numpy(np.float64) / NS_PER_MS
+    idle = g["idle_ns"].to_numpy(np.float64) / NS_PER_MS
+    ahead = g["lookup_start"].to_numpy(np.int64) < g["optimizer_start"].to_numpy(np.int64)
+    kind = np.where(ahead, "ahead", np.where(gap >= 0, "gap", "overlap"))
     return pd.DataFrame({
         "step": label,
-        "gap_ms": g["gap_ns"].to_numpy(np.float64) / NS_PER_MS,
+        "kind": kind,
+        "gap_ms": gap,
+        "idle_ms": np.where(gap >= 0, idle, 0.0),
+        "busy_ms": np.where(gap >= 0, np.maximum(gap - idle, 0.0), 0.0),
         "overlap_ms": g["overlap_ns"].to_numpy(np.float64) / NS_PER_MS,
-        "idle_ms": g["idle_ns"].to_numpy(np.float64) / NS_PER_MS,
+        "ahead_ms": np.where(ahead, (g["optimizer_start"] - g["lookup_start"]).to_numpy(np.float64) / NS_PER_MS, 0.0),
         "optimizer batch": g["optimizer_batch"].to_numpy(),
         "lookup batch": g["lookup_batch"].to_numpy(),
         "matched by": g["matched_by"].to_numpy(),
     })
 
 
-def stalls(trace: Trace, analysis: Any) -> tuple[pd.DataFrame, pd.DataFrame, float]:
-    """(by call site and phase: count, total/max ms, GPU idle after ms; per step stall ms; total ms)."""
+GAP_KIND_TEXT = {
+    "gap": "the lookup waited for the optimizer",
+    "overlap": "the lookup started while the optimizer ran",
+    "ahead": "the lookup ran ahead, before the optimizer started (the pipeline looks up one step ahead)",
+}
+
+
+def gap_summary(g: pd.DataFrame) -> str:
+    """One sentence on a trace's pairs: what the signed gap means for them."""
+    kinds = set(g["kind"])
+    parts = []
+    if "gap" in kinds:
+        k = g[g["kind"] == "gap"]
+        parts.append(f"{len(k)} step(s) where the next lookup waited for the optimizer: mean gap "
+                     f"{k['gap_ms'].mean():,.3f} ms, of which the GPU sat idle {k['idle_ms'].mean():,.3f} ms")
+    if "overlap" in kinds:
+        k = g[g["kind"] == "overlap"]
+        parts.append(f"{len(k)} step(s) where the lookup overlapped the optimizer by {k['overlap_ms'].mean():,.3f} ms on average")
+    if "ahead" in kinds:
+        k = g[g["kind"] == "ahead"]
+        parts.append(f"{len(k)} step(s) where the next batch's lookup ran {k['ahead_ms'].mean():,.3f} ms before the optimizer "
+                     "started (a pipeline that looks up one step ahead, as SemiSync does): the optimizer does not delay it, "
+                     "and the signed gap (its start minus the optimizer's end) is negative without any overlap")
+    return "; ".join(parts) + "."
+
+
+STALL_COLUMNS = ["call site", "phase", "count", "total ms", "max ms", "GPU idle after ms", "% of step time"]
+
+
+def stalls(trace: Trace, analysis: Any) -> tuple[pd.DataFrame, pd.DataFrame, float, float | None]:
+    """(by call site and phase: ``STALL_COLUMNS``; per step stall ms; total ms; the total as a
+    share of the steps' CPU time, None without steps). ``% of step time`` is each row's stall
+    time inside steps over the sum of the steps' CPU spans; a stall outside any phase
+    annotation has phase ``(outside phases)``."""
     sy = analysis.syncs
     st = sy.stalls
+    step_ns = float(analysis.steps.steps["cpu_ns"].sum()) if len(analysis.steps.steps) else 0.0
     if st.empty:
-        by = pd.DataFrame(columns=["call site", "phase", "count", "total_ms", "max_ms", "idle_after_ms"])
+        by = pd.DataFrame(columns=STALL_COLUMNS)
     else:
+        st = st.assign(phase=st["phase"].astype(str).replace({"other": "(outside phases)"}),
+                       in_step=np.where(st["step"].to_numpy() >= 0, st["dur_ns"].to_numpy(np.float64), 0.0))
         grp = st.groupby(["call_site", "phase"], sort=False, dropna=False)
         by = pd.DataFrame({
             "count": grp.size(),
-            "total_ms": grp["dur_ns"].sum() / NS_PER_MS,
-            "max_ms": grp["dur_ns"].max() / NS_PER_MS,
-            "idle_after_ms": grp["idle_after_ns"].sum(min_count=1) / NS_PER_MS,
+            "total ms": grp["dur_ns"].sum() / NS_PER_MS,
+            "max ms": grp["dur_ns"].max() / NS_PER_MS,
+            "GPU idle after ms": grp["idle_after_ns"].sum(min_count=1) / NS_PER_MS,
+            "% of step time": [pct(v / step_ns) for v in grp["in_step"].sum()] if step_ns else "–",
         }).reset_index().rename(columns={"call_site": "call site"})
-        by = by.sort_values("total_ms", ascending=False, kind="stable", ignore_index=True)
+        by = by.sort_values("total ms", ascending=False, kind="stable", ignore_index=True)
         by["count"] = by["count"].astype(int)
+        by = by[STALL_COLUMNS]
     ps = sy.by_step
     per_step = pd.DataFrame({
         "step": [str(s) if s >= 0 else "outside steps" for s in ps["step"]] if not ps.empty else [],
         "stall_ms": ps["total_ns"].to_numpy(np.float64) / NS_PER_MS if not ps.empty else [],
     })
-    return by, per_step, sy.total_ns / NS_PER_MS
+    in_steps = float(st.loc[st["step"] >= 0, "dur_ns"].sum()) if not st.empty else 0.0
+    return by, per_step, sy.total_ns / NS_PER_MS, (in_steps / step_ns if step_ns else None)
 
 
-def memory(trace: Trace, analysis: Any) -> tuple[pd.DataFrame, pd.DataFrame, list[tuple[str, float, float]]] | None:
-    """For the device with the highest allocated peak: the series ``t_ms, allocated_mib,
-    reserved_mib`` (reserved NaN when unknown); the peaks table ``what, value, at ms`` (bytes
-    written as tracekit writes them); the points to mark ``(name, t_ms, MiB)``. None without
-    CUDA memory events."""
+def bytes_unit(peak: float) -> tuple[str, float]:
+    """The unit the memory view writes every byte figure of a trace in: GiB from 1 GiB up, else MiB."""
+    return ("GiB", float(2**30)) if peak >= 2**30 else ("MiB", float(MIB))
+
+
+def memory(trace: Trace, analysis: Any) -> dict | None:
+    """For the device with the highest allocated peak: ``unit`` (GiB or MiB, chosen by the peak
+    and used for every figure of the view), ``series`` (``t_ms, allocated, reserved`` in that
+    unit; reserved NaN when unknown), ``peaks`` (table ``what, value, at ms``) and ``marks``
+    (``(name, t_ms, value)`` to mark). None without CUDA memory events."""
     al = analysis.allocator
     if al.series.empty:
         return None
@@ -181,56 +306,234 @@ def memory(trace: Trace, analysis: Any) -> tuple[pd.DataFrame, pd.DataFrame, lis
     dev = int(dev_row["device"])
     s = al.series[al.series["device"] == dev]
     origin = timeline.trace_origin(trace)  # the timeline's time 0 too
+    peak_a, peak_r = int(dev_row["peak_allocated"]), int(dev_row["peak_reserved"])
+    unit, scale = bytes_unit(max(peak_a, peak_r))
     res = s["reserved"].to_numpy(np.float64)
     series = pd.DataFrame({
         "t_ms": (s["ts"].to_numpy(np.int64) - origin) / NS_PER_MS,
-        "allocated_mib": s["allocated"].to_numpy(np.float64) / MIB,
-        "reserved_mib": np.where(res >= 0, res / MIB, np.nan),
+        "allocated": s["allocated"].to_numpy(np.float64) / scale,
+        "reserved": np.where(res >= 0, res / scale, np.nan),
     })
     at = lambda ts: (int(ts) - origin) / NS_PER_MS  # noqa: E731
-    peak_a, peak_r = int(dev_row["peak_allocated"]), int(dev_row["peak_reserved"])
-    rows = [(f"peak allocated (GPU {dev})", tk_report.fmt_bytes(peak_a), at(dev_row["peak_allocated_ts"]))]
-    marks = [("peak allocated", at(dev_row["peak_allocated_ts"]), peak_a / MIB)]
+    b = lambda n: f"{n / scale:,.2f} {unit}"  # noqa: E731
+    rows = [(f"peak allocated (GPU {dev})", b(peak_a), at(dev_row["peak_allocated_ts"]))]
+    marks = [("peak allocated", at(dev_row["peak_allocated_ts"]), peak_a / scale)]
     if peak_r >= 0:
-        rows.append((f"peak reserved (GPU {dev})", tk_report.fmt_bytes(peak_r), at(dev_row["peak_reserved_ts"])))
-        rows.append(("reserved − allocated at the reserved peak", tk_report.fmt_bytes(int(dev_row["unused_at_peak_reserved"])), np.nan))
-        rows.append(("… as a fraction of reserved", f"{100 * float(dev_row['unused_fraction']):.1f}%", np.nan))
-        marks.append(("peak reserved", at(dev_row["peak_reserved_ts"]), peak_r / MIB))
+        rows.append((f"peak reserved (GPU {dev})", b(peak_r), at(dev_row["peak_reserved_ts"])))
+        rows.append(("reserved − allocated at the reserved peak", b(int(dev_row["unused_at_peak_reserved"]))
+                     + f" ({pct(float(dev_row['unused_fraction']))} of reserved)", np.nan))
+        marks.append(("peak reserved", at(dev_row["peak_reserved_ts"]), peak_r / scale))
     else:
         rows.append(("reserved", "not in this trace" + (" (allocated rebuilt from Bytes: a lower bound)"
                                                          if bool(dev_row["reconstructed"]) else ""), np.nan))
     rows.append(("memory events (GPU %d)" % dev, f"{int(dev_row['events']):,}", np.nan))
-    return series, pd.DataFrame(rows, columns=["what", "value", "at ms"]), marks
+    return {"unit": unit, "series": series, "peaks": pd.DataFrame(rows, columns=["what", "value", "at ms"]), "marks": marks}
 
 
-def snapshot(trace: Trace, analysis: Any) -> pd.DataFrame | None:
-    """Per stream from the snapshot beside the trace: ``stream`` and reserved/allocated/free as
-    tracekit writes bytes, ``reserved_mib`` for the chart; None without a snapshot."""
+DEFAULT_STREAM_CUPTI = 7
+"""The stream id CUPTI (and so Kineto's trace) gives the CUDA default stream, which a memory
+snapshot calls handle 0."""
+
+
+def snapshot(trace: Trace, analysis: Any, stream_names: dict[tuple[int, int], str]) -> tuple[str, pd.DataFrame] | None:
+    """(unit, per stream of the snapshot beside the trace: ``stream`` (the allocator's handle),
+    ``on the timeline`` (the timeline's name of that stream where the files tell: the default
+    stream, handle 0, is CUPTI's stream 7; other handles are not in the trace), reserved /
+    allocated / free in that unit); None without a snapshot."""
     snap = getattr(analysis, "snapshot", None)
     if snap is None or snap.streams.empty:
         return None
     st = snap.streams
+    unit, scale = bytes_unit(float(st["reserved"].max()))
     n_dev = st["device"].nunique()
-    return pd.DataFrame({
-        "stream": [stream_label(d, s, n_dev) + (" (main)" if m else "") for d, s, m in zip(st["device"], st["stream"], st["is_main"])],
-        "reserved": [tk_report.fmt_bytes(int(b)) for b in st["reserved"]],
-        "allocated": [tk_report.fmt_bytes(int(b)) for b in st["allocated"]],
-        "free": [tk_report.fmt_bytes(int(b)) for b in st["free"]],
-        "reserved_mib": st["reserved"].to_numpy(np.float64) / MIB,
+
+    def handle(d, s, main):
+        text = "default stream (handle 0)" if int(s) == 0 else f"side stream (handle {int(s):#x})"
+        text += " · main" if main else ""
+        return text if n_dev <= 1 else f"GPU {d} · {text}"
+
+    def on_timeline(d, s):
+        if int(s) != 0:
+            return "not named in the trace"
+        return stream_names.get((int(d), DEFAULT_STREAM_CUPTI), "no activity in the trace")
+
+    return unit, pd.DataFrame({
+        "stream": [handle(d, s, m) for d, s, m in zip(st["device"], st["stream"], st["is_main"])],
+        "on the timeline": [on_timeline(d, s) for d, s in zip(st["device"], st["stream"])],
+        f"reserved {unit}": st["reserved"].to_numpy(np.float64) / scale,
+        f"allocated {unit}": st["allocated"].to_numpy(np.float64) / scale,
+        f"free {unit}": st["free"].to_numpy(np.float64) / scale,
     })
 
 
-def compare(picked: list[tuple[str, dict]]) -> pd.DataFrame:
-    """Headline figures of ``(label, report object)`` pairs side by side, with each one's
-    difference from the first, written as ``tracekit compare`` writes them."""
-    entries = [{"label": label, "source": r["source"], "rank": int(r["rank"]), "headline": r["headline"]}
-               for label, r in picked]
-    doc = tk_report.compare_document(entries, __version__)
-    table: dict[str, list] = {"figure": []}
-    for title, key, unit in tk_report.COMPARE_ROWS:
-        table["figure"].append(title)
-        for i, (e, d) in enumerate(zip(entries, doc["differences"])):
-            table.setdefault(e["label"], []).append(tk_report.fmt_figure(e["headline"].get(key), unit))
-            if i:
-                table.setdefault(f"Δ {e['label']}", []).append(tk_report.fmt_figure(d.get(key), unit, signed=True))
-    return pd.DataFrame(table)
+# ---- explain: what bounds each step, what each fix would save -----------------------------------
+
+BREAKDOWN_ORDER = ("host", "compute:batch_copy", "compute:input_dist", "compute:lookup", "compute:forward",
+                   "compute:backward", "compute:emb_backward", "compute:optimizer", "compute:zero_grad",
+                   "communication", "memcpy", "sync", "idle")
+"""The order of ``tracekit explain``'s critical-path categories in a stacked bar (bottom up);
+categories not named here (other ``compute:<phase>``) go after the compute ones."""
+
+CATEGORY_NAMES = {"host": "host (dispatch, launch)", "communication": "exposed communication", "memcpy": "exposed memcpy",
+                  "sync": "sync stall", "idle": "GPU idle"}
+
+
+def category_name(cat: str) -> str:
+    """``compute:backward`` -> ``backward``; the others as ``CATEGORY_NAMES`` says."""
+    return cat.split(":", 1)[1].replace("emb_backward", "embedding backward") if cat.startswith("compute:") \
+        else CATEGORY_NAMES.get(cat, cat)
+
+
+def bound_text(bound: str | None, share: float | None) -> str:
+    """``host-bound (72% of the critical path)``."""
+    if not bound:
+        return "bound: unknown"
+    return f"{category_name(bound) if ':' in bound else bound}-bound" + (f" ({pct(share)} of the critical path)" if share is not None else "")
+
+
+def explain(report: dict) -> dict | None:
+    """``tracekit explain``'s section of one rank's report object, ready to draw: ``bound`` (text),
+    ``findings`` (``title, fix, evidence, saving_ms, saving`` as text, best first), ``steps``
+    (``step`` and ms per category, columns in ``BREAKDOWN_ORDER``, plus the step's ``bound``);
+    None when the report has no explain section."""
+    ex = report.get("explain")
+    if not isinstance(ex, dict):
+        return None
+    findings = pd.DataFrame([{
+        "title": f.get("title", ""), "fix": f.get("fix", ""), "evidence": f.get("evidence", ""),
+        "saving_ms": (f.get("saving_ns") or 0) / NS_PER_MS,
+        "saving": (f"{(f.get('saving_ns') or 0) / NS_PER_MS:,.3f} ms" + (f" ({pct(f['saving_fraction'])} of the step)"
+                                                                         if f.get("saving_fraction") is not None else ""))
+        if f.get("saving_ns") is not None else "no time saving predicted",
+    } for f in ex.get("findings") or []], columns=["title", "fix", "evidence", "saving_ms", "saving"])
+    findings = findings.sort_values("saving_ms", ascending=False, kind="stable", ignore_index=True)
+    cats: list[str] = []
+    for st in ex.get("steps") or []:
+        for c in (st.get("breakdown") or {}):
+            if c not in cats:
+                cats.append(c)
+    known = [c for c in BREAKDOWN_ORDER if c in cats]
+    extra = [c for c in cats if c not in BREAKDOWN_ORDER]
+    at = max([i + 1 for i, c in enumerate(known) if c == "host" or c.startswith("compute:")], default=0)
+    cats = known[:at] + extra + known[at:]  # other phases after the known compute ones
+    steps = pd.DataFrame([{"step": str(st.get("step")), "bound": bound_text(st.get("bound"), st.get("bound_share")),
+                           **{c: float((st.get("breakdown") or {}).get(c, 0)) / NS_PER_MS for c in cats}}
+                          for st in ex.get("steps") or []], columns=["step", "bound", *cats])
+    return {"bound": bound_text(ex.get("bound"), ex.get("bound_share")), "findings": findings, "steps": steps}
+
+
+# ---- HTA's figures -------------------------------------------------------------------------------
+
+def hta_idle(h: dict, rank: int, stream_names: dict[tuple[int, int], str]) -> tuple[str, pd.DataFrame] | None:
+    """From HTA's section (JSON values): a sentence of its temporal breakdown, and idle time per
+    stream by category (``stream`` named as the timeline names it, ``host_wait_ms,
+    kernel_wait_ms, other_ms``); None when HTA computed neither."""
+    temporal = [r for r in h.get("temporal") or [] if r.get("rank") == rank]
+    idle = [r for r in h.get("idle_time") or [] if r.get("rank") == rank]
+    if not temporal and not idle:
+        return None
+    text = ""
+    if temporal:
+        t = temporal[0]
+        text = (f"HTA's temporal breakdown of the GPU span ({t['kernel_time(us)'] / 1e3:,.3f} ms from the first to the last "
+                f"GPU activity, the last step left out as HTA does): idle {t['idle_time_pctg']:.1f}%, compute "
+                f"{t['compute_time_pctg']:.1f}%, non-compute {t['non_compute_time_pctg']:.1f}%.")
+    devices = {d for d, _ in stream_names}
+    dev = min(devices) if devices else 0
+    rows: dict[str, dict[str, float]] = {}
+    for r in idle:
+        name = stream_names.get((dev, int(r["stream"])), f"stream {r['stream']}")
+        rows.setdefault(name, {})[f"{r['idle_category']}_ms"] = float(r["idle_time"]) / 1e3
+    per_stream = pd.DataFrame([{"stream": k, **{c: v.get(c, 0.0) for c in ("host_wait_ms", "kernel_wait_ms", "other_ms")}}
+                               for k, v in rows.items()], columns=["stream", "host_wait_ms", "kernel_wait_ms", "other_ms"])
+    return text, per_stream
+
+
+def hta_kernels(h: dict, rank: int) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """HTA's kernel tables: time by kernel type (``kernel type, ms, %``) and the top kernels of
+    ``rank`` (``kernel, type, count-free figures in ms``), or None where HTA has none."""
+    kt = h.get("kernel_types")
+    types = None
+    if kt:
+        types = pd.DataFrame({"kernel type": [r["kernel_type"] for r in kt], "ms": [r["sum"] / 1e3 for r in kt],
+                              "% of kernel time": [f"{r['percentage']:.1f}%" for r in kt]})
+    top = [r for r in h.get("top_kernels") or [] if r.get("rank") == rank]
+    tops = None
+    if top:
+        tops = pd.DataFrame({"kernel": [str(r["name"])[:110] for r in top], "type": [r["kernel_type"] for r in top],
+                             "total ms": [r["sum (us)"] / 1e3 for r in top], "mean ms": [r["mean (us)"] / 1e3 for r in top],
+                             "max ms": [r["max (us)"] / 1e3 for r in top]})
+        tops = tops.sort_values("total ms", ascending=False, ignore_index=True)
+    return types, tops
+
+
+# ---- compare -------------------------------------------------------------------------------------
+
+COMPARE_FIGURES = (  # (title, headline key, unit, higher is better)
+    ("step time P90, GPU", "step_gpu_p90_ns", "ms", False),
+    ("step time P90, CPU", "step_cpu_p90_ns", "ms", False),
+    ("lookup's wait for the optimizer, mean", "lookup_wait_ns", "ms", False),
+    ("GPU idle in that wait, mean", "mean_gap_idle_ns", "ms", False),
+    ("exposed communication", "exposed_comm_ns", "ms", False),
+    ("exposed memcpy", "exposed_memcpy_ns", "ms", False),
+    ("sync stalls, CPU", "stall_total_ns", "ms", False),
+    ("peak reserved", "peak_reserved_bytes", "GiB", False),
+    ("peak allocated", "peak_allocated_bytes", "GiB", False),
+    ("comm overlapped by compute", "comm_overlap_ratio", "%", True),
+)
+"""The figures compare puts side by side, in the unit it draws them in. ``lookup_wait_ns`` is the
+mean over steps of the optimizer -> next lookup gap where positive, else 0: a pipeline whose
+lookup runs ahead of the optimizer (SemiSync) does not wait (its signed gap, -45 ms, is no
+"better" than another's +0.6 ms)."""
+
+
+def _figure(report: dict, key: str):
+    if key != "lookup_wait_ns":
+        return report["headline"].get(key)
+    rows = report.get("gaps", {}).get("gaps") or []
+    gaps = [r["gap_ns"] for r in rows if r.get("gap_ns") is not None]
+    return float(np.mean(np.maximum(gaps, 0))) if gaps else None
+
+_SCALE = {"ms": NS_PER_MS, "GiB": float(2**30), "%": 0.01}
+NOISE = 0.01
+"""A difference under 1% of the baseline is drawn as neither better nor worse..."""
+NOISE_ABS = {"ms": 0.05, "GiB": 0.01, "%": 1.0}
+"""... and so is one smaller than this, in the figure's unit (0.003 ms more stall is not "worse")."""
+
+
+def compare(picked: list[tuple[str, dict]], baseline: int) -> pd.DataFrame:
+    """One row per (figure, trace) of ``(name, report object)`` pairs: ``figure, unit, trace,
+    value`` (in ``unit``; NaN when not measured), ``diff_pct`` (vs the trace at ``baseline``;
+    NaN for the baseline itself or when either is unknown or the baseline is 0) and ``verdict``
+    (``baseline``, ``better``, ``worse``, ``same`` within ``NOISE`` or ``NOISE_ABS``, or ``–``).
+    A figure no trace measured, or that is 0 in all, is left out."""
+    rows = []
+    for title, key, unit, higher_better in COMPARE_FIGURES:
+        vals = [_figure(r, key) for _, r in picked]
+        if all(v is None or v == 0 for v in vals):
+            continue  # not measured, or nothing of it in any trace: no chart
+        base = vals[baseline]
+        for i, ((name, _), v) in enumerate(zip(picked, vals)):
+            value = np.nan if v is None else float(v) / _SCALE[unit]
+            diff, verdict = np.nan, "–"
+            if i == baseline:
+                verdict = "baseline"
+            elif v is not None and base not in (None, 0):
+                diff = (float(v) - float(base)) / abs(float(base)) * 100
+                if abs(diff) < NOISE * 100 or abs(float(v) - float(base)) / _SCALE[unit] < NOISE_ABS[unit]:
+                    verdict = "same"
+                else:
+                    verdict = "better" if (diff > 0) == higher_better else "worse"
+            rows.append({"figure": title, "unit": unit, "trace": name, "value": value, "diff_pct": diff, "verdict": verdict})
+    return pd.DataFrame(rows, columns=["figure", "unit", "trace", "value", "diff_pct", "verdict"])
+
+
+def warnings(report: dict) -> list[str]:
+    """Everything tracekit warned about in one rank's report object: the loader's warnings and
+    any section's own ``warnings``."""
+    out = list(report.get("warnings") or [])
+    for key in (*tk_report.SECTION_KEYS, "explain"):
+        sec = report.get(key)
+        if isinstance(sec, dict) and isinstance(sec.get("warnings"), list):
+            out += [str(w) for w in sec["warnings"]]
+    return out

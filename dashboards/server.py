@@ -14,6 +14,15 @@ from werkzeug.serving import make_server
 from tracekit.errors import InputError
 
 
+def answer_not_found(app) -> None:
+    """A request for a file the app does not serve (``/_dash-component-suites/../../etc/passwd``,
+    an unknown asset) is a plain 404, not a 500 with a traceback in the log: Dash raises its
+    ``DependencyException`` for those."""
+    from dash.exceptions import DependencyException
+
+    app.server.register_error_handler(DependencyException, lambda exc: ("Not found", 404, {"Content-Type": "text/plain"}))
+
+
 class Server:
     """A running (or ready to run) HTTP server for one Dash app."""
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from dashboards import names
 from tracekit.trace.model import GPU_ACTIVITY_KINDS, Kind, Trace
 
 CPU_DEPTHS = 4
@@ -61,7 +62,8 @@ def trace_origin(trace: Trace) -> int:
 
 
 def lane_events(
-    trace: Trace, activities: pd.DataFrame | None = None, annotation_phases: pd.DataFrame | None = None
+    trace: Trace, activities: pd.DataFrame | None = None, annotation_phases: pd.DataFrame | None = None,
+    *, stream_names: dict[tuple[int, int], str] | None = None, thread_names: dict[int, str] | None = None,
 ) -> tuple[pd.DataFrame, int]:
     """Every drawable event and the trace's origin (its first event's ``ts``, ns).
 
@@ -69,8 +71,12 @@ def lane_events(
     ``device, stream, name, ts, end, phase``); without it GPU activities come from the trace
     with phase ``other``. ``annotation_phases`` (``tid, ts, end, phase``: tracekit's
     ``AnnotationIndex.table``) colours the CPU annotations it names; the others are
-    ``annotation``. Returns columns lane, lane_order, start, end (ns from the origin),
-    phase, name.
+    ``annotation``. ``stream_names`` names the GPU lanes by (device, stream) (else ``GPU d ·
+    stream s``); ``thread_names`` gives the trace's thread names by tid, written as
+    ``dashboards.names.thread_label`` writes them, "main" being the thread whose annotations
+    include ``ProfilerStep#`` (else the most annotated one), drawn on top.
+    A thread's nesting depths below the first are lanes ``<thread> · level <depth>``. Returns columns
+    lane, lane_order, start, end (ns from the origin), phase, name.
     """
     ev = trace.events
     t_origin = trace_origin(trace)
@@ -85,7 +91,7 @@ def lane_events(
     stream = activities["stream"].to_numpy(np.int64)
     gpu_rows = pd.DataFrame(
         {
-            "lane": [f"GPU {d} · stream {s}" for d, s in zip(dev, stream)],
+            "lane": [(stream_names or {}).get((int(d), int(s))) or f"GPU {d} · stream {s}" for d, s in zip(dev, stream)],
             "lane_order": 1_000_000 + dev * 100_000 + stream,
             "start": activities["ts"].to_numpy(np.int64) - t_origin,
             "end": activities["end"].to_numpy(np.int64) - t_origin,
@@ -117,7 +123,14 @@ def lane_events(
     else:
         ann["phase"] = "annotation"
     parts = []
-    for order, ((pid, tid), grp) in enumerate(ann.groupby(["pid", "tid"], sort=True)):
+    groups = list(ann.groupby(["pid", "tid"], sort=True))
+    main_tid = None
+    if groups:
+        stepped = [int(tid) for (_, tid), g in groups if g["name"].str.startswith("ProfilerStep#").any()]
+        main_tid = stepped[0] if stepped else int(max(groups, key=lambda kv: len(kv[1]))[0][1])
+        groups.sort(key=lambda kv: int(kv[0][1]) != main_tid)  # the main thread on top
+    for order, ((pid, tid), grp) in enumerate(groups):
+        thread = names.thread_label(int(tid), (thread_names or {}).get(int(tid)), int(tid) == main_tid)
         grp = grp.sort_values(["ts", "dur"], ascending=[True, False])
         s = grp["ts"].to_numpy() - t_origin
         e = s + grp["dur"].to_numpy()
@@ -126,7 +139,7 @@ def lane_events(
         parts.append(
             pd.DataFrame(
                 {
-                    "lane": [f"CPU {tid} · depth {d}" for d in depth[keep]],
+                    "lane": [thread if d == 0 else f"{thread} · level {d}" for d in depth[keep]],
                     "lane_order": order * CPU_DEPTHS + depth[keep],
                     "start": s[keep],
                     "end": e[keep],

@@ -34,7 +34,7 @@ def main() -> int:
     (out / "pytest_gpu.txt").write_text(log)
     print(f"[issue5] GPU tests exit {tests.returncode} in {time.perf_counter() - t0:.0f} s; tail:")
     print("\n".join(log.strip().splitlines()[-15:]), flush=True)
-    budget = 575 - (time.perf_counter() - t0)  # the device allows 600 s per command
+    budget = 505 - (time.perf_counter() - t0)  # run_all.sh gives the part 540 s
     bench = subprocess.run(
         [sys.executable, "bench/bench_issue5.py", "--out", str(out), "--budget-s", f"{budget:.0f}"],
         cwd=ROOT, env=env, timeout=budget + 15,

@@ -4,12 +4,15 @@
 #   bash gpu/run_all.sh [PART...]        # default: every part but pipelines2 (2 GPUs), in this order
 #
 # Parts: env, kernels (build + GPU correctness tests of the TBE kernels), tbe (kernel benchmark),
-# pipetests (GPU tests of the pipelines and the batch type), pipelines (1-GPU pipeline table +
-# one small trace per pipeline), pipelines2 (the same on 2 GPUs through torchrun), issue5 (delta tracking / writeback / in-place copy: GPU tests,
-# benchmark, traces, snapshots), snapshot (sample allocator snapshots).
+# pipetests (GPU tests of the pipelines and the batch type), pipelines (the 1-GPU pipeline
+# benchmark, every preset, interleaved rounds, traces, diagnostics: <= 9 min; bench/bench_pipelines.py),
+# pipelines2 (the same on 2 GPUs through torchrun), issue5 (delta tracking / writeback / in-place
+# copy: GPU tests, benchmark, traces, snapshots and the explain proof's pairs: <= 9 min),
+# snapshot (sample allocator snapshots).
 # Each part runs with its own time limit and its own output folder; one failing part does not
-# stop the others. The device tool brings back at most 8 files, so each part's folder is packed
-# into $OUT/<part>.tar.gz, with every log's tail in $OUT/summary.txt.
+# stop the others. The device tool brings back at most 8 files of at most 16 MiB, so each part's
+# folder is packed into $OUT/<part>.tar.gz (split into <part>.tar.gz.part-aa, -ab, ... when larger
+# than 15 MiB: `cat <part>.tar.gz.part-* | tar xz`), with every log's tail in $OUT/summary.txt.
 set -u
 OUT=${OUT:?set OUT to the results folder}
 WORK=${WORK:-/tmp/tracekit-gpu}
@@ -30,9 +33,10 @@ part() {  # part NAME SECONDS COMMAND...
     local rc=$?
     printf '%-11s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - t0))" | tee -a "$OUT/summary.txt"
     tail -n 25 "$dir/log.txt"
-    # traces three folders down (a benchmark's secondary presets) stay behind: the device tool
-    # brings back at most 16 MiB a file
-    tar czf "$OUT/$name.tar.gz" -C "$WORK" --exclude="$name/*/*/trace_rank*" "$name"
+    tar czf "$OUT/$name.tar.gz" -C "$WORK" "$name"
+    if [ "$(stat -c %s "$OUT/$name.tar.gz")" -gt $((15 * 1024 * 1024)) ]; then
+        split -b 15M "$OUT/$name.tar.gz" "$OUT/$name.tar.gz.part-" && rm "$OUT/$name.tar.gz"
+    fi
 }
 
 parts=("$@")
@@ -42,10 +46,10 @@ for p in "${parts[@]}"; do
     env) part env 60 bash -c 'date -u; nvidia-smi; python3 -c "import torch,sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0), torch.cuda.device_count())"; nvcc --version' ;;
     kernels) part kernels 420 python3 -m pytest -q -p no:cacheprovider -o addopts= gpu/test_kernels.py ;;
     tbe) part tbe 420 bash -c 'python3 bench/bench_tbe.py --out "$OUT"' ;;
-    pipelines) part pipelines 240 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s 150 --out "$OUT"' ;;
-    pipelines2) part pipelines2 240 bash -c 'python3 bench/bench_pipelines.py --gpus 2 --budget-s 150 --out "$OUT"' ;;
+    pipelines) part pipelines 540 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s 450 --out "$OUT"' ;;
+    pipelines2) part pipelines2 540 bash -c 'python3 bench/bench_pipelines.py --gpus 2 --budget-s 450 --out "$OUT"' ;;
     pipetests) part pipetests 420 python3 -m pytest -q -p no:cacheprovider -o addopts= tests/runtime/test_pipelines_gpu.py tests/runtime/test_batch.py ;;
-    issue5) part issue5 590 python3 gpu/issue5_run.py ;;
+    issue5) part issue5 540 python3 gpu/issue5_run.py ;;
     snapshot) part snapshot 180 bash -c 'python3 gpu/snapshot_sample.py --out "$OUT"' ;;
     *) echo "unknown part: $p" >&2 ;;
     esac

@@ -9,6 +9,7 @@ stream of batches (seed and rank together pick it), as data-parallel training do
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -116,6 +117,18 @@ class SyntheticLoader:
 
     def __len__(self) -> int:
         return self.cfg.num_batches
+
+    def first(self, num_batches: int) -> "SyntheticLoader":
+        """A loader over this one's first ``num_batches`` batches (any number with cycled
+        ``distinct_batches``), sharing its built batches: nothing is generated or pinned again.
+        Its ``cfg`` is this one's with ``num_batches`` replaced."""
+        cfg = dataclasses.replace(self.cfg, num_batches=num_batches)
+        n_build = cfg.num_batches if cfg.distinct_batches == 0 else min(cfg.distinct_batches, cfg.num_batches)
+        if n_build > len(self._batches):
+            raise ValueError(f"{num_batches} batches need {n_build} distinct ones, this loader built {len(self._batches)}")
+        view = object.__new__(SyntheticLoader)
+        view.cfg, view._batches = cfg, self._batches[:n_build]
+        return view
 
     def __iter__(self) -> Iterator[Batch]:
         for i in range(self.cfg.num_batches):

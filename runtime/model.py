@@ -151,16 +151,21 @@ class SparseArch(nn.Module):
                 device=device,
                 backend=config.embedding_backend,
             )
-            self._init_tables()
+            self.reset_parameters()
 
     @torch.no_grad()
-    def _init_tables(self) -> None:
+    def reset_parameters(self) -> None:
         """Table t: uniform(+-sqrt(1/rows)) from a generator seeded by (seed, t), so a table's
-        initial values do not depend on which rank holds it or what else is there."""
+        initial values do not depend on which rank holds it or what else is there; the fused
+        optimizer's state zero. Called again, it puts the tables back to their initial values
+        in place (no new memory)."""
+        if self.embedding is None:
+            return
         for view, t in zip(self.embedding.split_embedding_weights(), self.table_ids):
             gen = torch.Generator(device=view.device).manual_seed(self.config.seed * 100_003 + 7919 * t + 1)
             bound = (1.0 / view.shape[0]) ** 0.5
             view.uniform_(-bound, bound, generator=gen)
+        self.embedding.momentum.zero_()
 
     def table_bytes(self) -> list[int]:
         return [n * self.embedding_dim * 4 for n in (self.config.num_embeddings[t] for t in self.table_ids)]

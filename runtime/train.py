@@ -11,8 +11,10 @@ profiler's overhead does not bias them), then ``tail_steps`` more steps, neither
 traced, so that the profiled steps run with the pipeline full (batches i+1..i+3 in flight)
 rather than draining at the end of the data.
 
-Writes into ``out`` for each rank r: ``trace_rank{r}.json.gz`` (Kineto: ``ProfilerStep#N``
-markers, ``distributedInfo``, ``[memory]`` events), ``trace_rank{r}_snapshot.pickle`` with
+The model is built once (``runtime.session.Session``) and trained by one run. Writes into
+``out`` for each rank r: ``trace_rank{r}.json.gz`` (Kineto: ``ProfilerStep#N`` markers,
+``distributedInfo``, ``[memory]`` events, and ``cuda_sync`` events where this torch writes them:
+``runtime.profiling``), ``trace_rank{r}_snapshot.pickle`` with
 ``memory_snapshot`` (CUDA only), ``metrics_rank{r}.json``; rank 0 also writes ``metrics.json``
 with every rank's figures and the summary. Progress goes to stderr (rank 0).
 """
@@ -20,13 +22,11 @@ with every rank's figures and the summary. Progress goes to stderr (rank 0).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
 import platform
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -34,14 +34,10 @@ import torch
 import torch.distributed as dist
 
 from runtime.data import DataConfig, SyntheticLoader
-from runtime.dist import init_from_env
-from runtime.model import DLRM, DenseOptimizerConfig, ModelConfig, make_dense_optimizer
-from runtime.pipelines import LOOKUP_STREAMS, PIPELINES
-from runtime.sharding import shard_model
-
-
-class ConfigError(ValueError):
-    """The run cannot start as configured (one line for the user)."""
+from runtime.model import DenseOptimizerConfig, ModelConfig
+from runtime.pipelines import LOOKUP_PLACEMENTS, LOOKUP_STREAMS, PIPELINES
+from runtime.profiling import cuda_sync_events
+from runtime.session import ConfigError, Session
 
 
 @dataclass(frozen=True)
@@ -64,8 +60,10 @@ class TrainConfig:
     the traced steps show the steady state, not the pipeline draining at the end of the data."""
     lookup_stream: str = "data_dist"
     """FusedSparseDist: ``data_dist``, ``new`` or ``current``."""
-    lookup_before_data_dist: bool = True
-    """FusedSparseDist: issue the lookup before (True) or after the next batch's data dist."""
+    lookup_placement: str = "before_optimizer"
+    """FusedSparseDist: where the host issues the next batch's lookup: ``before_optimizer``
+    (right behind the embedding backward), ``step_start`` (TorchRec's default: at the start of
+    the next step) or ``after_data_dist`` (after the next batch's data dist)."""
     start_batch: int = 0
     """SemiSync: batches before this one are trained exactly."""
     inplace_copy_batch_to_gpu: bool = False
@@ -97,6 +95,8 @@ class TrainConfig:
             raise ConfigError("need warmup_steps >= 0, timed_steps >= 1, profile_steps >= 0, tail_steps >= 0")
         if self.lookup_stream not in LOOKUP_STREAMS:
             raise ConfigError(f"lookup_stream must be one of {LOOKUP_STREAMS}, got {self.lookup_stream!r}")
+        if self.lookup_placement not in LOOKUP_PLACEMENTS:
+            raise ConfigError(f"lookup_placement must be one of {LOOKUP_PLACEMENTS}, got {self.lookup_placement!r}")
         if self.start_batch < 0:
             raise ConfigError("start_batch must be >= 0")
         if not -3 <= self.main_stream_priority <= 0:
@@ -129,147 +129,44 @@ def _versions() -> dict:
     return v
 
 
-class _Progress:
-    """One stderr line every few steps (rank 0), from host time only."""
-
-    def __init__(self, enabled: bool, total: int, label: str) -> None:
-        self.enabled, self.total, self.label = enabled, total, label
-        self.t0 = self.last = time.perf_counter()
-        self.every = max(1, total // 10)
-
-    def __call__(self, i: int) -> None:
-        now = time.perf_counter()
-        if self.enabled and ((i + 1) % self.every == 0 or i + 1 == self.total):
-            print(
-                f"[{self.label}] step {i + 1}/{self.total}  host {1e3 * (now - self.last) / self.every:.1f} ms/step"
-                f"  elapsed {now - self.t0:.1f} s",
-                file=sys.stderr,
-                flush=True,
-            )
-        if (i + 1) % self.every == 0:
-            self.last = now
-
-
 def train(cfg: TrainConfig, *, loader: SyntheticLoader | None = None) -> dict:
     """Runs ``cfg`` on this process's rank (the process group is created if needed) and
     returns this rank's metrics (rank 0's include every rank). ``loader``: host batches built
-    beforehand for this rank from ``cfg.data`` with ``num_batches = cfg.total_steps`` (a
-    benchmark reuses them across runs); None builds them here."""
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda but torch sees no CUDA GPU")
-    info = init_from_env(cfg.device)
-    device = torch.device(f"cuda:{torch.cuda.current_device()}") if cfg.device == "cuda" else torch.device("cpu")
+    beforehand for this rank from ``cfg.data`` with ``num_batches = cfg.total_steps``; None
+    builds them here."""
+    session = Session(cfg)
+    rank, world = session.info.rank, session.info.world_size
+    if loader is None:
+        loader = SyntheticLoader(dataclasses.replace(cfg.data, num_batches=cfg.total_steps), rank=rank)
+    run = session.run(cfg, loader)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    rank, world = info.rank, info.world_size
-
-    data = dataclasses.replace(cfg.data, num_batches=cfg.total_steps)
-    if loader is None:
-        loader = SyntheticLoader(data, rank=rank)
-    elif loader.cfg != data:
-        raise ConfigError("the loader given was built for another data config")
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = cfg.allow_tf32
-    model = DLRM(cfg.model, device=device, materialize_embeddings=False)
-    shard_model(model, process_group=dist.group.WORLD, device=device)
-    optimizer = make_dense_optimizer(model, cfg.dense_optimizer)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        if cfg.memory_snapshot:
-            torch.cuda.memory._record_memory_history(max_entries=200_000)
-    dist.barrier()
-
-    # step boundaries: marks[k] is the start of step k, marks[k+1] its end; CUDA events on
-    # the main stream (read after the loop) or the host clock
-    def mark():
-        if device.type != "cuda":
-            return time.perf_counter()
-        ev = torch.cuda.Event(enable_timing=True)
-        ev.record()
-        return ev
-
-    marks: list = []
-    host_marks: list[float] = []
-    progress = _Progress(rank == 0, cfg.total_steps, f"{cfg.pipeline} rank {rank}/{world}")
-    trace_path = out / f"trace_rank{rank}.json.gz"
-    prof = None
-    if cfg.profile_steps:
-        acts = [torch.profiler.ProfilerActivity.CPU]
-        if device.type == "cuda":
-            acts.append(torch.profiler.ProfilerActivity.CUDA)
-        prof = torch.profiler.profile(
-            activities=acts,
-            schedule=torch.profiler.schedule(
-                wait=cfg.warmup_steps + cfg.timed_steps, warmup=1, active=cfg.profile_steps, repeat=1
-            ),
-            on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)),
-            profile_memory=True,
-            record_shapes=False,
-        )
-        prof.start()
-
-    def on_step(i: int) -> None:
-        host_marks.append(time.perf_counter())
-        marks.append(mark())
-        progress(i)
-        if prof is not None:
-            prof.step()
-
-    # the main stream: the current one, or a new one of higher priority made current here
-    main_ctx = contextlib.nullcontext()
-    if device.type == "cuda" and cfg.main_stream_priority != 0:
-        main_stream = torch.cuda.Stream(device=device, priority=cfg.main_stream_priority)
-        main_stream.wait_stream(torch.cuda.current_stream(device))  # the model's initialisation
-        main_ctx = torch.cuda.stream(main_stream)
-    kwargs: dict = {"inplace_copy_batch_to_gpu": cfg.inplace_copy_batch_to_gpu, "on_step": on_step}
-    if cfg.pipeline == "fused":
-        kwargs.update(lookup_stream=cfg.lookup_stream, lookup_before_data_dist=cfg.lookup_before_data_dist)
-    if cfg.pipeline == "semi":
-        kwargs["start_batch"] = cfg.start_batch
-    with main_ctx:
-        t_start = time.perf_counter()
-        host_marks.append(t_start)
-        marks.append(mark())
-        try:
-            result = PIPELINES[cfg.pipeline](model, optimizer, loader, device=device, **kwargs)
-        finally:
-            if prof is not None:
-                prof.stop()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    wall = time.perf_counter() - t_start
-
-    lo, hi = cfg.warmup_steps, cfg.warmup_steps + cfg.timed_steps
-    if device.type == "cuda":
-        step_ms = [marks[k].elapsed_time(marks[k + 1]) for k in range(lo, hi)]
-    else:
-        step_ms = [1e3 * (marks[k + 1] - marks[k]) for k in range(lo, hi)]
-    snapshot_path = None
-    if device.type == "cuda" and cfg.memory_snapshot:
-        snapshot_path = out / f"trace_rank{rank}_snapshot.pickle"
-        torch.cuda.memory._dump_snapshot(str(snapshot_path))
-        torch.cuda.memory._record_memory_history(enabled=None)
-    p50, p90 = _percentile(step_ms, 0.5), _percentile(step_ms, 0.9)
-    # host time between step ends: equal to the GPU step time when the host is the bottleneck
-    host_ms = [1e3 * (host_marks[k + 1] - host_marks[k]) for k in range(lo, hi)]
+    step_ms = run.step_ms
     mine = {
         "rank": rank,
-        "steps_trained": result.steps,
-        "timed_steps": [lo, hi],
+        "steps_trained": run.steps_trained,
+        "timed_steps": list(run.timed),
         "step_ms": step_ms,
-        "step_ms_p50": p50,
-        "step_ms_p90": p90,
-        "host_step_ms_p50": _percentile(host_ms, 0.5),
-        "qps": (data.batch_size * world) / (sum(step_ms) / len(step_ms) / 1e3) if step_ms else None,
-        "final_loss": float(result.losses[-1].item()) if result.losses else None,
-        "peak_allocated_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
-        "peak_reserved_bytes": torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None,
-        "wall_s": wall,
-        "trace": trace_path.name if cfg.profile_steps else None,
-        "snapshot": snapshot_path.name if snapshot_path else None,
-        "embedding_backend": model.sparse_arch.local.embedding.backend if model.sparse_arch.local.embedding else None,
+        "step_ms_p50": _percentile(step_ms, 0.5),
+        "step_ms_p90": _percentile(step_ms, 0.9),
+        # host time between step ends: equal to the GPU step time once the launch queue is full
+        # (the host waits), so it does not tell the bound; gpu_waited_share does
+        "host_step_ms_p50": _percentile(run.host_step_ms, 0.5),
+        "gpu_waited_share": run.gpu_waited_share,
+        "first_step_ms": run.step_ms_all[0] if run.step_ms_all else None,
+        "first_step_host_ms": run.host_step_ms_all[0] if run.host_step_ms_all else None,
+        "traced_step_ms": run.traced_step_ms,
+        "qps": (cfg.data.batch_size * world) / (sum(step_ms) / len(step_ms) / 1e3) if step_ms else None,
+        "final_loss": run.final_loss,
+        "peak_allocated_bytes": run.peak_allocated_bytes,
+        "peak_reserved_bytes": run.peak_reserved_bytes,
+        "allocator_timed": run.allocator_timed,
+        "build_s": session.build_s,
+        "wall_s": run.wall_s,
+        "trace": Path(run.trace).name if run.trace else None,
+        "snapshot": Path(run.snapshot).name if run.snapshot else None,
+        "cuda_sync_events": cuda_sync_events() if cfg.profile_steps else None,
+        "embedding_backend": run.embedding_backend,
     }
     (out / f"metrics_rank{rank}.json").write_text(json.dumps(mine, indent=1))
     gathered: list = [None] * world
@@ -279,9 +176,9 @@ def train(cfg: TrainConfig, *, loader: SyntheticLoader | None = None) -> dict:
     summary = {
         "pipeline": cfg.pipeline,
         "world_size": world,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "device": torch.cuda.get_device_name(session.device) if session.device.type == "cuda" else platform.processor() or "cpu",
         "step_time_source": "CUDA events on the main stream at each step end, read after the run"
-        if device.type == "cuda"
+        if session.device.type == "cuda"
         else "host wall clock between step ends",
         "step_ms_p50": max(m["step_ms_p50"] for m in gathered),
         "step_ms_p90": max(m["step_ms_p90"] for m in gathered),
@@ -326,8 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--warmup-steps", type=int, default=3)
     a("--profile-steps", type=int, default=3, help="steps in the trace (0: no trace)")
     a("--lookup-stream", choices=list(LOOKUP_STREAMS), default="data_dist")
-    a("--lookup-before-dist", dest="lookup_before_dist", action="store_true", default=True)
-    a("--lookup-after-dist", dest="lookup_before_dist", action="store_false")
+    a("--lookup-placement", choices=list(LOOKUP_PLACEMENTS), default="before_optimizer",
+      help="fused: where the host issues the next batch's lookup")
     a("--start-batch", type=int, default=0, help="semi: exact batches before semi-sync")
     a("--inplace-copy", action="store_true")
     a("--memory-snapshot", action="store_true")
@@ -377,7 +274,7 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
         return TrainConfig(
             pipeline=ns.pipeline, device=ns.device, warmup_steps=ns.warmup_steps, timed_steps=ns.steps,
             profile_steps=ns.profile_steps, lookup_stream=ns.lookup_stream,
-            lookup_before_data_dist=ns.lookup_before_dist, start_batch=ns.start_batch,
+            lookup_placement=ns.lookup_placement, start_batch=ns.start_batch,
             inplace_copy_batch_to_gpu=ns.inplace_copy, memory_snapshot=ns.memory_snapshot, allow_tf32=ns.tf32,
             main_stream_priority=ns.main_stream_priority, out=ns.out,
             model=model, data=data, dense_optimizer=DenseOptimizerConfig(kind=ns.dense_optimizer, lr=ns.dense_lr, foreach=ns.dense_foreach),

@@ -254,6 +254,27 @@ class TraceBuilder:
                 args=extra)
         )
 
+    def stream_wait(
+        self,
+        *,
+        record_at: float,
+        wait_at: float,
+        on_stream: int,
+        stream: int,
+        gpu_at: float,
+        tid: int | None = None,
+    ) -> tuple[int, int]:
+        """``event.record(on_stream)`` then ``stream.wait_event(event)`` as PyTorch issues them:
+        a ``cudaEventRecord`` call at ``record_at``, a ``cudaStreamWaitEvent`` call at
+        ``wait_at`` (1 us each, on ``tid``), and the ``Stream Wait Event`` cuda_sync event on
+        ``stream`` at GPU time ``gpu_at`` that Kineto writes with ``enable_cuda_sync_events``.
+        Returns the correlation ids of the record and the wait calls."""
+        rec = self.runtime("cudaEventRecord", record_at, 1.0, tid=tid)
+        wait = self.runtime("cudaStreamWaitEvent", wait_at, 1.0, tid=tid)
+        self.cuda_sync(gpu_at, 0.5, kind="stream_wait_event", stream=stream, correlation=wait,
+                       wait_stream=on_stream, wait_correlation=rec)
+        return rec, wait
+
     # ---- memory ----------------------------------------------------------------------------
     def memory(
         self,

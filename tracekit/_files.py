@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
+import stat
 import zlib
 from pathlib import Path
 
@@ -18,18 +20,46 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 SNIFF_BYTES = 1 << 16
 """How much of a directory's file (decompressed) ``is_trace_file`` looks at."""
 ENV_VAR = "TRACEKIT_CACHE_DIR"
-STAMP_BYTES = 64 << 10
-"""How much of each end of a file goes into its content stamp."""
+_HASH_BLOCK = 1 << 20
+
+
+def _kind_of(mode: int) -> str:
+    for test, what in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def check_readable(path: str | os.PathLike, what: str = "file", *, directory_ok: bool = False) -> None:
+    """Raise ``InputError`` unless ``path`` (symlinks followed) is a regular file (or, with
+    ``directory_ok``, a directory). Called before anything opens a user's path: opening a FIFO
+    blocks until something writes to it, and a device such as /dev/zero never ends."""
+    from tracekit.errors import InputError
+
+    src = os.fspath(path)
+    try:
+        st = os.stat(src)
+    except FileNotFoundError:
+        raise InputError("no such file or directory", path=src) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path=src) from None
+    if stat.S_ISREG(st.st_mode) or (directory_ok and stat.S_ISDIR(st.st_mode)):
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"is a directory, not a {what}", path=src)
+    raise InputError(f"is {_kind_of(st.st_mode)}, not a {what}: tracekit reads only regular "
+                     "files", path=src)
 
 
 def is_trace_file(path: str) -> bool:
     """Whether a ``.json``/``.json.gz`` file found in a directory is to be read as a trace.
 
-    Skipped: a file that is whole within its first ``SNIFF_BYTES`` (decompressed) and never
-    mentions ``"traceEvents"`` (a run directory's ``metrics.json`` and the like). Everything
-    else counts, so nothing that might be a trace is dropped silently: a longer file whose
-    ``traceEvents`` comes late is read, and a file that cannot be read or decompressed counts
-    too, so that loading it reports why."""
+    Skipped: a file that is a whole JSON document within its first ``SNIFF_BYTES``
+    (decompressed) without a ``"traceEvents"`` key (a run directory's ``metrics.json`` and the
+    like). Everything else counts, so nothing that might be a trace is dropped silently: a
+    longer file whose ``traceEvents`` comes late is read, and a file that is cut short, is not
+    JSON, or cannot be read or decompressed counts too, so that loading it reports why."""
     try:
         with open(path, "rb") as f:
             head = f.read(SNIFF_BYTES + 1)
@@ -39,7 +69,13 @@ def is_trace_file(path: str) -> bool:
                     head = g.read(SNIFF_BYTES + 1)
     except (OSError, EOFError, zlib.error):
         return True
-    return b'"traceEvents"' in head or len(head) > SNIFF_BYTES
+    if b'"traceEvents"' in head or len(head) > SNIFF_BYTES:
+        return True
+    try:
+        json.loads(head)
+    except (ValueError, RecursionError):
+        return True  # not a whole JSON document: a trace cut short, say
+    return False
 
 
 def trace_files_in(directory: str) -> list[str]:
@@ -48,6 +84,52 @@ def trace_files_in(directory: str) -> list[str]:
     return [os.path.join(directory, n) for n in sorted(os.listdir(directory))
             if n.endswith(TRACE_SUFFIXES) and os.path.isfile(os.path.join(directory, n))
             and is_trace_file(os.path.join(directory, n))]
+
+
+def files_read(paths, *, rules_path=None, snapshot_path=None) -> list[str]:
+    """Every file a command given these paths reads: each trace (a directory's trace files),
+    the snapshot found beside a trace file, the rules and snapshot files named. ``--out`` must
+    be none of them (``check_out``)."""
+    got = [p for p in (rules_path, snapshot_path) if p is not None]
+    for p in paths:
+        if os.path.isdir(p):
+            try:
+                got += [os.path.join(p, n) for n in os.listdir(p)]
+            except OSError:
+                pass
+        else:
+            got.append(p)
+            snap = find_snapshot(p)
+            if snap is not None:
+                got.append(os.fspath(snap))
+    return got
+
+
+def check_out(out: str | None, paths, *, rules_path=None, snapshot_path=None) -> None:
+    """Refuse an output file that is, or is linked to (symlink or hard link), a file the
+    command reads (``files_read``), or that is a directory: writing it would destroy an
+    input."""
+    if out is None:
+        return
+    from tracekit.errors import InputError
+
+    if os.path.isdir(out):
+        raise InputError("--out is a directory", path=out)
+    try:
+        st = os.stat(out)
+    except OSError:
+        return  # does not exist (yet): it cannot be an input
+    if not stat.S_ISREG(st.st_mode):
+        return  # a pipe or a terminal (/dev/stdout, a process substitution)
+    for p in files_read(paths, rules_path=rules_path, snapshot_path=snapshot_path):
+        try:
+            other = os.stat(p)
+        except OSError:
+            continue
+        if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+            same = "is" if os.path.realpath(p) == os.path.realpath(out) else "is linked to"
+            raise InputError(f"--out {same} {p}, which this command reads; it would be "
+                             "overwritten", path=out)
 
 
 def cache_dir(explicit: str | os.PathLike | None = None) -> str:
@@ -62,24 +144,51 @@ def cache_dir(explicit: str | os.PathLike | None = None) -> str:
     return platformdirs.user_cache_dir("tracekit")
 
 
+def display(path: str | os.PathLike) -> str:
+    """``path`` as text that can be printed and JSON-encoded: bytes of a file name that are not
+    UTF-8 (carried as surrogates by Python) are shown as ``\\xNN``."""
+    s = os.fspath(path)
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return os.fsencode(s).decode("utf-8", "backslashreplace")
+
+
+_stamps: dict[tuple, tuple[str, int, int, str]] = {}
+
+
 def content_stamp(path: str | os.PathLike) -> tuple[str, int, int, str]:
-    """(resolved path, size, mtime_ns, hash of the first and last ``STAMP_BYTES``): cheap to
-    take, and it changes when the file is replaced, rewritten or appended to."""
+    """(resolved path, size, mtime_ns, SHA-256 of the whole file): it changes whenever the
+    bytes do, even for a same-size edit with the mtime put back (about 30 ms per 50 MB; the
+    caches' hits pay it, never a parse). A file name that is not UTF-8 is kept as
+    ``display`` shows it. Within a process a file is hashed once while its inode, size, mtime
+    and ctime stay the same (the report cache and the trace cache both stamp it)."""
     real = os.path.realpath(path)
-    st = os.stat(real)
-    h = hashlib.blake2b(digest_size=16)
     with open(real, "rb") as f:
-        h.update(f.read(STAMP_BYTES))
-        if st.st_size > STAMP_BYTES:
-            f.seek(max(STAMP_BYTES, st.st_size - STAMP_BYTES))
-            h.update(f.read(STAMP_BYTES))
-    return real, st.st_size, st.st_mtime_ns, h.hexdigest()
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{display(real)} is not a regular file")
+        ident = (real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if ident in _stamps:
+            return _stamps[ident]
+        h = hashlib.sha256()
+        buf = bytearray(_HASH_BLOCK)
+        view = memoryview(buf)
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    out = display(real), st.st_size, st.st_mtime_ns, h.hexdigest()
+    if len(_stamps) > 4096:
+        _stamps.clear()
+    _stamps[ident] = out
+    return out
 
 
 def snapshot_candidates(trace_path: str | os.PathLike) -> list[Path]:
     """The memory-snapshot files looked for beside a trace ``<stem>.json(.gz)``, in order:
-    ``<stem>.pickle``, ``<stem>_snapshot.pickle``, and for ``<x>.pt.trace`` stems the same
-    without ``.pt.trace``."""
+    ``<stem>.pickle``, ``<stem>_snapshot.pickle``, for ``<x>.pt.trace`` stems the same without
+    ``.pt.trace``, and for TorchRec's benchmark (``trace-<name>-rank<N>``) its
+    ``memory-<name>-rank<N>.pickle``."""
     p = Path(trace_path)
     name = p.name
     for suffix in (".json.gz", ".json", ".gz"):
@@ -89,7 +198,10 @@ def snapshot_candidates(trace_path: str | os.PathLike) -> list[Path]:
     stems = [name]
     if name.endswith(".pt.trace"):
         stems.append(name[: -len(".pt.trace")])
-    return [p.parent / f"{s}{tail}" for s in stems for tail in (".pickle", "_snapshot.pickle")]
+    out = [p.parent / f"{s}{tail}" for s in stems for tail in (".pickle", "_snapshot.pickle")]
+    if name.startswith("trace-"):
+        out.append(p.parent / f"memory-{name[len('trace-'):]}.pickle")
+    return out
 
 
 def find_snapshot(trace_path: str | os.PathLike) -> Path | None:
@@ -116,12 +228,12 @@ def short_labels(paths: list[str] | tuple[str, ...]) -> list[str]:
         names = ["/".join(q[-d:]) for q, d in zip(parts, depth)]
         dup = {n for n in names if names.count(n) > 1}
         if not dup:
-            return names
+            return [display(n) for n in names]
         grew = False
         for i, n in enumerate(names):
             if n in dup and depth[i] < len(parts[i]):
                 depth[i] += 1
                 grew = True
         if not grew:  # the same path more than once
-            return [n if names.count(n) == 1 else f"{q[-1]}#{i + 1}"
+            return [display(n if names.count(n) == 1 else f"{q[-1]}#{i + 1}")
                     for i, (n, q) in enumerate(zip(names, parts))]

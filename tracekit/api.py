@@ -18,7 +18,10 @@ Report cache: ``<cache dir>/reports/<key>.json`` where the cache dir is the load
 - the stamp of a memory-snapshot pickle found beside the trace, if any,
 - whether the HTA section was asked for.
 
-Any change to one of these is a miss; an entry that does not parse is ignored and rewritten.
+Any change to one of these is a miss (the stamp hashes every byte of the file, so even a
+same-size edit with its mtime put back is one). An entry is a header line (its key and the
+SHA-256 of the rest) and the reports' JSON: an entry whose hash or key does not match, or that
+does not parse, is ignored and rewritten.
 At most ``MAX_REPORTS`` entries are kept (the least recently written are removed).
 The warm path (``cached_report``) imports only the standard library: no numpy, no pandas.
 """
@@ -34,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from tracekit import __version__
 from tracekit._files import cache_dir as _cache_dir
-from tracekit._files import content_stamp, find_snapshot, trace_files_in
-from tracekit.errors import InputError, RulesError
+from tracekit._files import check_readable, content_stamp, find_snapshot, trace_files_in
+from tracekit.errors import RulesError
 
 if TYPE_CHECKING:  # heavy imports stay out of the warm path
     from tracekit.analyses import Analysis
@@ -60,6 +63,8 @@ def _rules_bytes(rules_path: str | os.PathLike | None) -> bytes:
     default = (Path(__file__).parent / "default_rules.toml").read_bytes()
     if rules_path is None:
         return default
+    if os.path.exists(rules_path):
+        check_readable(rules_path, "rules file")
     try:
         user = Path(rules_path).read_bytes()
     except FileNotFoundError:
@@ -104,12 +109,16 @@ def cached_report(
         return None
     try:
         with open(_entry(cache_dir, key), "rb") as f:
-            doc = json.loads(f.read())
-    except (OSError, ValueError):
+            data = f.read()
+        head, _, body = data.partition(b"\n")
+        meta = json.loads(head)
+        if (not isinstance(meta, dict) or meta.get("key") != key
+                or meta.get("sha256") != hashlib.sha256(body).hexdigest()):
+            return None
+        ranks = json.loads(body)
+    except (OSError, ValueError, RecursionError):
         return None
-    if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("ranks"), list):
-        return None
-    return doc["ranks"]
+    return ranks if isinstance(ranks, list) else None
 
 
 def _remember(path: str, rules_id: bytes, with_hta: bool | None,
@@ -125,13 +134,29 @@ def _store(cache_dir: str | os.PathLike | None, key: str, ranks: list[dict]) -> 
     try:
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), suffix=".tmp")
-        data = json.dumps({"key": key, "ranks": ranks}, allow_nan=False)  # C encoder: fast
-        with os.fdopen(fd, "w") as f:
-            f.write(data)
+        body = json.dumps(ranks, allow_nan=False).encode()  # C encoder: fast
+        head = json.dumps({"key": key, "sha256": hashlib.sha256(body).hexdigest()}).encode()
+        with os.fdopen(fd, "wb") as f:
+            f.write(head + b"\n" + body)
         os.replace(tmp, dest)
         _prune(os.path.dirname(dest))
     except OSError:
         pass  # a cache that cannot be written only costs speed
+
+
+def cache_problem(cache_dir: str | os.PathLike | None = None) -> str | None:
+    """Why the cache directory cannot be written (one sentence), None when it can. A cache
+    that cannot be written costs only speed, so the commands say so once and go on."""
+    where = _cache_dir(cache_dir)
+    try:
+        os.makedirs(where, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=where, prefix=".probe-")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        return (f"cannot write the cache in {where} ({exc.strerror or exc}): every run parses "
+                "the traces again (--cache-dir or $TRACEKIT_CACHE_DIR choose another place)")
+    return None
 
 
 def _prune(directory: str) -> None:
@@ -224,8 +249,7 @@ def report_for_path(
     """Per-rank report objects (``tracekit.report.to_dict``) of ``path``, from the report cache
     when it holds them, else computed (and stored)."""
     src = os.fspath(path)
-    if not os.path.exists(src):
-        raise InputError("no such file or directory", path=src)
+    check_readable(src, "trace file or directory", directory_ok=True)
     if use_cache:
         hit = cached_report(src, rules_path=rules_path, cache_dir=cache_dir, with_hta=with_hta)
         if hit is not None:
@@ -237,6 +261,37 @@ def report_for_path(
     if use_cache:
         _remember(src, rules_id, with_hta, cache_dir, ranks)
     return ranks
+
+
+def explain_path(
+    path: str | os.PathLike,
+    *,
+    rules_path: str | os.PathLike | None = None,
+    what_ifs: tuple[str, ...] = (),
+    cache_dir: str | os.PathLike | None = None,
+    use_cache: bool = True,
+    progress: bool | None = None,
+) -> list[tuple[Trace, Any]]:
+    """``(Trace, ExplainResult)`` per rank of ``path``, with the user's what-ifs replayed too
+    (``tracekit.graph.whatif.parse_spec``). Not cached: the report cache holds the explain
+    section without user what-ifs (``report_for_path``)."""
+    from tracekit.analyses.explain import ExplainConfig, compute
+    from tracekit.phases import load_rules
+    from tracekit.trace import load
+
+    src = os.fspath(path)
+    if not os.path.exists(src):
+        raise InputError("no such file or directory", path=src)
+    config = ExplainConfig(what_ifs=tuple(what_ifs))
+    rules = load_rules(rules_path)
+    ts = load(src, cache_dir=cache_dir, use_cache=use_cache, progress=progress)
+    snap = None
+    snap_path = find_snapshot(src)
+    if snap_path is not None and len(ts.traces) == 1:
+        from tracekit.analyses.snapshot import compute_snapshot
+
+        snap = compute_snapshot(snap_path)
+    return [(t, compute(t, rules, snapshot=snap, config=config)) for t in ts.traces]
 
 
 def job_document(

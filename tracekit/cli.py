@@ -21,6 +21,7 @@ class _LazyGroup(click.Group):
         "analyze": "tracekit.commands.analyze",
         "compare": "tracekit.commands.compare",
         "check": "tracekit.commands.check",
+        "explain": "tracekit.commands.explain",
         "run": "tracekit.commands.run",
         "dashboard": "tracekit.commands.dashboard",
     }

@@ -17,8 +17,10 @@ class TracekitError(Exception):
     exit_code = 2
 
     def __init__(self, message: str, *, path: str | None = None) -> None:
+        from tracekit._files import display
+
         self.path = path
-        super().__init__(f"{path}: {message}" if path else message)
+        super().__init__(f"{display(path)}: {message}" if path else message)
 
 
 class InputError(TracekitError):

@@ -28,7 +28,26 @@ and each ``<rank>`` object is::
         "unused_at_peak_reserved_bytes": int|null, "unused_fraction": num|null,
         "mean_gap_ns", "mean_gap_idle_ns": num|null,
         "comm_overlap_ratio": num|null, "exposed_comm_ns", "exposed_memcpy_ns": int,
-        "stall_count": int, "stall_total_ns": int, "stall_idle_after_ns": int
+        "stall_count": int, "stall_total_ns": int, "stall_idle_after_ns": int,
+        "bound": "host"|"gpu"|"communication"|"sync"|null, "bound_share": num|null
+      },
+      "explain": {               # tracekit.analyses.explain; null when it did not run
+        "bound": str|null, "bound_share": num|null,   # over all steps' critical paths
+        "steps": [{step, start_ns, end_ns, duration_ns, bound, bound_share,
+                   breakdown: {category: ns}, top: [{lane, name, category, ns, count}]}],
+        "breakdown": [{category, ns, share}],
+        "findings": [{id, title, fix, evidence, kind ("time"|"memory"), saving_ns,
+                      saving_fraction, saving_contention_ns, saving_contention_fraction,
+                      observed_step_ns, predicted_step_ns, predicted_contention_step_ns,
+                      ...memory findings: peak_reserved_bytes, predicted_peak_reserved_bytes,
+                      saving_bytes, bytes_per_batch_copy, batches_in_flight,
+                      main_stream_reserved_bytes, reserved_off_main_bytes}],
+        "what_ifs": [{id, title, applies, evidence, observed_step_ns, predicted_step_ns,
+                      predicted_contention_step_ns, saving_ns, saving_fraction,
+                      saving_contention_ns}],
+        "lanes": [{lane, ns, share}],
+        "graph": {"nodes": int, "edges": {kind: int}, "launch_latency_ns": int},
+        "warnings": [str]
       },
       "steps": {"source": str, "boundary": str|null,
                 "cpu_p50_ns", "cpu_p90_ns", "gpu_p50_ns", "gpu_p90_ns": num|null,
@@ -74,6 +93,13 @@ and each ``<rank>`` object is::
       "identity": {"distributed_info": object|null, "base_time_ns": int|null,
                    "start_ns": int|null, "end_ns": int|null}
     }
+
+A step's window in ``explain`` runs from the previous step's completion (the first step: its
+own start) to its completion (the last end among its CPU calls and the GPU work it launched);
+``breakdown`` categories are ``host``, ``compute:<phase>``, ``communication``, ``memcpy``,
+``sync`` and ``idle`` and sum to ``duration_ns``; ``bound`` is the class (``host``; ``gpu`` =
+compute + memcpy; ``communication``; ``sync``) with the largest share. Findings come first in
+the text output; ``tracekit.analyses.explain`` says what each one means.
 
 ``collectives`` is ``tracekit.analyses.collectives`` (every communication kernel of the rank:
 its process group, collective, sequence number, step, sizes; -1 where unknown); ``identity`` is
@@ -157,6 +183,8 @@ import dataclasses
 import math
 from typing import Any
 
+from tracekit._files import display
+
 FORMAT = 1
 REVISION = 2
 """Bumped whenever a rank object gains keys, so that reports cached before are recomputed."""
@@ -167,9 +195,11 @@ HEADLINE_KEYS = (
     "step_gpu_p90_ns", "peak_allocated_bytes", "peak_reserved_bytes",
     "unused_at_peak_reserved_bytes", "unused_fraction", "mean_gap_ns", "mean_gap_idle_ns",
     "comm_overlap_ratio", "exposed_comm_ns", "exposed_memcpy_ns", "stall_count",
-    "stall_total_ns", "stall_idle_after_ns",
+    "stall_total_ns", "stall_idle_after_ns", "bound", "bound_share",
 )
-SECTION_KEYS = ("steps", "overlap", "gaps", "syncs", "allocator", "hta", "snapshot",
+TEXT_KEYS = ("step_source", "bound")
+"""Headline keys whose values are words, not figures."""
+SECTION_KEYS = ("explain", "steps", "overlap", "gaps", "syncs", "allocator", "hta", "snapshot",
                 "collectives", "identity")
 RANK_KEYS = ("source", "rank", "schema", "platform", "warnings", "rules", "headline",
              *SECTION_KEYS)
@@ -258,6 +288,8 @@ def headline(a: Any) -> dict:
         "stall_count": y.count,
         "stall_total_ns": y.total_ns,
         "stall_idle_after_ns": y.idle_after_ns,
+        "bound": getattr(a.explain, "bound", None),
+        "bound_share": getattr(a.explain, "bound_share", None),
     }
 
 
@@ -268,13 +300,14 @@ def to_dict(a: Any) -> dict:
     alloc["series_points"] = len(a.allocator.series)
     alloc["series"] = _downsample(a.allocator.series)
     d = {
-        "source": a.source,
+        "source": display(a.source),
         "rank": int(a.rank),
         "schema": a.schema,
         "platform": a.platform,
         "warnings": list(a.warnings),
         "rules": a.rules,
         "headline": jsonable(headline(a)),
+        "explain": jsonable(a.explain),
         "steps": jsonable(a.steps),
         "overlap": jsonable(a.overlap),
         "gaps": jsonable(a.gaps),
@@ -376,7 +409,8 @@ def _text_overlap(o: dict) -> str:
                                         ["any (GPU busy)", _ms(o["gpu_busy_ns"])]]) + "\n"
     if o["communication_ns"]:
         out += (f"  communication overlapped with compute: {_pct(o['comm_overlap_ratio'])} "
-                f"({_ms(o['comm_compute_overlap_ns'])} ms); exposed communication "
+                f"({_ms(o['comm_compute_overlap_ns'])} ms, over the whole trace; HTA's figure "
+                f"below covers its own window); exposed communication "
                 f"{_ms(o['exposed_comm_ns'])} ms\n")
     else:
         out += "  no communication kernels\n"
@@ -392,6 +426,9 @@ def _text_gaps(g: dict, limit: int) -> str:
     out += table(["step", "opt batch", "lookup batch", "gap ms", "overlap ms", "GPU idle ms"],
                  [[r["step"], r["optimizer_batch"], r["lookup_batch"], _ms(r["gap_ns"]),
                    _ms(r["overlap_ns"]), _ms(r["idle_ns"])] for r in rows]) + "\n" + more
+    if any(r["step"] == -1 or r["optimizer_batch"] == -1 for r in g["gaps"]):
+        out += ("  -1: step = the optimizer was launched outside every ProfilerStep; batch = the "
+                "labels carry no batch index (paired by time order)\n")
     out += (f"  mean gap {_ms(g['mean_gap_ns'])} ms (median {_ms(g['median_gap_ns'])}), "
             f"mean overlap {_ms(g['mean_overlap_ns'])} ms, mean GPU idle "
             f"{_ms(g['mean_idle_ns'])} ms\n")
@@ -552,6 +589,83 @@ def _text_snapshot(s: dict, limit: int) -> str:
     return out
 
 
+def _saving(f: dict) -> str:
+    """A finding's predicted saving as text."""
+    if f.get("kind") == "memory":
+        pr, pk = f.get("predicted_peak_reserved_bytes"), f.get("peak_reserved_bytes")
+        if pr is None:
+            return "memory: no prediction (needs a memory snapshot beside the trace)"
+        return (f"predicted peak reserved {fmt_bytes(pr)} (traced {fmt_bytes(pk)}, "
+                f"saves {fmt_bytes(f.get('saving_bytes'))})")
+    ns = f.get("saving_ns")
+    if ns is None:
+        return "no prediction"
+    out = f"saves {_ms(ns)} ms/step ({_pct(f.get('saving_fraction'))})"
+    c = f.get("saving_contention_ns")
+    if c is not None and abs(c - ns) >= 1000:
+        out += f", {_ms(c)} ms with contention ({_pct(f.get('saving_contention_fraction'))})"
+    if f.get("saving_fraction") is not None and f["saving_fraction"] < 0.01:
+        out += ": would not help here"
+    return out
+
+
+def text_findings(e: dict | None, limit: int = 8) -> str:
+    """The Findings section: the bound, the critical path's split, the findings."""
+    if not e:
+        return "  not computed\n"
+    out = ""
+    if e.get("bound"):
+        n = len(e.get("steps") or [])
+        out += (f"  bound: {e['bound']} ({_pct(e['bound_share'])} of the critical path over "
+                f"{n} step{'s' if n != 1 else ''})\n")
+    else:
+        out += "  bound: - (no critical path)\n"
+    bd = e.get("breakdown") or []
+    if bd:
+        out += "  critical path: " + ", ".join(f"{r['category']} {_pct(r['share'])}"
+                                                for r in bd[:6]) + "\n"
+    for w in e.get("warnings") or []:
+        out += f"  warning: {w}\n"
+    fs = e.get("findings") or []
+    if not fs:
+        out += "  no finding\n"
+    for i, f in enumerate(fs[:limit], 1):
+        out += f"  {i}. {f['title']}: {_saving(f)}\n"
+        if f.get("fix"):
+            out += f"     fix: {f['fix']}\n"
+        out += f"     evidence: {f['evidence']}\n"
+    if len(fs) > limit:
+        out += f"  ... {len(fs) - limit} more (see --format json)\n"
+    return out
+
+
+def text_explain(e: dict, limit: int) -> str:
+    """The critical path per step and the what-if table."""
+    steps = e.get("steps") or []
+    if not steps:
+        return "  no steps\n"
+    rows, more = _limited(steps, limit)
+    out = table(["step", "ms", "bound", "share", "largest categories on the critical path"],
+                [[r["step"], _ms(r["duration_ns"]), r["bound"] or "-", _pct(r["bound_share"]),
+                  _clip(", ".join(f"{k} {_ms(v, 2)}" for k, v in
+                                  list(r["breakdown"].items())[:4]), 80)]
+                 for r in rows]) + "\n" + more
+    lanes = e.get("lanes") or []
+    if lanes:
+        out += "  time on the critical path by lane: " + ", ".join(
+            f"{r['lane']} {_pct(r['share'])}" for r in lanes[:6]) + "\n"
+    wis = e.get("what_ifs") or []
+    if wis:
+        out += "  what-if (mean step, all steps but the first):\n"
+        out += table(["what-if", "applies", "traced ms", "predicted ms", "with contention ms",
+                      "saving"],
+                     [[_clip(w["id"], 40), "yes" if w["applies"] else "no",
+                       _ms(w["observed_step_ns"]), _ms(w["predicted_step_ns"]),
+                       _ms(w["predicted_contention_step_ns"]), _pct(w["saving_fraction"])]
+                      for w in wis], "    ") + "\n"
+    return out
+
+
 def _num(v: Any) -> Any:
     if isinstance(v, float):
         return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
@@ -578,6 +692,10 @@ def render_rank(r: dict, *, limit: int = 20) -> str:
     out = [f"== {r['source']}  (rank {r['rank']}, {r['schema']} schema, {r['platform']})"]
     for w in r["warnings"]:
         out.append(f"  warning: {w}")
+    if "explain" in r:
+        out.append("")
+        out.append("Findings")
+        out.append(text_findings(r.get("explain")).rstrip("\n"))
     out.append("")
     out.append("Headline")
     out.append(table(["figure", "value"], [
@@ -594,6 +712,8 @@ def render_rank(r: dict, *, limit: int = 20) -> str:
                                                f"{_ms(h['exposed_memcpy_ns'])}"],
         ["sync stalls: count, CPU ms, GPU idle after ms",
          f"{h['stall_count']}, {_ms(h['stall_total_ns'])}, {_ms(h['stall_idle_after_ns'])}"],
+        *([["bound (share of the critical path)",
+            f"{h.get('bound') or '-'} ({_pct(h.get('bound_share'))})"]] if "bound" in h else []),
     ]))
     gpu = r["platform"] != "cpu"
     no_gpu = "  no GPU activity\n"
@@ -612,8 +732,11 @@ def render_rank(r: dict, *, limit: int = 20) -> str:
         snap = r["snapshot"]
         body = _text_snapshot(snap, limit) if isinstance(snap, dict) else _text_generic(snap)
         sections.append(("7. Memory snapshot (CUDA caching allocator)", body))
+    if r.get("explain"):
+        sections.append(("8. Critical path per step (tracekit explain)",
+                         text_explain(r["explain"], limit)))
     if (r.get("collectives") or {}).get("count"):
-        sections.append(("8. Collectives (communication kernels)",
+        sections.append(("9. Collectives (communication kernels)",
                          _text_collectives(r["collectives"])))
     for title, body in sections:
         out.append("")
@@ -845,7 +968,7 @@ def compare_document(entries: list[dict], version: str) -> dict:
             if isinstance(a, (int, float)) and not isinstance(a, bool) and \
                     isinstance(b, (int, float)) and not isinstance(b, bool):
                 d[k] = a - b
-            elif k not in ("step_source",):
+            elif k not in TEXT_KEYS:
                 d[k] = None
         diffs.append(d)
     return {"tracekit_version": version, "format": FORMAT, "baseline": entries[0]["label"],
@@ -858,7 +981,7 @@ def unit_of(key: str) -> str:
         return "ms"
     if key.endswith("_bytes"):
         return "bytes"
-    return "ratio" if key in ("comm_overlap_ratio", "unused_fraction") else "count"
+    return "ratio" if key in ("comm_overlap_ratio", "unused_fraction", "bound_share") else "count"
 
 
 def fmt_figure(v: Any, unit: str, signed: bool = False) -> str:

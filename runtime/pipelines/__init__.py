@@ -5,7 +5,8 @@
 ``sparse``     SparseDist: batch copy on a memcpy stream, input dist on a data-dist stream,
                three batches in flight
 ``fused``      FusedSparseDist: SparseDist + the next batch's lookup right behind the fused
-               embedding backward, overlapping the dense optimizer
+               embedding backward, overlapping the dense optimizer (issued before the optimizer
+               by default: ``lookup_placement``)
 ``semi``       SemiSync: the lookup of batch i+1 runs before batch i's embedding backward
                (embeddings one step stale), exact for the first ``start_batch`` steps
 =============  ============================================================================
@@ -14,7 +15,7 @@
 from __future__ import annotations
 
 from runtime.pipelines.base import train_base
-from runtime.pipelines.common import LOOKUP_STREAMS, PipelineResult
+from runtime.pipelines.common import LOOKUP_PLACEMENTS, LOOKUP_STREAMS, PipelineResult
 from runtime.pipelines.fused_sparse_dist import train_fused_sparse_dist
 from runtime.pipelines.semi_sync import train_semi_sync
 from runtime.pipelines.sparse_dist import train_sparse_dist
@@ -29,6 +30,7 @@ PIPELINES = {
 __all__ = [
     "PIPELINES",
     "LOOKUP_STREAMS",
+    "LOOKUP_PLACEMENTS",
     "PipelineResult",
     "train_base",
     "train_sparse_dist",

@@ -23,6 +23,8 @@ from runtime.batch import Batch
 from runtime.sharding import ShardedSparseArch, SplitsInFlight, TensorsInFlight
 
 LOOKUP_STREAMS = ("data_dist", "new", "current")
+LOOKUP_PLACEMENTS = ("before_optimizer", "step_start", "after_data_dist")
+"""FusedSparseDist: where the host issues the lookup (runtime.pipelines.fused_sparse_dist)."""
 
 
 @dataclass

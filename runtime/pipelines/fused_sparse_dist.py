@@ -1,23 +1,33 @@
 """FusedSparseDist pipeline (TorchRec's TrainPipelineFusedSparseDist).
 
-The tables are updated inside the fused embedding backward, so batch i's lookup does not have
-to wait for step i-1's dense optimizer: it starts on the lookup stream right behind the
-embedding backward of batch i-1 and runs while the main stream does the optimizer. The
-backward is cut at the embeddings (as SemiSync does): the dense backward runs on the main
-stream, the embedding backward (output-dist backward + fused table update) on the lookup
-stream, so the main stream goes on to the optimizer at once.
+The tables are updated inside the fused embedding backward, so batch i+1's lookup does not have
+to wait for step i's dense optimizer: it runs on the lookup stream right behind the embedding
+backward of batch i, while the main stream does the optimizer. The backward is cut at the
+embeddings (as SemiSync does): the dense backward runs on the main stream, the embedding
+backward (output-dist backward + fused table update) on the lookup stream, so the main stream
+goes on to the optimizer at once.
 
 Step i, by stream:
 
-* lookup stream:    lookup + output dist of batch i (behind batch i-1's embedding backward);
-                    later, batch i's embedding backward
+* lookup stream:    batch i's embedding backward, then batch i+1's lookup + output dist
 * memcpy stream:    copy of batch i+2
 * data-dist stream: input dist of batch i+1
 * main stream:      dense forward of batch i (waits for its lookup), dense backward, optimizer
 
 Options: the lookup stream is the data-dist stream (less memory: one fewer pool in the caching
-allocator), a new stream (more overlap) or the current stream (no overlap); the lookup is issued
-before the data dist of batch i+1 (TorchRec's default) or after it.
+allocator), a new stream (more overlap) or the current stream (no overlap). Where the host
+issues the lookup (``lookup_placement``; the GPU order on the lookup stream is the same in all
+three, the numerics too):
+
+* ``before_optimizer`` (default; TorchRec's ``embedding_lookup_before_optimizer``): batch i+1's
+  lookup is issued right after batch i's embedding backward, before the optimizer. The
+  optimizer of a model with many small dense tensors is thousands of launches (the multitask
+  presets' per-parameter Adam: ~1900 per step): issued after them, the lookup reaches the GPU
+  only once the host has issued them all, too late to overlap the optimizer unless the host
+  runs a whole step ahead of the GPU.
+* ``step_start`` (TorchRec's default): at the start of step i+1, before the data dist of
+  batch i+2, i.e. after the host has issued step i's optimizer.
+* ``after_data_dist``: in step i+1, after the data dist of batch i+2 and the copy of i+3.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from torch.profiler import record_function
 
 from runtime.batch import Batch
 from runtime.pipelines.common import (
+    LOOKUP_PLACEMENTS,
     LOOKUP_STREAMS,
     Feeder,
     InFlight,
@@ -55,13 +66,15 @@ def train_fused_sparse_dist(
     *,
     device: torch.device | str,
     lookup_stream: str = "data_dist",
-    lookup_before_data_dist: bool = True,
+    lookup_placement: str = "before_optimizer",
     inplace_copy_batch_to_gpu: bool = False,
     on_step: StepCallback | None = None,
 ) -> PipelineResult:
     """Trains on every batch once with the lookup moved up behind the embedding backward."""
     if lookup_stream not in LOOKUP_STREAMS:
         raise ValueError(f"lookup_stream must be one of {LOOKUP_STREAMS}, got {lookup_stream!r}")
+    if lookup_placement not in LOOKUP_PLACEMENTS:
+        raise ValueError(f"lookup_placement must be one of {LOOKUP_PLACEMENTS}, got {lookup_placement!r}")
     device = torch.device(device)
     arch = sparse_arch_of(model)
     main = current_stream(device)
@@ -87,9 +100,9 @@ def train_fused_sparse_dist(
         cur = queue[0]
         nxt = queue[1] if len(queue) > 1 else None
         i = cur.index
-        # lookup stream: batch i's lookup, behind batch i-1's embedding backward only, while
-        # the main stream is still busy with step i-1's optimizer
-        if lookup_before_data_dist:
+        # lookup stream: batch i's lookup behind batch i-1's embedding backward (step_start; with
+        # before_optimizer only batch 0, the others were issued in the step before)
+        if lookup_placement == "step_start" or (lookup_placement == "before_optimizer" and cur.embeddings is None):
             start_embedding_lookup(cur, arch=arch, stream=lookup, after=tables_updated)
         zero_grad(optimizer)
         wait_for_batch(cur, stream=main)
@@ -98,7 +111,7 @@ def train_fused_sparse_dist(
             start_sparse_data_dist(nxt, arch=arch, stream=data_dist)
         # memcpy stream: batch i+2
         feeder.copy_next_into(queue)
-        if not lookup_before_data_dist:
+        if lookup_placement == "after_data_dist":
             start_embedding_lookup(cur, arch=arch, stream=lookup, after=tables_updated)
         # main stream: dense forward of batch i on a leaf copy of its embeddings
         with record_function(f"## forward {i} ##"):
@@ -113,6 +126,9 @@ def train_fused_sparse_dist(
             loss.backward()
         # lookup stream: output-dist backward + fused table update of batch i
         tables_updated = embedding_backward(i, emb, emb_leaf, stream=lookup, main=main)
+        # lookup stream: batch i+1's lookup right behind it, issued before the optimizer's launches
+        if lookup_placement == "before_optimizer" and nxt is not None:
+            start_embedding_lookup(nxt, arch=arch, stream=lookup, after=tables_updated)
         # main stream: dense optimizer, alongside the embedding backward and the next lookup
         with record_function(f"## optimizer {i} ##"):
             optimizer.step()

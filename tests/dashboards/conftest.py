@@ -7,6 +7,7 @@ downloaded browser. Without it the browser tests skip, unless ``TRACEKIT_REQUIRE
 
 from __future__ import annotations
 
+import gzip
 import os
 import pickle
 import shutil
@@ -23,6 +24,8 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
+VIEWPORT = {"width": 1600, "height": 1000}
+"""The window the browser tests, the benchmark and the screenshots in docs/ use."""
 
 
 def _browser_or_skip():
@@ -62,7 +65,9 @@ SIDE_STREAM = 94_812_345_678_912
 @pytest.fixture(scope="session")
 def dashboard_sources(tmp_path_factory) -> dict[str, str]:
     """The traces the test server serves, by role: the bundled sample, a two-rank directory, a
-    modern trace with [memory] events and a snapshot beside it, a legacy-schema trace, a broken file."""
+    modern trace with [memory] events and a snapshot beside it, a legacy-schema trace, two
+    variants of one runtime run (FusedSparseDist and SparseDist, with their metrics.json), a
+    truncated trace (repaired with a warning) and a broken file."""
     d = tmp_path_factory.mktemp("dash_sources")
     sources = {"sample": str(REPO / "sample_traces" / "public" / "hta_sampled_rank0.json.gz")}
     if (PUBLIC / "hta_sampled_rank1.json.gz").exists():
@@ -77,12 +82,19 @@ def dashboard_sources(tmp_path_factory) -> dict[str, str]:
     sources["memory"] = str(mem)
     if (PUBLIC / "kineto_tbplugin_resnet50.json.gz").exists():
         sources["legacy"] = str(PUBLIC / "kineto_tbplugin_resnet50.json.gz")
+    for variant in ("fused", "sparse"):  # two variants of one run, with the runtime's metrics.json
+        sources[variant] = str(REPO / "sample_traces" / "pipelines_1gpu" / variant / "trace_rank0.json.gz")
+    truncated = d / "crashed_job.json"  # a crashed job's trace: cut mid-event, repaired with a warning
+    text = gzip.decompress((TEST_DATA / "dlrm_2stream_small.json.gz").read_bytes())
+    truncated.write_bytes(text[: int(len(text) * 0.6)])
+    sources["truncated"] = str(truncated)
     broken = d / "broken.json"
     broken.write_text('{"traceEvents": [ {"ph": "X", "name": ')
-    broken_bytes = broken.read_bytes()
+    inputs = {p: p.read_bytes() for p in (broken, truncated)}
     sources["broken"] = str(broken)
     yield sources
-    assert broken.read_bytes() == broken_bytes, "the dashboard modified an input file"
+    for p, data in inputs.items():
+        assert p.read_bytes() == data, "the dashboard modified an input file"
 
 
 @pytest.fixture(scope="session")
@@ -117,7 +129,7 @@ def browser():
 def page(browser, dashboard):
     """One page on the dashboard, with every console error and page error collected in ``page.errors``."""
     url, _, _ = dashboard
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    ctx = browser.new_context(viewport=VIEWPORT)
     pg = ctx.new_page()
     pg.errors = []  # type: ignore[attr-defined]
     pg.on("console", lambda m: pg.errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)

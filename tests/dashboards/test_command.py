@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -62,13 +63,18 @@ def test_serves_on_localhost_and_prints_the_url(tmp_path):
 
 
 def _source_callback(app, value) -> dict:
-    """POST the callback that the trace dropdown triggers, with ``value`` as the chosen trace."""
+    """POST the callback that choosing a trace triggers (navigation), with ``value`` as the chosen trace."""
+    outs = [("url", "search"), ("source", "value"), ("rank", "options"), ("rank", "value"), ("rank", "disabled"),
+            ("tabs", "value"), ("source-status", "children"), ("trace-info", "children")]
     payload = {
-        "output": "..rank.options...rank.value...rank.disabled...source-status.children..",
-        "outputs": [{"id": "rank", "property": p} for p in ("options", "value", "disabled")]
-        + [{"id": "source-status", "property": "children"}],
-        "inputs": [{"id": "source", "property": "value", "value": value}],
-        "state": [{"id": "rank", "property": "value", "value": None}],
+        "output": ".." + "...".join(f"{i}.{p}" for i, p in outs) + "..",
+        "outputs": [{"id": i, "property": p} for i, p in outs],
+        "inputs": [{"id": "url", "property": "search", "value": ""},
+                   {"id": "source", "property": "value", "value": value},
+                   {"id": "rank", "property": "value", "value": None},
+                   {"id": "tabs", "property": "value", "value": "overview"},
+                   []],
+        "state": [],
         "changedPropIds": ["source.value"],
     }
     r = app.server.test_client().post("/_dash-update-component", json=payload)
@@ -96,3 +102,46 @@ def test_the_browser_cannot_open_another_path(tmp_path, monkeypatch):
     assert opened == []
     ok = _source_callback(app, 0)  # the one index it serves works
     assert ok["rank"]["options"] == [{"label": "0", "value": 0}] and opened == [str(SAMPLE)]
+
+
+def test_a_path_out_of_the_component_suites_is_a_404_without_a_traceback(tmp_path, caplog):
+    import http.client
+    import logging
+
+    from dashboards.app import create_app
+    from dashboards.catalog import Catalog
+    from dashboards.server import Server
+
+    server = Server(create_app(Catalog([str(SAMPLE)], cache_dir=str(tmp_path))), port=0).start()
+    caplog.set_level(logging.INFO)
+    try:
+        for path in ["/_dash-component-suites/../../../etc/passwd", "/_dash-component-suites/dash/../../../../etc/passwd",
+                     "/_dash-component-suites/dash/..%2f..%2f..%2fetc%2fpasswd", "/_dash-component-suites/nope/x.js",
+                     "/_dash-component-suites/dash/nope.js"]:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            conn.request("GET", path)  # sent as written: no client-side normalisation of ".."
+            r = conn.getresponse()
+            body = r.read()
+            assert r.status == 404, (path, r.status)
+            assert b"root:" not in body and b"Traceback" not in body
+            conn.close()
+        ok = urllib.request.urlopen(server.url + "_dash-layout", timeout=30)  # what it does serve still works
+        assert ok.status == 200
+    finally:
+        server.shutdown()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_a_link_names_traces_by_label_only(tmp_path):
+    from dashboards.app import make_link, parse_link
+    from dashboards.catalog import Catalog
+
+    catalog = Catalog([str(SAMPLE), str(SAMPLE)], cache_dir=str(tmp_path))
+    labels = [s.label for s in catalog.sources]
+    link = make_link(catalog, 1, 0, "timeline", "52")
+    assert parse_link(link, catalog) == {"index": 1, "rank": 0, "view": "timeline", "step": "52"}
+    assert labels[1] in urllib.parse.unquote(link) and str(SAMPLE.parent) not in urllib.parse.unquote(link)
+    for bad in ["?trace=" + urllib.parse.quote(str(SAMPLE)), "?trace=../x&rank=a&view=nope", "?rank=-1", ""]:
+        got = parse_link(bad, catalog)
+        assert "index" not in got and got.get("view") is None
+    assert make_link(catalog, 0, None, "overview", "52") == "?" + urllib.parse.urlencode({"trace": labels[0], "view": "overview"})

@@ -44,7 +44,11 @@ def test_lanes_cpu_above_gpu_with_depth_and_phase(trace):
                          "ts": [2000, 7000, 1000], "end": [4000, 8000, 4000], "phase": ["forward", "optimizer", "other"]})
     ev, origin = lane_events(trace, acts)
     assert origin == 1000
-    assert list(dict.fromkeys(ev["lane"])) == ["CPU 1 · depth 0", "CPU 1 · depth 1", "GPU 0 · stream 7", "GPU 0 · stream 20"]
+    # the thread with ProfilerStep is the main one; its second nesting level a lane of its own
+    assert list(dict.fromkeys(ev["lane"])) == ["main thread 1", "main thread 1 · level 1", "GPU 0 · stream 7", "GPU 0 · stream 20"]
+    # GPU lanes by the names given, CPU threads by the trace's names
+    named, _ = lane_events(trace, acts, stream_names={(0, 7): "main · stream 7"}, thread_names={1: "thread 1 (python3)"})
+    assert list(dict.fromkeys(named["lane"]))[:3] == ["main python3 1", "main python3 1 · level 1", "main · stream 7"]
     k = ev[ev["name"] == "k_opt"].iloc[0]
     assert (k["start"], k["end"], k["phase"]) == (6000, 7000, "optimizer")
     assert ev[ev["name"] == "Memcpy HtoD"]["phase"].item() == "other"

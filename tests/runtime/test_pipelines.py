@@ -29,7 +29,9 @@ VARIANTS = [
     ("sparse", {}),
     ("sparse", {"inplace_copy_batch_to_gpu": True}),
     ("fused", {}),
-    ("fused", {"lookup_before_data_dist": False, "inplace_copy_batch_to_gpu": True}),
+    ("fused", {"lookup_placement": "step_start"}),
+    ("fused", {"lookup_placement": "after_data_dist", "inplace_copy_batch_to_gpu": True}),
+    ("fused", {"lookup_stream": "current"}),
     ("semi", {"start_batch": STEPS}),  # never stale: must equal base
     ("semi", {"start_batch": 2}),
     ("semi", {"start_batch": 2, "inplace_copy_batch_to_gpu": True}),
@@ -147,6 +149,28 @@ def test_stage_labels(name, inplace):
     assert "## zero_grad ##" in names
     other_copy = "copy_batch_to_gpu" if inplace else "inplace_copy_batch_to_gpu"
     assert not any(other_copy in s and s.startswith("## " + other_copy) for s in names)
+
+
+@pytest.mark.parametrize("placement", ["before_optimizer", "step_start", "after_data_dist"])
+def test_fused_lookup_placement_host_order(placement):
+    """Where the host issues batch i+1's lookup: before step i's optimizer (right behind the
+    embedding backward), or in step i+1, before or after batch i+2's data dist."""
+    n = 4
+    data = DataConfig(**{**DATA.__dict__, "num_batches": n})
+    model, opt = _build(None)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        PIPELINES["fused"](model, opt, SyntheticLoader(data), device="cpu", lookup_placement=placement)
+    start = {e.name: e.time_range.start for e in prof.events() if e.name.startswith("## ")}
+    for i in range(n - 1):
+        lookup = start[f"## start_embedding_lookup {i + 1} ##"]
+        assert start[f"## emb_backward {i} ##"] < lookup
+        before_opt = lookup < start[f"## optimizer {i} ##"]
+        assert before_opt == (placement == "before_optimizer"), (placement, i)
+        if i + 3 < n + 1 and f"## start_sparse_data_dist {i + 2} ##" in start:
+            before_dist = lookup < start[f"## start_sparse_data_dist {i + 2} ##"]
+            assert before_dist == (placement != "after_data_dist"), (placement, i)
+    with pytest.raises(ValueError, match="lookup_placement"):
+        PIPELINES["fused"](model, opt, SyntheticLoader(data), device="cpu", lookup_placement="later")
 
 
 class _Boom(RuntimeError):

@@ -25,7 +25,7 @@ VARIANTS = [
     ("sparse", {}),
     ("sparse", {"inplace_copy_batch_to_gpu": True}),
     ("fused", {"lookup_stream": "data_dist"}),
-    ("fused", {"lookup_stream": "new", "lookup_before_data_dist": False}),
+    ("fused", {"lookup_stream": "new", "lookup_placement": "after_data_dist"}),
     ("fused", {"lookup_stream": "current", "inplace_copy_batch_to_gpu": True}),
     ("semi", {"start_batch": STEPS}),
 ]

@@ -47,9 +47,12 @@ def test_tracekit_run_writes_trace_and_metrics(tmp_path, capfd):
     names = {e.get("name") for e in trace["traceEvents"]}
     # the profiled steps are 5 and 6 (step 4 is the profiler's warm-up), then 3 tail steps
     assert {"ProfilerStep#5", "ProfilerStep#6"} <= names and "ProfilerStep#7" not in names
-    for label in ("forward", "backward", "optimizer", "start_embedding_lookup"):
+    for label in ("forward", "backward", "optimizer"):
         assert f"## {label} 5 ##" in names and f"## {label} 6 ##" in names
         assert f"## {label} 7 ##" not in names
+    # fused issues batch i+1's lookup in step i, before the optimizer (lookup_placement)
+    assert {"## start_embedding_lookup 6 ##", "## start_embedding_lookup 7 ##"} <= names
+    assert "## start_embedding_lookup 5 ##" not in names and "## start_embedding_lookup 8 ##" not in names
     # the pipeline is full while traced: step 6 distributes and copies batch 7, which exists
     # only because of the tail steps
     assert "## start_sparse_data_dist 7 ##" in names and "## copy_batch_to_gpu 8 ##" in names
@@ -113,7 +116,7 @@ def test_every_tracekit_run_option_reaches_runtime_train():
 
     ctx = command.make_context("run", [
         "--pipeline", "semi", "--device", "cpu", "--out", "o", "--steps", "7", "--warmup-steps", "2",
-        "--profile-steps", "1", "--lookup-stream", "new", "--lookup-after-dist", "--start-batch", "3",
+        "--profile-steps", "1", "--lookup-stream", "new", "--lookup-placement", "after_data_dist", "--start-batch", "3",
         "--inplace-copy", "--memory-snapshot", "--tf32", "--main-stream-priority", "-2", "--tables", "5", "--rows", "77", "--dim", "12",
         "--dense-arch", "9,8", "--over-arch", "7,6", "--task-heads", "4", "--embedding-optimizer", "sgd", "--embedding-backend",
         "reference", "--dense-optimizer", "adagrad", "--dense-lr", "0.25", "--no-dense-foreach", "--batch-size", "11",
@@ -124,7 +127,7 @@ def test_every_tracekit_run_option_reaches_runtime_train():
     opts.pop("nproc_per_node")
     cfg = config_from_args(build_parser().parse_args(build_argv(opts)))
     assert (cfg.pipeline, cfg.device, cfg.out, cfg.timed_steps, cfg.warmup_steps, cfg.profile_steps) == ("semi", "cpu", "o", 7, 2, 1)
-    assert (cfg.lookup_stream, cfg.lookup_before_data_dist, cfg.start_batch) == ("new", False, 3)
+    assert (cfg.lookup_stream, cfg.lookup_placement, cfg.start_batch) == ("new", "after_data_dist", 3)
     assert cfg.inplace_copy_batch_to_gpu and cfg.memory_snapshot and cfg.allow_tf32 and cfg.main_stream_priority == -2
     m, d = cfg.model, cfg.data
     assert m.num_embeddings == (77,) * 5 and m.embedding_dim == 12 and m.dense_arch == (9, 8) and m.over_arch == (7, 6)

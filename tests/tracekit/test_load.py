@@ -186,8 +186,9 @@ def test_unexpected_value_types_degrade_to_sentinels(tmp_path):
         x("cpu_op", "s", 10, 1, pid="Spans", tid="PyTorch Profiler", External_id="12"),
         x("kernel", "k", 11, 1, pid=0, tid=7, stream=7, correlation=2**70),
         {"ph": "X", "cat": "cpu_op", "name": "noargs", "pid": 1, "tid": 1, "ts": 12, "dur": 1},
-        {"ph": "X", "name": "nocat", "pid": 1, "tid": 1, "ts": 13},
+        {"ph": "X", "name": "nocat", "pid": 1, "tid": 1, "ts": 13, "dur": 0},
         {"ph": "X", "cat": "cpu_op", "name": "neg", "pid": 1, "tid": 1, "ts": 14, "dur": -3},
+        {"ph": "X", "cat": "cpu_op", "name": "nodur", "pid": 1, "tid": 1, "ts": 15},
         42,
     ]
     tr = _one(write_raw(tmp_path / "odd.json", evs))
@@ -197,7 +198,13 @@ def test_unexpected_value_types_degrade_to_sentinels(tmp_path):
     assert ev.loc["noargs", "external_id"] == -1
     assert ev.loc["nocat", "kind"] == Kind.OTHER and ev.loc["nocat", "dur"] == 0
     assert ev.loc["neg", "dur"] == 0
-    assert any("negative duration" in w for w in tr.warnings)
+    assert "nodur" not in ev.index  # a complete event without a duration cannot be read
+    w = " | ".join(tr.warnings)
+    assert "negative duration" in w
+    assert "1 events could not be read and are left out (dur missing or not a number: 1)" in w
+    assert "'nodur'" in w
+    # the values read as absent are counted (strings for pid/tid are Kineto's own: not counted)
+    assert "args.correlation 1" in w and "cat 1" in w and "pid" not in w
 
 
 def test_metadata_keeps_top_level_keys(tmp_path):
@@ -375,7 +382,9 @@ def test_directory_ranks_declared_and_positional(tmp_path):
     by_rank = {t.rank: t.events["name"].tolist()[0] for t in ts.traces}
     assert by_rank == {1: "r1", 2: "none0", 3: "none1", 4: "dup"}
     assert ts.rank(2).warnings and "rank" in ts.rank(2).warnings[0]
-    assert ts.rank(4).warnings and "also another file's rank" in ts.rank(4).warnings[0]
+    # one warning that says both what clashed and what was done (issue 14: there were two)
+    assert ts.rank(4).warnings == (
+        "distributedInfo.rank 1 is also a.pt.trace.json's rank; loaded as rank 4",)
     assert ts.rank(1).warnings == ()
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit.trace._numbers import us_text_to_ns
+from tracekit.trace._numbers import BAD, MAX_NS, us_float_to_ns, us_text_to_ns
 
 _int_part = st.integers(min_value=0, max_value=9_200_000_000_000_000 // 1000 - 1)
 _token = st.one_of(
@@ -30,7 +30,7 @@ def _ref(tok: str) -> int:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_token, min_size=1, max_size=40))
 def test_matches_decimal(tokens):
-    got = us_text_to_ns(" ".join(tokens).encode(), len(tokens))
+    got = us_text_to_ns([t.encode() for t in tokens])
     assert got.dtype == np.int64 and len(got) == len(tokens)
     for tok, v in zip(tokens, got.tolist()):
         assert v in _ref(tok), (tok, v)
@@ -42,8 +42,34 @@ def test_shapes_of_every_path():
         b"1712195495519689.047 1712195495519695.812": [1712195495519689047, 1712195495519695812],
         b"1.5 -2.25 7": [1500, -2250, 7000],  # mixed: digit-by-digit
         b"1e3 2.5E-1": [1_000_000, 250],  # exponents: Decimal
-        b"abc 5": [-1, 5000],  # not a number: -1
+        b"abc 5": [BAD, 5000],  # not a number: BAD
     }
     for text, expected in cases.items():
-        assert us_text_to_ns(text, text.count(b" ") + 1).tolist() == expected, text
-    assert us_text_to_ns(b"", 0).tolist() == []
+        assert us_text_to_ns(text.split(b" ")).tolist() == expected, text
+    assert us_text_to_ns([]).tolist() == []
+
+
+def test_values_that_are_not_numbers_are_bad_and_shift_nothing():
+    """Issue 14: a ts string with spaces shifted the times onto the wrong events; a numeric
+    string, null, a missing ts (an empty token), 1e300 and ns written as µs read as numbers."""
+    cases = [
+        ([b'" 120 "', b"5", b"6"], [BAD, 5000, 6000]),  # spaces inside a string
+        ([b'"120"', b"5"], [BAD, 5000]),  # a numeric string
+        ([b"null", b"true", b"", b"[1, 2]", b"5"], [BAD, BAD, BAD, BAD, 5000]),
+        ([b"1e300", b"5"], [BAD, 5000]),
+        ([b"1700000000000000000", b"5"], [BAD, 5000]),  # ns written as us: beyond int64 ns
+        ([b"1700000000000000000.123", b"5.5"], [BAD, 5500]),
+        ([b"9223372036854775.807", b"1"], [BAD, 1000]),  # int64 max itself is not a time
+        ([b"99999999999999999999", b"7"], [BAD, 7000]),  # numpy would clamp this
+        ([b"1-2", b"3"], [BAD, 3000]),
+        ([b"-5", b"1.0"], [-5000, 1000]),
+    ]
+    for raws, expected in cases:
+        assert us_text_to_ns(raws).tolist() == expected, raws
+    assert us_text_to_ns([b"9223372036854775"]).tolist() == [9223372036854775000]
+    assert 9223372036854775000 <= MAX_NS
+
+
+def test_durations_beyond_int64_or_nan_are_bad():
+    got = us_float_to_ns(np.array([1.5, float("nan"), 1e300, -1e300, 2.0]))
+    assert got.tolist() == [1500, BAD, BAD, BAD, 2000]

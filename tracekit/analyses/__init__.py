@@ -3,8 +3,9 @@
 ``analyze_trace`` runs every section on one rank's parsed trace and returns an ``Analysis``.
 Sections never print, plot or modify the trace; ``tracekit.report`` renders them.
 
-Sections: ``steps`` (step time), ``overlap`` (stream overlap), ``gaps`` (optimizer -> lookup
-gap), ``syncs`` (sync stalls), ``allocator`` (``[memory]`` events). Optional sections:
+Sections: ``explain`` (critical path, bound and findings with predicted savings), ``steps``
+(step time), ``overlap`` (stream overlap), ``gaps`` (optimizer -> lookup gap), ``syncs`` (sync
+stalls), ``allocator`` (``[memory]`` events). Optional sections:
 ``hta`` (``tracekit.analyses.hta.compute(trace, rules)``, HTA's own figures on the
 already-parsed trace; it says so when HolisticTraceAnalysis is not installed) and
 ``snapshot`` (``tracekit.analyses.snapshot``: a memory-snapshot pickle, which is not part of
@@ -46,6 +47,9 @@ class Analysis:
     """``tracekit.analyses.hta``'s result, when it ran (None: not asked for, or no GPU activity)."""
     snapshot: object | None = None
     """``tracekit.analyses.snapshot.SnapshotResult`` of a snapshot beside the trace, if any."""
+    explain: object | None = None
+    """``tracekit.analyses.explain.ExplainResult``: critical path, bound, findings (None: not
+    asked for)."""
     collectives: collectives.CollectivesResult | None = None
     """The rank's collective kernels (``tracekit.analyses.collectives``)."""
     identity: dict | None = None
@@ -82,12 +86,15 @@ def analyze_trace(
     *,
     with_hta: bool | None = True,
     snapshot: object | None = None,
+    with_explain: bool = True,
 ) -> Analysis:
     """Run every section on ``trace`` (rules default to ``default_rules()``).
 
     ``with_hta``: also run the HTA-backed section (None: only when the trace has at most
     ``HTA_AUTO_MAX_EVENTS`` events; above that the section says it was skipped).
-    ``snapshot``: a result of ``tracekit.analyses.snapshot`` to carry along.
+    ``snapshot``: a result of ``tracekit.analyses.snapshot`` to carry along (explain uses it
+    for the in-place batch copy's predicted peak reserved).
+    ``with_explain``: also run ``explain`` (critical path, bound, findings).
     """
     rules = default_rules() if rules is None else rules
     steps_result = steps.compute(trace, rules)
@@ -115,9 +122,17 @@ def analyze_trace(
         allocator=allocator.compute(trace, rules),
         hta=hta,
         snapshot=snapshot,
+        explain=_explain(trace, rules, snapshot) if with_explain else None,
         collectives=collectives.compute(trace, rules, steps=steps_result),
         identity=trace_identity(trace),
     )
+
+
+def _explain(trace: Trace, rules: Rules, snapshot: object | None):
+    # imported here: tracekit.graph (which explain uses) reads the analyses' modules itself
+    from tracekit.analyses import explain
+
+    return explain.compute(trace, rules, snapshot=snapshot)
 
 
 __all__ = ["Analysis", "analyze_trace", "trace_identity"]

@@ -1,6 +1,6 @@
 """Allocator: CUDA caching-allocator memory over time, from the trace's ``[memory]`` events.
 
-Only events with device type CUDA (ROCm reports CUDA too) count, per device. For each device:
+Only GPU events count (device type CUDA, or HIP: ROCm's builds record 6), per device. For each device:
 allocated and reserved bytes over time (the allocator's own totals after each event), both
 peaks, and at the reserved peak (its first occurrence) the bytes reserved but not allocated
 and their fraction of reserved (memory the allocator holds but does not use then).
@@ -24,6 +24,8 @@ from tracekit.phases import Rules
 from tracekit.trace.model import Trace
 
 CUDA = 1  # c10::DeviceType::CUDA
+HIP = 6  # c10::DeviceType::HIP: ROCm traces' device [memory] events
+GPU_DEVICE_TYPES = (CUDA, HIP)
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class AllocatorResult:
 def compute(trace: Trace, rules: Rules) -> AllocatorResult:
     """Allocator series and peaks (see the module docstring)."""
     m = trace.memory
-    m = m[m["device_type"].to_numpy() == CUDA].sort_values("ts", kind="stable")
+    m = m[np.isin(m["device_type"].to_numpy(), GPU_DEVICE_TYPES)].sort_values("ts", kind="stable")
     series_parts, dev_rows = [], []
     any_rec = False
     for dev, d in m.groupby("device_id", sort=True):
@@ -96,7 +98,7 @@ def compute(trace: Trace, rules: Rules) -> AllocatorResult:
 
     if devices.empty:
         note = ("no [memory] events (profile with profile_memory=True)" if trace.memory.empty
-                else "no CUDA [memory] events (host memory only)")
+                else "no GPU (CUDA or HIP) [memory] events (host memory only)")
         return AllocatorResult(series, devices, per_step, None, None, None, None, False, note)
     known = devices[devices["peak_reserved"] >= 0]
     top = known.loc[known["peak_reserved"].idxmax()] if not known.empty else None

@@ -1,5 +1,5 @@
-"""What the CUDA caching allocator holds, from a memory-snapshot pickle (DESIGN.md, "Allocator
-fragmentation", second half).
+"""What the CUDA caching allocator holds, from a memory-snapshot pickle (docs/metrics.md,
+"Allocator", second half).
 
 Input: the pickle written by ``torch.cuda.memory._dump_snapshot(path)`` (equivalently
 ``pickle.dump(torch.cuda.memory._snapshot(), f)``): a dict with

@@ -71,7 +71,7 @@ class SyncsResult:
     """Sum of the finite idle_after_ns."""
 
 
-def _op_chains(trace: Trace, tid: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+def op_chains(trace: Trace, tid: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     """The enclosing cpu_op names on the same thread, ' > '-joined, outermost first."""
     out = np.full(tid.size, "", dtype=object)
     if tid.size == 0:
@@ -178,7 +178,7 @@ def compute(trace: Trace, rules: Rules) -> SyncsResult:
             idle[sel] = np.where(busy, 0.0, np.where(nxt >= 0, (nxt - end[sel]).astype(float),
                                                      np.nan))
 
-    chain = _op_chains(trace, tid, ts, end)
+    chain = op_chains(trace, tid, ts, end)
     ann = index.enclosing(tid, ts, end) if not index.table.empty else np.full(ts.size, -1)
     phase = np.where(ann >= 0, index.table["phase"].to_numpy(object)[np.maximum(ann, 0)]
                      if not index.table.empty else phases.OTHER, phases.OTHER)

@@ -8,6 +8,7 @@ import os
 import click
 
 from tracekit import __version__
+from tracekit._files import check_out, check_readable, display
 from tracekit.errors import InputError
 
 
@@ -22,18 +23,6 @@ def select_rank(ranks: list[dict], rank: int | None, path: str) -> list[dict]:
     return got
 
 
-def check_out(out: str | None, inputs: tuple[str, ...]) -> None:
-    """Refuse an output file that is one of the inputs (it would overwrite a trace)."""
-    if out is None:
-        return
-    real = os.path.realpath(out)
-    for p in inputs:
-        if os.path.realpath(p) == real:
-            raise InputError("--out names an input file; it would be overwritten", path=out)
-    if os.path.isdir(out):
-        raise InputError("--out is a directory", path=out)
-
-
 def emit(text: str, out: str | None) -> None:
     """Write ``text`` to ``out`` (a file) or stdout."""
     if out is None:
@@ -46,10 +35,21 @@ def emit(text: str, out: str | None) -> None:
         raise InputError(f"cannot write: {exc.strerror or exc}", path=out) from None
 
 
+def warn_cache(no_cache: bool, cache_dir: str | None) -> None:
+    """Say once, on stderr, that the cache cannot be written (each run is then a cold one)."""
+    if no_cache:
+        return
+    from tracekit.api import cache_problem
+
+    problem = cache_problem(cache_dir)
+    if problem:
+        click.echo(f"tracekit: warning: {problem}", err=True)
+
+
 def echo_warnings(rank: dict) -> None:
     """A rank's loader and analysis warnings on stderr, one line each."""
     for w in rank["warnings"]:
-        click.echo(f"tracekit: warning: {rank['source']}: {w}", err=True)
+        click.echo(f"tracekit: warning: {display(rank['source'])}: {w}", err=True)
 
 
 def with_snapshot(ranks: list[dict], snapshot_path: str) -> dict:
@@ -58,6 +58,7 @@ def with_snapshot(ranks: list[dict], snapshot_path: str) -> dict:
     if len(ranks) != 1:
         raise InputError(f"--snapshot goes with one trace, not {len(ranks)} ranks "
                          "(choose one with --rank)", path=snapshot_path)
+    check_readable(snapshot_path, "memory-snapshot pickle")
     from tracekit.analyses.snapshot import compute_snapshot
     from tracekit.report import jsonable
 
@@ -129,15 +130,16 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
     PATH is a .json/.json.gz trace or a directory of per-rank traces. A directory is one job:
     its summary comes first (ranks found and not read, step time per rank, each rank's bound,
     the spread), then collectives matched across ranks (clock offsets, arrival skew,
-    stragglers, all-to-all sizes). Per trace: steps, stream overlap, optimizer -> lookup gap,
-    sync stalls, allocator (see DESIGN.md for definitions). Exit 2 when a rank of a directory
-    cannot be read (the others are still analysed).
+    stragglers, all-to-all sizes). Per trace: findings, steps, stream overlap, optimizer ->
+    lookup gap, sync stalls, allocator (every figure is defined in docs/metrics.md). Exit 2
+    when a rank of a directory cannot be read (the others are still analysed).
     """
     from tracekit.api import report_for_path
     from tracekit.ranks import JobConfig, analyze_job
     from tracekit.report import document, render_job, render_rank
 
-    check_out(out, paths + ((snapshot_path,) if snapshot_path else ()))
+    check_out(out, paths, rules_path=rules_path, snapshot_path=snapshot_path)
+    warn_cache(no_cache, cache_dir)
     config = JobConfig(align_clocks=not no_align)
     ranks: list[dict] = []
     jobs: list[dict] = []

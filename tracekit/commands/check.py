@@ -14,8 +14,9 @@ import os
 import click
 
 from tracekit import __version__
-from tracekit.commands.analyze import (check_out, echo_problems, echo_warnings, emit, job_options,
-                                       select_rank)
+from tracekit._files import check_out
+from tracekit.commands.analyze import (echo_problems, echo_warnings, emit, job_options, select_rank,
+                                       warn_cache)
 
 
 def _fmt(key: str, v: float | None) -> str:
@@ -45,8 +46,10 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, schedule
             scheduler_timeout, no_cache, cache_dir):
     """Check headline figures of traces against thresholds (exit 1 when one fails).
 
-    KEY is a headline figure of `tracekit analyze --format json` (the _ns/_bytes suffix may be
-    left out); VALUE may carry a unit (ns, us, ms, s; B, KiB, MiB, GiB, KB, MB, GB; %).
+    KEY is a headline figure of `tracekit analyze --format json` (docs/metrics.md defines each;
+    the _ns/_bytes suffix may be left out); VALUE carries a unit for times (ns, us, ms, s) and
+    sizes (B, KiB, MiB, GiB, KB, MB, GB), ratios are 0..1 or a percentage (80%). A figure the
+    trace cannot give fails the check, and the output says why.
     """
     from tracekit.api import report_for_path
     from tracekit.checks import parse, evaluate
@@ -56,14 +59,15 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, schedule
     thresholds = [parse(s, upper=True) for s in maxima] + [parse(s, upper=False) for s in minima]
     if not thresholds:
         raise InputError("check needs at least one --max or --min threshold")
-    check_out(out, paths)
+    check_out(out, paths, rules_path=rules_path)
+    warn_cache(no_cache, cache_dir)
     results, failed = [], 0
     for p in paths:
         if os.path.isdir(p):
             from tracekit.ranks import analyze_job
 
             rep = analyze_job(p, rules_path=rules_path, cache_dir=cache_dir,
-                              use_cache=not no_cache, with_hta=False, whole=False,
+                              use_cache=not no_cache, with_hta=False, whole=True,
                               workers=workers, scheduler=scheduler,
                               scheduler_timeout_s=scheduler_timeout)
             echo_problems(rep.problems, p)
@@ -73,18 +77,18 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, schedule
             failed += not job["complete"]
             results.append({"source": p, "rank": None, "key": "ranks_read", "op": "==",
                             "bound": expected, "value": job["ranks_read"],
-                            "passed": job["complete"]})
+                            "passed": job["complete"], "reason": None})
             got = rep.ranks
         else:
             got = report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
                                   use_cache=not no_cache, with_hta=False)
         for r in select_rank(got, rank, p):
             echo_warnings(r)
-            for row in evaluate(r["headline"], thresholds):
+            for row in evaluate(r["headline"], thresholds, r):
                 failed += not row.passed
                 results.append({"source": r["source"], "rank": r["rank"], "key": row.key,
                                 "op": row.op, "bound": row.bound, "value": row.value,
-                                "passed": row.passed})
+                                "passed": row.passed, "reason": row.reason})
     if fmt == "json":
         emit(json.dumps({"tracekit_version": __version__, "passed": failed == 0,
                          "checks": results}) + "\n", out)
@@ -93,7 +97,10 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, schedule
                  "ok" if c["passed"] else "FAIL"] if c["key"] == "ranks_read" else
                 [c["source"], c["rank"], c["key"], f"{c['op']} {_fmt(c['key'], c['bound'])}",
                  _fmt(c["key"], c["value"]), "ok" if c["passed"] else "FAIL"] for c in results]
+        why = [f"  {c['key']} of {c['source']} rank {c['rank']} cannot be measured: {c['reason']}"
+               for c in results if c["reason"]]
         emit(table(["trace", "rank", "figure", "threshold", "value", "result"], rows)
+             + "".join(f"\n{w}" for w in why)
              + f"\n{len(results) - failed} of {len(results)} checks passed\n", out)
     if failed:
         raise SystemExit(1)

@@ -8,7 +8,8 @@ import click
 
 from tracekit import __version__
 from tracekit._files import short_labels
-from tracekit.commands.analyze import check_out, echo_warnings, emit, select_rank
+from tracekit._files import check_out
+from tracekit.commands.analyze import echo_warnings, emit, select_rank, warn_cache
 
 
 @click.command("compare")
@@ -34,7 +35,8 @@ def command(paths, fmt, out, rules_path, rank, no_cache, cache_dir):
 
     if len(paths) < 2:
         raise InputError("compare needs at least two traces")
-    check_out(out, paths)
+    check_out(out, paths, rules_path=rules_path)
+    warn_cache(no_cache, cache_dir)
     entries = []
     for p, label in zip(paths, short_labels(paths)):
         # the headline needs no HTA figures: skip that (slow) section

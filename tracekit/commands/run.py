@@ -39,7 +39,7 @@ def build_argv(opts: dict) -> list[str]:
         "--steps", str(opts["steps"]), "--warmup-steps", str(opts["warmup_steps"]),
         "--profile-steps", str(opts["profile_steps"]),
         "--lookup-stream", opts["lookup_stream"],
-        "--lookup-before-dist" if opts["lookup_before_dist"] else "--lookup-after-dist",
+        "--lookup-placement", opts["lookup_placement"],
         "--start-batch", str(opts["start_batch"]), "--main-stream-priority", str(opts["main_stream_priority"]),
         "--tables", str(opts["tables"]), "--rows", str(opts["rows"]), "--dim", str(opts["dim"]),
         "--dense-arch", opts["dense_arch"], "--over-arch", opts["over_arch"], "--task-heads", str(opts["task_heads"]),
@@ -86,8 +86,11 @@ def _check_widths(ctx, param, value: str) -> str:
               help="Steps recorded in the trace (0: no trace).")
 @click.option("--lookup-stream", type=click.Choice(["data_dist", "new", "current"]), default="data_dist",
               show_default=True, help="fused: the stream of the embedding lookup.")
-@click.option("--lookup-before-dist/--lookup-after-dist", default=True, show_default=True,
-              help="fused: issue the lookup before or after the next batch's input dist.")
+@click.option("--lookup-placement", type=click.Choice(["before_optimizer", "step_start", "after_data_dist"]),
+              default="before_optimizer", show_default=True,
+              help="fused: where the host issues the next batch's lookup: right behind the embedding backward "
+                   "(before the optimizer), at the start of the next step (TorchRec's default) or after the "
+                   "next batch's input dist.")
 @click.option("--start-batch", type=click.IntRange(min=0), default=0, show_default=True,
               help="semi: batches trained exactly before semi-sync starts.")
 @click.option("--inplace-copy", is_flag=True, help="Allocate device batches on the main stream (in-place copy).")

@@ -16,9 +16,21 @@ SUMMARY_KEYS = ("source", "rank", "schema", "platform", "warnings", "rules", "he
 """What the cross-rank part reads of a rank object; ``summary`` keeps only these keys."""
 
 
+EXPLAIN_KEYS = ("bound", "bound_share", "breakdown", "findings")
+EXPLAIN_STEP_KEYS = ("step", "bound", "bound_share", "duration_ns")
+
+
 def summary(rank: dict) -> dict:
-    """A rank object without the sections the job does not read (allocator series, stalls...)."""
-    return {k: rank[k] for k in SUMMARY_KEYS if k in rank}
+    """A rank object without the sections the job does not read (allocator series, stalls...);
+    of ``explain``, the bound, its breakdown and findings, and per step only
+    ``EXPLAIN_STEP_KEYS``."""
+    out = {k: rank[k] for k in SUMMARY_KEYS if k in rank}
+    ex = out.get("explain")
+    if isinstance(ex, dict):
+        out["explain"] = {**{k: ex[k] for k in EXPLAIN_KEYS if k in ex},
+                          "steps": [{k: s[k] for k in EXPLAIN_STEP_KEYS if k in s}
+                                    for s in ex.get("steps") or [] if isinstance(s, dict)]}
+    return out
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,15 @@ chunk and memory stays bounded by the columns themselves.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from operator import attrgetter, itemgetter
 
 import numpy as np
 import pandas as pd
 
-from tracekit.trace._numbers import us_float_to_ns, us_text_to_ns
+from tracekit.trace._numbers import BAD, us_float_to_ns, us_text_to_ns
 from tracekit.trace._schema import (
-    CATEGORY_KIND, GPU_SIDE_KINDS, LEGACY_CATEGORIES, STR_ARGS, Event, str_id,
+    CATEGORY_KIND, GPU_SIDE_KINDS, LEGACY_CATEGORIES, NO_CAT, STR_ARGS, Event, str_id,
 )
 from tracekit.trace.model import ARG_COLUMNS, EVENT_COLUMNS, GPU_ACTIVITY_KINDS, MEMORY_COLUMNS, Kind
 
@@ -36,6 +37,45 @@ _GPU_SIDE = np.array(sorted(int(k) for k in GPU_SIDE_KINDS), dtype=np.int8)
 _HOST_ONLY = np.array([int(Kind.CPU_OP), int(Kind.ANNOTATION), int(Kind.PYTHON)], dtype=np.int8)
 _GPU_ACTIVITY = np.array([int(k) for k in GPU_ACTIVITY_KINDS], dtype=np.int8)
 _COPIES = np.array([int(Kind.MEMCPY), int(Kind.MEMSET)], dtype=np.int8)
+_LINKED = np.array([int(k) for k in GPU_ACTIVITY_KINDS] + [int(Kind.RUNTIME)], dtype=np.int8)
+_NAMES_SHOWN = 3
+_AFFECTS = {
+    "KERNEL": "GPU", "MEMCPY": "GPU", "MEMSET": "GPU", "GPU_ANNOTATION": "GPU",
+    "ANNOTATION": "steps and phases", "RUNTIME": "launches, phases and sync stalls",
+    "SYNC": "sync stalls", "CPU_OP": "sync stalls' op chains", "[memory]": "allocator",
+}
+_FIELD_TEXT = {
+    "ts": "ts missing, not a JSON number or beyond int64 ns (nanoseconds written as µs?)",
+    "dur": "dur missing or not a number",
+}
+
+
+def _kind_label(k: int) -> str:
+    return "OTHER" if k < 0 else Kind(k).name
+
+
+def unreadable_reason(problems: Counter) -> str:
+    """Why events were left out: ``ts ...: 3; dur ...: 1``."""
+    return "; ".join(f"{_FIELD_TEXT[f]}: {problems[f]:,}" for f in ("ts", "dur") if problems[f])
+
+
+def problem_warnings(problems: Counter, dropped: Counter, names: list[str]) -> list[str]:
+    """One sentence for the events left out, one for the values read as absent."""
+    out = []
+    n = sum(dropped.values())
+    if n:
+        why = unreadable_reason(problems)
+        kinds = ", ".join(f"{k.lower()} {c:,}" for k, c in dropped.most_common())
+        hit = sorted({_AFFECTS[k] for k in dropped if k in _AFFECTS})
+        out.append(f"{n:,} events could not be read and are left out ({why}): {kinds}, e.g. "
+                   + ", ".join(repr(s[:60]) for s in names)
+                   + (f"; figures from them ({', '.join(hit)}) may be off" if hit else ""))
+    rest = [(f, c) for f, c in problems.most_common() if f not in ("ts", "dur", "not an object")]
+    if rest:
+        out.append("values missing or of an unexpected type, read as absent: "
+                   + ", ".join(f"{f} {c:,}" for f, c in rest)
+                   + " (events); figures that use them may be off")
+    return out
 
 
 class _Codes(dict):
@@ -54,7 +94,7 @@ class _Codes(dict):
 
 class _KindOf(dict):
     def __missing__(self, cat: str) -> int:
-        k = int(CATEGORY_KIND.get(cat, Kind.OTHER))
+        k = -1 if cat == NO_CAT else int(CATEGORY_KIND.get(cat, Kind.OTHER))  # -1: counted
         self[cat] = k
         return k
 
@@ -92,6 +132,12 @@ class Columns:
         self.n_events = 0
         self.n_memory = 0
         self.negative_durations = 0
+        self.problems: Counter = Counter()
+        """What could not be read (``problems_warnings`` says it): field -> events."""
+        self.dropped: Counter = Counter()
+        """Kind (``Kind`` name, or ``memory``) -> events left out as unreadable."""
+        self.dropped_names: list[str] = []
+        """The first few names of the events left out."""
         self._wants_args = np.zeros(0, dtype=bool)  # name code -> its events' args are kept
         self._arg_parts: list[dict] = []
         self._order: np.ndarray | None = None  # file order -> ts order, set by event_arrays
@@ -101,6 +147,9 @@ class Columns:
 
     def __call__(self, chunk: list[Event], index: int = 0) -> None:
         """Adds a decoded piece of the file; ``index`` is its position among the pieces."""
+        problems = getattr(chunk, "problems", None)  # a piece decode_lenient read
+        if problems:
+            self.problems.update(problems)
         xs = [e for e in chunk if e.ph == "X"]
         if len(xs) != len(chunk):
             mem = [e for e in chunk if e.ph == "i" and e.name == "[memory]"]
@@ -117,6 +166,9 @@ class Columns:
             "names": self.names.values_,
             "cats": set(self.kind_of),
             "neg": self.negative_durations,
+            "problems": self.problems,
+            "dropped": self.dropped,
+            "dropped_names": self.dropped_names,
         }
 
     def add_part(self, index: int, part: dict) -> None:
@@ -133,15 +185,37 @@ class Columns:
         for cat in part["cats"]:
             self.kind_of[cat]  # noqa: B018 - registers the category
         self.negative_durations += part["neg"]
+        self.problems.update(part["problems"])
+        self.dropped.update(part["dropped"])
+        self.dropped_names += part["dropped_names"][: _NAMES_SHOWN - len(self.dropped_names)]
+
+    def _unreadable(self, what: list[Event], bad: np.ndarray, kinds: list[str]) -> list[Event]:
+        """Counts the events ``bad`` marks (by kind, first names) and returns the others."""
+        self.dropped.update(kinds)
+        for i in np.flatnonzero(bad)[: _NAMES_SHOWN - len(self.dropped_names)].tolist():
+            self.dropped_names.append(what[i].name)
+        return [e for e, b in zip(what, bad.tolist()) if not b]
 
     def _add_events(self, xs: list[Event], index: int) -> None:
+        ts = us_text_to_ns(list(map(_get["ts"], xs)))
+        dur = us_float_to_ns(np.fromiter(map(_get["dur"], xs), dtype=np.float64, count=len(xs)))
+        bad = (ts == BAD) | (dur == BAD)
+        if bad.any():  # left out, counted and named (``problem_warnings``)
+            self.problems["ts"] += int((ts == BAD).sum())
+            self.problems["dur"] += int(((dur == BAD) & (ts != BAD)).sum())
+            kinds = [_kind_label(self.kind_of[xs[i].cat]) for i in np.flatnonzero(bad).tolist()]
+            xs = self._unreadable(xs, bad, kinds)
+            ts, dur = ts[~bad], dur[~bad]
+            if not xs:
+                return
         n = len(xs)
         kind = np.fromiter(map(self.kind_of.__getitem__, map(_get["cat"], xs)), dtype=np.int8, count=n)
+        if kind.min() < 0:  # complete events without a cat (or not a string): Kind.OTHER
+            self.problems["cat"] += int((kind < 0).sum())
+            kind[kind < 0] = int(Kind.OTHER)
         name = np.fromiter(map(self.names.__getitem__, map(_get["name"], xs)), dtype=np.int32, count=n)
         pid = _ints(_get["pid"], xs, n)
         tid = _ints(_get["tid"], xs, n)
-        ts = us_text_to_ns(b" ".join(map(_get["ts"], xs)), n)
-        dur = us_float_to_ns(np.fromiter(map(_get["dur"], xs), dtype=np.float64, count=n))
         if dur.min(initial=0) < 0:
             self.negative_durations += int((dur < 0).sum())
             np.maximum(dur, 0, out=dur)
@@ -171,6 +245,11 @@ class Columns:
             device[sel] = np.where(gpu, np.where(d_args >= 0, d_args, pid[sel]), -1)
             copies = np.isin(k, _COPIES)  # memcpy/memset carry bytes
             nbytes[sel] = np.where(copies, _ints(_aget["nbytes"], sub, m), -1)
+            # Kineto links every runtime call and GPU activity by correlation id: without one,
+            # an activity's launch (so its phase) is unknown
+            unlinked = int((np.isin(k, _LINKED) & (corr[sel] == -1)).sum())
+            if unlinked:
+                self.problems["args.correlation"] += unlinked
         cols = {
             "_args": self._extra_args(kind, name, args),
             "kind": kind,
@@ -220,15 +299,25 @@ class Columns:
         return out
 
     def _add_memory(self, mem: list[Event], index: int) -> None:
+        ts = us_text_to_ns(list(map(_get["ts"], mem)))
+        if (ts == BAD).any():
+            self.problems["ts"] += int((ts == BAD).sum())
+            mem = self._unreadable(mem, ts == BAD, ["[memory]"] * int((ts == BAD).sum()))
+            ts = ts[ts != BAD]
+            if not mem:
+                return
         n = len(mem)
         args = list(map(_get["args"], mem))
 
         def col(f: str, dtype=np.int64) -> np.ndarray:
             return _ints(_aget[f], args, n, dtype)
 
+        device_type = col("device_type", np.int8)
+        if (device_type == -1).any():  # torch writes it on every [memory] event
+            self.problems["args.Device Type"] += int((device_type == -1).sum())
         cols = {
-            "ts": us_text_to_ns(b" ".join(map(_get["ts"], mem)), n),
-            "device_type": col("device_type", np.int8),
+            "ts": ts,
+            "device_type": device_type,
             "device_id": col("device_id", np.int16),
             "bytes": col("mem_bytes"),
             "total_allocated": col("total_allocated"),

@@ -9,6 +9,7 @@ call; anything else by a vectorised digit-by-digit parse; exponents by Python's 
 
 from __future__ import annotations
 
+import re
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 import numpy as np
@@ -17,18 +18,34 @@ _POW10 = 10 ** np.arange(19, dtype=np.int64)
 _SPACE, _DOT, _MINUS, _ZERO_CH, _NINE = 32, 46, 45, 48, 57
 
 
-def us_text_to_ns(joined: bytes, n: int) -> np.ndarray:
-    """``n`` numbers separated by single spaces (microseconds) -> int64 nanoseconds.
+BAD = np.iinfo(np.int64).min
+"""What a time that cannot be read becomes (not a JSON number, missing, or beyond int64 ns):
+the loader leaves such events out and says so."""
+MAX_NS = np.iinfo(np.int64).max - 1
+_MAX_US = MAX_NS // 1000
+_NUMBER = re.compile(rb"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_NUMBER_BYTES = b"0123456789.- "
 
-    A token that is not a number becomes -1.
+
+def us_text_to_ns(raws: list) -> np.ndarray:
+    """JSON values (``msgspec.Raw`` or bytes: the text of each, microseconds) -> int64 ns.
+
+    A value that is not a JSON number (a string, null, an empty token for a missing key), or
+    whose nanoseconds do not fit int64 (nanoseconds written as microseconds), becomes ``BAD``.
     """
+    n = len(raws)
     if n == 0:
         return np.empty(0, dtype=np.int64)
+    joined = b" ".join(raws)
+    # The fast paths see only digits, '.', '-' and exactly one space between non-empty tokens.
+    if (joined.translate(None, _NUMBER_BYTES) or joined.count(b" ") != n - 1 or b"  " in joined
+            or joined[:1] == b" " or joined[-1:] == b" "):
+        return _slow_parse(raws)
     buf = np.frombuffer(joined, dtype=np.uint8)
     ndots = joined.count(b".")
-    if ndots == 0 and b"e" not in joined and b"E" not in joined:
+    if ndots == 0:
         out = _fromstring(joined, n)
-        if out is not None:
+        if out is not None and bool(np.all(np.abs(out) <= _MAX_US)):
             return out * 1000
     if ndots == n:
         # All three-decimal numbers? then dropping the dots gives the nanoseconds directly.
@@ -36,18 +53,21 @@ def us_text_to_ns(joined: bytes, n: int) -> np.ndarray:
         ends = np.append(np.flatnonzero(buf == _SPACE), len(buf))
         if len(ends) == n and bool(np.all(ends - dots == 4)):
             out = _fromstring(joined.replace(b".", b""), n)
-            if out is not None:
+            if out is not None and bool(np.all(np.abs(out) <= MAX_NS)):
                 return out
     out = _vector_parse(buf, n)
     if out is not None:
         return out
-    return _slow_parse(joined, n)
+    return _slow_parse(raws)
 
 
 def _fromstring(text: bytes, n: int) -> np.ndarray | None:
     if not text.replace(b" ", b"").replace(b"-", b"").isdigit():
         return None
-    out = np.fromstring(text, dtype=np.int64, sep=" ")  # exact integer parse in C
+    try:
+        out = np.fromstring(text, dtype=np.int64, sep=" ")  # exact integer parse in C; clamps
+    except ValueError:  # "1-2"
+        return None
     return out if len(out) == n else None
 
 
@@ -82,7 +102,7 @@ def _vector_parse(buf: np.ndarray, n: int) -> np.ndarray | None:
         return None
     p = point[dtok]
     exp = np.where(dpos < p, p - dpos - 1 + 3, 3 - (dpos - p))
-    if np.any(exp > 18):
+    if np.any(exp > 17):  # 10**18 ns and more: the slow parse checks the int64 range
         return None
     digit = buf[dpos].astype(np.int64) - _ZERO_CH
     contrib = np.where(exp >= 0, digit * _POW10[np.clip(exp, 0, 18)], 0)
@@ -96,18 +116,27 @@ def _vector_parse(buf: np.ndarray, n: int) -> np.ndarray | None:
     return np.where(neg, -val, val)
 
 
-def _slow_parse(joined: bytes, n: int) -> np.ndarray:
-    out = np.full(n, -1, dtype=np.int64)
-    for i, tok in enumerate(joined.split(b" ")[:n]):
+def _slow_parse(raws: list) -> np.ndarray:
+    """One value at a time: JSON numbers only (exponents too), rounded half-even."""
+    out = np.full(len(raws), BAD, dtype=np.int64)
+    for i, raw in enumerate(raws):
+        tok = bytes(raw)
+        if not _NUMBER.fullmatch(tok):
+            continue
         try:
             v = Decimal(tok.decode("ascii")).scaleb(3).to_integral_value(ROUND_HALF_EVEN)
-            if v.is_finite() and abs(v) < (1 << 63):
-                out[i] = int(v)
-        except (InvalidOperation, UnicodeDecodeError, ValueError):
-            pass
+        except (InvalidOperation, ValueError):
+            continue
+        if v.is_finite() and abs(v) <= MAX_NS:
+            out[i] = int(v)
     return out
 
 
 def us_float_to_ns(values: np.ndarray) -> np.ndarray:
-    """Durations (float microseconds, small enough for float64) -> int64 ns, ``round(x*1000)``."""
-    return np.rint(values * 1000.0).astype(np.int64)
+    """Durations (float microseconds) -> int64 ns, ``round(x*1000)``; NaN (a missing or
+    unreadable ``dur``) and values beyond int64 ns become ``BAD``."""
+    ns = np.rint(values * 1000.0)
+    ok = np.abs(ns) <= float(_MAX_US) * 1000.0  # NaN compares False
+    if bool(ok.all()):
+        return ns.astype(np.int64)
+    return np.where(ok, np.where(ok, ns, 0).astype(np.int64), BAD)

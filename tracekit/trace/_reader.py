@@ -15,6 +15,7 @@ is kept and ``truncated`` says where the cut was.
 
 from __future__ import annotations
 
+import codecs
 import queue
 import re
 import threading
@@ -30,8 +31,17 @@ from tracekit.trace._schema import Event, decode_events as _decode_events
 
 _READ_PLAIN = 16 << 20  # bytes per read of an uncompressed file
 _READ_GZ = 1 << 20  # compressed bytes per read (~15 MB once inflated)
+_INFLATE = 16 << 20  # decompressed bytes per zlib call, at most
 _CHUNK = 8 << 20  # decode once this much is pending
-_MAX_PENDING = 256 << 20  # no event is this big: the JSON is broken
+MAX_PENDING = 64 << 20
+"""No event is this big: this many bytes without a decodable event means the JSON is broken."""
+MAX_PREFIX = 64 << 20
+"""``traceEvents`` must start within this many (decompressed) bytes: a gzip bomb or a device
+of zeros is refused after reading this much, not after filling memory."""
+MAX_WHOLE = 1 << 30
+"""A layout the streaming reader cannot cut (``traceEvents`` not a plain top-level key) is
+read whole, up to this many decompressed bytes."""
+_BOM = b"\xef\xbb\xbf"
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _EVENT_BOUNDARY = re.compile(rb'\}\s*,\s*\{(?=\s*"(?:ph|name|cat|pid|tid|ts)")')
@@ -47,6 +57,38 @@ class Header:
     """Why the trace is incomplete (None when it is whole)."""
     n_elements: int = 0
     """Elements of ``traceEvents`` decoded (all phases)."""
+    warnings: list[str] = field(default_factory=list)
+    """What the reader repaired (bytes that are not UTF-8), one sentence each."""
+
+
+def _text(blocks: Iterator, path: str, clean: Header | None) -> Iterator[bytes | Exception]:
+    """The decompressed blocks as UTF-8 JSON text: a UTF-8 byte-order mark dropped, UTF-16
+    refused with a clear message; with ``clean`` (a Header), bytes that are not UTF-8 replaced
+    by U+FFFD and counted in a warning."""
+    first = True
+    decoder = codecs.getincrementaldecoder("utf-8")("replace") if clean is not None else None
+    replaced = 0
+    for block in blocks:
+        if first and not isinstance(block, Exception):
+            first = False
+            if block.startswith(_BOM):
+                block = block[len(_BOM):]
+            elif block[:2] in (b"\xff\xfe", b"\xfe\xff") or re.match(rb"\s?\0[{\[]|[{\[]\0", block):
+                raise TraceFormatError("is UTF-16 (or other non-UTF-8) text; tracekit reads UTF-8 "
+                                       "JSON (convert it: iconv -f UTF-16 -t UTF-8)", path=path)
+        if decoder is not None and not isinstance(block, Exception):
+            text = decoder.decode(block)
+            fixed = text.encode()
+            replaced += text.count("\ufffd") - block.count(b"\xef\xbf\xbd")
+            block = fixed
+        yield block
+    if decoder is not None:
+        tail = decoder.decode(b"", final=True)
+        replaced += tail.count("\ufffd")
+        if tail:
+            yield tail.encode()
+        clean.warnings.append(f"holds {max(replaced, 1):,} bytes that are not UTF-8 (inside strings: "
+                              "names or args); read with U+FFFD in their place")
 
 
 def _source(path: str, progress: Callable[[int], None] | None) -> Iterator[bytes | Exception]:
@@ -72,8 +114,8 @@ def _source(path: str, progress: Callable[[int], None] | None) -> Iterator[bytes
             if not block:
                 break
             while block:
-                try:
-                    out = d.decompress(block)
+                try:  # at most _INFLATE bytes out per call: a gzip bomb inflates by pieces
+                    out = d.decompress(block, _INFLATE)
                 except zlib.error as exc:
                     raise TraceFormatError(f"corrupt gzip data ({exc})", path=path) from None
                 if out:
@@ -87,7 +129,7 @@ def _source(path: str, progress: Callable[[int], None] | None) -> Iterator[bytes
                     block = b""  # trailing garbage after the gzip stream: ignored, like gzip(1)
                     d = None
                     break
-                block = b""
+                block = d.unconsumed_tail
             if d is None:
                 break
         if d is not None and not d.eof:
@@ -140,23 +182,26 @@ def read_events(
     progress: Callable[[int], None] | None = None,
     threaded: bool = True,
     helper: Helper | None = None,
+    clean_utf8: bool = False,
 ) -> Header:
     """Decodes ``path``'s events piece by piece into ``sink(events, piece_index)``.
 
     With a ``helper`` (a second process), pieces are handed to it whenever it has a free slot
     and decoded here otherwise; its results reach the sink through ``helper.collect``.
+    ``clean_utf8``: replace bytes that are not UTF-8 first (slower; ``read`` asks for it after
+    a decode met one).
     """
-    src = _source(path, progress)
+    header = Header()
+    src = _text(_source(path, progress), path, header if clean_utf8 else None)
     blocks = _threaded(src) if threaded else src
     try:
-        return _read_events(path, blocks, sink, helper)
+        return _read_events(path, blocks, sink, helper, header)
     finally:
         blocks.close()  # ends the reader thread (and closes the file) even on an error
         src.close()
 
 
-def _read_events(path: str, blocks, sink, helper: Helper | None) -> Header:
-    header = Header()
+def _read_events(path: str, blocks, sink, helper: Helper | None, header: Header) -> Header:
     gz_truncated: str | None = None
     index = 0  # pieces cut so far: their order in the file
 
@@ -192,6 +237,9 @@ def _read_events(path: str, blocks, sink, helper: Helper | None) -> Header:
             pre += block
             m = _KEY.search(pre, start)
             if m is None:
+                if len(pre) > MAX_PREFIX:
+                    raise TraceFormatError(f"no traceEvents array in its first {MAX_PREFIX >> 20} "
+                                           "MiB: not a Kineto trace", path=path)
                 continue
             prefix = bytes(pre[: m.start()])
             header.metadata.update(_header_metadata(prefix, path))
@@ -205,7 +253,7 @@ def _read_events(path: str, blocks, sink, helper: Helper | None) -> Header:
         if len(pending) >= next_cut:
             pending, consumed = _cut(pending, consumed, run, path)
             # if nothing could be cut off, wait for twice as much before trying again
-            next_cut = 2 * len(pending) if len(pending) >= _CHUNK else _CHUNK
+            next_cut = min(2 * len(pending), MAX_PENDING + _CHUNK) if len(pending) >= _CHUNK else _CHUNK
     if pending is None:
         _no_events_array(bytes(pre), path, gz_truncated)
     if helper is not None:
@@ -242,7 +290,7 @@ def _cut(pending: bytearray, consumed: int, run: Callable[[memoryview], bool], p
         if not ok:
             break
         pos = m.end() - 1  # the next piece starts at the '{' after the boundary
-    if len(pending) - pos > _MAX_PENDING:
+    if len(pending) - pos > MAX_PENDING:
         raise TraceFormatError(
             f"not valid JSON: no decodable event in {(len(pending) - pos) >> 20} MiB after byte {consumed + pos:,}",
             path=path,
@@ -258,12 +306,15 @@ def _cut(pending: bytearray, consumed: int, run: Callable[[memoryview], bool], p
 def _last_boundary(buf: bytearray, before: int, lo_limit: int = 0) -> re.Match | None:
     """The last event boundary starting in ``[lo_limit, before)``: Kineto's events start with
     "ph" or "name" (json.dumps'ed ones with any of the usual keys); any ``},{`` if none is found."""
+    if buf.find(b"}", lo_limit, before) < 0:  # memchr: quick on a run without any (a bomb)
+        return None
+    end = min(len(buf), before + 4096)  # a boundary starting before ``before`` ends by here
     for rx in (_EVENT_BOUNDARY, _BOUNDARY):
         window = 1 << 16
         while True:
             lo = max(lo_limit, before - window)
             best = None
-            for mm in rx.finditer(buf, lo):
+            for mm in rx.finditer(buf, lo, end):
                 if mm.start() >= before:
                     break
                 best = mm
@@ -310,7 +361,7 @@ def _finish(pending: bytearray, consumed: int, sink, header: Header, path: str, 
     except msgspec.DecodeError as exc:  # pragma: no cover - the document decoded above
         raise TraceFormatError(f"not valid JSON: {exc}", path=path) from None
     header.n_elements += len(events)
-    if events:
+    if events or getattr(events, "problems", None):
         sink(events)
     for k, v in tail.items():
         header.metadata[k] = msgspec.json.decode(v)
@@ -353,8 +404,18 @@ def _no_events_array(data: bytes, path: str, gz_truncated: str | None) -> None:
 
 
 def read_whole(path: str, sink: Callable[[list[Event]], None]) -> Header:
-    """Slow path: the whole file in memory, decoded as one document."""
-    data = b"".join(b for b in _source(path, None) if not isinstance(b, EOFError))
+    """Slow path: the whole file in memory (at most ``MAX_WHOLE`` bytes), decoded as one
+    document."""
+    parts, size = [], 0
+    for b in _text(_source(path, None), path, None):
+        if isinstance(b, EOFError):
+            continue
+        size += len(b)
+        if size > MAX_WHOLE:
+            raise TraceFormatError(f"traceEvents is not a plain top-level key, and such a file is "
+                                   f"read whole only up to {MAX_WHOLE >> 30} GiB", path=path)
+        parts.append(b)
+    data = b"".join(parts)
     try:
         doc = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
     except msgspec.ValidationError:
@@ -372,18 +433,29 @@ def read_whole(path: str, sink: Callable[[list[Event]], None]) -> Header:
 
 
 def read(path: str, sink, *, progress=None, threaded: bool = True, parallel: bool = False,
-         reset: Callable[[], None]) -> Header:
+         reset: Callable[[], None], clean_utf8: bool = False) -> Header:
     """``read_events`` (with a helper process when ``parallel``), again without the helper if
-    it fails, and ``read_whole`` for layouts that cannot be streamed."""
+    it fails, again replacing bytes that are not UTF-8 if a decode met one, and ``read_whole``
+    for layouts that cannot be streamed. JSON nested deeper than msgspec decodes is an error."""
     helper = Helper.start() if parallel else None
     try:
-        return read_events(path, sink, progress=progress, threaded=threaded, helper=helper)
+        return read_events(path, sink, progress=progress, threaded=threaded, helper=helper,
+                           clean_utf8=clean_utf8)
     except HelperFailed:
         reset()
-        return read(path, sink, progress=progress, threaded=threaded, reset=reset)
+        return read(path, sink, progress=progress, threaded=threaded, reset=reset,
+                    clean_utf8=clean_utf8)
+    except UnicodeDecodeError:
+        if clean_utf8:  # pragma: no cover - the cleaned text is UTF-8
+            raise TraceFormatError("not valid UTF-8", path=path) from None
+        reset()
+        return read(path, sink, progress=progress, threaded=threaded, reset=reset, clean_utf8=True)
     except _Fallback:
         reset()
         return read_whole(path, lambda ev: sink(ev, 0))
+    except RecursionError:
+        raise TraceFormatError("JSON nested too deeply (arrays or objects inside each other "
+                               "about a thousand levels down): not a Kineto trace", path=path) from None
     finally:
         if helper is not None:
             helper.close()

@@ -8,6 +8,7 @@ JSON number text (``msgspec.Raw``) so that it converts to integer nanoseconds ex
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import msgspec
@@ -84,33 +85,41 @@ class Args(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, rename={
 
 NO_ARGS = Args()
 
-_ZERO = msgspec.Raw(b"0")
+_NO_TS = msgspec.Raw(b"")
+"""A missing ``ts``: not a number, so the columns read it as unreadable (``_numbers.BAD``)."""
+NO_CAT = "\0"
+"""The ``cat`` of an event without one (metadata events have none; a complete event should)."""
 
 
 class Event(msgspec.Struct, gc=False):
-    """One element of ``traceEvents``; ``ts`` is the JSON number's text (microseconds)."""
+    """One element of ``traceEvents``; ``ts`` is the JSON number's text (microseconds).
 
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: int | str = -1
-    tid: int | str = -1
-    ts: msgspec.Raw = _ZERO
-    dur: float = 0.0
+    ``ph``, ``name``, ``pid``, ``tid`` and ``ts`` are required (Kineto writes them on every
+    event): a piece with an element that lacks one is decoded by ``decode_lenient``, which
+    counts it. A missing ``dur`` is NaN, which the columns count as unreadable."""
+
+    ph: str
+    name: str
+    pid: int | str
+    tid: int | str
+    ts: msgspec.Raw
+    cat: str = NO_CAT
+    dur: float = float("nan")
     args: Args = NO_ARGS  # frozen, so one shared instance is a safe default
 
 
 class LenientEvent(msgspec.Struct, gc=False):
-    """The same keys with any JSON type: used for a chunk whose values do not fit ``Event``."""
+    """The same keys with any JSON type (None: absent): used for a piece whose values do not
+    fit ``Event``."""
 
-    ph: Any = ""
-    cat: Any = ""
-    name: Any = ""
-    pid: Any = -1
-    tid: Any = -1
-    ts: msgspec.Raw = _ZERO
-    dur: Any = 0.0
-    args: Any = None
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: msgspec.Raw = _NO_TS
+    dur: Any = None
+    args: Any = ()  # absent (JSON decodes no tuple): distinct from null
 
 
 EVENT_LIST = msgspec.json.Decoder(list[Event])
@@ -118,17 +127,30 @@ RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _LENIENT = msgspec.json.Decoder(LenientEvent)
 
 
-def decode_lenient(data) -> list[Event]:
-    """Slow path for a chunk that does not fit ``Event``: element by element, values of the
-    wrong type as sentinels, elements that are not objects skipped."""
-    out = []
+class Lenient(list):
+    """``decode_lenient``'s events, with what had to be read as absent."""
+
+    problems: Counter
+    """Field (``pid``, ``args.correlation``, ...) -> complete or ``[memory]`` events whose
+    value was missing or of a type that cannot be read; ``not an object`` and ``no ph``
+    count the elements that could not be events at all."""
+
+
+def decode_lenient(data) -> Lenient:
+    """Slow path for a piece that does not fit ``Event``: element by element, values of the
+    wrong type as sentinels (counted in ``problems``), elements that are not objects skipped."""
+    out = Lenient()
+    problems: Counter = Counter()
     for raw in RAW_LIST.decode(data):
         try:
-            e = coerce(_LENIENT.decode(raw))
+            le = _LENIENT.decode(raw)
         except msgspec.ValidationError:
+            problems["not an object"] += 1
             continue
+        e = coerce(le, problems)
         if e is not None:
             out.append(e)
+    out.problems = problems
     return out
 
 
@@ -149,14 +171,10 @@ def _as_int(v: Any) -> int:
 
 
 def _as_float(v: Any) -> float:
-    if isinstance(v, bool):
-        return 0.0
-    if isinstance(v, (int, float)):
+    """A JSON number as a float; anything else (a string, null, a list) NaN: unreadable."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
         return float(v)
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return 0.0
+    return float("nan")
 
 
 def str_id(s: str) -> int:
@@ -193,19 +211,46 @@ def _as_str(v: Any) -> str:
     return str(v)
 
 
-def coerce(e: LenientEvent) -> Event | None:
-    """A lenient event as an ``Event`` (values of the wrong type become sentinels)."""
+def coerce(e: LenientEvent, problems: Counter | None = None) -> Event | None:
+    """A lenient event as an ``Event``: values of the wrong type become sentinels, and each
+    field of a complete or ``[memory]`` event so read is counted in ``problems``. None for an
+    element without a string ``ph``."""
     if not isinstance(e, LenientEvent):
         return None
+    bad = problems if problems is not None else Counter()
+    if not isinstance(e.ph, str):
+        bad["no ph"] += 1
+        return None
+    if e.ph == "i" and not isinstance(e.name, str):
+        bad["name"] += 1  # it may have been a [memory] event
+    read = e.ph == "X" or (e.ph == "i" and e.name == "[memory]")
+    if not read:
+        bad = Counter()  # the fields of events tracekit does not read do not matter
     a = e.args
     args = NO_ARGS
     if isinstance(a, dict):
-        args = Args(**{f: (_as_str if f in STR_ARGS else _as_int)(a[k])
-                       for f, k in _ARG_KEYS.items() if k in a})
+        fields = {}
+        for f, k in _ARG_KEYS.items():
+            if k in a:
+                v = (_as_str if f in STR_ARGS else _as_int)(a[k])
+                if v in (-1, "") and a[k] not in (-1, "", None) and f != "correlation":
+                    bad[f"args.{k}"] += 1  # (the columns count activities without correlation)
+                fields[f] = v
+        args = Args(**fields)
+    elif a != () or e.ph == "i":  # null or not an object; a [memory] event's are its content
+        bad["args"] += 1
+    for f in ("pid", "tid"):
+        v = getattr(e, f)
+        if not (isinstance(v, str) or isinstance(v, int) and not isinstance(v, bool)
+                and -(1 << 63) <= v < (1 << 63)):
+            bad[f] += 1
+    if not isinstance(e.name, str):
+        bad["name"] += 1
+    # ts, dur and cat the columns check for every event (missing ones included)
     return Event(
-        ph=e.ph if isinstance(e.ph, str) else "",
-        cat=e.cat if isinstance(e.cat, str) else "",
-        name=e.name if isinstance(e.name, str) else str(e.name),
+        ph=e.ph,
+        cat=e.cat if isinstance(e.cat, str) else NO_CAT,
+        name=e.name if isinstance(e.name, str) else ("" if e.name is None else str(e.name)),
         pid=_pid_or_tid(e.pid),
         tid=_pid_or_tid(e.tid),
         ts=e.ts,

@@ -15,10 +15,15 @@ import os
 import re
 import threading
 
-from tracekit._files import SNIFF_BYTES, TRACE_SUFFIXES, is_trace_file, trace_files_in  # noqa: F401
+from tracekit._files import (  # noqa: F401
+    SNIFF_BYTES, TRACE_SUFFIXES, check_readable, display, is_trace_file, trace_files_in,
+)
 from tracekit.errors import EmptyTraceError, InputError
 from tracekit.trace import _reader, cache
-from tracekit.trace._columns import Columns, args_frame, events_frame, memory_frame, platform_of
+from tracekit.trace._columns import (
+    Columns, args_frame, events_frame, memory_frame, platform_of, problem_warnings,
+    unreadable_reason,
+)
 from tracekit.trace._progress import Progress
 from tracekit.trace.model import Trace, TraceSet
 
@@ -46,8 +51,7 @@ def load(
     each naming the file. The input is only ever read.
     """
     src = os.fspath(path)
-    if not os.path.exists(src):
-        raise InputError("no such file or directory", path=src)
+    check_readable(src, "trace file or directory", directory_ok=True)
     if os.path.isdir(src):
         try:
             files = trace_files_in(src)
@@ -79,16 +83,18 @@ def _declared_rank(metadata: dict) -> int | None:
 
 def _assign_ranks(parsed: list[dict], *, many: bool) -> list[Trace]:
     """Declared ranks first; a file without one (or with a rank already taken) gets its position
-    among the files, or the next free rank after it."""
-    taken: set[int] = set()
+    among the files, or the next free rank after it, with one warning saying which."""
+    taken: dict[int, str] = {}
     rank_of: list[int | None] = []
+    clash: list[str | None] = []
     for p in parsed:
         r = _declared_rank(p["metadata"])
-        if r is not None and r in taken:
-            p["warnings"].append(f"distributedInfo.rank {r} is also another file's rank")
+        other = taken.get(r) if r is not None else None
+        clash.append(other)
+        if other is not None:
             r = None
         if r is not None:
-            taken.add(r)
+            taken[r] = p["source"]
         rank_of.append(r)
     out = []
     for i, (p, r) in enumerate(zip(parsed, rank_of)):
@@ -96,8 +102,12 @@ def _assign_ranks(parsed: list[dict], *, many: bool) -> list[Trace]:
             r = i
             while r in taken:
                 r += 1
-            taken.add(r)
-            if many:
+            taken[r] = p["source"]
+            if clash[i] is not None:
+                p["warnings"].append(
+                    f"distributedInfo.rank {_declared_rank(p['metadata'])} is also "
+                    f"{display(os.path.basename(clash[i]))}'s rank; loaded as rank {r}")
+            elif many:
                 p["warnings"].append(f"no usable distributedInfo.rank; loaded as rank {r}")
         out.append(
             Trace(
@@ -198,16 +208,27 @@ def parse_file(path: str, *, progress: bool | None = None, threaded: bool = True
         header = _reader.read(path, cols, progress=bar, threaded=threaded, parallel=parallel, reset=cols.reset)
     finally:
         bar.close()
-    warnings = []
+    warnings = list(header.warnings)
     if header.truncated:
         warnings.append(
             f"{header.truncated}; read the {cols.n_events:,} complete events before the cut"
         )
     if cols.negative_durations:
         warnings.append(f"{cols.negative_durations} events had a negative duration, read as 0")
+    problems = problem_warnings(cols.problems, cols.dropped, cols.dropped_names)
+    warnings += problems
     if cols.n_events == 0 and cols.n_memory == 0:
         if header.truncated:
             raise EmptyTraceError(f"{header.truncated} before its first complete event", path=path)
+        if sum(cols.dropped.values()):
+            raise EmptyTraceError(f"none of its {sum(cols.dropped.values()):,} complete or [memory] "
+                                  f"events could be read ({unreadable_reason(cols.problems)})",
+                                  path=path)
+        odd = cols.problems["not an object"] + cols.problems["no ph"]
+        if odd:
+            raise EmptyTraceError(f"traceEvents holds {odd:,} elements that are not events "
+                                  "(not objects, or without a ph) and no complete (ph X) or "
+                                  "[memory] event", path=path)
         if header.n_elements == 0:
             raise EmptyTraceError("traceEvents is empty", path=path)
         raise EmptyTraceError("traceEvents holds no complete (ph X) or [memory] events", path=path)

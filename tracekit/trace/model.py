@@ -37,7 +37,7 @@ sorted by ``ts``:
 
 ================ ====== ===================================================================
 ts               int64  ns
-device_type      int8   c10 DeviceType: 0 CPU, 1 CUDA (ROCm reports CUDA too)
+device_type      int8   c10 DeviceType: 0 CPU, 1 CUDA, 6 HIP (ROCm's builds)
 device_id        int16  -1 for the host
 bytes            int64  signed: > 0 allocation, < 0 free
 total_allocated  int64  allocator's allocated bytes after the event, -1 when not recorded
@@ -104,7 +104,7 @@ class Kind(IntEnum):
 
 
 GPU_ACTIVITY_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
-"""Kinds that occupy a GPU stream: DESIGN.md's "activities"."""
+"""Kinds that occupy a GPU stream: the "activities" of docs/metrics.md."""
 
 EVENT_COLUMNS: dict[str, Any] = {
     "kind": np.int8,

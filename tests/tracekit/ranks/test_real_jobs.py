@@ -43,6 +43,11 @@ def test_runtime_jobs_on_one_host(variant, cache):
     for i in job["instances"]:
         assert i["skew_ns"] == i["last_arrival"] - i["first_arrival"] >= 0
         assert i["waited_ns"] == i["skew_ns"]  # two ranks: only the first waits
+    # each rank's bound from its explain section, and the straggler's
+    assert all(r["bound"] in ("host", "gpu", "communication", "sync") for r in job["ranks"])
+    s = job["stragglers"]
+    assert s["bound"] == job["ranks"][s["rank"]]["bound"]
+    assert all(x["bound"] is not None for x in s["steps"])
     total = sum(r["caused_wait_ns"] for r in job["ranks"])
     assert total == job["stragglers"]["waited_ns"] == sum(r["wait_ns"] for r in job["ranks"])
 
@@ -57,7 +62,7 @@ def test_cli_job_summary_first_and_rank_detail(cache):
     assert len(lines) < 90  # the summary, not 2 x 130 lines of per-rank detail
     one = _run("analyze", d, "--rank", "1", cache=cache)
     assert one.stdout.startswith(f"== {d}/trace_rank1.json.gz  (rank 1,")
-    assert "8. Collectives (communication kernels)" in one.stdout
+    assert "9. Collectives (communication kernels)" in one.stdout
     j = json.loads(_run("analyze", d, "--format", "json", "--no-hta", cache=cache).stdout)
     assert [a["rank"] for a in j["analyses"]] == [0, 1] and j["analyses"][0]["allocator"]
     assert len(j["jobs"]) == 1 and j["jobs"][0]["source"] == str(d)

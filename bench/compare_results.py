@@ -1,0 +1,64 @@
+"""Do two runs of the pipeline benchmark agree? Every median ratio within the other run's interval.
+
+    python bench/compare_results.py A/results.json B/results.json [--memory]
+
+For every (preset, variant) of both files: the step-time ratio to SparseDist of each run
+(median [95 % interval over rounds]) and whether each median lies inside the other run's
+interval; ``--memory`` adds the peak-reserved ratios. Prints one line per figure and a verdict;
+exit 0 when all agree, 1 when one does not, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.method import agreement  # noqa: E402
+
+
+def _load(path: str) -> dict:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"compare_results: error: {path}: {e}") from None
+    if not isinstance(doc, dict) or "presets" not in doc:
+        raise SystemExit(f"compare_results: error: {path}: not a bench_pipelines results.json")
+    return doc
+
+
+def compare(a: dict, b: dict, *, memory: bool = False) -> tuple[list[str], bool]:
+    figures = ("ratio", "reserved_ratio") if memory else ("ratio",)
+    rows = agreement(a, b, figures=figures)
+    lines = [f"A: {a.get('device')} {a.get('date_utc')}   B: {b.get('device')} {b.get('date_utc')}", ""]
+    for r in rows:
+        lines.append(f"{'ok ' if r.ok else 'NO '} {r.preset:16s} {r.variant:24s} {r.figure:14s} "
+                     f"A {r.a.median:.4f} [{r.a.lo:.4f}, {r.a.hi:.4f}]  B {r.b.median:.4f} [{r.b.lo:.4f}, {r.b.hi:.4f}]")
+    bad = [r for r in rows if not r.ok]
+    if not rows:
+        lines.append("no figure in common")
+    verdict = bool(rows) and not bad
+    lines += ["", f"{'AGREE' if verdict else 'DISAGREE'}: {len(rows) - len(bad)} of {len(rows)} figures within the other run's interval"]
+    return lines, verdict
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("a")
+    ap.add_argument("b")
+    ap.add_argument("--memory", action="store_true", help="also the peak-reserved ratios")
+    ns = ap.parse_args(argv)
+    try:
+        lines, ok = compare(_load(ns.a), _load(ns.b), memory=ns.memory)
+    except SystemExit as e:
+        print(e, file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

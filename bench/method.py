@@ -1,0 +1,191 @@
+"""The benchmark method: interleaved rounds, medians with bootstrap intervals, and whether two
+runs of a benchmark agree. Python and numpy (no torch): the pipeline benchmark, the issue-5
+benchmark and ``bench/compare_results.py`` share it, and the CPU tests check it on tiny data.
+
+The method, for variants compared with a reference variant (SparseDist):
+
+* **Rounds.** First a warm-up round: every variant runs once and nothing of it enters the
+  figures (first use of kernels and libraries, allocator growth, the GPU reaching its steady
+  clocks and temperature all land there; it is kept in the results so they can be seen). Then
+  R timed rounds (R even, >= 6): every variant once per round, in mirrored pairs of rotated
+  orders (:func:`round_orders`), so no variant always runs first, right after a pause, or right
+  after the same other variant, and a drift of the machine (clocks, temperature) reaches every
+  variant alike instead of whichever runs last.
+* **Per round**, each variant gives one figure: the median of its timed steps in that round
+  (and its peak memory). Its ratio to the reference is taken *within the round* (paired).
+* **Estimate**: the median over rounds of those ratios, with a 95 % percentile-bootstrap
+  interval over rounds (:func:`bootstrap_ci`: rounds resampled with replacement, seeded, so the
+  same figures give the same interval). The same for peak memory.
+* **Agreement** of two runs (two separate GPU calls): every median ratio lies within the other
+  run's interval (:func:`agreement`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+LEVEL = 0.95
+"""Confidence level of the intervals."""
+RESAMPLES = 10_000
+"""Bootstrap resamples (the interval's ends move by well under 1 % of its width between seeds)."""
+
+
+def median(xs: Iterable[float | None]) -> float | None:
+    """The median; None when there is no value (Nones are left out)."""
+    s = sorted(x for x in xs if x is not None)
+    if not s:
+        return None
+    m = len(s) // 2
+    return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2
+
+
+def percentile(xs: Iterable[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), q in [0, 1]."""
+    s = sorted(xs)
+    if not s:
+        return math.nan
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def round_orders(variants: Sequence[str], rounds: int) -> list[list[str]]:
+    """The order of the variants in each of ``rounds`` timed rounds, in mirrored pairs: round
+    2k is ``variants`` rotated left by k places, round 2k+1 the same order reversed. In each pair
+    of rounds every variant's two positions add up to n-1 and every two variants swap order, so a
+    drift of the machine that is linear over the pair moves every variant's mean by the same
+    amount and the paired ratios by symmetric amounts (their median stays put); and the rotation
+    changes which variant runs first."""
+    n = len(variants)
+    out = []
+    for r in range(rounds):
+        k = r // 2
+        order = [variants[(k + j) % n] for j in range(n)]
+        out.append(order[::-1] if r % 2 else order)
+    return out
+
+
+def bootstrap_ci(
+    values: Sequence[float],
+    stat: Callable[..., Any] = np.median,
+    *,
+    level: float = LEVEL,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile-bootstrap interval of ``stat(values)``: the values (one per round) resampled
+    with replacement ``resamples`` times (numpy's PCG64 seeded with ``seed``: the same values
+    give the same interval); the interval holds the middle ``level`` of the statistic's
+    resampled values (``stat(samples, axis=1)``). One value: a zero-width interval at it; none:
+    NaNs."""
+    vals = np.asarray([float(v) for v in values])
+    if vals.size == 0:
+        return math.nan, math.nan
+    if vals.size == 1:
+        return float(vals[0]), float(vals[0])
+    rng = np.random.Generator(np.random.PCG64(seed))
+    boot = stat(vals[rng.integers(0, vals.size, size=(resamples, vals.size))], axis=1)
+    tail = (1.0 - level) / 2
+    lo, hi = np.percentile(boot, [100 * tail, 100 * (1 - tail)])
+    return float(lo), float(hi)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A median over rounds with its bootstrap interval."""
+
+    median: float
+    """Median of the per-round values."""
+    lo: float
+    """Lower end of the 95 % interval."""
+    hi: float
+    """Upper end of the 95 % interval."""
+    n: int
+    """Rounds the estimate is made of."""
+
+    def contains(self, x: float) -> bool:
+        return self.lo <= x <= self.hi
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Estimate":
+        return cls(float(d["median"]), float(d["lo"]), float(d["hi"]), int(d["n"]))
+
+
+def estimate(values: Sequence[float], *, seed: int = 0) -> Estimate:
+    """Median of ``values`` (one per round) and its bootstrap interval."""
+    values = [float(v) for v in values]
+    lo, hi = bootstrap_ci(values, seed=seed)
+    return Estimate(median(values), lo, hi, len(values))
+
+
+def paired_ratios(per_round: Sequence[dict[str, float]], variant: str, reference: str) -> list[float]:
+    """``variant``'s figure over ``reference``'s, round by round (rounds missing either skipped)."""
+    out = []
+    for r in per_round:
+        a, b = r.get(variant), r.get(reference)
+        if a is not None and b:
+            out.append(a / b)
+    return out
+
+
+def summarize(per_round: Sequence[dict[str, float]], reference: str) -> dict[str, dict[str, Estimate]]:
+    """For each variant of the timed rounds ``per_round`` (one dict variant -> figure per round):
+    ``value`` (the figure) and ``ratio`` (to ``reference`` within each round), as Estimates."""
+    variants = list(dict.fromkeys(v for r in per_round for v in r))
+    out: dict[str, dict[str, Estimate]] = {}
+    for v in variants:
+        values = [r[v] for r in per_round if r.get(v) is not None]
+        out[v] = {"value": estimate(values)}
+        ratios = paired_ratios(per_round, v, reference)
+        if ratios:
+            out[v]["ratio"] = estimate(ratios)
+    return out
+
+
+def rounds_that_fit(*, per_round_s: float, left_s: float, least: int, most: int) -> int:
+    """Timed rounds to run: as many as fit in ``left_s`` seconds at ``per_round_s`` each, rounded
+    down to an even number (whole mirrored pairs, :func:`round_orders`), at least ``least`` (the
+    method's minimum, run even when it does not fit) and at most ``most``."""
+    fit = most if per_round_s <= 0 else int(left_s // per_round_s)
+    n = max(least, min(most, fit))
+    return n if n % 2 == 0 or n == least else n - 1
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """One figure of two runs, and whether each run's median lies in the other's interval."""
+
+    preset: str
+    variant: str
+    figure: str
+    a: Estimate
+    b: Estimate
+
+    @property
+    def ok(self) -> bool:
+        return self.a.contains(self.b.median) and self.b.contains(self.a.median)
+
+
+def agreement(a: dict, b: dict, *, figures: Sequence[str] = ("ratio",)) -> list[Agreement]:
+    """Every (preset, variant, figure) estimate present in both results documents (``presets``
+    -> ``summary`` -> variant -> figure -> Estimate dict, as bench_pipelines writes them), but
+    the reference variant's (its ratio to itself is 1 in every round)."""
+    def index(doc: dict) -> dict:
+        out = {}
+        for p in doc.get("presets", []):
+            for v, figs in (p.get("summary") or {}).items():
+                for f in figures:
+                    if isinstance(figs.get(f), dict):
+                        out[(p["preset"], v, f)] = Estimate.from_dict(figs[f])
+        return out
+
+    ia, ib = index(a), index(b)
+    ref = {a.get("method", {}).get("reference"), b.get("method", {}).get("reference")}
+    return [Agreement(k[0], k[1], k[2], ia[k], ib[k]) for k in ia if k in ib and k[1] not in ref]

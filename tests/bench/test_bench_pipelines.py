@@ -1,0 +1,92 @@
+"""bench/bench_pipelines.py runs end to end on the CPU (a smoke test of the script: gloo, the
+reference TBE), and what it writes holds together: rounds in the method's orders, figures from
+the timed rounds only, the commit folder with its traces and the explain proof's manifest."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import proof_manifest
+from bench.compare_results import main as compare_main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    cmd = [sys.executable, str(REPO / "bench" / "bench_pipelines.py"), "--device", "cpu", "--plan", "tiny:fused+semi",
+           "--rounds", "2", "--min-rounds", "2", "--warmup-steps", "1", "--steps", "2", "--profile-steps", "1",
+           "--date", "20000101", "--out", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+def test_rounds_and_figures(bench_out):
+    doc = json.loads((bench_out / "results.json").read_text())
+    assert doc["device"] and doc["date_utc"] and doc["versions"]["torch"]
+    (p,) = doc["presets"]
+    assert p["preset"] == "tiny" and p["variants"] == ["sparse", "fused", "semi"]  # the reference is added
+    rounds = p["rounds"]
+    assert [r["warmup"] for r in rounds] == [True, False, False]
+    assert [r["order"] for r in rounds] == [["sparse", "fused", "semi"], ["sparse", "fused", "semi"], ["semi", "fused", "sparse"]]
+    for r in rounds:
+        for run in r["runs"].values():
+            assert len(run["step_ms"]) == 2 and len(run["warmup_step_ms"]) == 1
+            assert run["step_ms_median"] == pytest.approx(sum(run["step_ms"]) / 2, abs=1e-3)
+    # the figures come from the timed rounds only: fused's ratio is the median of its two
+    # within-round ratios
+    ratios = [r["runs"]["fused"]["step_ms_median"] / r["runs"]["sparse"]["step_ms_median"] for r in rounds[1:]]
+    f = p["summary"]["fused"]
+    assert f["ratio"]["n"] == 2 and f["ratio"]["median"] == pytest.approx(sum(ratios) / 2)
+    assert f["ratio"]["lo"] == pytest.approx(min(ratios)) and f["ratio"]["hi"] == pytest.approx(max(ratios))
+    # FusedSparseDist is numerically SparseDist: the same final loss in every run
+    assert f["final_loss_equals_sparse"] and f["final_loss_same_every_round"]
+    assert set(p["targets"]) == {"fused: median <= 0.95 and upper end <= 0.97", "semi: median <= 0.92 and upper end <= 0.95",
+                                 "fused: upper end <= 1.02"}
+    assert "Per round" in (bench_out / "results.md").read_text()
+
+
+def test_commit_folder_traces_and_proof_manifest(bench_out):
+    c = bench_out / "commit"
+    assert (c / "bench/results/pipelines-1gpu-cpu-20000101.json").is_file()
+    assert (c / "bench/results/pipelines-1gpu-cpu-20000101.md").is_file()
+    assert "preset tiny (headline)" in (c / "README-rows.md").read_text()
+    for v in ("sparse", "fused", "semi"):
+        trace = json.loads(gzip.open(c / f"sample_traces/pipelines_1gpu/{v}/trace_rank0.json.gz").read())
+        names = {e.get("name") for e in trace["traceEvents"]}
+        assert "[memory]" in names and any(n and n.startswith("ProfilerStep#") for n in names)
+        metrics = json.loads((c / f"sample_traces/pipelines_1gpu/{v}/metrics.json").read_text())
+        assert metrics["variant"] == v and len(metrics["trace_run"]["traced_step_ms"]) == 1
+    doc = proof_manifest.load(c / "bench/results/proof-pipelines-1gpu-cpu-20000101.json")
+    (pair,) = doc["pairs"]
+    assert pair["fix"] == "fused_sparse_dist" and pair["before"]["label"] == "sparse" and pair["after"]["label"] == "fused"
+    assert (c / pair["before"]["trace"]).is_file() and (c / pair["after"]["trace"]).is_file()
+    assert pair["measured"]["step_ratio"]["n"] == 2 and pair["device"] and pair["date_utc"]
+    out = bench_out / "merged.json"
+    assert proof_manifest.main(["merge", str(out), str(c / "bench/results/proof-pipelines-1gpu-cpu-20000101.json")]) == 0
+    assert proof_manifest.load(out)["pairs"] == doc["pairs"]
+
+
+def test_compare_results_agrees_with_itself_and_not_with_a_shifted_run(bench_out, tmp_path, capsys):
+    path = bench_out / "results.json"
+    assert compare_main([str(path), str(path)]) == 0
+    doc = json.loads(path.read_text())
+    r = doc["presets"][0]["summary"]["fused"]["ratio"]
+    width = r["hi"] - r["lo"] + 0.01
+    for k in ("median", "lo", "hi"):
+        r[k] += 2 * width  # the whole interval moved beyond the other's
+    shifted = tmp_path / "shifted.json"
+    shifted.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert compare_main([str(path), str(shifted)]) == 1
+    assert "DISAGREE: 1 of 2" in capsys.readouterr().out
+    assert compare_main([str(path), str(tmp_path / "missing.json")]) == 2

@@ -1,0 +1,77 @@
+"""bench/proof_manifest.py and the issue-5 benchmark's pairs: hand-made rounds, figures by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench import proof_manifest
+from bench.bench_issue5 import proof_pairs
+
+
+def _close(e: dict, median: float, lo: float, hi: float) -> bool:
+    return all(math.isclose(e[k], v) for k, v in (("median", median), ("lo", lo), ("hi", hi)))
+
+
+def test_pipeline_pair_is_paired_within_rounds():
+    rounds = [
+        {"warmup": True, "runs": {"sparse": {"step_ms_median": 99.0, "peak_reserved_bytes": 1}, "fused": {"step_ms_median": 1.0, "peak_reserved_bytes": 1}}},
+        {"warmup": False, "runs": {"sparse": {"step_ms_median": 50.0, "peak_reserved_bytes": 20}, "fused": {"step_ms_median": 45.0, "peak_reserved_bytes": 22}}},
+        {"warmup": False, "runs": {"sparse": {"step_ms_median": 60.0, "peak_reserved_bytes": 20}, "fused": {"step_ms_median": 54.0, "peak_reserved_bytes": 22}}},
+    ]
+    traces = {v: {"dir": f"sample_traces/pipelines_1gpu/{v}", "traced_step_ms": [70.0, 71.0]} for v in ("sparse", "fused")}
+    pair = proof_manifest.pipeline_pair({"preset": "p", "rounds": rounds, "traces": traces}, "sparse", "fused",
+                                        fix="fused_sparse_dist", trace_file="trace_rank0.json.gz")
+    assert pair["id"] == "fused_sparse_dist/pipelines/p" and pair["expect"] == "time"
+    assert pair["before"]["trace"] == "sample_traces/pipelines_1gpu/sparse/trace_rank0.json.gz"
+    assert pair["before"]["traced_step_ms"] == [70.0, 71.0]
+    m = pair["measured"]
+    # the warm-up round is left out; ratios 0.9 and 0.9, savings 5 and 6 ms, memory 1.1 and 1.1
+    assert _close(m["step_ratio"], 0.9, 0.9, 0.9) and m["step_ratio"]["n"] == 2
+    assert _close(m["step_saving_ms"], 5.5, 5.0, 6.0)
+    assert _close(m["peak_reserved_ratio"], 1.1, 1.1, 1.1) and _close(m["peak_reserved_saving_bytes"], -2, -2, -2)
+    assert _close(pair["after"]["step_ms"], 49.5, 45.0, 54.0)
+    with pytest.raises(ValueError, match="fix must be"):
+        proof_manifest.pair("faster", {}, expect="time", before={}, after={}, before_rounds={"step_ms": [], "reserved": []},
+                            after_rounds={"step_ms": [], "reserved": []})
+
+
+def test_issue5_pairs_from_the_parts_results():
+    def rounds(before: str, after: str, b: float, a: float) -> list[dict]:
+        return [{before: {"step_ms": b * k, "peak_reserved": 100}, after: {"step_ms": a * k, "peak_reserved": 80}} for k in (1, 2)]
+
+    results = {
+        "a": {"method": {"rounds": rounds("blocking", "async", 30.0, 21.0)},
+              "traces": {"blocking": {"traced_step_ms": [31.0]}, "async": {"traced_step_ms": [22.0]}}},
+        "b": {"method": {"rounds": rounds("legacy", "precomputed", 22.0, 20.0)}, "traces": {}},
+        "c_method": {"rounds": rounds("standard", "inplace", 10.0, 10.0)},
+        "c_standard": {"trace": {"traced_step_ms": [11.0]}, "snapshot": {"file": "x"}},
+        "c_inplace": {"trace": {"traced_step_ms": [12.0]}},
+    }
+    pairs = {p["fix"]: p for p in proof_pairs(results)}
+    assert set(pairs) == {"async_delta_copy", "precomputed_writeback", "inplace_batch_copy"}
+    a = pairs["async_delta_copy"]
+    assert a["before"]["trace"] == "sample_traces/issue5/issue5_delta_blocking.json.gz" and a["after"]["traced_step_ms"] == [22.0]
+    assert _close(a["measured"]["step_ratio"], 0.7, 0.7, 0.7) and _close(a["measured"]["step_saving_ms"], 13.5, 9.0, 18.0)
+    c = pairs["inplace_batch_copy"]
+    assert c["expect"] == "memory" and c["before"]["snapshot"] == "sample_traces/issue5/issue5_inplace_standard.pickle"
+    assert c["after"]["snapshot"] is None  # no snapshot was written for it
+    assert _close(c["measured"]["peak_reserved_ratio"], 0.8, 0.8, 0.8)
+    # a part that did not run gives no pair
+    del results["b"]
+    assert {p["fix"] for p in proof_pairs(results)} == {"async_delta_copy", "inplace_batch_copy"}
+
+
+def test_merge_refuses_a_pair_twice(tmp_path):
+    pair = {"id": "x/1", "fix": "fused_sparse_dist", "expect": "time", "before": {"label": "a", "trace": "t"},
+            "after": {"label": "b", "trace": "u"}, "measured": {k: None for k in ("step_ratio", "step_saving_ms", "peak_reserved_ratio")}}
+    one = tmp_path / "one.json"
+    proof_manifest.write(one, [pair], device="GPU", date_utc="d", source="s", versions={})
+    assert proof_manifest.merge(tmp_path / "m.json", [one])["pairs"][0]["device"] == "GPU"
+    with pytest.raises(ValueError, match="more than one input"):
+        proof_manifest.merge(tmp_path / "m.json", [one, one])
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a"):
+        proof_manifest.load(tmp_path / "bad.json")
+    assert proof_manifest.device_slug("NVIDIA H200") == "h200" and proof_manifest.device_slug("NVIDIA H100 80GB HBM3") == "h100"

@@ -1,0 +1,161 @@
+"""What the page calls things and the small tables it draws, on inputs whose answer is known."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dashboards import names, results
+
+
+def test_variant_from_metrics_json(tmp_path):
+    run = tmp_path / "pipelines_2gpu"
+    for pipe in ("fused", "sparse"):
+        (run / pipe).mkdir(parents=True)
+        (run / pipe / "metrics.json").write_text(json.dumps({"pipeline": pipe, "world_size": 2, "config": {"lookup_stream": "new"}}))
+        (run / pipe / "trace_rank0.json.gz").write_bytes(b"")
+    f = names.variant(str(run / "fused" / "trace_rank0.json.gz"), "fused/trace_rank0")
+    s = names.variant(str(run / "sparse"), "sparse")  # a per-rank directory
+    assert f.name == "FusedSparseDist (new lookup stream) · 2 GPUs" and f.pipeline == "fused"
+    assert s.name == "SparseDist · 2 GPUs"
+    assert f.group == s.group == str(run)  # one run: compared together by default
+    # no metrics.json: the label, grouped by folder and the name's first two words
+    a = names.variant(str(tmp_path / "issue5_delta_async.json.gz"), "issue5_delta_async")
+    b = names.variant(str(tmp_path / "issue5_delta_none.json.gz"), "issue5_delta_none")
+    c = names.variant(str(tmp_path / "issue5_inplace_standard.json.gz"), "issue5_inplace_standard")
+    assert (a.name, a.pipeline) == ("issue5_delta_async", None)
+    assert a.group == b.group != c.group
+    (tmp_path / "metrics.json").write_text("not json")  # an unreadable metrics.json is no name
+    assert names.variant(str(tmp_path / "x.json"), "x").name == "x"
+
+
+def test_stream_roles():
+    busy = {
+        (0, 7): {"forward": 20.0, "backward": 50.0, "optimizer": 5.0},
+        (0, 20): {"batch_copy": 5.0},
+        (0, 30): {"lookup": 4.0, "emb_backward": 10.0},
+        (0, 40): {"communication": 9.0, "other": 1.0},
+        (0, 50): {"input_dist": 3.0},
+        (0, 60): {"forward": 1.0},
+        (0, 70): {"other": 2.0},
+        (1, 7): {"forward": 1.0},  # each device has its main stream
+    }
+    roles = names.stream_roles(busy, {(0, 70): 2.0})
+    assert roles == {(0, 7): "main", (0, 20): "memcpy", (0, 30): "lookup", (0, 40): "NCCL", (0, 50): "data-dist",
+                     (0, 60): "compute", (0, 70): "memcpy", (1, 7): "main"}
+    assert names.stream_label(0, 7, "main", 1) == "main · stream 7"
+    assert names.stream_label(1, 7, "main", 2) == "GPU 1 · main · stream 7"
+
+
+def test_thread_label():
+    assert names.thread_label(745, "thread 745 (pt_autograd_0)", False) == "pt_autograd_0 745"
+    assert names.thread_label(629, "thread 629 (python3)", True) == "main python3 629"
+    assert names.thread_label(5, None, False) == "thread 5"
+
+
+def _report(gaps: list[dict]) -> dict:
+    return {"gaps": {"gaps": gaps}}
+
+
+def _pair(step, opt, lookup, idle=0, overlap=0):
+    """An optimizer -> lookup pair as tracekit reports it: opt and lookup are (start, end) ns."""
+    return {"device": 0, "step": step, "optimizer_batch": step, "lookup_batch": step + 1, "optimizer_start": opt[0],
+            "optimizer_end": opt[1], "lookup_start": lookup[0], "lookup_end": lookup[1], "gap_ns": lookup[0] - opt[1],
+            "overlap_ns": overlap, "idle_ns": idle, "matched_by": "batch index"}
+
+
+def test_gaps_say_what_a_signed_gap_means():
+    g = results.gaps(_report([
+        _pair(1, (100, 200), (500, 600), idle=100),  # waited 0.3 us after the optimizer, GPU idle 0.1 of it
+        _pair(2, (1000, 2000), (1500, 2500), overlap=500),  # started while the optimizer ran
+        _pair(3, (10_000, 11_000), (2_000, 3_000)),  # ran 8 us before the optimizer started (SemiSync)
+    ]))
+    assert g["kind"].tolist() == ["gap", "overlap", "ahead"]
+    assert np.allclose(g["gap_ms"], [300e-6, -500e-6, -9000e-6])
+    assert np.allclose(g["idle_ms"], [100e-6, 0, 0]) and np.allclose(g["busy_ms"], [200e-6, 0, 0])
+    assert np.allclose(g["overlap_ms"], [0, 500e-6, 0]) and np.allclose(g["ahead_ms"], [0, 0, 8000e-6])
+    text = results.gap_summary(g)
+    assert "1 step(s) where the next lookup waited" in text and "ran 0.008 ms before the optimizer" in text
+    assert results.gaps(_report([])) is None
+
+
+def _rep(**headline) -> dict:
+    return {"headline": headline, "warnings": []}
+
+
+def test_compare_verdicts_against_the_baseline():
+    picked = [("A", _rep(step_gpu_p90_ns=100e6, stall_total_ns=20_000, comm_overlap_ratio=0.5, exposed_comm_ns=0)),
+              ("B", _rep(step_gpu_p90_ns=90e6, stall_total_ns=23_000, comm_overlap_ratio=0.6, exposed_comm_ns=0)),
+              ("C", _rep(step_gpu_p90_ns=100.5e6, stall_total_ns=None, comm_overlap_ratio=0.4, exposed_comm_ns=0))]
+    t = results.compare(picked, 0)
+    p90 = t[t["figure"] == "step time P90, GPU"].set_index("trace")
+    assert p90.loc["A", "verdict"] == "baseline" and np.isnan(p90.loc["A", "diff_pct"])
+    assert p90.loc["B", "verdict"] == "better" and p90.loc["B", "diff_pct"] == pytest.approx(-10.0)
+    assert p90.loc["C", "verdict"] == "same"  # +0.5%: within the noise
+    stalls = t[t["figure"] == "sync stalls, CPU"].set_index("trace")
+    assert stalls.loc["B", "verdict"] == "same"  # +15% but 0.003 ms: not "worse"
+    assert stalls.loc["C", "verdict"] == "–"
+    ratio = t[t["figure"] == "comm overlapped by compute"].set_index("trace")
+    assert ratio.loc["B", "verdict"] == "better" and ratio.loc["C", "verdict"] == "worse"  # higher is better
+    assert "exposed communication" not in set(t["figure"])  # 0 everywhere: no chart
+    t1 = results.compare(picked, 1)  # another baseline
+    assert t1[(t1["figure"] == "step time P90, GPU") & (t1["trace"] == "A")]["verdict"].item() == "worse"
+
+
+def test_warnings_gather_the_loaders_and_the_sections():
+    rep = {"warnings": ["cut"], "steps": {"warnings": ["odd step"]}, "explain": {"warnings": ["no flows"]}, "gaps": {}}
+    assert results.warnings(rep) == ["cut", "odd step", "no flows"]
+
+
+def test_bytes_unit():
+    assert results.bytes_unit(2**30) == ("GiB", 2**30)
+    assert results.bytes_unit(2**30 - 1) == ("MiB", 2**20)
+
+
+EXPLAIN = {  # a rank's "explain" section as `tracekit explain` writes it (hand-made: two steps)
+    "bound": "host", "bound_share": 0.72,
+    "steps": [
+        {"step": 51, "bound": "host", "bound_share": 0.7,
+         "breakdown": {"host": 7e6, "compute:forward": 2e6, "compute:backward": 1e6}},
+        {"step": 52, "bound": "compute:backward", "bound_share": 0.5,
+         "breakdown": {"host": 3e6, "compute:backward": 5e6, "compute:custom": 1e6, "idle": 1e6}},
+    ],
+    "breakdown": [],
+    "findings": [
+        {"id": "sync", "title": "a sync in backward", "fix": "precomputed writeback", "evidence": "3 syncs, 55 ms",
+         "saving_ns": 2_000_000, "saving_fraction": 0.2},
+        {"id": "lookup", "title": "the lookup waits for the optimizer", "fix": "FusedSparseDist", "evidence": "gap 0.6 ms",
+         "saving_ns": 5_000_000, "saving_fraction": 0.5},
+        {"id": "memory", "title": "batch copy memory on a side stream", "fix": "in-place batch copy", "evidence": "5 GiB",
+         "saving_ns": None, "saving_fraction": None},
+    ],
+}
+
+
+def test_explain_section_ready_to_draw():
+    ex = results.explain({"explain": EXPLAIN})
+    assert ex["bound"] == "host-bound (72.0% of the critical path)"
+    f = ex["findings"]
+    assert f["title"].tolist()[:2] == ["the lookup waits for the optimizer", "a sync in backward"]  # biggest saving first
+    assert f["saving"].tolist() == ["5.000 ms (50.0% of the step)", "2.000 ms (20.0% of the step)", "no time saving predicted"]
+    st = ex["steps"]
+    # categories bottom-up: host, the compute phases (unknown ones after the known), then the rest
+    assert [c for c in st.columns if c not in ("step", "bound")] == ["host", "compute:forward", "compute:backward",
+                                                                       "compute:custom", "idle"]
+    assert st["step"].tolist() == ["51", "52"]
+    assert st.loc[1, "compute:backward"] == 5.0 and st.loc[0, "idle"] == 0.0
+    assert st.loc[1, "bound"] == "backward-bound (50.0% of the critical path)"
+    assert results.explain({"headline": {}}) is None
+
+
+def test_compare_a_lookup_that_runs_ahead_does_not_wait():
+    """SemiSync's signed gap (-45 ms) is not 'better' than SparseDist's +0.6 ms: neither waits long."""
+    sparse = {"headline": {"mean_gap_ns": 600_000}, "gaps": {"gaps": [{"gap_ns": 600_000}, {"gap_ns": 700_000}]}}
+    semi = {"headline": {"mean_gap_ns": -45e6}, "gaps": {"gaps": [{"gap_ns": -45e6}, {"gap_ns": 100_000}]}}
+    t = results.compare([("sparse", sparse), ("semi", semi)], 0)
+    wait = t[t["figure"] == "lookup's wait for the optimizer, mean"].set_index("trace")
+    assert wait.loc["sparse", "value"] == pytest.approx(0.65)
+    assert wait.loc["semi", "value"] == pytest.approx(0.05)  # (0 + 0.1) / 2
+    assert wait.loc["semi", "verdict"] == "better" and wait.loc["semi", "diff_pct"] == pytest.approx(-92.3, abs=0.1)

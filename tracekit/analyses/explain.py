@@ -1,0 +1,273 @@
+"""Explain: what bounds each step, and what each fix would save.
+
+From the trace's dependency graph (``tracekit.graph``): every step's critical path, its time
+split into categories (``host``: dispatch, launches and the host time between calls;
+``compute:<phase>``: GPU kernels by phase; ``communication``: NCCL/RCCL kernels; ``memcpy``:
+copies and memsets; ``sync``: blocking calls after the GPU work they waited for, and
+cross-stream waits; ``idle``: a stream that sat idle with nothing recorded to wait for), and the
+step's *bound*: the class with the largest share of it (``host``; ``gpu`` = compute + memcpy;
+``communication``; ``sync``).
+
+Findings: each of the four fixes (``tracekit.graph.fixes``) where it applies, with its evidence
+and its predicted saving from a what-if replay (contention-free and contention-aware,
+``tracekit.graph.whatif``); then generic ones: the phase with the largest share of the
+critical path twice as fast, the host twice as fast (when the host holds 10% of it or more), the
+host syncs removed (when sync holds 5% or more and no fix covers them). The saving is over the
+mean step (``tracekit.graph.whatif``: all steps but the first when there are two or more). User what-ifs
+(``--what-if``) are replayed the same way and listed with the fixes under ``what_ifs``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analyses import allocator, syncs
+from tracekit.graph import build_graph
+from tracekit.graph import critical as cr
+from tracekit.graph import fixes as fx
+from tracekit.graph import whatif as wi
+from tracekit.graph.build import GraphConfig
+from tracekit.graph.model import COMPUTE, BOUNDS, NodeKind, SYNC, bound_class
+from tracekit.phases import Rules
+from tracekit.trace.model import Trace
+
+HOST_FINDING_SHARE = 0.10
+"""A host-twice-as-fast finding when host time is at least this share of the critical path."""
+SYNC_FINDING_SHARE = 0.05
+"""A syncs-removed finding when sync time is at least this share of the critical path."""
+TOP_ITEMS = 15
+"""Rows of the critical path's largest items kept per step."""
+
+
+@dataclass(frozen=True)
+class ExplainConfig:
+    """How explain builds its graph and which fixes it looks for."""
+
+    graph: GraphConfig = field(default_factory=GraphConfig)
+    """Inference thresholds of the dependency graph."""
+    fixes: fx.FixConfig = field(default_factory=fx.FixConfig)
+    """Names the four fixes look for."""
+    what_ifs: tuple[str, ...] = ()
+    """User what-ifs (``tracekit.graph.whatif.parse_spec``), replayed besides the fixes."""
+    generic_findings: bool = True
+    """Add the generic findings (top phase, host, syncs) to the fixes'."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.graph, GraphConfig) or not isinstance(self.fixes, fx.FixConfig):
+            raise ValueError("ExplainConfig: graph and fixes must be GraphConfig and FixConfig")
+        for s in self.what_ifs:
+            wi.parse_spec(s)
+
+
+@dataclass(frozen=True)
+class ExplainResult:
+    """Critical path, bound and findings of one rank (see the module docstring)."""
+
+    bound: str | None
+    """The class with the largest share of the critical path over all steps (``BOUNDS``)."""
+    bound_share: float | None
+    steps: pd.DataFrame
+    """Per step: ``step, start_ns, end_ns, duration_ns, bound, bound_share, breakdown``
+    (a dict category -> ns), ``top`` (list of the path's largest items)."""
+    breakdown: pd.DataFrame
+    """Over all steps: ``category, ns, share`` (largest first)."""
+    findings: list
+    """Dicts: ``id, title, fix, evidence, kind, saving_ns, saving_fraction,
+    saving_contention_ns, saving_contention_fraction, observed_step_ns, predicted_step_ns``
+    and, for memory findings, ``peak_reserved_bytes, predicted_peak_reserved_bytes,
+    saving_bytes``; largest saving first, fixes before generic findings."""
+    what_ifs: pd.DataFrame
+    """Every fix and user what-if: ``id, title, applies, evidence, observed_step_ns,
+    predicted_step_ns, predicted_contention_step_ns, saving_ns, saving_fraction,
+    saving_contention_ns``."""
+    lanes: pd.DataFrame
+    """Time on the critical path per lane over all steps: ``lane, ns, share``."""
+    graph: dict
+    """The graph's size: ``nodes``, ``edges`` by kind, ``launch_latency_ns``."""
+    warnings: tuple[str, ...] = ()
+    path: pd.DataFrame | None = None
+    """Every step's critical path segments (``tracekit.graph.critical.SEGMENT_COLUMNS``); not
+    written to JSON."""
+
+    def to_dict(self) -> dict:
+        from tracekit.report import jsonable
+
+        steps = []
+        for r in self.steps.itertuples(index=False):
+            steps.append({"step": int(r.step), "start_ns": int(r.start_ns), "end_ns": int(r.end_ns),
+                          "duration_ns": int(r.duration_ns), "bound": r.bound,
+                          "bound_share": None if r.bound_share is None or
+                          np.isnan(r.bound_share) else float(r.bound_share),
+                          "breakdown": {k: int(v) for k, v in r.breakdown.items()},
+                          "top": jsonable(r.top)})
+        return {
+            "bound": self.bound, "bound_share": self.bound_share, "steps": steps,
+            "breakdown": jsonable(self.breakdown), "findings": jsonable(self.findings),
+            "what_ifs": jsonable(self.what_ifs), "lanes": jsonable(self.lanes),
+            "graph": jsonable(self.graph), "warnings": list(self.warnings),
+        }
+
+
+def _label(g, lane: int) -> str:
+    return g.lane_label(lane)
+
+
+def _top(g, segs: pd.DataFrame) -> list[dict]:
+    """The path's largest items: its time grouped by (lane, name, category)."""
+    if segs.empty:
+        return []
+    t = segs.groupby(["lane", "name", "category"], sort=False).agg(
+        ns=("dur", "sum"), count=("dur", "size")).reset_index()
+    t = t.sort_values("ns", ascending=False, kind="stable").head(TOP_ITEMS)
+    return [{"lane": _label(g, int(r.lane)), "name": str(r.name), "category": r.category,
+             "ns": int(r.ns), "count": int(r.count)} for r in t.itertuples(index=False)]
+
+
+def _finding(fid, title, fix, evidence, pred: wi.Prediction, kind="time") -> dict:
+    obs = pred.observed_ns
+    return {"id": fid, "title": title, "fix": fix, "evidence": evidence, "kind": kind,
+            "saving_ns": pred.saving_ns, "saving_fraction": pred.saving_ns / obs if obs else None,
+            "saving_contention_ns": pred.saving_contention_ns,
+            "saving_contention_fraction": pred.saving_contention_ns / obs if obs else None,
+            "observed_step_ns": obs, "predicted_step_ns": pred.predicted_ns,
+            "predicted_contention_step_ns": pred.predicted_contention_ns}
+
+
+def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
+            config: ExplainConfig | None = None) -> ExplainResult:
+    """Critical path, bound and findings of ``trace`` (see the module docstring). ``snapshot``:
+    a ``tracekit.analyses.snapshot.SnapshotResult`` of the same run, for the in-place copy's
+    predicted peak reserved."""
+    config = ExplainConfig() if config is None else config
+    g = build_graph(trace, rules, config.graph)
+    warnings = list(g.warnings)
+    path = cr.step_paths(g)
+    win = cr.step_windows(g)
+    rows = []
+    total_bd: dict[str, int] = {}
+    for r in win.itertuples(index=False):
+        segs = path[path["step"].to_numpy() == r.step]
+        bd = cr.breakdown(segs)
+        dur = int(r.end - r.start)
+        b, share = cr.bound_of(bd, dur)
+        rows.append((int(r.step), int(r.start), int(r.end), dur, b,
+                     np.nan if share is None else share, bd, _top(g, segs)))
+        for k, v in bd.items():
+            total_bd[k] = total_bd.get(k, 0) + v
+    steps = pd.DataFrame(rows, columns=["step", "start_ns", "end_ns", "duration_ns", "bound",
+                                        "bound_share", "breakdown", "top"])
+    total = int(steps["duration_ns"].sum()) if len(steps) else 0
+    bound, bound_share = cr.bound_of(total_bd, total)
+    bd_t = pd.DataFrame([(k, v, v / total if total else None) for k, v in
+                         sorted(total_bd.items(), key=lambda kv: -kv[1])],
+                        columns=["category", "ns", "share"])
+    lanes = path.groupby("lane")["dur"].sum().sort_values(ascending=False) if len(path) else \
+        pd.Series(dtype=np.int64)
+    lanes_t = pd.DataFrame({"lane": [_label(g, int(x)) for x in lanes.index],
+                            "ns": lanes.to_numpy(np.int64),
+                            "share": lanes.to_numpy(np.float64) / total if total else np.nan})
+
+    # ---- fixes and what-ifs --------------------------------------------------------------------
+    findings: list[dict] = []
+    wrows: list[tuple] = []
+    calls = np.flatnonzero(g.kind == NodeKind.CALL)
+    keep_ns = int(np.median(g.dur[calls])) if calls.size else 0
+    chains = _chains(trace, g)
+
+    def run(fid, title, applies, evidence, change) -> wi.Prediction | None:
+        pred = wi.predict(g, change) if applies and change is not None and len(win) else None
+        obs = pred.observed_ns if pred else None
+        wrows.append((fid, title, applies, evidence, obs, pred.predicted_ns if pred else None,
+                      pred.predicted_contention_ns if pred else None,
+                      pred.saving_ns if pred else None,
+                      pred.saving_ns / obs if pred and obs else None,
+                      pred.saving_contention_ns if pred else None))
+        return pred
+
+    has_gpu = bool((g.kind == NodeKind.GPU).any())
+    fixes = []
+    if has_gpu:
+        fixes = [fx.detect_fused(trace, g, rules, config.fixes),
+                 fx.detect_async_delta(trace, g, config.fixes, keep_ns),
+                 fx.detect_writeback(trace, g, config.fixes, chains)]
+    for f in fixes:
+        pred = run(f.id, f.title, f.applies, f.evidence, f.change)
+        if f.applies and pred is not None:
+            findings.append(_finding(f.id, f.title, f.fix, f.evidence, pred))
+    if has_gpu:
+        alloc = allocator.compute(trace, rules)
+        f = fx.detect_inplace(trace, g, rules, config.fixes, snapshot, alloc.peak_reserved)
+        m = f.memory
+        wrows.append((f.id, f.title, f.applies, f.evidence, None, None, None, None, None, None))
+        if f.applies:
+            pr, pk = m.get("predicted_peak_reserved_bytes"), m.get("peak_reserved_bytes")
+            findings.append({"id": f.id, "title": f.title, "fix": f.fix, "evidence": f.evidence,
+                             "kind": "memory", "saving_ns": None, "saving_fraction": None,
+                             "saving_contention_ns": None, "saving_contention_fraction": None,
+                             "observed_step_ns": None, "predicted_step_ns": None,
+                             "predicted_contention_step_ns": None, **m,
+                             "saving_bytes": (pk - pr) if pr is not None and pk is not None
+                             else None})
+    covered_syncs = any(f.applies and f.id in ("async_delta_copy", "precomputed_writeback")
+                        for f in fixes)
+    generic = []
+    if config.generic_findings and total:
+        share = {k: v / total for k, v in total_bd.items()}
+        comp = [(k, v) for k, v in share.items() if k.startswith(COMPUTE)]
+        if comp:
+            k, v = max(comp, key=lambda kv: kv[1])
+            ph = k[len(COMPUTE):]
+            generic.append((f"phase:{ph}", f"phase:{ph}=2",
+                            f"GPU compute in phase {ph!r} is {100 * v:.1f}% of the critical path",
+                            f"make phase {ph!r} 2x faster (what-if)"))
+        if share.get("host", 0) >= HOST_FINDING_SHARE:
+            generic.append(("host", "host=2",
+                            f"host time (dispatch, launches, Python between them) is "
+                            f"{100 * share['host']:.1f}% of the critical path",
+                            "make the host 2x faster: fewer launches (foreach/fused optimizers, "
+                            "CUDA graphs), less Python per step (what-if)"))
+        if share.get(SYNC, 0) >= SYNC_FINDING_SHARE and not covered_syncs:
+            generic.append(("syncs", "sync:all",
+                            f"blocking calls and waits are {100 * share[SYNC]:.1f}% of the "
+                            "critical path", "remove the host syncs (what-if: all of them)"))
+    for fid, spec, title, fix in generic:
+        ch, n = wi.spec_change(g, wi.parse_spec(spec), chains)
+        pred = run(fid, title, n > 0, f"{n} nodes changed", ch)
+        if pred is not None:
+            findings.append(_finding(fid, title, fix, title, pred))
+    for text in config.what_ifs:
+        spec = wi.parse_spec(text)
+        ch, n = wi.spec_change(g, spec, chains)
+        if n == 0:
+            warnings.append(f"what-if {text!r} matches nothing in this trace")
+        run(text, spec.title, n > 0, f"{n} nodes changed", ch)
+    nfix = {f.id for f in fixes} | {"inplace_batch_copy"}
+    findings.sort(key=lambda d: (d["id"] not in nfix, -(d["saving_ns"] or 0),
+                                 -(d.get("saving_bytes") or 0)))
+    what_ifs = pd.DataFrame(wrows, columns=[
+        "id", "title", "applies", "evidence", "observed_step_ns", "predicted_step_ns",
+        "predicted_contention_step_ns", "saving_ns", "saving_fraction", "saving_contention_ns"])
+    return ExplainResult(
+        bound=bound, bound_share=bound_share, steps=steps, breakdown=bd_t, findings=findings,
+        what_ifs=what_ifs, lanes=lanes_t,
+        graph={"nodes": g.n, "edges": g.edge_counts(), "launch_latency_ns": g.launch_latency_ns},
+        warnings=tuple(warnings), path=path)
+
+
+def _chains(trace: Trace, g) -> np.ndarray:
+    """Per node: the op chain of a blocking call ("" for every other node)."""
+    out = np.full(g.n, "", dtype=object)
+    sel = np.flatnonzero((g.kind == NodeKind.CALL) & (g.category == SYNC))
+    if sel.size:
+        ev = trace.events
+        rows = g.row[sel]
+        ts = ev["ts"].to_numpy(np.int64)[rows]
+        out[sel] = syncs.op_chains(trace, ev["tid"].to_numpy(np.int64)[rows], ts,
+                                   ts + ev["dur"].to_numpy(np.int64)[rows])
+    return out
+
+
+__all__ = ["BOUNDS", "ExplainConfig", "ExplainResult", "compute", "bound_class"]

@@ -1,0 +1,685 @@
+"""Building the dependency graph of a trace (``tracekit.graph.model``), vectorised.
+
+``build_graph(trace, rules)`` reads the events once with numpy: no Python loop runs per event
+(loops run per lane, per step or per blocking call, of which a trace has few).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tracekit import intervals, phases
+from tracekit.analyses import steps as steps_mod
+from tracekit.analyses.syncs import ASYNC_COPY, BLOCKING, HOST_SYNC_EVENT
+from tracekit.graph.model import (
+    COMMUNICATION, COMPUTE, HOST, MEMCPY, SYNC, EdgeKind, Graph, NodeKind,
+)
+from tracekit.phases import Rules
+from tracekit.trace.model import GPU_ACTIVITY_KINDS, Kind, Trace
+
+QUEUE_FULL = "Command Buffer Full"
+"""Kineto's overhead event for a launch that blocked because the launch queue was full."""
+STREAM_WAIT = re.compile(r"^(cuda|hip)StreamWaitEvent(_v\d+)?$|^cuStreamWaitEvent")
+STREAM_WAIT_EVENT = "Stream Wait Event"
+"""The ``cuda_sync`` event of a stream waiting on another stream's event."""
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """How the graph infers what the trace does not record."""
+
+    launch_latency_ns: int | None = None
+    """Nominal launch latency (launch call end -> activity start); None: the trace's own, the
+    10th percentile over activities whose stream was free when they were launched."""
+    wait_ready_ns: int = 5_000
+    """An activity that starts this much later than it was ready (launched, and its stream
+    free) was held by something: a cross-stream wait is looked for."""
+    wait_match_ns: int = 10_000
+    """The inferred wait's source is the activity of another stream of the device that ended
+    latest, at most this long before the held activity started."""
+    infer_waits: bool | None = None
+    """Infer cross-stream waits: None = only when the trace records none (no ``cuda_sync``
+    ``Stream Wait Event`` with its args); True = always (recorded ones are then dropped, as the
+    precision/recall test does); False = never."""
+    handoff_idle_ns: int = 200_000
+    """A secondary CPU thread idle this long before running again was woken by another thread
+    (a handoff edge from the latest call on another thread); when the thread holding the steps
+    ran nothing while it was busy, it resumes after it."""
+    host_wait_tolerance_ns: int = 100_000
+    """A blocking call waited for the GPU activity that ended last before it returned, if that
+    activity ended at most this long before the call returned (beyond that the call's own
+    time, not the GPU, is what kept it)."""
+
+    def __post_init__(self) -> None:
+        for f in ("wait_ready_ns", "wait_match_ns", "handoff_idle_ns", "host_wait_tolerance_ns"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or v < 0:
+                raise ValueError(f"GraphConfig.{f} must be a non-negative int, got {v!r}")
+        if self.launch_latency_ns is not None and not isinstance(self.launch_latency_ns, int):
+            raise ValueError("GraphConfig.launch_latency_ns must be an int or None")
+        if self.infer_waits not in (None, True, False):
+            raise ValueError("GraphConfig.infer_waits must be None, True or False")
+
+
+DEFAULT_CONFIG = GraphConfig()
+
+
+def _pairs(lane: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Consecutive (prev, next) ids within each lane, ``ids`` ordered within lanes by id."""
+    order = np.lexsort((ids, lane))
+    li, ii = lane[order], ids[order]
+    same = li[1:] == li[:-1]
+    return ii[:-1][same], ii[1:][same]
+
+
+def _event_rows(trace: Trace, kinds) -> np.ndarray:
+    return np.flatnonzero(np.isin(trace.events["kind"].to_numpy(), [int(k) for k in kinds]))
+
+
+def _calls(trace: Trace) -> pd.DataFrame:
+    """Runtime/driver calls, nested ones folded into the outermost call of their thread:
+    ``row, ts, end, pid, tid, name, outer`` (outer: position of the kept call)."""
+    ev = trace.events
+    rows = _event_rows(trace, (Kind.RUNTIME, Kind.DRIVER))
+    ts = ev["ts"].to_numpy(np.int64)[rows]
+    end = ts + ev["dur"].to_numpy(np.int64)[rows]
+    pid = ev["pid"].to_numpy(np.int64)[rows]
+    tid = ev["tid"].to_numpy(np.int64)[rows]
+    order = np.lexsort((-end, ts, tid, pid))
+    ts, end, pid, tid, rows = ts[order], end[order], pid[order], tid[order], rows[order]
+    n = rows.size
+    outer = np.arange(n)
+    if n:
+        same = np.r_[False, (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1])]
+        # reach of the thread so far (reset at each new thread)
+        grp = np.cumsum(~same)
+        reach = pd.Series(end).groupby(grp).cummax().to_numpy()
+        nested = same & (ts < np.r_[0, reach[:-1]])
+        top = ~nested
+        outer = np.maximum.accumulate(np.where(top, np.arange(n), 0))
+        end = np.where(top, np.maximum(end, 0), end)
+        # an outer call's end covers its nested calls
+        reach_top = pd.Series(end).groupby(outer).transform("max").to_numpy()
+        end = reach_top
+    return pd.DataFrame({"row": rows, "ts": ts, "end": end, "pid": pid, "tid": tid,
+                         "outer": outer, "corr": ev["correlation"].to_numpy(np.int64)[rows]})
+
+
+def _main_thread(trace: Trace, rules: Rules, calls: pd.DataFrame) -> tuple[int, int]:
+    """(pid, tid) of the thread holding the steps (else the one with most calls)."""
+    _, index = phases.activities(trace, rules)
+    tid = index.main_tid
+    ev = trace.events
+    if tid < 0:
+        if calls.empty:
+            return -1, -1
+        pt = calls.groupby(["pid", "tid"]).size().idxmax()
+        return int(pt[0]), int(pt[1])
+    mine = ev["pid"].to_numpy(np.int64)[ev["tid"].to_numpy(np.int64) == tid]
+    pid = int(pd.Series(mine).mode().iloc[0]) if mine.size else -1
+    return pid, int(tid)
+
+
+def _launch_latency(a_start, a_lane, launch_end, nominal: int | None) -> int:
+    if nominal is not None:
+        return nominal
+    has = launch_end >= 0
+    if not has.any():
+        return 0
+    # activities whose stream was free when their launch returned: start - launch end
+    order = np.lexsort((a_start, a_lane))
+    prev_end = np.full(a_start.size, np.iinfo(np.int64).min)
+    s = a_start[order]
+    same = np.r_[False, a_lane[order][1:] == a_lane[order][:-1]]
+    # a stream's previous activity end: the activities of a lane do not overlap
+    ends = np.r_[np.iinfo(np.int64).min, (s + 0)[:-1]]
+    prev_end[order] = np.where(same, ends, np.iinfo(np.int64).min)
+    free = has & (prev_end < launch_end)
+    lat = (a_start - launch_end)[free]
+    if not lat.size:
+        return 0
+    return int(np.clip(np.percentile(lat, 10), 0, 50_000))
+
+
+def build_graph(trace: Trace, rules: Rules, config: GraphConfig | None = None) -> Graph:
+    """The dependency graph of ``trace`` (see ``tracekit.graph.model``), memoised per trace
+    object, rules and config (do not modify it)."""
+    config = DEFAULT_CONFIG if config is None else config
+    return phases._memo(trace, rules, f"graph:{config!r}", lambda: _build(trace, rules, config))
+
+
+def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C901 - one pass
+    ev = trace.events
+    warnings: list[str] = []
+    acts, index = phases.activities(trace, rules)
+    grow = _event_rows(trace, GPU_ACTIVITY_KINDS)
+    assert grow.size == len(acts)
+    calls = _calls(trace)
+    main_pid, main_tid = _main_thread(trace, rules, calls)
+    st = steps_mod.compute(trace, rules).steps
+
+    # ---- lanes ----------------------------------------------------------------------------
+    gl = acts[["device", "stream"]].drop_duplicates().sort_values(["device", "stream"])
+    cl = calls[["pid", "tid"]].drop_duplicates()
+    if len(st) and main_tid >= 0:
+        cl = pd.concat([cl, pd.DataFrame({"pid": [main_pid], "tid": [main_tid]})])
+    cl = cl.drop_duplicates().sort_values(["pid", "tid"])
+    lanes = pd.DataFrame({
+        "type": ["gpu"] * len(gl) + ["cpu"] * len(cl),
+        "device": np.r_[gl["device"].to_numpy(np.int64), np.full(len(cl), -1)],
+        "stream": np.r_[gl["stream"].to_numpy(np.int64), np.full(len(cl), -1)],
+        "pid": np.r_[np.full(len(gl), -1), cl["pid"].to_numpy(np.int64)],
+        "tid": np.r_[np.full(len(gl), -1), cl["tid"].to_numpy(np.int64)],
+    })
+    lanes.insert(0, "lane", np.arange(len(lanes)))
+    gkey = pd.MultiIndex.from_frame(gl)
+    ckey = pd.MultiIndex.from_frame(cl)
+    a_lane = gkey.get_indexer(pd.MultiIndex.from_frame(acts[["device", "stream"]])).astype(np.int64)
+    kept = calls[calls["outer"].to_numpy() == np.arange(len(calls))]
+    c_lane = (ckey.get_indexer(pd.MultiIndex.from_frame(kept[["pid", "tid"]])) + len(gl)).astype(np.int64)
+    main_lane = int(ckey.get_indexer(pd.MultiIndex.from_arrays([[main_pid], [main_tid]]))[0]) + len(gl) \
+        if len(cl) else -1
+
+    # ---- GPU activities ---------------------------------------------------------------------
+    a_start = acts["ts"].to_numpy(np.int64)
+    a_end = acts["end"].to_numpy(np.int64)
+    a_launch = acts["launch_ts"].to_numpy(np.int64)
+    a_corr = acts["correlation"].to_numpy(np.int64)
+    inv, uniq = pd.factorize(acts["name"])
+    comm = phases.name_matches(inv, pd.Index(uniq), re.compile(rules.communication))
+    a_kind = acts["kind"].to_numpy()
+    a_phase = acts["phase"].to_numpy(object)
+    a_cat = np.where(a_kind != int(Kind.KERNEL), MEMCPY,
+                     np.where(comm, COMMUNICATION, COMPUTE + a_phase.astype(str))).astype(object)
+
+    # ---- CPU calls: which block on the GPU, and on what ------------------------------------
+    names = ev["name"]
+    ncodes, ncats = phases.name_codes(ev)
+    k_rows = kept["row"].to_numpy(np.int64)
+    k_ts = kept["ts"].to_numpy(np.int64)
+    k_end = kept["end"].to_numpy(np.int64)
+    k_tid = kept["tid"].to_numpy(np.int64)
+    blocking = phases.name_matches(ncodes[k_rows], ncats, BLOCKING)
+    pageable = acts["name"].str.contains("Pageable", regex=False).to_numpy(bool) & \
+        (a_kind == int(Kind.MEMCPY))
+    # correlation of every call (nested ones belong to their outer call)
+    c_outer = calls["outer"].to_numpy(np.int64)
+    kept_pos = np.full(len(calls), -1, np.int64)
+    kept_pos[calls["outer"].to_numpy() == np.arange(len(calls))] = np.arange(len(kept))
+    c_node_of_call = kept_pos[c_outer]  # kept index of each call's outer call
+    c_corr = calls["corr"].to_numpy(np.int64)
+    async_copy = phases.name_matches(ncodes[calls["row"].to_numpy(np.int64)], ncats, ASYNC_COPY)
+    pc = np.isin(c_corr, a_corr[pageable]) & async_copy & (c_corr >= 0)
+    blocking[np.unique(c_node_of_call[pc])] = True
+    # calls Kineto saw block the host (cuda_sync Stream/Event/Context Sync linked to them)
+    sy = _event_rows(trace, (Kind.SYNC,))
+    if sy.size:
+        host = phases.name_matches(ncodes[sy], ncats, HOST_SYNC_EVENT)
+        scorr = ev["correlation"].to_numpy(np.int64)[sy[host]]
+        hit = np.isin(c_corr, scorr[scorr >= 0]) & (c_corr >= 0)
+        blocking[np.unique(c_node_of_call[hit])] = True
+    # launches that blocked on a full launch queue: the call holds one of Kineto's overhead
+    # events for it
+    qrows = _event_rows(trace, (Kind.OTHER,))
+    qrows = qrows[np.asarray(names.array[qrows]).astype(str) == QUEUE_FULL] if qrows.size else qrows
+    if qrows.size and k_ts.size:
+        q_s, q_e = intervals.union(ev["ts"].to_numpy(np.int64)[qrows],
+                                   (ev["ts"].to_numpy(np.int64) + ev["dur"].to_numpy(np.int64))[qrows])
+        k = np.searchsorted(q_s, k_ts, side="left")
+        blocking |= (k < q_s.size) & (q_e[np.minimum(k, q_s.size - 1)] <= k_end)
+    device_sync = phases.name_matches(ncodes[k_rows], ncats,
+                                      re.compile(r"DeviceSynchronize|CtxSynchronize|ThreadSynchronize"))
+    hw_src, hw_dst = _host_waits(
+        np.flatnonzero(blocking), k_ts, k_end, device_sync, a_start, a_end, a_launch, a_lane,
+        acts["device"].to_numpy(np.int64), config.host_wait_tolerance_ns)
+    # graph start of a call: after the GPU work it waited for
+    c_start = k_ts.copy()
+    if hw_dst.size:
+        gmax = pd.Series(a_end[hw_src]).groupby(hw_dst).max()
+        idx = gmax.index.to_numpy(np.int64)
+        c_start[idx] = np.minimum(np.maximum(k_ts[idx], gmax.to_numpy(np.int64)), k_end[idx])
+    c_wait = c_start - k_ts
+
+    # phase of a CPU call: its enclosing phase annotation
+    c_phase = np.full(len(kept), phases.OTHER, dtype=object)
+    c_batch = np.full(len(kept), -1, np.int64)
+    if len(kept) and not index.table.empty:
+        ann = index.enclosing(k_tid, k_ts, k_end)
+        has = ann >= 0
+        c_phase[has] = index.table["phase"].to_numpy(object)[ann[has]]
+        c_batch[has] = index.table["batch"].to_numpy(np.int64)[ann[has]]
+
+    # ---- step markers -----------------------------------------------------------------------
+    n_st = len(st) if main_lane >= 0 else 0
+    m_time = np.r_[st["cpu_start"].to_numpy(np.int64), st["cpu_end"].to_numpy(np.int64)][
+        :2 * n_st] if n_st else np.zeros(0, np.int64)
+    m_step = np.r_[st["step"].to_numpy(np.int64), st["step"].to_numpy(np.int64)] if n_st \
+        else np.zeros(0, np.int64)
+    m_name = np.array([f"step {s} start" for s in st["step"]] + [f"step {s} end" for s in st["step"]],
+                      dtype=object) if n_st else np.zeros(0, object)
+
+    # ---- all nodes, in topological order ---------------------------------------------------
+    na, nc, nm = len(acts), len(kept), m_time.size
+    kind = np.r_[np.full(na, NodeKind.GPU), np.full(nc, NodeKind.CALL), np.full(nm, NodeKind.MARK)]
+    start = np.r_[a_start, c_start, m_time]
+    dur = np.r_[a_end - a_start, k_end - c_start, np.zeros(nm, np.int64)]
+    tie = np.r_[np.full(na, 2), np.full(nc, 1), np.zeros(nm, np.int64)]
+    order = np.lexsort((tie, start))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    kind = kind[order].astype(np.int8)
+    lane = np.r_[a_lane, c_lane, np.full(nm, main_lane)][order].astype(np.int32)
+    start, dur = start[order], dur[order]
+    row = np.r_[grow, k_rows, np.full(nm, -1)][order].astype(np.int64)
+    ev_ts = np.r_[a_start, k_ts, m_time][order]  # the event's own start (calls: before waiting)
+    wait = np.r_[np.zeros(na, np.int64), c_wait, np.zeros(nm, np.int64)][order]
+    spans = st if n_st else st.iloc[:0]
+    a_step = phases.step_of(spans.rename(columns={"cpu_start": "ts", "cpu_end": "end"}),
+                            np.where(a_launch >= 0, a_launch, a_start))
+    c_step = phases.step_of(spans.rename(columns={"cpu_start": "ts", "cpu_end": "end"}), k_ts)
+    step = np.r_[a_step, c_step, m_step][order]
+    c_cat = np.where(blocking, SYNC, HOST).astype(object)
+    category = np.r_[a_cat, c_cat, np.full(nm, HOST, dtype=object)][order]
+    name = np.r_[acts["name"].to_numpy(object), np.asarray(names.array[k_rows], dtype=object).astype(str)
+                 if nc else np.zeros(0, object), m_name][order]
+    phase = np.r_[a_phase, c_phase, np.full(nm, phases.OTHER, dtype=object)][order]
+    batch = np.r_[acts["batch"].to_numpy(np.int64), c_batch, np.full(nm, -1)][order]
+    a_id = rank[:na]
+    c_id = rank[na:na + nc]
+    m_id = rank[na + nc:]
+    end = start + dur
+
+    # ---- edges ------------------------------------------------------------------------------
+    srcs, dsts, kinds, noms = [], [], [], []
+
+    def add(s, d, k, nominal):
+        s = np.asarray(s, np.int64)
+        srcs.append(s)
+        dsts.append(np.asarray(d, np.int64))
+        kinds.append(np.full(s.size, int(k), np.int8))
+        noms.append(np.broadcast_to(np.asarray(nominal, np.int64), s.shape).copy())
+
+    is_gpu = kind == NodeKind.GPU
+    ids = np.arange(kind.size)
+    # program order (lag: the host time between the calls)
+    cpu = ~is_gpu
+    p_prev, p_next = _pairs(lane[cpu].astype(np.int64), ids[cpu])
+    p_nom = ev_ts[p_next] - end[p_prev]
+    # stream order
+    s_prev, s_next = _pairs(lane[is_gpu].astype(np.int64), ids[is_gpu])
+    add(s_prev, s_next, EdgeKind.STREAM, 0)
+    # launches: the activity's correlation -> the (outer) call carrying it
+    l_src = l_dst = np.zeros(0, np.int64)
+    if nc and na:
+        cc = c_corr[c_corr >= 0]
+        cn = c_node_of_call[c_corr >= 0]
+        o = np.argsort(cc, kind="stable")
+        cc, cn = cc[o], cn[o]
+        k = np.minimum(np.searchsorted(cc, a_corr), max(cc.size - 1, 0))
+        linked = (a_corr >= 0) & (cc.size > 0) & (cc[k] == a_corr) if cc.size else np.zeros(na, bool)
+        l_src, l_dst = c_id[cn[k[linked]]], a_id[linked]
+    launch_end = np.full(na, -1, np.int64)  # per activity: end of its launch call
+    if l_dst.size:
+        by_node = np.full(kind.size, -1, np.int64)
+        # a call that waited ended after its own work began: not a launch latency sample
+        by_node[l_dst] = np.where(wait[l_src] > 0, -1, end[l_src])
+        launch_end = by_node[a_id]
+    lat = _launch_latency(a_start, a_lane, launch_end, config.launch_latency_ns)
+    # a blocking call launched its work when it began, before its wait: that launch edge comes
+    # from the call before it on its thread, with the host time up to the call's start
+    l_nom = np.full(l_src.size, lat, np.int64)
+    waited = wait[l_src] > 0
+    if waited.any():
+        pred_of = np.full(kind.size, -1, np.int64)
+        pred_of[p_next] = p_prev
+        pr = pred_of[l_src[waited]]
+        has = pr >= 0
+        idx = np.flatnonzero(waited)[has]
+        l_nom[idx] = ev_ts[l_src[idx]] - end[pr[has]] + lat
+        l_src = l_src.copy()
+        l_src[idx] = pr[has]
+    add(l_src, l_dst, EdgeKind.LAUNCH, l_nom)
+    if na and not l_dst.size:
+        warnings.append("no GPU activity is linked to its launch (no correlation ids or flows): "
+                        "the graph has no launch edges; host and GPU are explained separately")
+    # host waits
+    add(a_id[hw_src], c_id[hw_dst], EdgeKind.HOST_WAIT, 0)
+    # cross-stream waits: recorded, else inferred
+    rec = _recorded_waits(trace, acts, a_id, a_lane, kept, c_node_of_call, calls, ev)
+    infer = config.infer_waits if config.infer_waits is not None else rec[0].size == 0
+    if rec[0].size and config.infer_waits is not True:
+        add(rec[0], rec[1], EdgeKind.WAIT_RECORDED, 0)
+    if infer and na:
+        sw = phases.name_matches(ncodes[k_rows], ncats, STREAM_WAIT)
+        w_src, w_dst = _inferred_waits(a_start, a_end, a_lane, acts["device"].to_numpy(np.int64),
+                                       launch_end, lat, config, a_launch,
+                                       acts["launch_tid"].to_numpy(np.int64),
+                                       k_ts[sw], k_tid[sw])
+        add(a_id[w_src], a_id[w_dst], EdgeKind.WAIT_INFERRED, 0)
+    # handoffs between CPU threads
+    h_src, h_dst, h_nom, p_override = _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes,
+                                                p_prev, p_next, config)
+    if p_override.size:
+        p_nom = p_nom.copy()
+        p_nom[p_override[:, 0]] = p_override[:, 1]
+    add(p_prev, p_next, EdgeKind.PROGRAM, p_nom)
+    add(h_src, h_dst, EdgeKind.HANDOFF, h_nom)
+
+    src = np.concatenate(srcs)
+    dst = np.concatenate(dsts)
+    ekind = np.concatenate(kinds)
+    nom = np.concatenate(noms)
+    bad = src >= dst
+    if bad.any():
+        warnings.append(f"{int(bad.sum())} dependencies go backwards in time (clock skew between "
+                        "host and GPU?) and were left out")
+        src, dst, ekind, nom = src[~bad], dst[~bad], ekind[~bad], nom[~bad]
+    o = np.lexsort((src, dst))
+    src, dst, ekind, nom = src[o], dst[o], ekind[o], nom[o]
+    lag, binding = _bind(src, dst, ekind, nom, start, end)
+
+    steps_t = pd.DataFrame({
+        "step": st["step"].to_numpy(np.int64) if n_st else np.zeros(0, np.int64),
+        "cpu_start": st["cpu_start"].to_numpy(np.int64) if n_st else np.zeros(0, np.int64),
+        "cpu_end": st["cpu_end"].to_numpy(np.int64) if n_st else np.zeros(0, np.int64),
+        "start_node": m_id[:n_st] if n_st else np.zeros(0, np.int64),
+        "end_node": m_id[n_st:] if n_st else np.zeros(0, np.int64),
+    })
+    return Graph(kind=kind, lane=lane, start=start, dur=dur, row=row, step=step,
+                 category=category, name=name, phase=phase, batch=batch, lanes=lanes,
+                 src=src, dst=dst, edge_kind=ekind, lag=lag, binding=binding, steps=steps_t,
+                 wait_ns=wait, launch_latency_ns=lat, warnings=tuple(warnings))
+
+
+_PRIORITY = {EdgeKind.HOST_WAIT: 6, EdgeKind.WAIT_RECORDED: 5, EdgeKind.WAIT_INFERRED: 4,
+             EdgeKind.FIX: 4, EdgeKind.STREAM: 3, EdgeKind.HANDOFF: 2, EdgeKind.LAUNCH: 1,
+             EdgeKind.PROGRAM: 0}
+
+
+def edge_priority(kind: np.ndarray) -> np.ndarray:
+    """Tie-break between edges whose sources are ready at the same time: a wait or the stream
+    before the launch, the launch before the host's own program order."""
+    table = np.zeros(len(EdgeKind), np.int64)
+    for k, p in _PRIORITY.items():
+        table[int(k)] = p
+    return table[kind.astype(np.int64)]
+
+
+def _bind(src, dst, ekind, nom, start, end) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's binding edge and the lags that reproduce the observed times."""
+    obs = start[dst] - end[src]
+    cand = end[src] + nom
+    binding = np.full(start.size, -1, np.int64)
+    if src.size:
+        o = np.lexsort((edge_priority(ekind), cand, dst))
+        last = np.r_[dst[o][1:] != dst[o][:-1], True]
+        binding[dst[o][last]] = o[last]
+    lag = np.minimum(nom, obs)
+    b = binding[binding >= 0]
+    lag[b] = obs[b]
+    return lag.astype(np.int64), binding
+
+
+def _host_waits(calls_idx, c_ts, c_end, device_sync, a_start, a_end, a_launch, a_lane, a_dev,
+                tolerance) -> tuple[np.ndarray, np.ndarray]:
+    """For blocking calls: the GPU activities each waited for (activity index, call index).
+
+    A call waited for the activity launched before it that ended last before it returned (a
+    device synchronize: the last one of every stream); it waited if that activity was still
+    running when the call began, and ended within ``tolerance`` of the call's return."""
+    if not calls_idx.size or not a_start.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    launch = np.where(a_launch >= 0, a_launch, a_start)
+    out_a, out_c = [], []
+    single = calls_idx[~device_sync[calls_idx]]
+    multi = calls_idx[device_sync[calls_idx]]
+    # per lane: activities by end (the activities of a stream end in launch order)
+    for ln in np.unique(a_lane):
+        sel = np.flatnonzero(a_lane == ln)
+        sel = sel[np.argsort(a_end[sel], kind="stable")]
+        e = a_end[sel]
+        lm = np.maximum.accumulate(launch[sel])  # launches are in order on a stream
+        for group in (single, multi):
+            if not group.size:
+                continue
+            k = np.searchsorted(e, c_end[group], side="right") - 1
+            ok = k >= 0
+            kk = np.maximum(k, 0)
+            ok &= lm[kk] < c_ts[group]  # launched before the call (not by another thread meanwhile)
+            ok &= e[kk] > c_ts[group]  # still running when the call began
+            ok &= c_end[group] - e[kk] <= tolerance
+            out_a.append(sel[kk[ok]])
+            out_c.append(group[ok])
+    if not out_a:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    a = np.concatenate(out_a)
+    c = np.concatenate(out_c)
+    # a single-stream wait keeps only the activity that ended last (the stream it synchronized)
+    df = pd.DataFrame({"a": a, "c": c, "e": a_end[a], "multi": device_sync[c]})
+    single_rows = df[~df["multi"]].sort_values(["c", "e"]).drop_duplicates("c", keep="last")
+    df = pd.concat([single_rows, df[df["multi"]]])
+    return df["a"].to_numpy(np.int64), df["c"].to_numpy(np.int64)
+
+
+def _inferred_waits(a_start, a_end, a_lane, a_dev, launch_end, lat, config: GraphConfig,
+                    a_launch, a_tid, wait_ts, wait_tid):
+    """Cross-stream waits from timing: an activity that started ``wait_ready_ns`` after it was
+    ready (its launch + the launch latency, its stream's previous activity) waited for the
+    activity of another stream of its device that ended last, at most ``wait_match_ns`` before
+    it started (and after it was ready); when several streams ended an activity in that window,
+    the stream it was seen to wait on when only one did. When the trace has ``cudaStreamWaitEvent`` calls, the
+    thread that launched it must have made one since its previous launch (PyTorch waits right
+    before it launches on the waiting stream; a stream held without one waited for something
+    else: the GPU's resources, say)."""
+    n = a_start.size
+    order = np.lexsort((a_start, a_lane))
+    same = np.r_[False, a_lane[order][1:] == a_lane[order][:-1]]
+    prev_end = np.full(n, np.iinfo(np.int64).min // 2)
+    pe = np.r_[0, a_end[order][:-1]]
+    prev_end[order] = np.where(same, pe, np.iinfo(np.int64).min // 2)
+    ready = np.maximum(prev_end, np.where(launch_end >= 0, launch_end + lat, np.iinfo(np.int64).min // 2))
+    has_ready = ready > np.iinfo(np.int64).min // 4
+    held = has_ready & (a_start - ready > config.wait_ready_ns)
+    if wait_ts.size and held.any():
+        # the thread's previous launch (onto any stream)
+        o = np.lexsort((a_launch, a_tid))
+        same = np.r_[False, a_tid[o][1:] == a_tid[o][:-1]]
+        prev_launch = np.full(n, np.iinfo(np.int64).min)
+        prev_launch[o] = np.where(same, np.r_[0, a_launch[o][:-1]], np.iinfo(np.int64).min)
+        hinted = np.zeros(n, bool)
+        for t in np.unique(a_tid[held]):
+            w = np.sort(wait_ts[wait_tid == t])
+            sel = np.flatnonzero(held & (a_tid == t))
+            hinted[sel] = (np.searchsorted(w, a_launch[sel], side="left")
+                           - np.searchsorted(w, prev_launch[sel], side="right")) > 0
+        held &= hinted
+    out_s, out_d = [], []
+    for dev in np.unique(a_dev):
+        for ln in np.unique(a_lane[a_dev == dev]):
+            d = np.flatnonzero(held & (a_lane == ln))
+            if not d.size:
+                continue
+            other = np.flatnonzero((a_dev == dev) & (a_lane != ln))
+            if not other.size:
+                continue
+            other = other[np.argsort(a_end[other], kind="stable")]
+            e = a_end[other]
+            lo = np.searchsorted(e, np.maximum(a_start[d] - config.wait_match_ns, ready[d] + 1),
+                                 side="left")
+            hi = np.searchsorted(e, a_start[d], side="right")
+            ok = hi > lo
+            d, lo, hi = d[ok], lo[ok], hi[ok]
+            if not d.size:
+                continue
+            pick = hi - 1  # the latest end
+            # several streams ended in the window: the one this stream waited on when only
+            # one did, else the latest
+            changes = np.r_[0, np.cumsum(a_lane[other][1:] != a_lane[other][:-1])]
+            one = changes[hi - 1] == changes[lo]
+            if not one.all():
+                freq = pd.Series(a_lane[other[pick[one]]]).value_counts()
+                for i in np.flatnonzero(~one):  # the ambiguous few
+                    cand = np.arange(lo[i], hi[i])
+                    score = freq.reindex(a_lane[other[cand]]).fillna(0).to_numpy()
+                    best = np.flatnonzero(score == score.max())
+                    pick[i] = cand[best[-1]]
+            out_s.append(other[pick])
+            out_d.append(d)
+    if not out_s:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(out_s), np.concatenate(out_d)
+
+
+def _recorded_waits(trace, acts, a_id, a_lane, kept, c_node_of_call, calls, ev):
+    """Waits recorded by Kineto's ``cuda_sync`` ``Stream Wait Event`` events (with
+    ``Trace.args``): the last activity launched on the waited-on stream before the
+    ``cudaEventRecord`` -> the first activity launched on the waiting stream after the
+    ``cudaStreamWaitEvent``. Returns (source node ids, destination node ids)."""
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    args = getattr(trace, "args", None)
+    if args is None or len(args) == 0 or not len(acts):
+        return empty
+    sy = _event_rows(trace, (Kind.SYNC,))
+    if not sy.size:
+        return empty
+    nm = np.asarray(ev["name"].array[sy]).astype(str)
+    sy = sy[nm == STREAM_WAIT_EVENT]
+    a = args.set_index("event")
+    sy = sy[np.isin(sy, a.index.to_numpy())]
+    if not sy.size:
+        return empty
+    wstream = a.loc[sy, "wait_stream"].to_numpy(np.int64)
+    wcorr = a.loc[sy, "wait_correlation"].to_numpy(np.int64)
+    stream = ev["stream"].to_numpy(np.int64)[sy]
+    device = ev["device"].to_numpy(np.int64)[sy]
+    corr = ev["correlation"].to_numpy(np.int64)[sy]
+    # the runtime calls by correlation: record call and wait call times
+    cc = calls["corr"].to_numpy(np.int64)
+    cts = calls["ts"].to_numpy(np.int64)
+    ctid = calls["tid"].to_numpy(np.int64)
+    o = np.argsort(cc, kind="stable")
+    cc, cts, ctid = cc[o], cts[o], ctid[o]
+
+    def call_ts(c):
+        k = np.minimum(np.searchsorted(cc, c), max(cc.size - 1, 0))
+        ok = (c >= 0) & (cc.size > 0) & (cc[k] == c) if cc.size else np.zeros(c.size, bool)
+        return np.where(ok, cts[k], -1)
+
+    rec_ts = call_ts(wcorr)
+    wait_ts = call_ts(corr)
+    dev = acts["device"].to_numpy(np.int64)
+    st = acts["stream"].to_numpy(np.int64)
+    launch = acts["launch_ts"].to_numpy(np.int64)
+    launch = np.where(launch >= 0, launch, acts["ts"].to_numpy(np.int64))
+    out_s, out_d = [], []
+    for i in range(sy.size):  # one per recorded wait: a trace has few
+        if rec_ts[i] < 0 or wait_ts[i] < 0:
+            continue
+        prod = np.flatnonzero((dev == device[i]) & (st == wstream[i]) & (launch < rec_ts[i]))
+        cons = np.flatnonzero((dev == device[i]) & (st == stream[i]) & (launch > wait_ts[i]))
+        if not prod.size or not cons.size:
+            continue
+        out_s.append(a_id[prod[np.argmax(launch[prod])]])
+        out_d.append(a_id[cons[np.argmin(launch[cons])]])
+    if not out_s:
+        return empty
+    s, d = np.array(out_s, np.int64), np.array(out_d, np.int64)
+    keep = s != d
+    return s[keep], d[keep]
+
+
+def _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes, p_prev, p_next, config):
+    """Edges between CPU threads (see ``GraphConfig.handoff_idle_ns``), and the program-edge
+    lags they replace: returns (sources, destinations, nominal lags, [[program edge, lag]])."""
+    empty = (np.zeros(0, np.int64),) * 3 + (np.zeros((0, 2), np.int64),)
+    cpu_ids = np.flatnonzero(cpu)
+    if main_lane < 0 or not cpu_ids.size:
+        return empty
+    cl = lane[cpu_ids]
+    others = np.unique(cl[cl != main_lane])
+    if not others.size:
+        return empty
+    # program edges by destination / source node
+    pe_by_next = pd.Series(np.arange(p_next.size), index=p_next)
+    # every CPU node by end, for "latest node of another thread before t"
+    by_end = cpu_ids[np.argsort(end[cpu_ids], kind="stable")]
+    e_sorted = end[by_end]
+    main_ids = cpu_ids[cl == main_lane]
+    # host events of the main thread (anything it ran), to tell "blocked" from "busy"
+    ev = trace.events
+    mt = int(lanes.loc[main_lane, "tid"])
+    mrows = np.flatnonzero((ev["tid"].to_numpy(np.int64) == mt) & np.isin(
+        ev["kind"].to_numpy(), [int(Kind.CPU_OP), int(Kind.ANNOTATION), int(Kind.PYTHON),
+                                int(Kind.RUNTIME), int(Kind.DRIVER)]))
+    m_ts = np.sort(ev["ts"].to_numpy(np.int64)[mrows])
+    hs, hd, hn, ov = [], [], [], []
+    for ln in others:
+        ids = cpu_ids[cl == ln]  # in node order = time order on the thread
+        gap = ev_ts[ids[1:]] - end[ids[:-1]]
+        first = np.r_[0, np.flatnonzero(gap >= config.handoff_idle_ns) + 1]
+        last = np.r_[first[1:] - 1, ids.size - 1]
+        b_first, b_last = ids[first], ids[last]
+        # trigger: the latest node of another thread that ended before the burst began
+        k = np.searchsorted(e_sorted, ev_ts[b_first], side="right") - 1
+        for j in range(b_first.size):  # per burst (a thread has few)
+            kk = k[j]
+            while kk >= 0 and lane[by_end[kk]] == ln:
+                kk -= 1
+            if kk >= 0:
+                trig = by_end[kk]
+                hs.append(trig)
+                hd.append(b_first[j])
+                hn.append(ev_ts[b_first[j]] - end[trig])
+                if b_first[j] in pe_by_next.index:  # the thread's own order no longer holds it
+                    ov.append((int(pe_by_next[b_first[j]]), 0))
+            # the main thread blocked while the burst ran: it resumes after it
+            t0, t1 = ev_ts[b_first[j]], end[b_last[j]]
+            busy = np.searchsorted(m_ts, t1, side="left") - np.searchsorted(m_ts, t0, side="right")
+            if busy:
+                continue
+            nxt = np.searchsorted(ev_ts[main_ids], t1, side="left")
+            if nxt >= main_ids.size:
+                continue
+            m_next = main_ids[nxt]
+            hs.append(b_last[j])
+            hd.append(m_next)
+            hn.append(ev_ts[m_next] - t1)
+            if m_next in pe_by_next.index:
+                e_i = int(pe_by_next[m_next])
+                m_prev = p_prev[e_i]
+                obs = ev_ts[m_next] - end[m_prev]
+                ov.append((e_i, max(0, int(obs - (t1 - t0)))))
+    if not hs:
+        return empty
+    return (np.array(hs, np.int64), np.array(hd, np.int64), np.array(hn, np.int64),
+            np.array(ov, np.int64).reshape(-1, 2))
+
+
+def wait_agreement(trace: Trace, rules: Rules, config: GraphConfig | None = None) -> dict | None:
+    """Inferred cross-stream waits against the recorded ones of the same trace (None when it
+    records none): the graph is built twice, once with the recorded waits and once inferring
+    them (recorded ones dropped). A recorded wait counts when it is *binding* (it decided when
+    its consumer started; a wait already satisfied leaves no trace in the timing to infer it
+    from, and changes nothing on the critical path). ``precision`` = inferred edges that are
+    recorded binding ones / inferred edges; ``recall`` = recorded binding edges inferred /
+    recorded binding edges."""
+    base = DEFAULT_CONFIG if config is None else config
+    rec_cfg = GraphConfig(**{**base.__dict__, "infer_waits": False})
+    inf_cfg = GraphConfig(**{**base.__dict__, "infer_waits": True})
+    g = build_graph(trace, rules, rec_cfg)
+    rec = np.flatnonzero(g.edge_kind == int(EdgeKind.WAIT_RECORDED))
+    if not rec.size:
+        return None
+    binding = rec[g.binding[g.dst[rec]] == rec]
+    truth = set(zip(g.src[binding].tolist(), g.dst[binding].tolist()))
+    h = build_graph(trace, rules, inf_cfg)
+    inf = np.flatnonzero(h.edge_kind == int(EdgeKind.WAIT_INFERRED))
+    got = set(zip(h.src[inf].tolist(), h.dst[inf].tolist()))
+    hit = len(truth & got)
+    return {"recorded": int(rec.size), "recorded_binding": len(truth), "inferred": len(got),
+            "matched": hit, "precision": hit / len(got) if got else None,
+            "recall": hit / len(truth) if truth else None}

@@ -1,0 +1,210 @@
+"""Critical path of each step, as time segments, and what they add up to.
+
+A step's window runs from the previous step's *completion* (its first step: its own CPU start)
+to its own completion: the latest end among the nodes that belong to it (its CPU calls and end
+marker, and the GPU activities it launched on each device's main stream, the one with the most
+activity time; never earlier than the previous step's completion). Consecutive windows tile the trace, and a window's
+length is the step's period, the figure a training loop's step time measures.
+
+The critical path of a step is walked back from the node that completes it along *binding*
+edges (the dependency that decided each node's start, ``tracekit.graph.model``) until it
+reaches the window's start. It is HTA's longest path: with the graph's lags equal to the
+observed gaps on binding edges, the binding chain is the longest path to the sink. Its
+segments tile the window without gaps or overlap: a node's own time (a GPU activity, a call),
+then the lag of the edge into it (host time between calls, launch latency, an idle stream),
+cut where the next segment begins. So the breakdown of a step sums exactly to its length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.graph.model import (
+    BOUNDS, EDGE_CATEGORY, EDGE_NAMES, IDLE, EdgeKind, Graph, NodeKind, bound_class,
+)
+
+SEGMENT_COLUMNS = ["step", "start", "end", "dur", "lane", "lane_type", "device", "stream", "pid",
+                   "tid", "name", "category", "what", "node", "phase"]
+
+
+def step_windows(g: Graph, start: np.ndarray | None = None,
+                 end: np.ndarray | None = None) -> pd.DataFrame:
+    """``step, start, end, sink`` per step, from node times ``start/end`` (default: observed).
+
+    A graph without steps has one window, step -1, over the whole trace."""
+    start = g.start if start is None else start
+    end = g.end if end is None else end
+    if g.n == 0:
+        return pd.DataFrame({"step": [], "start": [], "end": [], "sink": []}, dtype=np.int64)
+    steps = g.steps["step"].to_numpy(np.int64)
+    if not steps.size:
+        sink = int(np.argmax(end))
+        return pd.DataFrame({"step": [-1], "start": [int(start.min())], "end": [int(end[sink])],
+                             "sink": [sink]})
+    ids = np.flatnonzero(np.isin(g.step, steps) & completes(g))
+    df = pd.DataFrame({"step": g.step[ids], "end": end[ids], "id": ids})
+    best = df.sort_values(["step", "end", "id"]).drop_duplicates("step", keep="last")
+    best = best.set_index("step").reindex(steps)
+    ok = best["id"].notna().to_numpy()
+    steps = steps[ok]
+    comp = best["end"].to_numpy()[ok].astype(np.int64)
+    sink = best["id"].to_numpy()[ok].astype(np.int64)
+    # a step cannot complete before the one before it (work it left running ends it)
+    late = comp < np.maximum.accumulate(comp)
+    if late.any():
+        run = np.maximum.accumulate(np.where(late, -1, np.arange(comp.size)))
+        comp, sink = comp[run], sink[run]
+    if not steps.size:
+        return pd.DataFrame({"step": [], "start": [], "end": [], "sink": []}, dtype=np.int64)
+    first = int(g.steps.set_index("step").loc[steps[0], "start_node"])
+    begin = np.r_[start[first], comp[:-1]].astype(np.int64)
+    return pd.DataFrame({"step": steps, "start": begin, "end": comp, "sink": sink})
+
+
+def main_lanes(g: Graph) -> np.ndarray:
+    """bool per lane: the GPU lane with the most activity time on its device (the stream a
+    training loop's step-time events are recorded on)."""
+    out = np.zeros(len(g.lanes), bool)
+    gpu = g.kind == NodeKind.GPU
+    if gpu.any():
+        busy = pd.DataFrame({"lane": g.lane[gpu], "dur": g.dur[gpu]}).groupby("lane")["dur"].sum()
+        dev = g.lanes["device"].to_numpy(np.int64)[busy.index.to_numpy()]
+        best = pd.DataFrame({"lane": busy.index, "dev": dev, "dur": busy.to_numpy()}) \
+            .sort_values(["dev", "dur"]).drop_duplicates("dev", keep="last")
+        out[best["lane"].to_numpy(np.int64)] = True
+    return out
+
+
+def completes(g: Graph) -> np.ndarray:
+    """bool per node: whether it can complete its step: CPU calls and markers, and activities
+    on a device's main GPU lane (a copy prefetched on a side stream for a later batch does not
+    hold its step open)."""
+    return (g.kind != NodeKind.GPU) | main_lanes(g)[g.lane]
+
+
+def walk(g: Graph, sink: int, t_from: int, *, start: np.ndarray | None = None,
+         end: np.ndarray | None = None, binding: np.ndarray | None = None,
+         src: np.ndarray | None = None) -> list[tuple]:
+    """Segments ``(start, end, node, edge)`` of the path into ``sink`` back to ``t_from``,
+    latest first; ``edge`` is -1 for a node's own time, -2 for time before a node nothing
+    precedes, else the edge whose lag it is. ``start/end/binding/src`` default to the observed
+    schedule and the graph's edges (a replay passes its own)."""
+    start = (g.start if start is None else start).tolist()
+    end_l = (g.end if end is None else end).tolist()
+    binding_l = (g.binding if binding is None else binding).tolist()
+    src = (g.src if src is None else src).tolist()
+    out = []
+    v = int(sink)
+    t = end_l[v]
+    while t > t_from:
+        s = max(start[v], t_from)
+        if t > s:
+            out.append((s, t, v, -1))
+        t = min(t, s)
+        if t <= t_from:
+            break
+        e = binding_l[v]
+        if e < 0:  # nothing precedes it: the rest of the window is unexplained
+            out.append((t_from, t, v, -2))
+            break
+        u = src[e]
+        if end_l[u] < t:
+            out.append((max(end_l[u], t_from), t, v, e))
+            t = max(end_l[u], t_from)
+        v = u
+        t = min(t, end_l[v])
+    return out
+
+
+def segments_frame(g: Graph, step: int, segs: list[tuple],
+                   edge_kind: np.ndarray | None = None) -> pd.DataFrame:
+    """The walk's segments (earliest first) as a table (``SEGMENT_COLUMNS``); ``edge_kind``:
+    the kinds of the edges the walk used (default: the graph's)."""
+    if not segs:
+        return pd.DataFrame({c: [] for c in SEGMENT_COLUMNS})
+    a = np.array(segs[::-1], dtype=np.int64).reshape(-1, 4)
+    s, e, v, edge = a[:, 0], a[:, 1], a[:, 2], a[:, 3]
+    own = edge == -1
+    cat = np.where(own, g.category[v], IDLE).astype(object)
+    kinds = g.edge_kind if edge_kind is None else edge_kind
+    ek = np.where(edge >= 0, kinds[np.maximum(edge, 0)], -1) if kinds.size else \
+        np.full(edge.size, -1)
+    for k in EdgeKind:
+        cat[ek == int(k)] = EDGE_CATEGORY[k]
+    what = np.where(own, np.array(["activity", "call", "marker"], dtype=object)[g.kind[v]],
+                    "unexplained").astype(object)
+    for k in EdgeKind:
+        what[ek == int(k)] = _EDGE_WHAT[k]
+    # an edge's time is drawn on the lane of the node it leads into
+    lanes = g.lanes
+    ln = g.lane[v]
+    return pd.DataFrame({
+        "step": np.full(s.size, step, np.int64), "start": s, "end": e, "dur": e - s,
+        "lane": ln.astype(np.int64), "lane_type": lanes["type"].to_numpy(object)[ln],
+        "device": lanes["device"].to_numpy(np.int64)[ln],
+        "stream": lanes["stream"].to_numpy(np.int64)[ln],
+        "pid": lanes["pid"].to_numpy(np.int64)[ln], "tid": lanes["tid"].to_numpy(np.int64)[ln],
+        "name": g.name[v], "category": cat, "what": what, "node": v, "phase": g.phase[v],
+    }, columns=SEGMENT_COLUMNS)
+
+
+_EDGE_WHAT = {
+    EdgeKind.PROGRAM: "host time before",
+    EdgeKind.HANDOFF: "host time in another thread before",
+    EdgeKind.LAUNCH: "launch latency before",
+    EdgeKind.STREAM: "stream idle before",
+    EdgeKind.WAIT_RECORDED: "cross-stream wait before",
+    EdgeKind.WAIT_INFERRED: "cross-stream wait (inferred) before",
+    EdgeKind.HOST_WAIT: "wake-up after the GPU, before",
+    EdgeKind.FIX: "what-if dependency before",
+}
+
+
+def step_paths(g: Graph, *, start=None, end=None, binding=None, src=None, edge_kind=None,
+               windows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The critical path of every step as one segments table (earliest first per step); a
+    replay passes its times, binding edges and edges (``src``, ``edge_kind``)."""
+    win = step_windows(g, start, end) if windows is None else windows
+    parts = [segments_frame(g, int(r.step), walk(g, int(r.sink), int(r.start), start=start,
+                                                 end=end, binding=binding, src=src),
+                            edge_kind)
+             for r in win.itertuples(index=False)]
+    if not parts:
+        return segments_frame(g, -1, [])
+    return pd.concat(parts, ignore_index=True)
+
+
+def breakdown(segs: pd.DataFrame) -> dict[str, int]:
+    """Time per category (ns), largest first."""
+    if segs.empty:
+        return {}
+    s = segs.groupby("category")["dur"].sum().sort_values(ascending=False, kind="stable")
+    return {str(k): int(v) for k, v in s.items()}
+
+
+def bound_of(bd: dict[str, int], total: int) -> tuple[str | None, float | None]:
+    """The class (``BOUNDS``) with the largest share of ``total``, and that share."""
+    if total <= 0:
+        return None, None
+    cls = {b: 0 for b in BOUNDS}
+    for c, ns in bd.items():
+        b = bound_class(c)
+        if b is not None:
+            cls[b] += ns
+    best = max(BOUNDS, key=lambda b: (cls[b], -BOUNDS.index(b)))
+    if cls[best] <= 0:
+        return None, None
+    return best, cls[best] / total
+
+
+def lane_nodes(g: Graph) -> dict[int, np.ndarray]:
+    """Node ids per lane, in order."""
+    order = np.lexsort((np.arange(g.n), g.lane))
+    ln = g.lane[order]
+    cut = np.flatnonzero(np.r_[True, ln[1:] != ln[:-1]])
+    return {int(ln[c]): order[c:e] for c, e in zip(cut, np.r_[cut[1:], order.size])}
+
+
+__all__ = ["SEGMENT_COLUMNS", "breakdown", "bound_of", "step_paths", "step_windows", "walk",
+           "NodeKind", "EDGE_NAMES"]

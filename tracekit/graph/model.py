@@ -1,0 +1,173 @@
+"""The dependency graph of one rank's trace: what it holds and what each part means.
+
+A *node* is a span of time on one *lane*: a GPU activity (kernel, memcpy, memset) on its
+(device, stream), a CUDA/HIP runtime or driver call on its CPU (pid, tid), or a zero-length
+*step marker* (the start and end of a ``ProfilerStep``) on the thread that holds the steps.
+Nodes are numbered in a topological order (by their start on the graph, see below), so every
+edge goes from a lower to a higher node id.
+
+An *edge* ``u -> v`` with lag ``l`` says: ``v`` cannot start before ``end(u) + l``. Kinds:
+
+========= =============================================================================
+program   consecutive calls of one CPU thread; lag = the host time between them
+launch    the runtime call -> the GPU activity it launched (correlation id); lag = launch latency
+stream    consecutive activities of one GPU stream
+wait      a stream waiting on another stream's work (``cudaStreamWaitEvent``): recorded from
+          the trace's ``cuda_sync`` events, else inferred (a stream that sat idle with its work
+          launched and started within a few us of another stream's activity ending)
+host_wait the GPU work a blocking call waited for (stream/device/event synchronize, a blocking
+          copy, a launch blocked on a full launch queue) -> the call
+handoff   one CPU thread starting or resuming another (autograd's backward thread, a copy
+          thread): inferred from a thread that wakes from idle / a thread that was blocked
+fix       added by a what-if (``tracekit.graph.whatif``)
+========= =============================================================================
+
+Times on the graph: a node's ``start`` is when it could begin its own work. For a blocking call
+that waited, that is the end of the GPU work it waited for (the time before is the wait, which
+the critical path sees on the GPU); its ``dur`` is what is left of the call after it. For every
+other node, ``start``/``dur`` are the event's own ts/dur.
+
+Every edge's lag is chosen so that the graph reproduces the observed times exactly
+(``tracekit.graph.replay`` of an unchanged graph gives back ``start``): for each node the
+*binding* edge (the one whose source + nominal lag is latest) gets ``lag = start(v) - end(u)``,
+the others ``min(nominal lag, start(v) - end(u))``. The nominal lags: the observed host time for
+program edges, the trace's typical launch latency for launch edges, 0 for the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+import pandas as pd
+
+
+class NodeKind(IntEnum):
+    GPU = 0
+    """A GPU activity."""
+    CALL = 1
+    """A runtime/driver call on a CPU thread."""
+    MARK = 2
+    """The start or end of a step (zero length), on the thread holding the steps."""
+
+
+class EdgeKind(IntEnum):
+    PROGRAM = 0
+    LAUNCH = 1
+    STREAM = 2
+    WAIT_RECORDED = 3
+    WAIT_INFERRED = 4
+    HOST_WAIT = 5
+    HANDOFF = 6
+    FIX = 7
+
+
+EDGE_NAMES = {k: k.name.lower() for k in EdgeKind}
+IN_LANE = (EdgeKind.PROGRAM, EdgeKind.STREAM)
+"""Edges between consecutive nodes of one lane."""
+
+# ---- categories of time on the critical path --------------------------------------------------
+
+HOST = "host"
+COMMUNICATION = "communication"
+MEMCPY = "memcpy"
+SYNC = "sync"
+IDLE = "idle"
+COMPUTE = "compute:"
+"""Prefix: GPU compute is ``compute:<phase>``."""
+
+BOUNDS = ("host", "gpu", "communication", "sync")
+"""What a step can be bound by."""
+
+
+def bound_class(category: str) -> str | None:
+    """The bound a critical-path category counts toward (None for idle)."""
+    if category.startswith(COMPUTE) or category == MEMCPY:
+        return "gpu"
+    if category in (HOST, COMMUNICATION, SYNC):
+        return category
+    return None
+
+
+EDGE_CATEGORY = {
+    EdgeKind.PROGRAM: HOST,
+    EdgeKind.HANDOFF: HOST,
+    EdgeKind.LAUNCH: HOST,
+    EdgeKind.STREAM: IDLE,
+    EdgeKind.WAIT_RECORDED: SYNC,
+    EdgeKind.WAIT_INFERRED: SYNC,
+    EdgeKind.HOST_WAIT: SYNC,
+    EdgeKind.FIX: IDLE,
+}
+"""The category of the time an edge's lag puts on the critical path: host time between calls
+and launch latency are host; a stream that sat idle with nothing recorded to wait for is idle;
+waits are sync."""
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Nodes (arrays indexed by node id, topological order) and edges (sorted by ``dst``)."""
+
+    kind: np.ndarray
+    """int8 ``NodeKind``."""
+    lane: np.ndarray
+    """int32 row of ``lanes``."""
+    start: np.ndarray
+    """int64 ns, start on the graph (see the module docstring)."""
+    dur: np.ndarray
+    """int64 ns."""
+    row: np.ndarray
+    """int64 row of ``Trace.events`` (-1 for markers)."""
+    step: np.ndarray
+    """int64 step the node belongs to (CPU: the step holding its start; GPU: the step holding
+    its launch, else its start), -1 for none."""
+    category: np.ndarray
+    """object: the node's category on the critical path (``host``, ``sync`` for a blocking
+    call, ``compute:<phase>``, ``communication``, ``memcpy``)."""
+    name: np.ndarray
+    """object: the event name (``ProfilerStep#N start/end`` for markers)."""
+    phase: np.ndarray
+    """object: a GPU activity's phase (``tracekit.phases``), else the CPU call's enclosing phase
+    annotation's phase, else ``other``."""
+    batch: np.ndarray
+    """int64 batch index of the phase (-1 none)."""
+    lanes: pd.DataFrame
+    """``lane, type ("gpu"/"cpu"), device, stream, pid, tid`` (-1 where not applicable)."""
+    src: np.ndarray
+    """int64 edge sources."""
+    dst: np.ndarray
+    """int64 edge destinations (sorted)."""
+    edge_kind: np.ndarray
+    """int8 ``EdgeKind``."""
+    lag: np.ndarray
+    """int64 ns."""
+    binding: np.ndarray
+    """int64 per node: the edge that decided its start, -1 for a node nothing precedes."""
+    steps: pd.DataFrame
+    """``step, cpu_start, cpu_end, start_node, end_node`` (marker ids, -1 without markers)."""
+    wait_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """int64 per node: how long a blocking call waited before ``start`` (0 for others)."""
+    launch_latency_ns: int = 0
+    """The nominal launch latency used (launch call end -> activity start)."""
+    warnings: tuple[str, ...] = ()
+    """What the graph could not see (no correlation ids, edges dropped...)."""
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.start + self.dur
+
+    @property
+    def n(self) -> int:
+        return int(self.kind.size)
+
+    def edge_counts(self) -> dict[str, int]:
+        """Edges by kind (``EDGE_NAMES``)."""
+        c = np.bincount(self.edge_kind.astype(np.int64), minlength=len(EdgeKind))
+        return {EDGE_NAMES[k]: int(c[int(k)]) for k in EdgeKind}
+
+    def lane_label(self, lane: int) -> str:
+        r = self.lanes.iloc[int(lane)]
+        if r["type"] == "gpu":
+            return f"GPU {int(r['device'])} stream {int(r['stream'])}"
+        return f"CPU {int(r['pid'])}/{int(r['tid'])}"

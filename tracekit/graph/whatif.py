@@ -1,0 +1,327 @@
+"""What-if: the graph replayed with a change, and the step time it predicts.
+
+A ``Change`` scales node durations, removes edges, adds edges (kind ``fix``) and moves nodes to
+a side lane of their own (a stream of their own, say). ``predict(g, change)`` replays the
+changed graph twice:
+
+- *contention-free*: every activity keeps its duration wherever it lands, as if streams that
+  now overlap each had the GPU to themselves;
+- *contention-aware*: compute and communication kernels that overlap kernels of other streams
+  of their device more than they did in the trace share the GPU: each is lengthened by half of
+  the overlap it gained (two kernels sharing the SMs each progress at half speed while they
+  overlap), and the graph is replayed again with those durations.
+
+The predicted step time is the mean step length (``tracekit.graph.critical.step_windows``: from
+one step's completion to the next's) over the steps that count: all but the first when there
+are two or more (the first holds the pipeline's fill and the profiler's warm-up). The saving is
+the observed mean minus the predicted one.
+
+Generic what-ifs a user can ask for (``parse_spec``):
+
+- ``kernel:REGEX=N`` kernels whose name matches REGEX N times faster (``N`` or ``Nx``);
+- ``phase:NAME=N`` every GPU activity of that phase N times faster;
+- ``host=N`` the host N times faster (runtime calls and the host time between them);
+- ``sync:REGEX`` remove the host syncs whose name or op chain matches REGEX (``sync:all``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tracekit import intervals
+from tracekit.errors import TracekitError
+from tracekit.graph.critical import step_windows
+from tracekit.graph.model import COMMUNICATION, COMPUTE, EdgeKind, Graph, NodeKind
+from tracekit.graph.replay import Plan, replay
+
+CONTENTION_SHARE = 0.5
+"""The fraction of newly gained overlap added to a kernel's duration in the contention-aware
+estimate (two kernels sharing the GPU each progress at half speed while they overlap)."""
+
+
+class WhatIfError(TracekitError):
+    """A ``--what-if`` spec that cannot be read."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change to a graph: what a fix would do."""
+
+    dur: np.ndarray | None = None
+    """New node durations (None: unchanged)."""
+    drop: np.ndarray | None = None
+    """bool per edge: edges removed."""
+    lag: np.ndarray | None = None
+    """New edge lags (None: unchanged)."""
+    add_src: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    add_dst: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    add_lag: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    move: np.ndarray | None = None
+    """bool per node: moved to a side lane (one per original lane), keeping their order."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Observed and predicted step times of one what-if."""
+
+    observed_ns: float
+    """Mean length of the counted steps, as traced."""
+    predicted_ns: float
+    """Contention-free prediction."""
+    predicted_contention_ns: float
+    """Contention-aware prediction."""
+    steps: list
+    """Per step: ``(step, observed_ns, predicted_ns, predicted_contention_ns)``."""
+
+    @property
+    def saving_ns(self) -> float:
+        return self.observed_ns - self.predicted_ns
+
+    @property
+    def saving_contention_ns(self) -> float:
+        return self.observed_ns - self.predicted_contention_ns
+
+
+def plan(g: Graph, change: Change) -> Plan:
+    """The graph with ``change`` applied, ready to replay."""
+    dur = g.dur if change.dur is None else change.dur
+    keep = np.ones(g.src.size, bool) if change.drop is None else ~change.drop
+    lag = g.lag if change.lag is None else change.lag
+    src, dst, kind, lag = g.src[keep], g.dst[keep], g.edge_kind[keep], lag[keep]
+    lane = g.lane.astype(np.int64)
+    lane_is_cpu = g.lanes["type"].to_numpy(object) == "cpu"
+    if change.move is not None and change.move.any():
+        src, dst, kind, lag, lane, lane_is_cpu = _move(g, change.move, src, dst, kind, lag,
+                                                       lane, lane_is_cpu)
+    if change.add_src.size:
+        src = np.r_[src, change.add_src]
+        dst = np.r_[dst, change.add_dst]
+        kind = np.r_[kind, np.full(change.add_src.size, int(EdgeKind.FIX), np.int8)]
+        lag = np.r_[lag, change.add_lag]
+    return Plan(start=g.start, dur=dur, lane=lane, lane_is_cpu=lane_is_cpu, src=src, dst=dst,
+                kind=kind, lag=lag)
+
+
+def _move(g, move, src, dst, kind, lag, lane, lane_is_cpu):
+    """Moved nodes go to a new lane per original lane; in-lane edges are rebuilt: the nodes left
+    behind follow each other with the lag that followed the removed run, the moved ones keep the
+    lags between nodes that were consecutive and start a new run with none."""
+    in_lane = np.isin(kind, [int(EdgeKind.PROGRAM), int(EdgeKind.STREAM)])
+    touched = in_lane & (move[src] | move[dst])
+    # the lag into each node from its lane predecessor, as traced
+    lag_in = np.full(g.n, 0, np.int64)
+    prev_in = np.full(g.n, -1, np.int64)
+    lag_in[dst[in_lane]] = lag[in_lane]
+    prev_in[dst[in_lane]] = src[in_lane]
+    ekind_in = np.full(g.n, int(EdgeKind.STREAM), np.int8)
+    ekind_in[dst[in_lane]] = kind[in_lane]
+    old_lanes = np.unique(lane[move])
+    new_lane = lane.copy()
+    base = lane_is_cpu.size
+    for i, ln in enumerate(old_lanes):
+        new_lane[move & (lane == ln)] = base + i
+    lane_is_cpu = np.r_[lane_is_cpu, lane_is_cpu[old_lanes]]
+    keep = ~touched
+    s_add, d_add, k_add, l_add = [], [], [], []
+    for ln in np.unique(new_lane[np.isin(lane, old_lanes)]):
+        ids = np.flatnonzero(new_lane == ln)
+        if ids.size < 2:
+            continue
+        a, b = ids[:-1], ids[1:]
+        consecutive = prev_in[b] == a
+        s_add.append(a)
+        d_add.append(b)
+        k_add.append(ekind_in[b])
+        l_add.append(np.where(consecutive | ~move[b], lag_in[b], 0))
+    if s_add:
+        src = np.r_[src[keep], np.concatenate(s_add)]
+        dst = np.r_[dst[keep], np.concatenate(d_add)]
+        kind = np.r_[kind[keep], np.concatenate(k_add)].astype(np.int8)
+        lag = np.r_[lag[keep], np.concatenate(l_add)]
+    else:
+        src, dst, kind, lag = src[keep], dst[keep], kind[keep], lag[keep]
+    return src, dst, kind, lag, new_lane, lane_is_cpu
+
+
+def predict(g: Graph, change: Change) -> Prediction:
+    """Replay the changed graph, contention-free and contention-aware (module docstring)."""
+    obs = step_windows(g)
+    p = plan(g, change)
+    s1, e1 = replay(p)
+    w1 = step_windows(g, s1, e1)
+    dur2 = _contention_durations(g, p, s1, e1)
+    if dur2 is not None:
+        p2 = Plan(start=p.start, dur=dur2, lane=p.lane, lane_is_cpu=p.lane_is_cpu, src=p.src,
+                  dst=p.dst, kind=p.kind, lag=p.lag)
+        s2, e2 = replay(p2)
+        w2 = step_windows(g, s2, e2)
+    else:
+        w2 = w1
+    keep = counted_steps(obs)
+    o = (obs["end"] - obs["start"]).to_numpy(np.int64)
+    a = _aligned(obs, w1)
+    b = _aligned(obs, w2)
+    rows = [(int(s), int(x), int(y), int(z)) for s, x, y, z in zip(obs["step"], o, a, b)]
+    if not keep.any():
+        return Prediction(0.0, 0.0, 0.0, rows)
+    return Prediction(float(o[keep].mean()), float(a[keep].mean()), float(b[keep].mean()), rows)
+
+
+def counted_steps(windows) -> np.ndarray:
+    """Which steps a mean step time counts: all but the first when there are two or more."""
+    keep = np.ones(len(windows), bool)
+    if keep.size >= 2:
+        keep[0] = False
+    return keep
+
+
+def _aligned(obs, w) -> np.ndarray:
+    d = (w["end"] - w["start"]).to_numpy(np.int64)
+    return w.set_index("step").assign(d=d)["d"].reindex(obs["step"]).fillna(0).to_numpy(np.int64)
+
+
+def _contention_durations(g: Graph, p: Plan, start, end) -> np.ndarray | None:
+    """Kernel durations lengthened by ``CONTENTION_SHARE`` of the overlap with other streams'
+    kernels that each gained in the replay; None when no kernel gained any."""
+    cat = g.category
+    kern = (g.kind == NodeKind.GPU) & np.array(
+        [c == COMMUNICATION or c.startswith(COMPUTE) for c in cat], bool)
+    if not kern.any():
+        return None
+    lanes = g.lanes
+    dev = np.full(p.lane_is_cpu.size, -1, np.int64)
+    dev[: len(lanes)] = lanes["device"].to_numpy(np.int64)
+    # a side lane inherits its device from its nodes
+    moved = p.lane != g.lane
+    if moved.any():
+        dev[p.lane[moved]] = lanes["device"].to_numpy(np.int64)[g.lane[moved]]
+    gained = np.zeros(g.n, np.int64)
+    for d in np.unique(dev[p.lane[kern]]):
+        on = kern & (dev[p.lane] == d)
+        before = _overlap_others(g.lane[on], g.start[on], g.end[on])
+        after = _overlap_others(p.lane[on], start[on], end[on])
+        gained[on] = np.maximum(after - before, 0)
+    if not gained.any():
+        return None
+    return p.dur + (CONTENTION_SHARE * gained).astype(np.int64)
+
+
+def _overlap_others(lane, s, e) -> np.ndarray:
+    """For each interval, how much of it other lanes' intervals cover."""
+    out = np.zeros(s.size, np.int64)
+    for ln in np.unique(lane):
+        mine = lane == ln
+        if mine.all():
+            continue
+        u = intervals.union(s[~mine], e[~mine])
+        out[mine] = intervals.covered_in_windows(u, s[mine], e[mine])
+    return out
+
+
+# ---- generic what-ifs ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Spec:
+    """A parsed ``--what-if``."""
+
+    text: str
+    """As the user wrote it."""
+    what: str
+    """``kernel``, ``phase``, ``host`` or ``sync``."""
+    pattern: str
+    """The regex (kernel, sync) or phase name; empty for host."""
+    factor: float
+    """Times faster (1 for sync)."""
+
+    @property
+    def title(self) -> str:
+        if self.what == "sync":
+            return f"host syncs matching {self.pattern!r} removed"
+        if self.what == "host":
+            return f"host {self.factor:g}x faster"
+        return f"{self.what} {self.pattern!r} {self.factor:g}x faster"
+
+
+_SPEC = re.compile(r"^(?P<what>kernel|phase):(?P<pat>.+)=(?P<n>[0-9.]+)x?$"
+                   r"|^host=(?P<hn>[0-9.]+)x?$|^sync:(?P<sync>.+)$")
+
+
+def parse_spec(text: str) -> Spec:
+    """``kernel:REGEX=N``, ``phase:NAME=N``, ``host=N`` or ``sync:REGEX`` (module docstring)."""
+    m = _SPEC.match(text.strip())
+    if not m:
+        raise WhatIfError(f"--what-if {text!r}: expected kernel:REGEX=N, phase:NAME=N, host=N "
+                          "or sync:REGEX (N: how many times faster)")
+    if m.group("sync"):
+        pat = m.group("sync")
+        pat = ".*" if pat == "all" else pat
+        _regex(pat, text)
+        return Spec(text, "sync", pat, 1.0)
+    n = m.group("n") or m.group("hn")
+    try:
+        factor = float(n)
+    except ValueError:
+        factor = 0.0
+    if not factor > 0:
+        raise WhatIfError(f"--what-if {text!r}: the factor must be a number > 0")
+    if m.group("hn"):
+        return Spec(text, "host", "", factor)
+    if m.group("what") == "kernel":
+        _regex(m.group("pat"), text)
+    return Spec(text, m.group("what"), m.group("pat"), factor)
+
+
+def _regex(pat: str, text: str) -> re.Pattern:
+    try:
+        return re.compile(pat)
+    except re.error as exc:
+        raise WhatIfError(f"--what-if {text!r}: invalid regular expression: {exc}") from None
+
+
+def spec_change(g: Graph, spec: Spec, op_chain: np.ndarray | None = None) -> tuple[Change, int]:
+    """The change a spec asks for, and how many nodes it touches. ``op_chain``: per node, the
+    op chain of a CPU call (for ``sync:``), else empty."""
+    dur = g.dur.copy()
+    if spec.what in ("kernel", "phase"):
+        gpu = g.kind == NodeKind.GPU
+        if spec.what == "kernel":
+            rx = re.compile(spec.pattern)
+            names = g.name[gpu]
+            uniq, inv = np.unique(names.astype(str), return_inverse=True)
+            hit_u = np.array([rx.search(u) is not None for u in uniq], bool)
+            sel = np.flatnonzero(gpu)[hit_u[inv]] if uniq.size else np.zeros(0, np.int64)
+        else:
+            sel = np.flatnonzero(gpu & (g.phase == spec.pattern))
+        dur[sel] = np.round(dur[sel] / spec.factor).astype(np.int64)
+        return Change(dur=dur), int(sel.size)
+    if spec.what == "host":
+        return _host_change(g, spec.factor)
+    # sync: remove the host waits of matching blocking calls
+    rx = re.compile(spec.pattern)
+    calls = np.flatnonzero((g.kind == NodeKind.CALL) & (g.category == "sync"))
+    chain = op_chain[calls] if op_chain is not None else np.full(calls.size, "", object)
+    hit = np.array([rx.search(str(g.name[c])) is not None or rx.search(str(ch)) is not None
+                    for c, ch in zip(calls, chain)], bool)
+    return remove_syncs(g, calls[hit]), int(hit.sum())
+
+
+def _host_change(g: Graph, factor: float) -> tuple[Change, int]:
+    """Runtime calls and the host time between them (program and handoff lags) scaled."""
+    cpu = g.kind == NodeKind.CALL
+    dur = g.dur.copy()
+    dur[cpu] = np.round(dur[cpu] / factor).astype(np.int64)
+    lag = g.lag.copy()
+    prog = np.isin(g.edge_kind, [int(EdgeKind.PROGRAM), int(EdgeKind.HANDOFF)])
+    lag[prog] = np.round(lag[prog] / factor).astype(np.int64)
+    return Change(dur=dur, lag=lag), int(cpu.sum())
+
+
+def remove_syncs(g: Graph, calls: np.ndarray, *, keep_ns: int = 0) -> Change:
+    """The blocking calls ``calls`` no longer wait for the GPU, and take ``keep_ns`` at most."""
+    drop = (g.edge_kind == int(EdgeKind.HOST_WAIT)) & np.isin(g.dst, calls)
+    dur = g.dur.copy()
+    dur[calls] = np.minimum(dur[calls], keep_ns)
+    return Change(dur=dur, drop=drop)
