@@ -31,6 +31,7 @@ import argparse
 import gzip
 import json
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,9 +103,11 @@ def _a2a_ops(template: dict) -> dict[int, tuple[str, int]]:
 def make_job(out_dir: str | Path, n_ranks: int, *, templates=TEMPLATES, straggler: int | None = None,
              delay_us: float = 500.0, heavy_rank: int | None = None, heavy_factor: float = 4.0,
              per_host: int = 2, max_offset_us: float = 50_000.0, jitter_us: float = 5.0,
-             seed: int = 0) -> Plan:
+             seed: int = 0, repeat: int = 1, ranks=None) -> Plan:
     """Write ``n_ranks`` traces ``trace_rank<r>.json.gz`` into ``out_dir`` (see the module
-    docstring) and return what was planted."""
+    docstring) and return what was planted. ``repeat``: each rank's events that many times over
+    (copies one after the other: a longer trace, ~14 MB of JSON per copy); ``ranks``: write only
+    these ranks' files (the others are then missing from the job)."""
     if n_ranks < 2:
         raise ValueError("a job needs at least 2 ranks")
     straggler = n_ranks // 2 - 1 if straggler is None else straggler
@@ -130,6 +133,9 @@ def make_job(out_dir: str | Path, n_ranks: int, *, templates=TEMPLATES, straggle
         a = inst[0][k].get("args") or {}
         if a.get("Collective name") in A2A_NAMES:
             base[k] = _ints(a["In split size"])[0]
+    # copy c of a rank's events is shifted by c * span (the same for every template)
+    timed = [e for t in tmpl for e in t["traceEvents"] if "ts" in e]
+    span = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed) + 1000.0
     # the arrivals and ends of every rank, instance by instance (true clock, us)
     arrive: dict[tuple[int, tuple], float] = {}
     end: dict[tuple[int, tuple], float] = {}
@@ -147,55 +153,101 @@ def make_job(out_dir: str | Path, n_ranks: int, *, templates=TEMPLATES, straggle
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
-    for r in range(n_ranks):
-        t = tmpl[r % len(tmpl)]
-        kernel_key = {id(e): k for k, e in inst[r % len(tmpl)].items()}
-        op_key = _a2a_ops(t)
-        off = host_offsets[r // per_host]
-        events = []
-        for orig in t["traceEvents"]:
-            e = dict(orig)
-            if "ts" in e:
-                e["ts"] = round(e["ts"] + off, 3)
-            k = kernel_key.get(id(orig))
-            if k is not None and k in transfer:
-                e["ts"] = round(arrive[r, k] + off, 3)
-                e["dur"] = round(end[r, k] - arrive[r, k], 3)
-            args = orig.get("args")
-            if isinstance(args, dict) and ("Collective name" in args or "Process Group Ranks" in args):
-                args = dict(args)
-                if "Process Group Ranks" in args and args.get("Group size", 0) > 1:
-                    args["Process Group Ranks"] = str(list(range(n_ranks)))
-                    args["Group size"] = n_ranks
-                if "Rank" in args:
-                    args["Rank"] = r
-                kk = k if k is not None else op_key.get(id(orig))
-                if kk in base:
-                    b = base[kk]
-                    sent = [int(b * (heavy_factor if j == heavy_rank else 1)) for j in range(n_ranks)]
-                    recv = [int(b * (heavy_factor if r == heavy_rank else 1))] * n_ranks
-                    args["In split size"] = str(sent)
-                    args["Out split size"] = str(recv)
-                    args["In msg nelems"] = sum(sent)
-                    args["Out msg nelems"] = sum(recv)
-                e["args"] = args
-            events.append(e)
-        doc = {k: v for k, v in t.items() if k != "traceEvents"}
-        info = dict(doc.get("distributedInfo") or {})
-        info["rank"] = r
-        info["world_size"] = n_ranks
-        if isinstance(info.get("pg_config"), list):
-            info["pg_config"] = [{**g, "pg_size": n_ranks, "ranks": list(range(n_ranks))}
-                                 for g in info["pg_config"]]
-        doc["distributedInfo"] = info
-        doc["traceEvents"] = events
+    for r in (range(n_ranks) if ranks is None else ranks):
         path = out_dir / f"trace_rank{r}.json.gz"
-        with gzip.open(path, "wb", compresslevel=1) as f:
-            f.write(json.dumps(doc, separators=(",", ":")).encode())
+        _write_rank(path, tmpl[r % len(tmpl)], inst[r % len(tmpl)], r, n_ranks,
+                    offset_us=host_offsets[r // per_host], repeat=repeat, span_us=span,
+                    timing={k: (arrive[r, k], end[r, k]) for k in keys},
+                    a2a={k: _a2a_split(base[k], r, n_ranks, heavy_rank, heavy_factor)
+                         for k in base})
         files.append(path)
     return Plan(n_ranks=n_ranks, straggler=straggler, delay_us=delay_us, heavy_rank=heavy_rank,
                 heavy_factor=heavy_factor, per_host=per_host, host_offsets_us=host_offsets,
                 files=tuple(files))
+
+
+def _a2a_split(b: int, r: int, n: int, heavy: int, factor: float) -> tuple[list[int], list[int]]:
+    """(elements rank r sends to each rank, elements it receives from each) when every rank
+    sends ``b`` to every rank and ``factor`` times as many to ``heavy``."""
+    sent = [int(b * (factor if j == heavy else 1)) for j in range(n)]
+    return sent, [int(b * (factor if r == heavy else 1))] * n
+
+
+_BATCH = re.compile(r"^(## .*? )(\d+)( ##)$")
+_STEP = re.compile(r"^(ProfilerStep#)(\d+)$")
+
+
+def _write_rank(path: Path, t: dict, inst: dict, r: int, n: int, *, offset_us: float,
+                repeat: int, span_us: float, timing: dict, a2a: dict) -> None:
+    """Rank r's trace: the template's events ``repeat`` times (copy c shifted in time past copy
+    c - 1, its ids, step numbers and batch indices offset so that they stay unique), with the
+    planned collective times and sizes (see the module docstring), streamed to a gzip file."""
+    kernel_key = {id(e): k for k, e in inst.items()}
+    op_key = _a2a_ops(t)
+    evs = t["traceEvents"]
+    ids = max([int((e.get("args") or {}).get("correlation", 0)) for e in evs]
+              + [int(e.get("id", 0)) for e in evs if e.get("ph") in ("s", "f")]) + 1
+    ext = max(int((e.get("args") or {}).get("External id", 0)) for e in evs) + 1
+    steps = [int(m.group(2)) for e in evs if (m := _STEP.match(e.get("name", "")))]
+    step_stride = (max(steps) - min(steps) + 1) if steps else 0
+    batches = [int(m.group(2)) for e in evs if (m := _BATCH.match(e.get("name", "")))]
+    batch_stride = (max(batches) + 1) if batches else 0
+    doc = {k: v for k, v in t.items() if k != "traceEvents"}
+    info = dict(doc.get("distributedInfo") or {})
+    info["rank"] = r
+    info["world_size"] = n
+    if isinstance(info.get("pg_config"), list):
+        info["pg_config"] = [{**g, "pg_size": n, "ranks": list(range(n))} for g in info["pg_config"]]
+    doc["distributedInfo"] = info
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(dumps(doc)[:-1].encode() + b',"traceEvents":[')
+        first = True
+        for c in range(repeat):
+            shift = offset_us + c * span_us
+            chunk = []
+            for orig in evs:
+                if c and orig.get("ph") == "M":
+                    continue
+                e = dict(orig)
+                if "ts" in e:
+                    e["ts"] = round(e["ts"] + shift, 3)
+                if c and e.get("ph") in ("s", "f") and "id" in e:
+                    e["id"] = int(e["id"]) + c * ids
+                if c and (m := _STEP.match(e.get("name", ""))):
+                    e["name"] = f"{m.group(1)}{int(m.group(2)) + c * step_stride}"
+                elif c and (m := _BATCH.match(e.get("name", ""))):
+                    e["name"] = f"{m.group(1)}{int(m.group(2)) + c * batch_stride}{m.group(3)}"
+                k = kernel_key.get(id(orig))
+                if k is not None and k in timing:
+                    a, z = timing[k]
+                    e["ts"] = round(a + shift, 3)
+                    e["dur"] = round(z - a, 3)
+                args = orig.get("args")
+                if isinstance(args, dict):
+                    args = dict(args)
+                    if c:
+                        for key, stride in (("correlation", ids), ("External id", ext)):
+                            if isinstance(args.get(key), int) and args[key] > 0:
+                                args[key] += c * stride
+                    if "Process Group Ranks" in args and args.get("Group size", 0) > 1:
+                        args["Process Group Ranks"] = str(list(range(n)))
+                        args["Group size"] = n
+                    if "Rank" in args and "Collective name" in args:
+                        args["Rank"] = r
+                    kk = k if k is not None else op_key.get(id(orig))
+                    if kk in a2a:
+                        sent, recv = a2a[kk]
+                        args["In split size"] = str(sent)
+                        args["Out split size"] = str(recv)
+                        args["In msg nelems"] = sum(sent)
+                        args["Out msg nelems"] = sum(recv)
+                    e["args"] = args
+                chunk.append(dumps(e))
+            if chunk:
+                f.write(((b"" if first else b",") + ",".join(chunk).encode()))
+                first = False
+        f.write(b"]}")
 
 
 def main(argv=None) -> None:
@@ -205,8 +257,11 @@ def main(argv=None) -> None:
     ap.add_argument("--straggler", type=int, default=None)
     ap.add_argument("--heavy", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeat", type=int, default=1, help="copies of each rank's events")
+    ap.add_argument("--ranks", type=int, nargs="*", default=None, help="write only these ranks")
     a = ap.parse_args(argv)
-    plan = make_job(a.out_dir, a.n_ranks, straggler=a.straggler, heavy_rank=a.heavy, seed=a.seed)
+    plan = make_job(a.out_dir, a.n_ranks, straggler=a.straggler, heavy_rank=a.heavy, seed=a.seed,
+                    repeat=a.repeat, ranks=a.ranks)
     print(json.dumps({"straggler": plan.straggler, "heavy_rank": plan.heavy_rank,
                       "delay_us": plan.delay_us, "heavy_factor": plan.heavy_factor,
                       "per_host": plan.per_host, "host_offsets_us": plan.host_offsets_us}))
