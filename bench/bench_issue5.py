@@ -50,6 +50,7 @@ from torch import nn  # noqa: E402
 from torch.profiler import profile, record_function, schedule  # noqa: E402
 
 from bench import method, proof_manifest  # noqa: E402
+from runtime.profiling import make_profiler, trace_counts  # noqa: E402
 
 PART_TIMEOUT_S = {"a": 240, "b": 200, "c_standard": 150, "c_inplace": 150, "c_timed": 90}
 """Most seconds each part may run (c_timed: each timed round's process); ``--budget-s`` caps the
@@ -185,8 +186,6 @@ def profiler_for(device: torch.device, path: Path, active: int) -> profile:
     """The runtime's profiler (``[memory]`` events, cuda_sync events where torch has them) that
     skips one warm-up step, records ``active`` steps (``ProfilerStep#N`` each) and writes
     ``path`` when they are done; call ``prof.step()`` after every step."""
-    from runtime.profiling import make_profiler
-
     path.parent.mkdir(parents=True, exist_ok=True)
     return make_profiler(
         device,
@@ -225,7 +224,8 @@ def profile_steps(run_one, device: torch.device, path: Path, steps: int) -> dict
             if _ == steps:
                 sync(device)  # the last active step's GPU work ends inside the trace
             prof.step()
-    return {**gzip_trace(path), "traced_step_ms": step_ms(marks)[1:]}
+    info = gzip_trace(path)
+    return {**info, "traced_step_ms": step_ms(marks)[1:], "counts": trace_counts(info["file"])}
 
 
 def interleaved_windows(variants: list[str], rounds: int, window, device: torch.device) -> dict:  # noqa: ANN001
@@ -539,7 +539,8 @@ def part_c(cfg: dict, device: torch.device, out: Path, res: dict, save, inplace:
     res["final_loss"] = float(result.losses[-1]) if result.losses else None
     times = step_ms(marks)
     if traced:
-        res["trace"] = {**gzip_trace(trace_path), "traced_step_ms": times[1:]}
+        info = gzip_trace(trace_path)
+        res["trace"] = {**info, "traced_step_ms": times[1:], "counts": trace_counts(info["file"])}
     else:
         res["step_ms_all"] = times
         res["step_ms"] = round(statistics.median(times[cfg["c_warmup"]:]), 4)
@@ -700,8 +701,9 @@ def write_commit(out: Path, results: dict, md: str, *, quick: bool) -> None:
     (res / f"issue5-{tag}.md").write_text(f"{md}\nWritten {now.isoformat(timespec='seconds')} by bench/bench_issue5.py.\n")
     pairs = proof_pairs(results)
     if pairs:
-        proof_manifest.write(res / f"proof-issue5-{tag}.json", pairs, device=device, date_utc=now.isoformat(timespec="seconds"),
-                             source=f"bench/results/issue5-{tag}.json", versions={"torch": torch.__version__})
+        proof_manifest.write(res / f"proof-issue5-{tag}.json", pairs, repo=out / "commit", device=device,
+                             date_utc=now.isoformat(timespec="seconds"), source=f"bench/results/issue5-{tag}.json",
+                             versions={"torch": torch.__version__})
 
 
 def summarize(out: Path, parts: list[str], wall: dict) -> tuple[dict, str]:
@@ -795,7 +797,8 @@ def summarize(out: Path, parts: list[str], wall: dict) -> tuple[dict, str]:
     lines += ["## files", ""]
     for p, r in results.items():
         for t in ([r.get("trace")] if r.get("trace") else []) + list((r.get("traces") or {}).values()):
-            lines.append(f"- {t['file']} ({t['bytes_gz']} B gz)")
+            c = t.get("counts") or {}
+            lines.append(f"- {t['file']} ({t['bytes_gz']} B gz; {c.get('cuda_sync')} cuda_sync, {c.get('memory')} [memory] events)")
         if r.get("snapshot"):
             lines.append(f"- {r['snapshot']['file']} ({r['snapshot']['bytes']} B, {r['snapshot']['bytes_gz']} B gz)")
         if r.get("status") not in ("ok", None):

@@ -72,7 +72,7 @@ from bench.gpu_clocks import ClockLog, reason_names  # noqa: E402
 from runtime.data import DataConfig, SyntheticLoader  # noqa: E402
 from runtime.dist import init_from_env  # noqa: E402
 from runtime.model import DenseOptimizerConfig, ModelConfig  # noqa: E402
-from runtime.profiling import cuda_sync_events  # noqa: E402
+from runtime.profiling import cuda_sync_events, trace_counts  # noqa: E402
 from runtime.session import RunResult, Session  # noqa: E402
 from runtime.train import TrainConfig, _config_dict, _versions  # noqa: E402
 
@@ -386,19 +386,25 @@ class Bench:
         one_round(0, list(variants))
         per_round = pdoc["rounds"][0]["t"][1] - pdoc["rounds"][0]["t"][0]
         traces_s = len(trace_cfgs) * (4.0 + 0.002 * spec["est_step_ms"] * 13) if self.gpu else 2.0 * len(trace_cfgs)
-        left = share_s - (self.now() - t_preset) - traces_s
+        diag_s = 0.0
+        if self.gpu and not args.no_diagnostics:
+            diag_s += self.old_method_s(name, variants) + (15.0 if headline else 0.0)
+        left = share_s - (self.now() - t_preset) - traces_s - diag_s
         n_rounds = self.decide(method.rounds_that_fit(per_round_s=per_round, left_s=left, least=args.min_rounds, most=args.rounds))
         pdoc["timed_rounds_planned"] = n_rounds
         for r, order in enumerate(method.round_orders(variants, n_rounds), start=1):
             one_round(r, order)
 
+        self.summarize(pdoc)  # the figures each sample trace's metrics.json carries
         for v, cfg in trace_cfgs.items():
             seg = self.run(session, loader, cfg)
             if self.rank0:
+                seg["trace_counts"] = trace_counts(seg["trace"])  # did cuda_sync and [memory] make it in?
                 write_run_metrics(Path(cfg.out), seg, pdoc, v, cfg, self)
-            pdoc["traces"][v] = {"dir": str(Path(cfg.out).relative_to(self.commit)), **{k: seg[k] for k in (
-                "step_ms_median", "traced_step_ms", "peak_reserved_bytes", "gpu_waited_share")}}
-            self.say(f"{name} trace {v}: untraced {seg['step_ms_median']:.3f} ms, traced {seg['traced_step_ms']}")
+            pdoc["traces"][v] = {"dir": str(Path(cfg.out).relative_to(self.commit)), **{k: seg.get(k) for k in (
+                "step_ms_median", "traced_step_ms", "peak_reserved_bytes", "gpu_waited_share", "trace_counts")}}
+            self.say(f"{name} trace {v}: untraced {seg['step_ms_median']:.3f} ms, traced {seg['traced_step_ms']}, "
+                     f"events {seg.get('trace_counts')}")
         self.publish()
 
         diagnose = self.gpu and not args.no_diagnostics
@@ -418,9 +424,9 @@ class Bench:
         while the next variant's model and data were built), then SparseDist, FusedSparseDist
         and SemiSync back to back, 10 warm-up + 40 timed steps each, P90 ratios."""
         main = [v for v in MAIN if v in variants]
-        if name not in OLD_METHOD_PRESETS or REFERENCE not in main:
+        need = self.old_method_s(name, variants)
+        if not need:
             return
-        need = self.args.idle_s + len(main) * 50 * PRESETS[name]["est_step_ms"] / 1e3 + 5
         if not self.decide(left_s > need):
             pdoc["diagnostics"]["old_method"] = "skipped: time budget"
             return
@@ -434,6 +440,13 @@ class Bench:
         old["p90_ratio"] = {v: old["runs"][v]["step_ms_p90"] / ref for v in main}
         pdoc["diagnostics"]["old_method"] = old
         self.say(f"{name} old method after {self.args.idle_s} s idle: P90 ratios {old['p90_ratio']}")
+
+    def old_method_s(self, name: str, variants: list[str]) -> float:
+        """Seconds the old_method diagnostic takes on this preset (0: it does not run here)."""
+        main = [v for v in MAIN if v in variants]
+        if name not in OLD_METHOD_PRESETS or REFERENCE not in main:
+            return 0.0
+        return self.args.idle_s + len(main) * 50 * PRESETS[name]["est_step_ms"] / 1e3 + 5
 
     def fresh_tables(self, variants, pdoc, loader, cfgs, left_s) -> None:  # noqa: ANN001
         """The model built again (a new 13 GB allocation, the old one freed), SparseDist and
@@ -482,7 +495,8 @@ class Bench:
             s["gpu_waited_share"] = method.median([r["gpu_waited_share"] for r in runs if r["gpu_waited_share"] is not None])
             s["host_step_ms"] = method.median([r["host_step_ms_median"] for r in runs])
             s["first_step_ms"] = method.median([r["first_step_ms"] for r in runs if r["first_step_ms"] is not None])
-            s["device_allocs_in_timed_steps"] = sum(r["allocator_timed"].get("num_device_alloc", 0) for r in runs)
+            allocs = [r["allocator_timed"].get("segment.all.allocated") for r in runs]
+            s["device_allocs_in_timed_steps"] = None if None in allocs else sum(allocs)  # cudaMalloc calls
             losses = {r["final_loss"] for r in runs}
             s["final_loss"] = runs[-1]["final_loss"] if runs else None
             s["final_loss_same_every_round"] = len(losses) == 1
@@ -530,16 +544,23 @@ def targets(pdoc: dict) -> dict:
 # what the lead commits
 # ------------------------------------------------------------------------------------------
 def write_run_metrics(folder: Path, seg: dict, pdoc: dict, variant: str, cfg: TrainConfig, bench: Bench) -> None:
-    """metrics.json beside a sample trace: the trace run's own figures and its config (the keys
-    runtime.train's metrics.json has for them: pipeline, world_size, config)."""
+    """metrics.json beside a sample trace: the variant's measured figures (``step_ms_p50``: the
+    median over the timed rounds of each round's median step; ``measured_summary``), the trace
+    run's own figures and its config (the keys runtime.train's metrics.json has for them:
+    pipeline, world_size, config, step_ms_p50)."""
     folder.mkdir(parents=True, exist_ok=True)
+    measured = pdoc["summary"].get(variant, {})
     doc = {
         "variant": variant, "pipeline": VARIANTS[variant][0], "options": VARIANTS[variant][1], "preset": pdoc["preset"],
         "config": _config_dict(cfg),
+        # the method's figures of this variant (median over the timed rounds of each round's
+        # median step [95 % interval]; ratios to SparseDist within rounds), not this trace run's
+        "step_ms_p50": (measured.get("step") or {}).get("median"),
+        "measured_summary": measured,
         "device": bench.device_name, "world_size": bench.info.world_size, "date_utc": bench.doc["date_utc"],
         "cuda_sync_events": bench.doc["process"].get("cuda_sync_events"),
-        "trace_run": {k: seg[k] for k in ("step_ms", "traced_step_ms", "step_ms_median", "peak_reserved_bytes",
-                                          "peak_allocated_bytes", "gpu_waited_share", "final_loss", "clocks")},
+        "trace_run": {k: seg.get(k) for k in ("step_ms", "traced_step_ms", "step_ms_median", "peak_reserved_bytes",
+                                              "peak_allocated_bytes", "gpu_waited_share", "final_loss", "clocks", "trace_counts")},
         "model": pdoc["model"], "data": pdoc["data"], "dense_optimizer": pdoc["dense_optimizer"],
         "main_stream_priority": pdoc["main_stream_priority"], "versions": bench.doc["versions"],
         "measured": f"bench/results/pipelines-{bench.tag}.json (preset {pdoc['preset']}, summary -> {variant})",
@@ -568,8 +589,10 @@ def write_commit(bench: Bench) -> None:
              "`<preset>/`.", ""]
     for p in doc["presets"]:
         for v, t in p["traces"].items():
+            n = t.get("trace_counts") or {}
             lines.append(f"- `{Path(t['dir']).relative_to(bench.samples_dir)}/`: preset {p['preset']}, {v}; untraced "
-                         f"{t['step_ms_median']:.3f} ms/step, traced steps {t['traced_step_ms']} ms")
+                         f"{t['step_ms_median']:.3f} ms/step, traced steps {t['traced_step_ms']} ms; {n.get('cuda_sync')} "
+                         f"cuda_sync and {n.get('memory')} [memory] events")
     (samples / "README.md").write_text("\n".join(lines) + "\n")
     rows = readme_rows(doc, bench.tag)
     (c / "README-rows.md").write_text("\n".join(rows) + "\n")
@@ -580,8 +603,12 @@ def write_commit(bench: Bench) -> None:
                 continue
             pairs.append(proof_manifest.pipeline_pair(p, before, after, fix=fix, trace_file=f"trace_rank0.json.gz"))
     if pairs:
-        proof_manifest.write(res / f"proof-pipelines-{bench.tag}.json", pairs, device=doc["device"], date_utc=doc["date_utc"],
-                             source=f"bench/results/pipelines-{bench.tag}.json", versions=doc["versions"])
+        proof_manifest.write(res / f"proof-pipelines-{bench.tag}.json", pairs, repo=c, device=doc["device"],
+                             date_utc=doc["date_utc"], source=f"bench/results/pipelines-{bench.tag}.json", versions=doc["versions"])
+
+
+def _cell(x) -> str:  # noqa: ANN001
+    return "-" if x is None else str(x)
 
 
 def _est(e: dict | None, fmt: str = "{:.3f}", scale: float = 1.0) -> str:
@@ -634,7 +661,7 @@ def markdown(doc: dict) -> list[str]:
             lines.append(
                 f"| {v} | {_est(s.get('step'))} | {_est(s.get('ratio'))} | {_est(s.get('reserved_bytes'), '{:.2f}', 1e-9)} | "
                 f"{_est(s.get('reserved_ratio'))} | {_est(s.get('allocated_bytes'), '{:.2f}', 1e-9)} | "
-                f"{'-' if waited is None else f'{waited:.0%}'} | {s.get('device_allocs_in_timed_steps', '-')} | "
+                f"{'-' if waited is None else f'{waited:.0%}'} | {_cell(s.get('device_allocs_in_timed_steps'))} | "
                 f"{'-' if warm is None else f'{warm:.3f}'} |")
         backends = sorted({str(run.get("embedding_backend")) for rd in p["rounds"] for run in rd["runs"].values()})
         if backends and backends != ["cuda"]:

@@ -1,5 +1,5 @@
-"""The explain proof's manifest: for each fix the runtime can run on a GPU, the "before" and
-"after" traces and what the same GPU run measured for both (issue 9, section 4).
+"""The explain proof's manifest: for each fix the runtime can run on a GPU, the "before" trace
+and what the same GPU run measured for the fix off and on (issue 9, section 4).
 
     python bench/proof_manifest.py merge OUT.json IN.json [IN.json ...]   # one manifest from several
     python bench/proof_manifest.py show MANIFEST.json                      # the pairs, one line each
@@ -7,33 +7,37 @@
 Written by ``bench/bench_pipelines.py`` (FusedSparseDist vs SparseDist, on the headline preset
 and on a host-bound one where the fix cannot help) and ``bench/bench_issue5.py`` (blocking ->
 async delta copy, legacy -> precomputed writeback, standard -> in-place batch copy); read by
-``bench/explain_proof.py``, which predicts each "after" from the "before" trace. The format::
+``bench/explain_proof.py``, which predicts each "after" from the "before" trace. The format (the
+keys explain_proof.py reads, and beside them the method's intervals)::
 
-    {"format": "tracekit-explain-proof/1",
+    {"format": "tracekit-explain-proof/1", "device": "NVIDIA H200", "date": "YYYY-MM-DD", "note": str,
      "pairs": [{
-        "id": "<fix>/<context>",            # unique in the manifest
+        "name": "<fix>/<context>",          # unique in the manifest
         "fix": "fused_sparse_dist" | "async_delta_copy" | "precomputed_writeback" | "inplace_batch_copy",
         "expect": "time" | "memory",        # what the fix is about (in-place copy: memory)
-        "context": {...},                   # preset / benchmark part, free-form
-        "device": "NVIDIA H200", "date_utc": "...", "source": "bench/results/....json",
-        "before": {"label": "sparse", "trace": "<repo-relative .json.gz>", "snapshot": "<.pickle>" | null,
-                   "step_ms": EST, "peak_reserved_bytes": EST, "traced_step_ms": [ms, ...]},
+        "context": {...},                   # benchmark, preset or part
+        "device": str, "date_utc": str, "source": "<results file, relative to the manifest>",
+        "before": {"label": "sparse", "trace": "<.json.gz>", "snapshot": "<.pickle>" | null,
+                   "step_ms": number, "peak_reserved_bytes": number | null,
+                   "step_ms_estimate": EST, "peak_reserved_estimate": EST | null,
+                   "traced_step_ms": [ms, ...]},
         "after":  {... the same ...},
         "measured": {"step_ratio": EST, "step_saving_ms": EST,
                      "peak_reserved_ratio": EST, "peak_reserved_saving_bytes": EST}}]}
 
-EST is ``{"median", "lo", "hi", "n"}``: the median over the benchmark's timed rounds (or
-windows) and its 95 % bootstrap interval (bench/method.py). ``step_ms`` is untraced (CUDA
-events, or the host clock around a drained window); ``traced_step_ms`` are the traced steps'
-own times (profiler overhead included), to judge how far the trace is from the untraced run.
-The ``measured`` figures are paired within each round: ratio after/before, saving
-before - after. Paths are relative to the repository root once the run's ``commit/`` folder has
-been copied in.
+``step_ms`` / ``peak_reserved_bytes`` are the medians over the benchmark's timed rounds (or
+windows); EST is ``{"median", "lo", "hi", "n"}``, that median with its 95 % bootstrap interval
+(bench/method.py). ``step_ms`` is untraced (CUDA events, or the host clock around a drained
+window); ``traced_step_ms`` are the traced steps' own times (profiler overhead included), to
+judge how far the trace is from the untraced run. ``measured`` is paired within each round:
+ratio after/before, saving before - after. Paths are relative to the manifest's folder (in the
+repository once the run's ``commit/`` folder has been copied in).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -59,13 +63,19 @@ def paired(before: Sequence[float | None], after: Sequence[float | None]) -> dic
 
 def side(label: str, *, trace: str | None, snapshot: str | None, step_ms: Sequence[float],
          reserved: Sequence[float | None], traced_step_ms: Sequence[float]) -> dict:
+    """One side of a pair; ``trace``/``snapshot`` relative to the repository (``write`` makes
+    them relative to the manifest)."""
     res = [r for r in reserved if r is not None]
+    step = method.estimate(step_ms).to_dict() if step_ms else None
+    mem = method.estimate(res).to_dict() if res else None
     return {
         "label": label,
         "trace": trace,
         "snapshot": snapshot,
-        "step_ms": method.estimate(step_ms).to_dict() if step_ms else None,
-        "peak_reserved_bytes": method.estimate(res).to_dict() if res else None,
+        "step_ms": step["median"] if step else None,
+        "peak_reserved_bytes": mem["median"] if mem else None,
+        "step_ms_estimate": step,
+        "peak_reserved_estimate": mem,
         "traced_step_ms": list(traced_step_ms),
     }
 
@@ -80,7 +90,7 @@ def pair(fix: str, context: dict, *, expect: str, before: dict, after: dict,
     mem = paired(before_rounds["reserved"], after_rounds["reserved"])
     ctx = "/".join(str(v) for v in context.values())
     return {
-        "id": f"{fix}/{ctx}",
+        "name": f"{fix}/{ctx}",
         "fix": fix,
         "expect": expect,
         "context": context,
@@ -116,14 +126,31 @@ def device_slug(name: str) -> str:
     return next((w for w in words if w), "cpu")
 
 
-def write(path: Path, pairs: list[dict], *, device: str, date_utc: str, source: str, versions: dict) -> None:
+def _relative(doc_pairs: list[dict], frm: Path, to: Path) -> None:
+    """Paths of the pairs' traces and snapshots, relative to ``frm``, made relative to ``to``."""
+    for p in doc_pairs:
+        for key in ("source",):
+            if p.get(key):
+                p[key] = os.path.relpath(frm / p[key], to)
+        for sd in (p["before"], p["after"]):
+            for key in ("trace", "snapshot"):
+                if sd.get(key):
+                    sd[key] = os.path.relpath(frm / sd[key], to)
+
+
+def write(path: Path, pairs: list[dict], *, repo: Path, device: str, date_utc: str, source: str, versions: dict) -> None:
+    """The manifest at ``path`` (inside ``repo``, the folder laid out as the repository), from
+    pairs whose paths (and ``source``) are relative to ``repo``."""
+    path = Path(path)
     for p in pairs:
         p.setdefault("device", device)
         p.setdefault("date_utc", date_utc)
         p.setdefault("source", source)
         p.setdefault("versions", versions)
+    _relative(pairs, Path(repo).resolve(), path.parent.resolve())
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"format": FORMAT, "pairs": pairs}, indent=1))
+    doc = {"format": FORMAT, "device": device, "date": date_utc[:10], "note": f"measured by {source}", "pairs": pairs}
+    path.write_text(json.dumps(doc, indent=1))
 
 
 def load(path: Path) -> dict:
@@ -134,15 +161,23 @@ def load(path: Path) -> dict:
 
 
 def merge(out: Path, inputs: Sequence[Path]) -> dict:
-    pairs, seen = [], set()
+    """One manifest at ``out`` with every pair of ``inputs`` (paths rebased to ``out``'s folder)."""
+    out = Path(out)
+    pairs, seen, devices, dates = [], set(), set(), set()
     for p in inputs:
-        for q in load(p)["pairs"]:
-            if q["id"] in seen:
-                raise ValueError(f"pair {q['id']} is in more than one input")
-            seen.add(q["id"])
+        doc = load(p)
+        _relative(doc["pairs"], Path(p).resolve().parent, out.resolve().parent)
+        devices.add(doc.get("device"))
+        dates.add(doc.get("date"))
+        for q in doc["pairs"]:
+            if q["name"] in seen:
+                raise ValueError(f"pair {q['name']} is in more than one input")
+            seen.add(q["name"])
             pairs.append(q)
-    doc = {"format": FORMAT, "pairs": pairs}
-    Path(out).write_text(json.dumps(doc, indent=1))
+    one = lambda xs: next(iter(xs)) if len(xs) == 1 else "several (see each pair)"  # noqa: E731
+    doc = {"format": FORMAT, "device": one(devices), "date": one(dates),
+           "note": "merged from " + ", ".join(Path(p).name for p in inputs), "pairs": pairs}
+    out.write_text(json.dumps(doc, indent=1))
     return doc
 
 
@@ -153,7 +188,7 @@ def show(doc: dict) -> list[str]:
     out = []
     for p in doc["pairs"]:
         m = p["measured"]
-        out.append(f"{p['id']} ({p['expect']}; {p.get('device')} {p.get('date_utc')}): {p['before']['label']} -> "
+        out.append(f"{p['name']} ({p['expect']}; {p.get('device')} {p.get('date_utc')}): {p['before']['label']} -> "
                    f"{p['after']['label']}: step ratio {est(m['step_ratio'])}, saving {est(m['step_saving_ms'])} ms; "
                    f"reserved ratio {est(m['peak_reserved_ratio'])}; traces {p['before']['trace']} -> {p['after']['trace']}")
     return out

@@ -64,7 +64,7 @@ class Source:
         before the report is read."""
         if not self.reports:
             return []
-        from dashboards.results import warnings
+        from dashboards.reports import warnings
 
         return warnings(self.report(rank))
 
@@ -199,9 +199,9 @@ class Catalog:
         def run() -> None:
             for s in self.sources:
                 self.summary(s.index)
-            from dashboards import figures, results  # noqa: F401  (numpy, pandas: the views' first callbacks need them)
-
             self.first_page.wait(defer_s)
+            from dashboards import figures, results  # noqa: F401  (numpy, pandas: the views but the overview need them)
+
             for s in self.sources:
                 self._load(s)
             # The timeline's lanes (about 1 s for a 1.7 M-event trace), memoised for as many traces

@@ -9,42 +9,16 @@ Arrays are sent as lists with their figures rounded to what a chart can show.
 from __future__ import annotations
 
 import math
-from numbers import Number
 
 import numpy as np
 import pandas as pd
 
+from dashboards.reports import category_name
 from dashboards.timeline import Lanes
 
-PHASE_COLOURS = {  # tracekit's phase names (tracekit/default_rules.toml)
-    "batch_copy": "#8c564b",
-    "input_dist": "#9467bd",
-    "lookup": "#2ca02c",
-    "forward": "#1f77b4",
-    "backward": "#ff7f0e",
-    "emb_backward": "#ffbb78",
-    "optimizer": "#d62728",
-    "zero_grad": "#ff9896",
-    "communication": "#17becf",
-    "annotation": "#9aa0b0",
-    "other": "#c7c7c7",
-}
-_EXTRA = ["#bcbd22", "#e377c2", "#7f7f7f", "#aec7e8", "#98df8a", "#c5b0d5"]
-
-_AXIS = {"gridcolor": "#e5e8ee", "zerolinecolor": "#c9ced8", "automargin": True}
-PLAIN_LAYOUT = dict(margin=dict(l=60, r=20, t=40, b=40), font=dict(size=12), plot_bgcolor="white", paper_bgcolor="white")
-"""Shared layout (plotly.js does not know template names, so the look is spelled out)."""
-
-
-def _layout(title: str | None = None, *, x: str | None = None, y: str | None = None, height: int = 340, **kw) -> dict:
-    out = {**PLAIN_LAYOUT, "height": height,
-           "xaxis": {**_AXIS, **({"title": {"text": x}} if x else {})},
-           "yaxis": {**_AXIS, **({"title": {"text": y}} if y else {})}}
-    if title:
-        out["title"] = {"text": title, "x": 0.01, "xanchor": "left"}
-    for k, v in kw.items():
-        out[k] = {**out[k], **v} if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
+from dashboards.style import AXIS as _AXIS  # noqa: E402
+from dashboards.style import CATEGORY_COLOURS, PHASE_COLOURS, PLAIN_LAYOUT, category_colour, fmt, is_number, phase_colour  # noqa: F401,E402
+from dashboards.style import layout as _layout  # noqa: E402
 
 
 def _nums(a, digits: int = 6) -> list:
@@ -53,73 +27,13 @@ def _nums(a, digits: int = 6) -> list:
     return [None if not math.isfinite(v) else v for v in arr.tolist()]
 
 
-def phase_colour(phase: str) -> str:
-    if phase in PHASE_COLOURS:
-        return PHASE_COLOURS[phase]
-    return _EXTRA[sum(map(ord, str(phase))) % len(_EXTRA)]
-
-
-def is_number(v) -> bool:
-    return isinstance(v, Number) and not isinstance(v, bool)
-
-
-def fmt(v) -> str:
-    """How a figure is written in the page: floats with 3 decimals, ints whole; both with thousands separators."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if isinstance(v, (bool, np.bool_)):
-        return "yes" if v else "no"
-    if isinstance(v, (int, np.integer)):
-        return f"{int(v):,}"
-    if isinstance(v, (float, np.floating)):
-        return f"{float(v):,.3f}"
-    return str(v)
-
-
 def empty(text: str) -> dict:
     return {"data": [], "layout": _layout(height=300, xaxis={"visible": False}, yaxis={"visible": False},
                                           annotations=[dict(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")])}
 
 
-def step_times(steps: pd.DataFrame, title: str) -> dict:
-    if steps.empty:
-        return empty("no steps found")
-    x = steps["step"].astype(str).tolist()
-    return {
-        "data": [
-            {"type": "bar", "x": x, "y": _nums(steps["gpu_ms"]), "name": "GPU span (ms)", "marker": {"color": "#1f77b4"}},
-            {"type": "bar", "x": x, "y": _nums(steps["cpu_ms"]), "name": "CPU span (ms)", "marker": {"color": "#9aa0b0"}},
-        ],
-        "layout": _layout(f"Step time per step · {title}", x="step", y="ms", barmode="group",
-                          xaxis={"type": "category"}),
-    }
-
-
 MARK_COLOURS = {"step": "#dfe3ea", "gap": "#b8860b", "stall": "#111111", "critical": "#6a1b9a"}
 """Marks in colours no phase has (sync stalls black, gaps dark gold)."""
-
-
-CATEGORY_COLOURS = {"host": "#5c6370", "communication": "#17becf", "memcpy": "#8c564b", "sync": "#c62828", "idle": "#d9dce3"}
-
-
-def category_colour(cat: str) -> str:
-    """A critical-path category's colour: a compute phase keeps its phase colour."""
-    return phase_colour(cat.split(":", 1)[1]) if cat.startswith("compute:") else CATEGORY_COLOURS.get(cat, "#bcbd22")
-
-
-def step_breakdown(steps: pd.DataFrame, title: str) -> dict:
-    """Where each step's time went on its critical path: one stacked bar per step, in ms."""
-    from dashboards.results import category_name
-
-    cats = [c for c in steps.columns if c not in ("step", "bound")]
-    x = steps["step"].astype(str).tolist()
-    data = [{"type": "bar", "x": x, "y": _nums(steps[c]), "name": category_name(c), "marker": {"color": category_colour(c)},
-             "customdata": steps["bound"].tolist(),
-             "hovertemplate": "step %{x}: %{y:,.3f} ms<br>%{customdata}<extra>" + category_name(c) + "</extra>"}
-            for c in cats if (steps[c] > 0).any()]
-    return {"data": data, "layout": _layout(f"Where each step goes (its critical path, ms) · {title}", x="step", y="ms",
-                                            height=380, barmode="stack", xaxis={"type": "category"}, bargap=0.35,
-                                            legend={"traceorder": "normal"})}
 
 
 def timeline(lanes: Lanes, marks: pd.DataFrame | None = None) -> dict:
@@ -163,8 +77,9 @@ def timeline(lanes: Lanes, marks: pd.DataFrame | None = None) -> dict:
             bar = {"type": "bar", "orientation": "h", "y": grp["lane"].tolist(), "x": _nums(grp["dur_ms"]),
                    "base": _nums(grp["start_ms"]), "name": {"step": "step", "gap": "optimizer → lookup gap",
                                                              "stall": "sync stall", "critical": "critical path"}.get(kind, kind),
-                   "legendgroup": f"mark-{kind}", "showlegend": kind != "step",
-                   "marker": {"color": MARK_COLOURS.get(kind, "#888"), "line": {"width": 1 if kind == "step" else 0, "color": "#9aa0b0"}},
+                   "legendgroup": f"mark-{kind}", "showlegend": kind not in ("step", "critical"),
+                   "marker": {"color": [category_colour(c) for c in grp["category"]] if kind == "critical" else MARK_COLOURS.get(kind, "#888"),
+                              "line": {"width": 1 if kind == "step" else 0, "color": "#9aa0b0"}},
                    "customdata": grp["label"].tolist(), "hovertemplate": "%{customdata}<extra></extra>"}
             if kind == "step":
                 bar.update(text=grp["label"].tolist(), textposition="inside", insidetextanchor="middle",
@@ -173,6 +88,10 @@ def timeline(lanes: Lanes, marks: pd.DataFrame | None = None) -> dict:
                     shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
                                    "line": {"color": "#59607a", "width": 1, "dash": "dot"}, "layer": "below"})
             data.append(bar)
+            if kind == "critical":  # a legend entry for the categories no phase colour names
+                for cat in dict.fromkeys(c for c in grp["category"] if not str(c).startswith("compute:")):
+                    data.append({"type": "bar", "orientation": "h", "y": [None], "x": [None], "name": f"{category_name(cat)} (critical path)",
+                                 "marker": {"color": category_colour(cat)}, "legendgroup": f"mark-critical-{cat}", "hoverinfo": "skip"})
     order = mark_lanes + list(lanes.lanes)
     layout = {
         **PLAIN_LAYOUT, "barmode": "overlay", "bargap": 0.25, "height": max(320, 140 + 30 * len(order)),

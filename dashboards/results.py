@@ -15,31 +15,13 @@ import numpy as np
 import pandas as pd
 
 from dashboards import names, timeline
+from dashboards.reports import category_name, pct
 from tracekit import __version__
 from tracekit import report as tk_report
 from tracekit.trace.model import Kind, Trace
 
 NS_PER_MS = 1e6
 MIB = 2**20
-
-
-def headline(report: dict) -> dict[str, str]:
-    """The headline figures of one rank's report object as ``tracekit compare`` writes them (title -> text)."""
-    h = report["headline"]
-    out = {"steps": f"{h['steps']} ({h['step_source']})"}
-    for title, key, unit in tk_report.COMPARE_ROWS:
-        out[title] = tk_report.fmt_figure(h.get(key), unit)
-    return out
-
-
-def step_times(report: dict) -> pd.DataFrame:
-    """``step, cpu_ms, gpu_ms`` per step from one rank's report object (gpu NaN without GPU work)."""
-    rows = report["steps"]["steps"]
-    return pd.DataFrame({
-        "step": [r["step"] for r in rows],
-        "cpu_ms": [r["cpu_ns"] / NS_PER_MS for r in rows],
-        "gpu_ms": [r["gpu_ns"] / NS_PER_MS if r["gpu_start"] is not None and r["gpu_start"] >= 0 else np.nan for r in rows],
-    })
 
 
 def steps(trace: Trace, analysis: Any) -> pd.DataFrame:
@@ -59,22 +41,36 @@ def steps(trace: Trace, analysis: Any) -> pd.DataFrame:
     })
 
 
-MARK_LANES = ("steps", "optimizer → lookup gap", "sync stalls")
+MARK_LANES = ("steps", "critical path", "optimizer → lookup gap", "sync stalls")
 """The timeline's lanes of marks, drawn above the threads."""
 
 
-def timeline_marks(trace: Trace, analysis: Any, origin: int) -> pd.DataFrame:
+def timeline_marks(trace: Trace, analysis: Any, origin: int, window_ms: tuple[float, float] | None = None) -> pd.DataFrame:
     """What the timeline marks, in ms from ``origin``: ``lane`` (one of ``MARK_LANES``),
-    ``start_ms, dur_ms, label, kind``: every step's span (``step``), every positive optimizer →
-    next lookup gap (``gap``: from the optimizer's end to the lookup's start) and every sync
-    stall (``stall``: the blocking call's CPU time)."""
-    cols = ["lane", "start_ms", "dur_ms", "label", "kind"]
+    ``start_ms, dur_ms, label, kind, category``: every step's span (``step``), the critical
+    path's segments (``critical``, from tracekit explain: ``category`` says what the time was;
+    only those inside ``window_ms`` when given, a trace has thousands), every positive
+    optimizer → next lookup gap (``gap``: from the optimizer's end to the lookup's start) and
+    every sync stall (``stall``: the blocking call's CPU time)."""
+    cols = ["lane", "start_ms", "dur_ms", "label", "kind", "category"]
     parts = []
     st = steps(trace, analysis)
     if len(st):
         parts.append(pd.DataFrame({"lane": MARK_LANES[0], "start_ms": (st["start_ns"] - origin) / NS_PER_MS,
                                    "dur_ms": (st["end_ns"] - st["start_ns"]) / NS_PER_MS,
                                    "label": [f"step {s}" for s in st["step"]], "kind": "step"}))
+    path = getattr(getattr(analysis, "explain", None), "path", None)
+    if path is not None and len(path):
+        start = (path["start"].to_numpy(np.int64) - origin) / NS_PER_MS
+        end = (path["end"].to_numpy(np.int64) - origin) / NS_PER_MS
+        keep = (end > window_ms[0]) & (start < window_ms[1]) if window_ms is not None else np.ones(len(path), bool)
+        p = path[keep]
+        cats = p["category"].astype(str).tolist()
+        parts.append(pd.DataFrame({
+            "lane": MARK_LANES[1], "start_ms": start[keep], "dur_ms": end[keep] - start[keep],
+            "label": [f"step {st} · {category_name(c)}: {str(n)[:90]}<br>{w} · {d / NS_PER_MS:,.3f} ms"
+                      for st, c, n, w, d in zip(p["step"], cats, p["name"], p["what"], p["dur"])],
+            "kind": "critical", "category": cats}))
     g = analysis.gaps.gaps
     if len(g):
         g = g[g["gap_ns"] > 0]
@@ -91,7 +87,7 @@ def timeline_marks(trace: Trace, analysis: Any, origin: int) -> pd.DataFrame:
                                    "kind": "stall"}))
     if not parts:
         return pd.DataFrame(columns=cols)
-    return pd.concat(parts, ignore_index=True)[cols]
+    return pd.concat(parts, ignore_index=True).reindex(columns=cols)
 
 
 LANES_KEPT = 16
@@ -151,11 +147,6 @@ def lane_events(trace: Trace, rules: Any) -> tuple[pd.DataFrame, int]:
 def stream_names(trace: Trace, rules: Any) -> dict[tuple[int, int], str]:
     """(device, stream) -> the name the timeline gives that stream (``main · stream 7``)."""
     return _lanes_entry(trace, rules)[2]
-
-
-def pct(ratio: float | None) -> str:
-    """A 0..1 ratio as the page writes every ratio: ``62.9%`` (``–`` when unknown)."""
-    return "–" if ratio is None or (isinstance(ratio, float) and np.isnan(ratio)) else f"{100 * ratio:.1f}%"
 
 
 def overlap(trace: Trace, analysis: Any, stream_names: dict[tuple[int, int], str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame] | None:
@@ -366,62 +357,6 @@ def snapshot(trace: Trace, analysis: Any, stream_names: dict[tuple[int, int], st
     })
 
 
-# ---- explain: what bounds each step, what each fix would save -----------------------------------
-
-BREAKDOWN_ORDER = ("host", "compute:batch_copy", "compute:input_dist", "compute:lookup", "compute:forward",
-                   "compute:backward", "compute:emb_backward", "compute:optimizer", "compute:zero_grad",
-                   "communication", "memcpy", "sync", "idle")
-"""The order of ``tracekit explain``'s critical-path categories in a stacked bar (bottom up);
-categories not named here (other ``compute:<phase>``) go after the compute ones."""
-
-CATEGORY_NAMES = {"host": "host (dispatch, launch)", "communication": "exposed communication", "memcpy": "exposed memcpy",
-                  "sync": "sync stall", "idle": "GPU idle"}
-
-
-def category_name(cat: str) -> str:
-    """``compute:backward`` -> ``backward``; the others as ``CATEGORY_NAMES`` says."""
-    return cat.split(":", 1)[1].replace("emb_backward", "embedding backward") if cat.startswith("compute:") \
-        else CATEGORY_NAMES.get(cat, cat)
-
-
-def bound_text(bound: str | None, share: float | None) -> str:
-    """``host-bound (72% of the critical path)``."""
-    if not bound:
-        return "bound: unknown"
-    return f"{category_name(bound) if ':' in bound else bound}-bound" + (f" ({pct(share)} of the critical path)" if share is not None else "")
-
-
-def explain(report: dict) -> dict | None:
-    """``tracekit explain``'s section of one rank's report object, ready to draw: ``bound`` (text),
-    ``findings`` (``title, fix, evidence, saving_ms, saving`` as text, best first), ``steps``
-    (``step`` and ms per category, columns in ``BREAKDOWN_ORDER``, plus the step's ``bound``);
-    None when the report has no explain section."""
-    ex = report.get("explain")
-    if not isinstance(ex, dict):
-        return None
-    findings = pd.DataFrame([{
-        "title": f.get("title", ""), "fix": f.get("fix", ""), "evidence": f.get("evidence", ""),
-        "saving_ms": (f.get("saving_ns") or 0) / NS_PER_MS,
-        "saving": (f"{(f.get('saving_ns') or 0) / NS_PER_MS:,.3f} ms" + (f" ({pct(f['saving_fraction'])} of the step)"
-                                                                         if f.get("saving_fraction") is not None else ""))
-        if f.get("saving_ns") is not None else "no time saving predicted",
-    } for f in ex.get("findings") or []], columns=["title", "fix", "evidence", "saving_ms", "saving"])
-    findings = findings.sort_values("saving_ms", ascending=False, kind="stable", ignore_index=True)
-    cats: list[str] = []
-    for st in ex.get("steps") or []:
-        for c in (st.get("breakdown") or {}):
-            if c not in cats:
-                cats.append(c)
-    known = [c for c in BREAKDOWN_ORDER if c in cats]
-    extra = [c for c in cats if c not in BREAKDOWN_ORDER]
-    at = max([i + 1 for i, c in enumerate(known) if c == "host" or c.startswith("compute:")], default=0)
-    cats = known[:at] + extra + known[at:]  # other phases after the known compute ones
-    steps = pd.DataFrame([{"step": str(st.get("step")), "bound": bound_text(st.get("bound"), st.get("bound_share")),
-                           **{c: float((st.get("breakdown") or {}).get(c, 0)) / NS_PER_MS for c in cats}}
-                          for st in ex.get("steps") or []], columns=["step", "bound", *cats])
-    return {"bound": bound_text(ex.get("bound"), ex.get("bound_share")), "findings": findings, "steps": steps}
-
-
 # ---- HTA's figures -------------------------------------------------------------------------------
 
 def hta_idle(h: dict, rank: int, stream_names: dict[tuple[int, int], str]) -> tuple[str, pd.DataFrame] | None:
@@ -526,14 +461,3 @@ def compare(picked: list[tuple[str, dict]], baseline: int) -> pd.DataFrame:
                     verdict = "better" if (diff > 0) == higher_better else "worse"
             rows.append({"figure": title, "unit": unit, "trace": name, "value": value, "diff_pct": diff, "verdict": verdict})
     return pd.DataFrame(rows, columns=["figure", "unit", "trace", "value", "diff_pct", "verdict"])
-
-
-def warnings(report: dict) -> list[str]:
-    """Everything tracekit warned about in one rank's report object: the loader's warnings and
-    any section's own ``warnings``."""
-    out = list(report.get("warnings") or [])
-    for key in (*tk_report.SECTION_KEYS, "explain"):
-        sec = report.get(key)
-        if isinstance(sec, dict) and isinstance(sec.get("warnings"), list):
-            out += [str(w) for w in sec["warnings"]]
-    return out

@@ -11,7 +11,10 @@ profiler runs without it and :func:`cuda_sync_events` says why.
 
 from __future__ import annotations
 
+import gzip
+import json
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -55,3 +58,24 @@ def make_profiler(
         with_stack=False,
         experimental_config=_experimental_config()[0],
     )
+
+
+def trace_counts(path: str | Path) -> dict:
+    """What a trace the profiler wrote holds, to check that its settings took effect: events in
+    all, ``cuda_sync`` events (by name: Stream Sync, Event Sync, Stream Wait Event, ...),
+    ``[memory]`` events, GPU kernels."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        events = json.load(f).get("traceEvents", [])
+    sync: dict[str, int] = {}
+    for e in events:
+        if e.get("cat") == "cuda_sync":
+            sync[e.get("name", "?")] = sync.get(e.get("name", "?"), 0) + 1
+    return {
+        "events": len(events),
+        "cuda_sync": sum(sync.values()),
+        "cuda_sync_by_name": sync,
+        "memory": sum(1 for e in events if e.get("name") == "[memory]"),
+        "kernels": sum(1 for e in events if e.get("cat") == "kernel"),
+    }

@@ -42,8 +42,13 @@ class ConfigError(ValueError):
     """The run cannot start as configured (one line for the user)."""
 
 
-ALLOCATOR_COUNTERS = ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_ooms", "num_sync_all_streams")
-"""Caching-allocator counters (``torch.cuda.memory_stats``) a run reports as differences."""
+ALLOCATOR_COUNTERS = (
+    "segment.all.allocated", "segment.all.freed", "num_device_alloc", "num_device_free", "num_alloc_retries",
+    "num_ooms", "num_sync_all_streams",
+)
+"""Caching-allocator counters (``torch.cuda.memory_stats``) a run reports as differences, where
+this torch has them: segments allocated/freed (one cudaMalloc/cudaFree each), retries (a
+cudaMalloc that failed, the cache freed, and tried again)."""
 
 
 @dataclass

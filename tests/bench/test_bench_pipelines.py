@@ -66,14 +66,24 @@ def test_commit_folder_traces_and_proof_manifest(bench_out):
         assert "[memory]" in names and any(n and n.startswith("ProfilerStep#") for n in names)
         metrics = json.loads((c / f"sample_traces/pipelines_1gpu/{v}/metrics.json").read_text())
         assert metrics["variant"] == v and len(metrics["trace_run"]["traced_step_ms"]) == 1
-    doc = proof_manifest.load(c / "bench/results/proof-pipelines-1gpu-cpu-20000101.json")
+        assert metrics["pipeline"] == v and metrics["config"]["pipeline"] == v  # what the dashboard names it by
+        summary = json.loads((c / "bench/results/pipelines-1gpu-cpu-20000101.json").read_text())["presets"][0]["summary"][v]
+        assert metrics["step_ms_p50"] == summary["step"]["median"]  # bench/explain_samples.json reads this key
+        counts = metrics["trace_run"]["trace_counts"]
+        assert counts["memory"] == sum(e.get("name") == "[memory]" for e in trace["traceEvents"]) > 0
+    manifest = c / "bench/results/proof-pipelines-1gpu-cpu-20000101.json"
+    doc = proof_manifest.load(manifest)
     (pair,) = doc["pairs"]
     assert pair["fix"] == "fused_sparse_dist" and pair["before"]["label"] == "sparse" and pair["after"]["label"] == "fused"
-    assert (c / pair["before"]["trace"]).is_file() and (c / pair["after"]["trace"]).is_file()
-    assert pair["measured"]["step_ratio"]["n"] == 2 and pair["device"] and pair["date_utc"]
+    # paths relative to the manifest's folder, as bench/explain_proof.py reads them
+    assert pair["before"]["trace"] == "../../sample_traces/pipelines_1gpu/sparse/trace_rank0.json.gz"
+    assert (manifest.parent / pair["after"]["trace"]).is_file() and (manifest.parent / pair["source"]).is_file()
+    assert pair["measured"]["step_ratio"]["n"] == 2 and doc["device"] and doc["date"]
+    assert pair["before"]["step_ms"] == pair["before"]["step_ms_estimate"]["median"]
     out = bench_out / "merged.json"
     assert proof_manifest.main(["merge", str(out), str(c / "bench/results/proof-pipelines-1gpu-cpu-20000101.json")]) == 0
-    assert proof_manifest.load(out)["pairs"] == doc["pairs"]
+    assert [p["before"]["trace"] for p in proof_manifest.load(out)["pairs"]] == [
+        "commit/sample_traces/pipelines_1gpu/sparse/trace_rank0.json.gz"]
 
 
 def test_compare_results_agrees_with_itself_and_not_with_a_shifted_run(bench_out, tmp_path, capsys):

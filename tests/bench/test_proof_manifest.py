@@ -23,7 +23,7 @@ def test_pipeline_pair_is_paired_within_rounds():
     traces = {v: {"dir": f"sample_traces/pipelines_1gpu/{v}", "traced_step_ms": [70.0, 71.0]} for v in ("sparse", "fused")}
     pair = proof_manifest.pipeline_pair({"preset": "p", "rounds": rounds, "traces": traces}, "sparse", "fused",
                                         fix="fused_sparse_dist", trace_file="trace_rank0.json.gz")
-    assert pair["id"] == "fused_sparse_dist/pipelines/p" and pair["expect"] == "time"
+    assert pair["name"] == "fused_sparse_dist/pipelines/p" and pair["expect"] == "time"
     assert pair["before"]["trace"] == "sample_traces/pipelines_1gpu/sparse/trace_rank0.json.gz"
     assert pair["before"]["traced_step_ms"] == [70.0, 71.0]
     m = pair["measured"]
@@ -31,7 +31,8 @@ def test_pipeline_pair_is_paired_within_rounds():
     assert _close(m["step_ratio"], 0.9, 0.9, 0.9) and m["step_ratio"]["n"] == 2
     assert _close(m["step_saving_ms"], 5.5, 5.0, 6.0)
     assert _close(m["peak_reserved_ratio"], 1.1, 1.1, 1.1) and _close(m["peak_reserved_saving_bytes"], -2, -2, -2)
-    assert _close(pair["after"]["step_ms"], 49.5, 45.0, 54.0)
+    assert _close(pair["after"]["step_ms_estimate"], 49.5, 45.0, 54.0) and pair["after"]["step_ms"] == 49.5
+    assert pair["before"]["peak_reserved_bytes"] == 20
     with pytest.raises(ValueError, match="fix must be"):
         proof_manifest.pair("faster", {}, expect="time", before={}, after={}, before_rounds={"step_ms": [], "reserved": []},
                             after_rounds={"step_ms": [], "reserved": []})
@@ -63,14 +64,29 @@ def test_issue5_pairs_from_the_parts_results():
     assert {p["fix"] for p in proof_pairs(results)} == {"async_delta_copy", "inplace_batch_copy"}
 
 
-def test_merge_refuses_a_pair_twice(tmp_path):
-    pair = {"id": "x/1", "fix": "fused_sparse_dist", "expect": "time", "before": {"label": "a", "trace": "t"},
-            "after": {"label": "b", "trace": "u"}, "measured": {k: None for k in ("step_ratio", "step_saving_ms", "peak_reserved_ratio")}}
-    one = tmp_path / "one.json"
-    proof_manifest.write(one, [pair], device="GPU", date_utc="d", source="s", versions={})
-    assert proof_manifest.merge(tmp_path / "m.json", [one])["pairs"][0]["device"] == "GPU"
+def test_write_and_merge_keep_paths_relative_to_the_manifest(tmp_path):
+    def one_pair(name: str) -> dict:
+        return {"name": name, "fix": "fused_sparse_dist", "expect": "time",
+                "before": {"label": "a", "trace": "sample_traces/x/a.json.gz", "snapshot": None},
+                "after": {"label": "b", "trace": "sample_traces/x/b.json.gz"}, "measured": {}}
+
+    repo = tmp_path / "commit"
+    first = repo / "bench" / "results" / "one.json"
+    proof_manifest.write(first, [one_pair("x/1")], repo=repo, device="GPU", date_utc="2026-11-24T10:00:00+00:00",
+                         source="bench/results/r.json", versions={})
+    doc = proof_manifest.load(first)
+    assert (doc["device"], doc["date"]) == ("GPU", "2026-11-24")
+    (p,) = doc["pairs"]
+    assert p["before"]["trace"] == "../../sample_traces/x/a.json.gz" and p["source"] == "r.json" and p["device"] == "GPU"
+    second = tmp_path / "elsewhere" / "two.json"
+    proof_manifest.write(second, [one_pair("x/2")], repo=repo, device="GPU", date_utc="2026-11-25T11:00:00+00:00",
+                         source="bench/results/s.json", versions={})
+    merged = proof_manifest.merge(repo / "m.json", [first, second])
+    assert [q["name"] for q in merged["pairs"]] == ["x/1", "x/2"] and merged["device"] == "GPU"
+    assert merged["date"] == "several (see each pair)"
+    assert [q["before"]["trace"] for q in merged["pairs"]] == ["sample_traces/x/a.json.gz"] * 2
     with pytest.raises(ValueError, match="more than one input"):
-        proof_manifest.merge(tmp_path / "m.json", [one, one])
+        proof_manifest.merge(tmp_path / "m.json", [first, first])
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="not a"):
         proof_manifest.load(tmp_path / "bad.json")

@@ -122,11 +122,22 @@ def test_overview_chosen_trace_first_then_every_trace(page, dashboard):
         expect_text(page, row, ms(an.overlap.exposed_memcpy_ns))
         if role != "sample":
             assert "tk-chosen" not in (page.get_attribute(row, "class") or "")
-    # step time per step of the chosen trace
-    data = plot_data(page, "overview-steps")
-    gpu = next(d for d in data if d["name"].startswith("GPU"))
-    assert gpu["x"] == [str(s) for s in a.steps.steps["step"]]
-    assert np.allclose(gpu["y"], a.steps.steps["gpu_ns"].to_numpy() / 1e6)
+    # tracekit explain's answer for the chosen trace: its bound, its findings, where each step goes
+    from dashboards.reports import bound_text, category_name
+
+    ex = a.explain
+    expect_text(page, "#overview-bound", bound_text(ex.bound, ex.bound_share))
+    if ex.findings:
+        expect_text(page, "#overview-findings", ex.findings[0]["title"])
+    data = {d["name"]: d for d in plot_data(page, "overview-steps")}
+    assert data, "a stacked bar per step"
+    for cat in {c for bd in ex.steps["breakdown"] for c in bd}:
+        per_step = [bd.get(cat, 0) / 1e6 for bd in ex.steps["breakdown"]]
+        if any(per_step):
+            assert data[category_name(cat)]["x"] == [str(s) for s in ex.steps["step"]]
+            assert np.allclose(data[category_name(cat)]["y"], per_step)
+    totals = np.sum([d["y"] for d in data.values()], axis=0)  # the categories tile each step's window
+    assert np.allclose(totals, ex.steps["duration_ns"].to_numpy() / 1e6)
     screenshot(page, "overview")
 
 
@@ -183,7 +194,7 @@ def _gpu_detail_bars(data: list[dict]) -> int:
     return sum(
         sum(1 for y in d["y"] if " · stream " in y)
         for d in data
-        if d["hovertemplate"].endswith("<extra>%{y}</extra>")  # full-detail bars (bins say "binned")
+        if d.get("hovertemplate", "").endswith("<extra>%{y}</extra>")  # full-detail bars (bins say "binned")
     )
 
 
@@ -218,7 +229,7 @@ def test_timeline_step_and_zoom(page, dashboard):
         assert _gpu_detail_bars(data) == expected
         total_gpu = len(trace.of_kind(*GPU_ACTIVITY_KINDS))
         assert expected < total_gpu  # the rest of the trace is not sent one event at a time
-        assert any(d["hovertemplate"].endswith("<extra>binned</extra>") for d in data)
+        assert any(d.get("hovertemplate", "").endswith("<extra>binned</extra>") for d in data)
     page.wait_for_function("s => new URLSearchParams(location.search).get('step') === s", arg=str(steps["step"].iloc[1]),
                            timeout=TIMEOUT)  # the step is in the link too
     # colours by phase: the legend names tracekit's phases of this step's activities
@@ -236,6 +247,15 @@ def test_timeline_step_and_zoom(page, dashboard):
     assert np.allclose(sorted(marks["sync stall"]["base"]), np.sort((stalls["ts"].to_numpy() - origin) / 1e6), atol=1e-6)
     g = a.gaps.gaps[a.gaps.gaps["gap_ns"] > 0]
     assert np.allclose(marks["optimizer → lookup gap"]["x"], g["gap_ns"].to_numpy() / 1e6)
+    # tracekit explain's critical path of the step shown: its segments, coloured by category
+    path = a.explain.path
+    lo, hi = window_of(1)
+    seg = path[(path["end"] > lo) & (path["start"] < hi)]
+    crit = marks["critical path"]
+    assert len(crit["base"]) == len(seg) and np.allclose(sorted(crit["base"]), np.sort((seg["start"].to_numpy() - origin) / 1e6))
+    from dashboards.style import category_colour
+
+    assert set(crit["marker"]["color"]) == {category_colour(c) for c in seg["category"]}
     screenshot(page, "timeline")
 
     # zoom to a 20 ms window inside step 2: redrawn at full detail for exactly that window
@@ -453,8 +473,9 @@ def test_a_failed_trace_clears_every_view_of_another(page, dashboard):
         expect(page.locator(sel)).to_have_count(0, timeout=TIMEOUT)  # nothing of the other trace
         if view != "overview":
             expect_text(page, f"#view-{view}", "could not be loaded")
-        if view == "timeline":
-            expect(page.locator("#timeline-info")).not_to_contain_text("window", timeout=TIMEOUT)
+        if view == "timeline":  # no step, no window line of the other trace
+            expect(page.locator("#timeline-info")).to_have_count(0, timeout=TIMEOUT)
+            expect(page.locator("#timeline-step")).to_have_count(0, timeout=TIMEOUT)
     expect(page.locator("#trace-info")).to_have_text("", timeout=TIMEOUT)
     screenshot(page, "failed")
     tab(page, "overview")

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from dashboards import names, results
+from dashboards import names, reports, results
 
 
 def test_variant_from_metrics_json(tmp_path):
@@ -106,7 +106,7 @@ def test_compare_verdicts_against_the_baseline():
 
 def test_warnings_gather_the_loaders_and_the_sections():
     rep = {"warnings": ["cut"], "steps": {"warnings": ["odd step"]}, "explain": {"warnings": ["no flows"]}, "gaps": {}}
-    assert results.warnings(rep) == ["cut", "odd step", "no flows"]
+    assert sorted(reports.warnings(rep)) == ["cut", "no flows", "odd step"] and reports.warnings(rep)[0] == "cut"
 
 
 def test_bytes_unit():
@@ -135,19 +135,26 @@ EXPLAIN = {  # a rank's "explain" section as `tracekit explain` writes it (hand-
 
 
 def test_explain_section_ready_to_draw():
-    ex = results.explain({"explain": EXPLAIN})
+    ex = reports.explain({"explain": EXPLAIN})
     assert ex["bound"] == "host-bound (72.0% of the critical path)"
     f = ex["findings"]
-    assert f["title"].tolist()[:2] == ["the lookup waits for the optimizer", "a sync in backward"]  # biggest saving first
-    assert f["saving"].tolist() == ["5.000 ms (50.0% of the step)", "2.000 ms (20.0% of the step)", "no time saving predicted"]
-    st = ex["steps"]
+    assert [x["title"] for x in f] == ["the lookup waits for the optimizer", "a sync in backward",
+                                       "batch copy memory on a side stream"]  # biggest time saving first, memory last
+    assert [x["saving"] for x in f] == ["saves 5.000 ms (50.0% of the step)", "saves 2.000 ms (20.0% of the step)",
+                                        "no time saving predicted"]
     # categories bottom-up: host, the compute phases (unknown ones after the known), then the rest
-    assert [c for c in st.columns if c not in ("step", "bound")] == ["host", "compute:forward", "compute:backward",
-                                                                       "compute:custom", "idle"]
-    assert st["step"].tolist() == ["51", "52"]
-    assert st.loc[1, "compute:backward"] == 5.0 and st.loc[0, "idle"] == 0.0
-    assert st.loc[1, "bound"] == "backward-bound (50.0% of the critical path)"
-    assert results.explain({"headline": {}}) is None
+    assert ex["categories"] == ["host", "compute:forward", "compute:backward", "compute:custom", "idle"]
+    assert [s["step"] for s in ex["steps"]] == ["51", "52"]
+    assert ex["steps"][1]["compute:backward"] == 5.0 and ex["steps"][0]["idle"] == 0.0
+    assert ex["steps"][1]["bound"] == "backward-bound (50.0% of the critical path)"
+    assert reports.explain({"headline": {}}) is None
+    # a memory finding says what it saves in bytes, a contention-aware saving is given beside
+    mem = reports.explain({"explain": {"findings": [
+        {"kind": "memory", "title": "m", "saving_bytes": 3 * 2**30},
+        {"kind": "time", "title": "t", "saving_ns": 2e6, "saving_fraction": 0.1, "saving_contention_ns": 1.5e6}]}})
+    assert [x["saving"] for x in mem["findings"]] == ["saves 2.000 ms (10.0% of the step) · 1.500 ms with contention",
+                                                      "3.00 GiB less peak reserved"]
+    assert all(x["predicted"] for x in mem["findings"]) and not ex["findings"][2]["predicted"]
 
 
 def test_compare_a_lookup_that_runs_ahead_does_not_wait():

@@ -11,7 +11,7 @@ import torch
 
 from runtime.data import DataConfig, SyntheticLoader
 from runtime.model import DenseOptimizerConfig, ModelConfig
-from runtime.profiling import cuda_sync_events
+from runtime.profiling import cuda_sync_events, trace_counts
 from runtime.session import ConfigError, Session
 from runtime.train import TrainConfig
 
@@ -100,3 +100,18 @@ def test_first_batches_share_the_built_ones():
 def test_the_profiler_asks_for_cuda_sync_events():
     # torch 2.13 (the CPU wheel of the tests) has the option; an older torch says why not
     assert cuda_sync_events() == "on"
+
+
+def test_trace_counts_of_a_hand_made_trace(tmp_path):
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 1},
+        {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "ts": 1, "dur": 0},
+        {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "ts": 2, "dur": 0},
+        {"ph": "X", "cat": "cuda_sync", "name": "Event Sync", "ts": 3, "dur": 1},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": 4},
+    ]
+    path = tmp_path / "t.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    assert trace_counts(path) == {"events": 5, "cuda_sync": 3, "cuda_sync_by_name": {"Stream Wait Event": 2, "Event Sync": 1},
+                                  "memory": 1, "kernels": 1}

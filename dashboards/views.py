@@ -1,0 +1,452 @@
+"""The views: each a function of the catalog, the chosen source and rank that returns its whole
+HTML (``Views.render``). The page draws exactly one view at a time, rebuilt on every change
+of trace, rank or view, so nothing of another trace can stay on screen; the few controls inside
+a view (timeline step and zoom, stall sort, compare selection) have their own callbacks in
+``dashboards.app``, which call the pieces here again.
+
+Data comes from ``dashboards.results`` (tracekit's results as tables), figures from
+``dashboards.figures``. Views that tracekit's report objects answer (overview, gaps, compare)
+never load a trace; the others use the parsed trace and its ``Analysis``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import dcc, html
+
+from dashboards import reports
+from dashboards.catalog import Catalog, Source
+from dashboards.style import fmt, is_number
+
+
+class _Lazy:
+    """A module imported on first use. figures/results/timeline pull in numpy and pandas (about
+    a second); importing them while the browser loads the page, not before the server starts,
+    keeps the first page quick (``Catalog.prefetch`` imports them in the background)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(self._name), attr)
+
+
+figures = _Lazy("dashboards.figures")
+results = _Lazy("dashboards.results")
+timeline_lanes = _Lazy("dashboards.timeline")
+
+TABS = [
+    ("overview", "Overview"),
+    ("timeline", "Timeline"),
+    ("overlap", "Overlap"),
+    ("gaps", "Gaps"),
+    ("stalls", "Sync stalls"),
+    ("memory", "Memory"),
+    ("idle", "GPU idle & kernels"),
+    ("compare", "Compare"),
+]
+VIEWS = [t for t, _ in TABS]
+
+GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
+
+
+def error(text: str, **kw: Any) -> html.Div:
+    return html.Div(text, className="tk-error", **kw)
+
+
+def warning(text: str | list, **kw: Any) -> html.Div:
+    return html.Div(text, className="tk-warning", **kw)
+
+
+def note(text: Any, **kw: Any) -> html.Div:
+    return html.Div(text, className="tk-note", **kw)
+
+
+def td(v: Any, *, right: bool = False, **kw: Any) -> html.Td:
+    """A table cell written as ``dashboards.style.fmt`` writes it; numbers (and, with ``right``, text) right-aligned."""
+    return html.Td(fmt(v), className="tk-num" if right or is_number(v) else None, **kw)
+
+
+def html_table(df, *, id: str | None = None, text_right: bool = False) -> html.Table:
+    """A small static table (the figures' text is in the page, so tests and people can read it).
+    Numbers are right-aligned; with ``text_right`` so is every text cell after the first column
+    (tables of figures already written as text)."""
+    head = html.Tr([html.Th(str(c)) for c in df.columns])
+    rows = [html.Tr([td(v, right=text_right and i > 0) for i, v in enumerate(rec)]) for rec in df.itertuples(index=False)]
+    kw = {"id": id} if id else {}
+    return html.Table([html.Thead(head), html.Tbody(rows)], className="tk-table", **kw)
+
+
+def source_error(source: Source | None) -> html.Div | None:
+    if source is None:
+        return error("No such trace.")
+    if source.error is not None:
+        return error(f"{source.label} could not be loaded: {source.error}")
+    return None
+
+
+def rank_label(source: Source, report: dict) -> str:
+    return f"{source.name} · rank {report['rank']}"
+
+
+DEFAULT_STALL_SORT = {"col": "total ms", "ascending": False}
+STALL_ROWS = 200
+"""Rows of the stall table sent to the browser (a trace can have thousands of call sites)."""
+CALL_SITE_SHOWN = 3
+"""Innermost elements of a call site written in the stall table (all of it on hover)."""
+
+
+def _call_site(text: str) -> html.Span:
+    parts = str(text).split(" > ")
+    short = " > ".join(parts[-CALL_SITE_SHOWN:]) if len(parts) > CALL_SITE_SHOWN else str(text)
+    return html.Span(("… > " if len(parts) > CALL_SITE_SHOWN else "") + short, title=str(text))
+
+
+def stall_table(by_site, sort: dict) -> html.Table | html.Div:
+    """Stalls by call site and phase, sorted as ``sort`` says; each header is a sort button."""
+    col, asc = sort["col"], bool(sort["ascending"])
+    if col in by_site.columns:
+        by_site = by_site.sort_values(col, ascending=asc, kind="stable", na_position="last")
+    head = html.Tr([
+        html.Th(html.Button(c + (" ▲" if c == col and asc else " ▼" if c == col else ""),
+                            id={"type": "stalls-sort", "col": c}, className="tk-sort", n_clicks=0))
+        for c in by_site.columns
+    ])
+    rows = [
+        html.Tr([html.Td(_call_site(v), **{"data-col": c}) if c == "call site" else td(v, right=c.startswith("%"), **{"data-col": c})
+                 for c, v in zip(by_site.columns, rec)])
+        for rec in by_site.head(STALL_ROWS).itertuples(index=False)
+    ]
+    table = html.Table([html.Thead(head), html.Tbody(rows)], className="tk-table", id="stalls-table")
+    if len(by_site) <= STALL_ROWS:
+        return table
+    return html.Div([table, note(f"{STALL_ROWS} of {len(by_site)} rows shown (sort to see others first).")])
+
+
+class Views:
+    """The views of one catalog's traces."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    def render(self, tab: str, index: Any, rank: Any, step: str | None = None) -> html.Div:
+        """The whole of view ``tab`` for the source at ``index`` and ``rank`` (``step``: the
+        timeline's step asked for by a link)."""
+        body = getattr(self, tab)(index, rank, step) if tab in VIEWS else [error(f"No such view: {tab}")]
+        return html.Div(body, id=f"view-{tab}", className="tk-view")
+
+    def picked(self, index: Any, rank: Any):
+        """(source, trace, analysis, None) of a loaded source, or (None, None, None, error)."""
+        source = self.catalog.get(index)
+        err = source_error(source)
+        if err is not None:
+            return None, None, None, err
+        trace, analysis = source.pick(rank)
+        return source, trace, analysis, None
+
+    def group(self, source: Source) -> list[Source]:
+        """The sources of ``source``'s run (its variants), in catalog order."""
+        return [s for s in self.catalog.sources if s.variant is not None and source.variant is not None
+                and s.variant.group == source.variant.group]
+
+    # ---- overview: the chosen trace first, then every trace ------------------------------------
+    def overview(self, index, rank, _step=None) -> list:
+        chosen = self.catalog.summary(index)
+        top: list = []
+        if chosen is not None and chosen.error is None:
+            top = self._overview_chosen(chosen, chosen.report(rank))
+        rows = [self._overview_row(self.catalog.summary(s.index), index, rank) for s in self.catalog.sources]
+        head = html.Tr([html.Th(h) for h in ("trace", "steps", "step P90 GPU ms", "step P90 CPU ms", "gap mean ms",
+                                             "exposed comm ms", "exposed memcpy ms", "sync stalls ms", "peak reserved", "warnings")])
+        table = html.Div([html.H3("All traces (click one to choose it)"),
+                          html.Table([html.Thead(head), html.Tbody(rows)], className="tk-table tk-traces", id="overview-traces")],
+                         className="tk-section")
+        return [*top, table]
+
+    def _overview_chosen(self, s: Source, rep: dict) -> list:
+        from tracekit.report import fmt_figure
+
+        h = rep["headline"]
+        tiles = [
+            ("step time P90 (GPU)", fmt_figure(h.get("step_gpu_p90_ns"), "ms") + " ms"),
+            ("step time P90 (CPU)", fmt_figure(h.get("step_cpu_p90_ns"), "ms") + " ms"),
+            ("optimizer → lookup gap", fmt_figure(h.get("mean_gap_ns"), "ms") + " ms"),
+            ("exposed communication", fmt_figure(h.get("exposed_comm_ns"), "ms") + " ms"),
+            ("exposed memcpy", fmt_figure(h.get("exposed_memcpy_ns"), "ms") + " ms"),
+            ("sync stalls (CPU)", f"{fmt_figure(h.get('stall_total_ns'), 'ms')} ms · {h.get('stall_count', 0)}×"),
+            ("peak reserved", fmt_figure(h.get("peak_reserved_bytes"), "bytes")),
+        ]
+        out: list = [html.H2([s.name, html.Span(f"  {s.label} · rank {rep['rank']}", className="tk-sub")], id="overview-title"),
+                     html.Div([html.Div([html.Div(k, className="tk-tile-k"), html.Div(v, className="tk-tile-v")], className="tk-tile")
+                               for k, v in tiles], className="tk-tiles", id="overview-tiles")]
+        ex = reports.explain(rep)
+        if ex is None:  # a report without tracekit explain's section: step time per step
+            out.append(dcc.Graph(id="overview-steps", config=GRAPH_CONFIG, figure=reports.step_times_figure(rep, rank_label(s, rep))))
+            return out
+        out.append(html.Div([html.Span("What bounds the step: ", className="tk-sub"), html.B(ex["bound"])],
+                            className="tk-lead tk-bound", id="overview-bound"))
+        if ex["findings"]:
+            out.append(html.Div([html.Div([html.Div([html.B(f["title"]), html.Span(f["saving"], className="tk-saving" if f["predicted"] else "tk-saving-none")],
+                                                    className="tk-finding-head"),
+                                           html.Div(["fix: ", f["fix"]], className="tk-finding-fix") if f["fix"] else None,
+                                           html.Div(f["evidence"], className="tk-note") if f["evidence"] else None],
+                                          className="tk-finding")
+                                 for f in ex["findings"]], id="overview-findings", className="tk-findings"))
+        else:
+            out.append(note("No finding: none of the known fixes applies to this trace.", id="overview-findings"))
+        if ex["steps"]:
+            out.append(dcc.Graph(id="overview-steps", config=GRAPH_CONFIG, figure=reports.step_breakdown_figure(ex, rank_label(s, rep))))
+        return out
+
+    def _overview_row(self, s: Source, index, rank) -> html.Tr:
+        from tracekit.report import fmt_figure
+
+        chosen = s.index == index
+        name = html.Button([s.name, html.Span(f" {s.label}" if s.name != s.label else "", className="tk-sub")],
+                           id={"type": "pick-trace", "index": s.index}, className="tk-link", n_clicks=0)
+        cls = "tk-chosen" if chosen else None
+        if s.error is not None:
+            return html.Tr([html.Td(name), html.Td(error(s.error), colSpan=9)], id=f"card-{s.index}", className=cls)
+        rep = s.report(rank if chosen else None)
+        h = rep["headline"]
+        warns = reports.warnings(rep)
+        rank_note = f" · rank {rep['rank']} of {len(s.ranks)}" if len(s.ranks) > 1 else ""
+        cells = [html.Td([name, html.Span(rank_note, className="tk-sub")]), td(h["steps"]),
+                 *[html.Td(fmt_figure(h.get(k), "ms"), className="tk-num") for k in
+                   ("step_gpu_p90_ns", "step_cpu_p90_ns", "mean_gap_ns", "exposed_comm_ns", "exposed_memcpy_ns", "stall_total_ns")],
+                 html.Td(fmt_figure(h.get("peak_reserved_bytes"), "bytes"), className="tk-num"),
+                 html.Td([html.Div("⚠ " + w, className="tk-flag") for w in warns] or "none", className="tk-warn-cell")]
+        return html.Tr(cells, id=f"card-{s.index}", className=cls)
+
+    # ---- timeline ------------------------------------------------------------------------------
+    def timeline(self, index, rank, step=None) -> list:
+        source, trace, analysis, err = self.picked(index, rank)
+        if err is not None:
+            return [err]
+        steps = results.steps(trace, analysis)
+        options = [{"label": "whole trace", "value": "all"}] + [{"label": f"step {s}", "value": str(s)} for s in steps["step"]]
+        values = [o["value"] for o in options]
+        step = step if step in values else (values[1] if len(values) > 1 else "all")
+        figure, info, stored = self.timeline_figure(index, rank, step, None)
+        controls = html.Div(
+            [
+                html.Label("Step"),
+                dcc.Dropdown(id="timeline-step", className="tk-control", clearable=False, options=options, value=step),
+                note("Drag on the chart to zoom: the zoomed window is redrawn at full detail; "
+                     "outside it, bars are time bins (opacity = busy fraction).", id="timeline-help"),
+            ],
+            className="tk-row",
+        )
+        return [controls, dcc.Store(id="timeline-window", data=stored), dcc.Store(id="step-link"),
+                html.Div(info, id="timeline-info", className="tk-note"),
+                dcc.Graph(id="timeline-graph", figure=figure, config={**GRAPH_CONFIG, "responsive": False})]
+
+    def timeline_figure(self, index, rank, step, window_ns) -> tuple[dict, Any, dict | None]:
+        """(figure, info line, what the window store keeps) for ``step`` ("all" for the whole
+        trace) or, when given, the window ``(lo, hi)`` in ns from the trace's origin."""
+        source, trace, analysis, err = self.picked(index, rank)
+        if err is not None:
+            return figures.empty(""), err, None
+        events, origin = results.lane_events(trace, self.catalog.rules)
+        window = window_ns
+        if window is None and step not in (None, "all"):
+            steps = results.steps(trace, analysis)
+            row = steps[steps["step"].astype(str) == str(step)]
+            if len(row):
+                window = (int(row["start_ns"].iloc[0]) - origin, int(row["end_ns"].iloc[0]) - origin)
+        lanes = timeline_lanes.build_lanes(events, window)
+        marks = results.timeline_marks(trace, analysis, origin, lanes.window_ms)
+        info = (
+            f"{source.name} · rank {trace.rank} · window {lanes.window_ms[0]:.3f}–{lanes.window_ms[1]:.3f} ms "
+            f"(trace: {lanes.span_ms[0]:.3f}–{lanes.span_ms[1]:.3f} ms) · {lanes.events_in_window} events in window"
+            + (" (too many to draw one by one: binned)" if lanes.aggregated_in_window else f", {len(lanes.detail)} drawn in full")
+            + f" · {len(lanes.bins)} aggregated bins"
+        )
+        stored = {"key": [index, trace.rank, step], "window": list(window) if window else None}
+        return figures.timeline(lanes, marks), info, stored
+
+    # ---- overlap -------------------------------------------------------------------------------
+    def overlap(self, index, rank, _step=None) -> list:
+        source, trace, analysis, err = self.picked(index, rank)
+        if err is not None:
+            return [err]
+        ov = results.overlap(trace, analysis, results.stream_names(trace, self.catalog.rules))
+        if ov is None:
+            return [note("No GPU activity in this trace: nothing overlaps.")]
+        matrix, busy, classes, ratios = ov
+        return [
+            html.Div([
+                html.Div(html_table(ratios, id="overlap-ratios", text_right=True), className="tk-section tk-col"),
+                html.Div(dcc.Graph(id="overlap-classes", figure=figures.class_bars(classes), config=GRAPH_CONFIG), className="tk-col-wide"),
+            ], className="tk-cols"),
+            html.Div([
+                html.Div(dcc.Graph(id="overlap-heatmap", figure=figures.overlap_heatmap(matrix), config=GRAPH_CONFIG), className="tk-col-wide"),
+                html.Div(dcc.Graph(id="overlap-busy", figure=figures.busy_bars(busy), config=GRAPH_CONFIG), className="tk-col"),
+            ], className="tk-cols"),
+        ]
+
+    # ---- gaps ----------------------------------------------------------------------------------
+    def gaps(self, index, rank, _step=None) -> list:
+        source = self.catalog.summary(index)
+        err = source_error(source)
+        if err is not None:
+            return [err]
+        rep = source.report(rank)
+        g = results.gaps(rep)
+        out: list = []
+        if g is None:
+            out.append(note(f"{rank_label(source, rep)}: no optimizer → lookup pair found. {rep['gaps']['note']}", id="gaps-summary"))
+        else:
+            out.append(html.Div(results.gap_summary(g), className="tk-lead", id="gaps-summary"))
+            if (g["kind"] != "ahead").any():  # nothing to draw for a lookup that ran ahead
+                out.append(dcc.Graph(id="gaps-graph", figure=figures.gap_steps(g, rank_label(source, rep)), config=GRAPH_CONFIG))
+        rows = []
+        for s in [source, *[s for s in self.group(source) if s.index != source.index]]:
+            s = self.catalog.summary(s.index)
+            if s is None or s.error is not None:
+                continue
+            gg = results.gaps(s.report(rank))
+            if gg is not None:
+                rows.append({"name": s.name, **{c: float(gg[c].mean()) for c in ("idle_ms", "busy_ms", "overlap_ms", "ahead_ms")}})
+        if len(rows) > 1:
+            import pandas as pd
+
+            out.append(dcc.Graph(id="gaps-variants", figure=figures.gap_variants(pd.DataFrame(rows)), config=GRAPH_CONFIG))
+        if g is not None:
+            table = g.drop(columns=["kind"]).rename(columns={"gap_ms": "signed gap ms", "idle_ms": "GPU idle ms", "busy_ms": "GPU busy ms",
+                                                          "overlap_ms": "overlap ms", "ahead_ms": "ran ahead ms"})
+            out.append(html.Div([html.H4(rank_label(source, rep)), html_table(table, id="gaps-table")], className="tk-section"))
+        return out
+
+    # ---- sync stalls ---------------------------------------------------------------------------
+    def stalls(self, index, rank, _step=None) -> list:
+        source, trace, analysis, err = self.picked(index, rank)
+        if err is not None:
+            return [err]
+        by_site, per_step, total, share = results.stalls(trace, analysis)
+        total_text = (f"Total stall time: {fmt(total)} ms of CPU time in {analysis.syncs.count} blocking calls"
+                      + (f", {100 * share:.1f}% of the steps' CPU time" if share is not None else "")
+                      + f"; the GPU sat idle {fmt(analysis.syncs.idle_after_ns / 1e6)} ms after them.")
+        table = note("No blocking host-device synchronisation found in this trace.") if by_site.empty \
+            else stall_table(by_site, DEFAULT_STALL_SORT)
+        graph = [dcc.Graph(id="stalls-per-step", figure=figures.stall_steps(per_step), config=GRAPH_CONFIG)] if not per_step.empty else []
+        return [dcc.Store(id="stalls-sort", data=DEFAULT_STALL_SORT), html.Div(total_text, id="stalls-total", className="tk-lead"),
+                html.Div(table, id="stalls-table-box", className="tk-section"), *graph]
+
+    # ---- memory --------------------------------------------------------------------------------
+    def memory(self, index, rank, _step=None) -> list:
+        source, trace, analysis, err = self.picked(index, rank)
+        if err is not None:
+            return [err]
+        mem = results.memory(trace, analysis)
+        out: list = []
+        if mem is None:
+            out.append(note("No [memory] events in this trace (profile with profile_memory=True)."))
+        else:
+            out.append(html.Div(html_table(mem["peaks"], id="memory-peaks", text_right=True), className="tk-section"))
+            out.append(dcc.Graph(id="memory-graph", figure=figures.memory_lines(mem["series"], mem["marks"], mem["unit"]), config=GRAPH_CONFIG))
+        snap = results.snapshot(trace, analysis, results.stream_names(trace, self.catalog.rules))
+        if snap is not None:
+            unit, table = snap
+            out.append(html.Div([html.H4("Memory snapshot: reserved per stream"),
+                                 html_table(table, id="memory-snapshot-table", text_right=True),
+                                 note("The snapshot names streams by their cudaStream_t handle, the trace by CUPTI's stream id: "
+                                      "the default stream (handle 0) is CUPTI's stream 7; the files do not say which CUPTI id "
+                                      "another handle has.")],
+                                className="tk-section"))
+            out.append(dcc.Graph(id="memory-snapshot", figure=figures.snapshot_streams(table, unit), config=GRAPH_CONFIG))
+        else:
+            out.append(note("No memory snapshot for this trace: reserved bytes per stream need one."))
+        return out
+
+    # ---- GPU idle time and kernels (HTA's figures) ---------------------------------------------
+    def idle(self, index, rank, _step=None) -> list:
+        source, trace, analysis, err = self.picked(index, rank)
+        if err is not None:
+            return [err]
+        h = self.catalog.hta(source, trace.rank)
+        if not h or not h.get("available"):
+            return [note(f"HTA's figures are not available for this trace: {(h or {}).get('reason') or 'not computed'}.")]
+        out: list = []
+        idle = results.hta_idle(h, trace.rank, results.stream_names(trace, self.catalog.rules))
+        if idle is not None:
+            temporal, per_stream = idle
+            out.append(html.Div(temporal, className="tk-lead", id="idle-summary"))
+            out.append(dcc.Graph(id="idle-streams", figure=figures.idle_streams(per_stream), config=GRAPH_CONFIG))
+        kt, top = results.hta_kernels(h, trace.rank)
+        if kt is not None:
+            out.append(html.Div([html.H4("GPU time by kernel type (HTA)"), html_table(kt, id="idle-kernel-types")], className="tk-section"))
+        if top is not None:
+            out.append(html.Div([html.H4("Top kernels by total time (HTA)"), html_table(top, id="idle-kernels")], className="tk-section"))
+        for n in h.get("notes") or []:
+            out.append(note(f"HTA note: {n}"))
+        return out
+
+    # ---- compare -------------------------------------------------------------------------------
+    def compare(self, index, rank, _step=None) -> list:
+        source = self.catalog.summary(index)
+        chosen = ([s.index for s in self.group(source)] or [source.index]) if source is not None else []
+        options, baseline = self.baseline_options(chosen, None)
+        return [
+            html.Div([html.Label("Traces"),
+                      dcc.Checklist(id="compare-sources", inline=True, value=chosen,
+                                    options=[{"label": s.name, "value": s.index} for s in self.catalog.sources])],
+                     className="tk-row tk-checks"),
+            html.Div([html.Label("Baseline"), dcc.Dropdown(id="compare-baseline", className="tk-control", clearable=False,
+                                                           options=options, value=baseline)], className="tk-row"),
+            html.Div(self.compare_content(chosen, baseline, rank), id="compare-content"),
+        ]
+
+    def baseline_options(self, chosen, current) -> tuple[list[dict], Any]:
+        """The baseline's choices (the traces compared) and its value: ``current`` when still
+        compared, else SparseDist (TorchRec's default pipeline) when compared, else the first."""
+        chosen = [i for i in (chosen or []) if self.catalog.summary(i) is not None]
+        options = [{"label": self.catalog.sources[i].name, "value": i} for i in chosen]
+        if current in chosen:
+            return options, current
+        sparse = [i for i in chosen if self.catalog.sources[i].variant and self.catalog.sources[i].variant.pipeline == "sparse"]
+        return options, (sparse or chosen or [None])[0]
+
+    def compare_content(self, chosen, baseline, rank) -> list:
+        picked, notes, flagged = [], [], []
+        for i in chosen or []:
+            s = self.catalog.summary(i)
+            if s is None:
+                continue
+            if s.error is not None:
+                notes.append(error(f"{s.name}: {s.error}"))
+                continue
+            rep = s.report(rank)
+            if rank is not None and rep["rank"] != rank:
+                notes.append(note(f"{s.name} has no rank {rank}: its rank {rep['rank']} is shown."))
+            warns = reports.warnings(rep)
+            if warns:
+                flagged.append(warning([html.B(f"⚠ {s.name}: "), "; ".join(warns)]))
+            picked.append((s.name + (" ⚠" if warns else ""), rep, i))
+        if len(picked) < 2:
+            return [note("Choose two or more traces that loaded.")] + notes
+        base = next((k for k, (_, _, i) in enumerate(picked) if i == baseline), 0)
+        picked.insert(0, picked.pop(base))  # the baseline first
+        table = results.compare([(n, r) for n, r, _ in picked], 0)
+        out = [html.Div(f"Each figure of {len(picked)} traces against {picked[0][0]} (rank {rank if rank is not None else 'lowest'}): "
+                        "green is better, red worse, grey within 1% or too small to matter (under 0.05 ms, 0.01 GiB or "
+                        "1 point).", className="tk-lead"),
+               *flagged,
+               dcc.Graph(id="compare-bars", figure=figures.compare_bars(table), config=GRAPH_CONFIG),
+               html.Div(self._compare_table(table, [n for n, _, _ in picked]), className="tk-section")]
+        return out + notes
+
+    @staticmethod
+    def _compare_table(table, names: list[str]) -> html.Table:
+        head = html.Tr([html.Th("figure")] + [html.Th(n) for n in names])
+        rows = []
+        for fig, t in table.groupby("figure", sort=False):
+            cells = [html.Td(f"{fig} ({t['unit'].iloc[0]})")]
+            for rec in t.itertuples(index=False):
+                diff = "" if rec.verdict in ("baseline", "–") else f" ({rec.diff_pct:+.1f}%)"
+                cells.append(html.Td(fmt(rec.value) + diff, className=f"tk-num tk-{rec.verdict if rec.verdict != '–' else 'na'}"))
+            rows.append(html.Tr(cells))
+        return html.Table([html.Thead(head), html.Tbody(rows)], className="tk-table", id="compare-table")
