@@ -832,7 +832,8 @@ def render_job(job: dict, *, limit: int = 64) -> str:
           _ms(r[f"{fig}_p50_ns"]), _ms(r[f"{fig}_p90_ns"]), _bound(r["bound"], r["bound_share"]),
           r["collectives"], _ms(r["wait_ns"]), r["last_count"], _ms(r["caused_wait_ns"])]
          + ([_ms(r["clock_offset_ns"])] if align else []) for r in rows]))
-    out.append(more.rstrip("\n")) if more else None
+    if more:
+        out.append(more.rstrip("\n"))
     for q in ("p50", "p90"):
         v = sp.get(q)
         if v:
@@ -909,7 +910,8 @@ def render_job(job: dict, *, limit: int = 64) -> str:
                          [[x["step"], x["straggler"], _ms(x["caused_wait_ns"]),
                            _ms(x["waited_ns"]), _ms(x["skew_max_ns"]), x["bound"] or "-"]
                           for x in rows_s]))
-        out.append(more_s.rstrip("\n")) if more_s else None
+        if more_s:
+            out.append(more_s.rstrip("\n"))
         counts = sorted((r for r in job["ranks"] if r["last_count"]),
                         key=lambda r: (-r["caused_wait_ns"], r["rank"]))[:10]
         out.append("  last to arrive (count, wait caused): " + ", ".join(
@@ -928,7 +930,8 @@ def render_job(job: dict, *, limit: int = 64) -> str:
         out.append(table(["rank", "sent", "received", "received / mean"],
                          [[r["rank"], fmt_bytes(r["sent_bytes"]), fmt_bytes(r["received_bytes"]),
                            f"{r['received_over_mean']:.3f}"] for r in rows_a]))
-        out.append(more_a.rstrip("\n")) if more_a else None
+        if more_a:
+            out.append(more_a.rstrip("\n"))
 
     if job["worst"]:
         out += ["", "Worst instances (largest arrival skew)"]

@@ -88,6 +88,7 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
     # clocks
     offsets = clocks.estimate(arr, rank_ids)
     off = offsets.of() if config.align_clocks else {r: 0 for r in rank_ids}
+    aligned = set(offsets.table.loc[offsets.table["aligned"], "rank"].tolist())
     shift = arr["rank"].map(off).fillna(0).astype(np.int64).to_numpy()
     arr["ts"] = arr["ts"].to_numpy(np.int64) - shift
     arr["end"] = arr["end"].to_numpy(np.int64) - shift
@@ -158,7 +159,7 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
             "collectives": int(c.get("count") or 0), "collective_ns": int(c.get("kernel_ns") or 0),
             "wait_ns": int(wait_r.get(k, 0)), "last_count": int(last_r.get(k, 0)),
             "caused_wait_ns": int(caused_r.get(k, 0)),
-            "clock_offset_ns": off.get(k, 0) if config.align_clocks else None,
+            "clock_offset_ns": off[k] if config.align_clocks and k in aligned else None,
             "sent_bytes": int(sent.get(k, 0)) if known else None,
             "received_bytes": int(recv.get(k, 0)) if known else None,
             "warnings": list(r.get("warnings") or []),
@@ -246,7 +247,7 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
                               "bound": bounds.get(k, {}).get(st)})
 
     rows = [{k: (_num(v) if k == "imbalance" else v) for k, v in rec.items()}
-            for rec in table.drop(columns=[]).to_dict(orient="records")]
+            for rec in table.to_dict(orient="records")]
     for rec in rows:
         for k in ("instance", "step", "ranks", "first_arrival", "last_arrival", "skew_ns",
                   "straggler", "waited_ns", "transfer_ns", "end_spread_ns"):
