@@ -6,6 +6,8 @@ never the parsed trace. Caches (parsed trace, report) are those of the machine i
 
 from __future__ import annotations
 
+import sys
+import threading
 from dataclasses import dataclass
 
 from tracekit.errors import TracekitError
@@ -50,6 +52,11 @@ class RankTask:
     """Return the whole rank object; False: its ``summary``."""
 
     def __call__(self, path: str) -> dict | Failed:
+        if _on_dask_worker():
+            return _in_own_thread(self._work, path)
+        return self._work(path)
+
+    def _work(self, path: str) -> dict | Failed:
         from tracekit.api import report_for_path
 
         try:
@@ -62,3 +69,37 @@ class RankTask:
             return Failed(path, msg[len(prefix):] if msg.startswith(prefix) else msg)
         rank = got[0]
         return rank if self.whole else summary(rank)
+
+
+def _on_dask_worker() -> bool:
+    if "distributed" not in sys.modules:
+        return False
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
+
+
+def _in_own_thread(fn, *args):
+    """``fn(*args)`` in a thread of its own. A Dask worker samples the stacks of the threads
+    running its tasks (its profiler, every 10 ms) and holds the frames it sampled for a moment:
+    a held frame of the loader keeps the events it decoded alive, and the loader decodes in place
+    in a buffer it must then release (``BufferError: memoryview has N exported buffers``). A
+    thread the worker did not start is not sampled."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # handed to the task's thread, raised there
+            box["error"] = exc
+
+    t = threading.Thread(target=run, name="tracekit-rank")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
