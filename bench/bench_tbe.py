@@ -1,24 +1,46 @@
-"""Speed of the TBE CUDA kernels vs what a PyTorch user writes without them (GPU only).
+"""Speed of the TBE CUDA kernels vs FBGEMM's TBE and vs what a PyTorch user writes without them
+(GPU only).
 
-    python3 bench/bench_tbe.py --out "$OUT"            # all shapes, ~3 min on an H200
+    python3 bench/bench_tbe.py --out "$OUT"            # every case below, ~4 min on an H200
     python3 bench/bench_tbe.py --out "$OUT" --quick    # D=128, B=65536 only (the target shape)
 
-Writes ``bench_tbe.json`` and ``bench_tbe.md`` under --out after every shape (partial results
+Writes ``bench_tbe.json`` and ``bench_tbe.md`` under --out after every case (partial results
 survive a crash or the time budget).
 
-Shapes (issue 3): 26 tables x 1M rows, D in {64, 128, 256}, B in {16384, 65536}, bag lengths
-uniform in [1, 59] (pooling factor 30 on average), indices uniform or Zipf(1.1) (hot ranks
-scattered over the table), fp32 weights, int64 indices. For each: forward, and
-forward+backward+update (ours: EXACT_SGD and EXACT_ROWWISE_ADAGRAD fused into backward;
-baseline: one ``nn.EmbeddingBag(sparse=True)`` per table, outputs concatenated, then
-``torch.optim.SGD`` / ``torch.optim.Adagrad`` step), same inputs, same run.
+Cases (issues 3 and 12): 26 tables x 1M rows, D in {64, 128, 256}, B in {16384, 65536}, bag
+lengths uniform in [1, 59] (pooling factor 30 on average), indices uniform or Zipf(1.1) (hot
+ranks scattered over the table), int64 indices, SUM pooling; fp32 weights everywhere, both
+optimizers (EXACT_SGD, EXACT_ROWWISE_ADAGRAD) at the headline shape D=128, B=65536 (uniform and
+Zipf), SGD elsewhere; fp16 weights at the headline shape. For each: forward, and
+forward+backward+update, same inputs, same run.
+
+Contenders:
+- ours, with the default kernel variants (``runtime.kernels.cuda``: forward v2-8, backward v2),
+  every other forward variant (forward timing) and backward variant (training timing), and the
+  first version (v1 forward + v1 backward) for the before/after;
+- FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen`` (when ``fbgemm_gpu`` imports; it does not on
+  CI or a machine without it: the bench says so and goes on): FBGEMM's defaults (bounds check
+  WARNING, its v1 forward, non-deterministic long-segment backward) except stochastic rounding,
+  off so that fp16 tables can be compared; weights copied from ours, so both start from equal
+  tables;
+- the PyTorch baseline (headline shape only unless --torch-baseline all): one
+  ``nn.EmbeddingBag(sparse=True)`` per table, outputs concatenated, then ``torch.optim.SGD`` /
+  ``torch.optim.Adagrad``.
+
+Agreement (every case, FBGEMM vs ours): forward outputs max|a-b|/max|b| <= 1e-6; tables (and
+the rowwise-Adagrad state) after one step from equal tables <= 1e-5 (fp32) or one fp16 ulp,
+2^-10 (fp16 tables: both round to nearest). Every kernel variant of ours gives bit-identical
+outputs and tables (checked on the first set of each case; training only where the tables fit
+twice, D <= 128).
 
 Timing: CUDA events around each repetition, median over the repetitions; three input sets
-rotate; warm-up first. Forward-only timings run under ``torch.no_grad()`` for both.
+rotate; warm-up first. Forward-only timings run under ``torch.no_grad()``. The ratio tables
+give FBGEMM's time / ours (>= 1: ours is at least as fast).
 
 Bytes that must move (a lower bound, so the bandwidth figures are conservative):
-  forward  = N*D*4 (one row read per lookup) + B*T*D*4 (output written) + N*8 + (T*B+1)*8
-  update   = B*T*D*4 (grad_output read once) + 2*U*D*4 (each updated row read and written)
+  forward  = N*D*s (one row read per lookup, s = bytes per weight) + B*T*D*4 (output written)
+             + N*8 + (T*B+1)*8
+  update   = B*T*D*4 (grad_output read once) + 2*U*D*s (each updated row read and written)
              [+ 2*U*4 rowwise-Adagrad state read and written] + N*8 + (T*B+1)*8
   fwd+bwd+update = forward + update;   N = lookups, U = distinct rows the batch touches.
 Effective bandwidth = bytes / time; it is compared with the device-to-device copy bandwidth
@@ -30,6 +52,7 @@ bandwidth; the uniform shapes are the honest DRAM test.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -44,12 +67,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runtime.embedding import OptimizerConfig, OptimType, Pooling, TableBatchedEmbedding, TableConfig  # noqa: E402
+from runtime.kernels import fbgemm  # noqa: E402
 
 DEV = torch.device("cuda")
 T = 26
 ROWS = 1_000_000
 LR = 0.01
+EPS = 1e-8
 N_SETS = 3
+FWD_TOL = 1e-6
+TABLE_TOL = {torch.float32: 1e-5, torch.float16: 2.0**-10}
+HEADLINE = (128, 65536)
+PRECISION = {"fp32": torch.float32, "fp16": torch.float16}
+V1 = ("v1", "v1")  # (forward, backward) variants of the first version
 
 
 def zipf_ids(n: int, rows: int, a: float) -> torch.Tensor:
@@ -122,20 +152,23 @@ def copy_bandwidth() -> float:
     return 2 * n * 4 / (statistics.median(ts) / 1e3) / 1e9
 
 
-def ours(dim: int, opt: OptimType) -> TableBatchedEmbedding:
-    cfg = OptimizerConfig(opt, lr=LR)
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    """max |got - want| / max |want| (float64 on the device; NaN counts as infinite)."""
+    diff = (got.double() - want.double()).abs().nan_to_num(nan=float("inf")).max()
+    return float(diff / want.double().abs().max().clamp(min=1e-30))
+
+
+# ------------------------------------------------------------------------------ contenders
+def ours(dim: int, opt: OptimType, dtype: torch.dtype) -> TableBatchedEmbedding:
+    cfg = OptimizerConfig(opt, lr=LR, eps=EPS)
     return TableBatchedEmbedding([TableConfig(ROWS, dim) for _ in range(T)], pooling=Pooling.SUM, optimizer=cfg,
-                                 device=DEV, backend="cuda")
+                                 weights_dtype=dtype, device=DEV, backend="cuda")
 
 
-def baseline(dim: int, opt: OptimType, init: list[torch.Tensor] | None = None):
+def baseline(dim: int, opt: OptimType):
     embs = torch.nn.ModuleList(
         torch.nn.EmbeddingBag(ROWS, dim, mode="sum", sparse=True, device=DEV) for _ in range(T)
     )
-    if init is not None:
-        with torch.no_grad():
-            for e, w in zip(embs, init):
-                e.weight.copy_(w)
     if opt is OptimType.EXACT_SGD:
         optim = torch.optim.SGD(embs.parameters(), lr=LR)
     else:
@@ -147,117 +180,259 @@ def baseline_forward(embs, s):
     return torch.cat([e(idx, off) for e, (idx, off) in zip(embs, s[2])], dim=1)
 
 
-def bench_shape(dim: int, batch: int, dist: str, optimizers: list[OptimType], copy_gbs: float,
-                profile_kernels: bool = False) -> dict:
+def variants_ctx(fwd: str | None = None, bwd: str | None = None):
+    from runtime.kernels import cuda as kc
+
+    return kc.use_variants(forward=fwd, backward=bwd)
+
+
+# ------------------------------------------------------------------------------ one case
+def bench_case(case: dict, copy_gbs: float, opts: dict) -> dict:
+    """Forward and training timings + agreement of one (dim, batch, dist, precision) case."""
+    from runtime.kernels import cuda as kc
+
+    dim, batch, dist, prec = case["dim"], case["batch"], case["dist"], case["precision"]
+    dtype = PRECISION[prec]
+    wbytes = torch.finfo(dtype).bits // 8
     torch.manual_seed(0)
     sets = [make_set(batch, dist) for _ in range(N_SETS)]
+    grads = [torch.randn(batch, T * dim, device=DEV) for _ in range(N_SETS)]
+    gi = {id(s): g for s, g in zip(sets, grads)}
     n_avg = statistics.mean(s[0].numel() for s in sets)
     u_avg = statistics.mean(s[3] for s in sets)
     idx_bytes = n_avg * 8 + (T * batch + 1) * 8
-    fwd_bytes = n_avg * dim * 4 + batch * T * dim * 4 + idx_bytes
-    res = {"dim": dim, "batch": batch, "dist": dist, "lookups": n_avg, "unique_rows": u_avg,
-           "forward_bytes": fwd_bytes, "results": {}}
-    grads = [torch.randn(batch, T * dim, device=DEV) for _ in range(N_SETS)]
+    fwd_bytes = n_avg * dim * wbytes + batch * T * dim * 4 + idx_bytes
+    res = dict(case, lookups=n_avg, unique_rows=u_avg, forward_bytes=fwd_bytes, forward={}, results={},
+               agreement={}, variants_identical={})
+    fb = opts["fbgemm"]
+    default_fwd, default_bwd = kc.DEFAULT_FORWARD, kc.DEFAULT_BACKWARD
+    fwd_variants = list(kc.FORWARD_VARIANTS)
+    profile = (dim, batch, dist, prec) in opts["profile_cases"]
 
-    # correctness spot check: our forward == the baseline's on the same tables (set 0)
-    m = ours(dim, optimizers[0])
-    with torch.no_grad():
-        out0 = m(sets[0][0], sets[0][1])
-        embs, _ = baseline(dim, optimizers[0], init=m.split_embedding_weights())
-        ref0 = baseline_forward(embs, sets[0])
-        res["forward_max_rel_err_vs_baseline"] = float((out0 - ref0).abs().max() / ref0.abs().max())
-    del embs, ref0, out0
-    torch.cuda.empty_cache()
+    for oi, opt in enumerate(case["optimizers"]):
+        seed = 1000 + oi
+        torch.manual_seed(seed)  # ours' initial tables: the same for every module built with this seed
+        m = ours(dim, opt, dtype)
+        f = fbgemm.like(m) if fb else None
+        if oi == 0:
+            # ---- forward: agreement, every variant bit-identical, timings
+            with torch.no_grad():
+                want = m(sets[0][0], sets[0][1])
+                for v in fwd_variants:
+                    with variants_ctx(fwd=v):
+                        res["variants_identical"][f"forward {v}"] = bool(torch.equal(m(sets[0][0], sets[0][1]), want))
+                if f is not None:
+                    res["agreement"]["forward"] = rel_err(want, f(sets[0][0], sets[0][1]))
+                del want
+                for v in fwd_variants:
+                    with variants_ctx(fwd=v):
+                        res["forward"][f"ours {v}"] = statistics.median(time_reps(lambda s: m(s[0], s[1]), sets, reps=30))
+                if f is not None:
+                    res["forward"]["fbgemm"] = statistics.median(time_reps(lambda s: f(s[0], s[1]), sets, reps=30))
+            res["forward"]["ours"] = res["forward"][f"ours {default_fwd}"]
+            if opts["torch_baseline"](case):
+                embs, _ = baseline(dim, opt)
+                with torch.no_grad():
+                    res["forward"]["torch"] = statistics.median(
+                        time_reps(lambda s: baseline_forward(embs, s), sets, reps=15))
+                del embs
+                torch.cuda.empty_cache()
+            res["forward_GBps"] = fwd_bytes / (res["forward"]["ours"] / 1e3) / 1e9
+            res["forward_frac_of_copy"] = res["forward_GBps"] / copy_gbs
 
-    with torch.no_grad():
-        t = time_reps(lambda s: m(s[0], s[1]), sets, reps=30)
-    res["ours_forward_ms"] = statistics.median(t)
-    del m
-    torch.cuda.empty_cache()
-    embs, _ = baseline(dim, optimizers[0])
-    with torch.no_grad():
-        t = time_reps(lambda s: baseline_forward(embs, s), sets, reps=15)
-    res["baseline_forward_ms"] = statistics.median(t)
-    del embs
-    torch.cuda.empty_cache()
-    res["forward_GBps"] = fwd_bytes / (res["ours_forward_ms"] / 1e3) / 1e9
-    res["forward_frac_of_copy"] = res["forward_GBps"] / copy_gbs
-    res["forward_speedup"] = res["baseline_forward_ms"] / res["ours_forward_ms"]
-
-    for opt in optimizers:
-        upd_bytes = batch * T * dim * 4 + 2 * u_avg * dim * 4 + idx_bytes
+        upd_bytes = batch * T * dim * 4 + 2 * u_avg * dim * wbytes + idx_bytes
         if opt is OptimType.EXACT_ROWWISE_ADAGRAD:
             upd_bytes += 2 * u_avg * 4
-        r = {"bytes": fwd_bytes + upd_bytes}
-        m = ours(dim, opt)
-        gi = {id(s): g for s, g in zip(sets, grads)}
+        r = {"bytes": fwd_bytes + upd_bytes, "ms": {}}
 
-        def step_ours(s, m=m, gi=gi):
-            m(s[0], s[1]).backward(gi[id(s)])
+        def step(mod, s):
+            mod(s[0], s[1]).backward(gi[id(s)])
 
-        t = time_reps(step_ours, sets, reps=15)
-        r["ours_ms"] = statistics.median(t)
-        if profile_kernels:
-            try:  # where our fwd+bwd+update time goes, kernel by kernel (one profiled step)
-                r["ours_kernels"] = kernel_breakdown(step_ours, sets[0])
-            except Exception as e:  # the profiler is a diagnostic: never lose the timings to it
-                r["ours_kernels"] = [{"error": f"{type(e).__name__}: {e}"}]
-        del m
+        # ---- training: one step from equal tables, ours (default variants) vs FBGEMM
+        step(m, sets[0])
+        if f is not None:
+            step(f, sets[0])
+            tol = TABLE_TOL[dtype]
+            err_w = max(rel_err(a, b) for a, b in zip(m.split_embedding_weights(), f.split_embedding_weights()))
+            r_agree = {"tables": err_w, "tables_ok": err_w <= tol, "tolerance": tol}
+            if opt is OptimType.EXACT_ROWWISE_ADAGRAD:
+                err_m = max(rel_err(a, b) for a, b in zip(m.split_optimizer_states(), fbgemm.momentum(f)))
+                r_agree.update(momentum=err_m, momentum_ok=err_m <= 1e-5)
+            res["agreement"][opt.name] = r_agree
+            r["ms"]["fbgemm"] = statistics.median(time_reps(lambda s: step(f, s), sets, reps=15))
+            if profile:
+                r["fbgemm kernels"] = safe_breakdown(lambda s: step(f, s), sets[0])
+        f = None  # (the modules hold GBs: drop each before the next is built)
         torch.cuda.empty_cache()
-        embs, optim = baseline(dim, opt)
-
-        def step_base(s, embs=embs, optim=optim, gi=gi):
-            baseline_forward(embs, s).backward(gi[id(s)])
-            optim.step()
-            optim.zero_grad(set_to_none=True)
-
-        t = time_reps(step_base, sets, reps=6, warmup=1, max_s=6.0)
-        r["baseline_ms"] = statistics.median(t)
-        del embs, optim
+        # ---- every backward variant gives the same tables after that step (where two fit)
+        if dim <= 128:
+            for v in kc.BACKWARD_VARIANTS:
+                if v == default_bwd:
+                    continue
+                torch.manual_seed(seed)
+                m2 = ours(dim, opt, dtype)
+                with variants_ctx(bwd=v):
+                    step(m2, sets[0])
+                same = all(torch.equal(a, b) for a, b in zip(m2.split_embedding_weights(), m.split_embedding_weights()))
+                same = same and torch.equal(m2.momentum, m.momentum)
+                res["variants_identical"][f"{opt.name} backward {v}"] = bool(same)
+                del m2
+                torch.cuda.empty_cache()
+        # ---- training timings
+        for fv, bv in [(default_fwd, b) for b in kc.BACKWARD_VARIANTS] + [V1]:
+            key = "ours v1" if (fv, bv) == V1 else f"ours {fv}+{bv}"
+            if key in r["ms"]:
+                continue
+            with variants_ctx(fwd=fv, bwd=bv):
+                r["ms"][key] = statistics.median(time_reps(lambda s: step(m, s), sets, reps=15))
+                if profile and bv in (default_bwd, "v1") and (fv == default_fwd or (fv, bv) == V1):
+                    r[f"{key} kernels"] = safe_breakdown(lambda s: step(m, s), sets[0])
+        r["ms"]["ours"] = r["ms"][f"ours {default_fwd}+{default_bwd}"]
+        m = None
         torch.cuda.empty_cache()
-        r["GBps"] = r["bytes"] / (r["ours_ms"] / 1e3) / 1e9
+        if opts["torch_baseline"](case):
+            embs, optim = baseline(dim, opt)
+
+            def step_base(s, embs=embs, optim=optim):
+                baseline_forward(embs, s).backward(gi[id(s)])
+                optim.step()
+                optim.zero_grad(set_to_none=True)
+
+            r["ms"]["torch"] = statistics.median(time_reps(step_base, sets, reps=6, warmup=1, max_s=6.0))
+            del embs, optim, step_base
+            torch.cuda.empty_cache()
+        r["GBps"] = r["bytes"] / (r["ms"]["ours"] / 1e3) / 1e9
         r["frac_of_copy"] = r["GBps"] / copy_gbs
-        r["speedup"] = r["baseline_ms"] / r["ours_ms"]
         res["results"][opt.name] = r
     return res
 
 
+def safe_breakdown(fn, s) -> list[dict]:
+    try:  # where the step's time goes, kernel by kernel (one profiled step)
+        return kernel_breakdown(fn, s)
+    except Exception as e:  # the profiler is a diagnostic: never lose the timings to it
+        return [{"error": f"{type(e).__name__}: {e}"}]
+
+
+# ------------------------------------------------------------------------------ report
+def ratio(num: float | None, den: float | None) -> str:
+    return f"{num / den:.2f}" if num and den else "–"
+
+
 def markdown(report: dict) -> str:
+    fb = report.get("fbgemm")
     lines = [
         f"# TBE benchmark: {report['device']}, {report['date']}",
         "",
-        f"torch {report['torch']}, CUDA {report['cuda']}; device-to-device copy bandwidth "
-        f"{report['copy_GBps']:.0f} GB/s (read+write). 26 tables x 1M rows, pooling factor 30, fp32, SUM.",
+        f"torch {report['torch']}, CUDA {report['cuda']}; FBGEMM: {fb or 'not available (' + report['fbgemm_why'] + ')'}; "
+        f"device-to-device copy bandwidth {report['copy_GBps']:.0f} GB/s (read+write). 26 tables x 1M rows, "
+        f"pooling factor 30, SUM, int64 indices. Ours = default variants (forward {report['default_variants'][0]}, "
+        f"backward {report['default_variants'][1]}); v1 = the first version.",
         "",
-        "| D | B | ids | fwd ms | fwd GB/s | % copy | baseline fwd ms | fwd speed-up | optimizer | "
-        "fwd+bwd+upd ms | GB/s | % copy | baseline ms | speed-up |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "## FBGEMM's time / ours (>= 1.00: ours at least as fast)",
+        "",
+        "| D | B | ids | weights | forward | fwd+bwd+update SGD | rowwise Adagrad | v1: forward | v1: SGD | v1: Adagrad |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for s in report["shapes"]:
+
+    def ms(s, opt, key):
+        return s.get("results", {}).get(opt, {}).get("ms", {}).get(key)
+
+    for s in report["cases"]:
+        head = f"| {s['dim']} | {s['batch']} | {s['dist']} | {s['precision']} |"
         if "error" in s:
-            lines.append(f"| {s['dim']} | {s['batch']} | {s['dist']} | error: {s['error'][:80]} |")
+            lines.append(f"{head} error: {s['error'][:100]} |")
             continue
-        for opt, r in s["results"].items():
-            lines.append(
-                f"| {s['dim']} | {s['batch']} | {s['dist']} | {s['ours_forward_ms']:.2f} | {s['forward_GBps']:.0f} | "
-                f"{100 * s['forward_frac_of_copy']:.0f}% | {s['baseline_forward_ms']:.2f} | "
-                f"{s['forward_speedup']:.2f}x | {opt} | {r['ours_ms']:.2f} | {r['GBps']:.0f} | "
-                f"{100 * r['frac_of_copy']:.0f}% | {r['baseline_ms']:.2f} | {r['speedup']:.2f}x |"
-            )
-    for s in report["shapes"]:
+        fw = s["forward"]
+        cells = [ratio(fw.get("fbgemm"), fw.get("ours"))]
+        cells += [ratio(ms(s, o, "fbgemm"), ms(s, o, "ours")) for o in ("EXACT_SGD", "EXACT_ROWWISE_ADAGRAD")]
+        cells += [ratio(fw.get("fbgemm"), fw.get("ours v1"))]
+        cells += [ratio(ms(s, o, "fbgemm"), ms(s, o, "ours v1")) for o in ("EXACT_SGD", "EXACT_ROWWISE_ADAGRAD")]
+        lines.append(f"{head} {' | '.join(cells)} |")
+
+    lines += ["", "## Times (ms, median)", "",
+              "| D | B | ids | weights | what | " + " | ".join(report["columns"]) + " |",
+              "|---|---|---|---|---|" + "---|" * len(report["columns"])]
+    for s in report["cases"]:
+        if "error" in s:
+            continue
+        rows = [("forward", s["forward"])] + [(o, r["ms"]) for o, r in s["results"].items()]
+        for what, d in rows:
+            cells = [f"{d[c]:.3f}" if c in d else "–" for c in report["columns"]]
+            lines.append(f"| {s['dim']} | {s['batch']} | {s['dist']} | {s['precision']} | {what} | {' | '.join(cells)} |")
+
+    lines += ["", "## Bandwidth of ours (bytes that must move / time)", "",
+              "| D | B | ids | weights | fwd GB/s | % copy | optimizer | fwd+bwd+upd GB/s | % copy | speed-up vs torch |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in report["cases"]:
         for opt, r in s.get("results", {}).items():
-            if r.get("ours_kernels"):
-                lines += ["", f"Kernels of one fwd+bwd+update step, D={s['dim']} B={s['batch']} {s['dist']} {opt}:", ""]
-                lines += [f"- {k.get('us', '?')} us  x{k.get('calls', '?')}  {k.get('kernel', k.get('error'))}"
-                          for k in r["ours_kernels"]]
+            lines.append(
+                f"| {s['dim']} | {s['batch']} | {s['dist']} | {s['precision']} | {s['forward_GBps']:.0f} | "
+                f"{100 * s['forward_frac_of_copy']:.0f}% | {opt} | {r['GBps']:.0f} | {100 * r['frac_of_copy']:.0f}% | "
+                f"{ratio(r['ms'].get('torch'), r['ms']['ours'])} (fwd {ratio(s['forward'].get('torch'), s['forward']['ours'])}) |")
+
+    lines += ["", "## Agreement", "",
+              "FBGEMM vs ours: forward max|a-b|/max|b| (<= 1e-6); tables (rowwise-Adagrad state) after one step "
+              "from equal tables (<= 1e-5 fp32, <= 2^-10 fp16). Variants: every kernel variant of ours bit-identical "
+              "to the default.", "",
+              "| D | B | ids | weights | forward | tables after one step | variants identical |", "|---|---|---|---|---|---|---|"]
+    for s in report["cases"]:
+        if "error" in s:
+            continue
+        ag = s.get("agreement", {})
+        fwd = f"{ag['forward']:.1e} {'ok' if ag['forward'] <= FWD_TOL else 'FAIL'}" if "forward" in ag else "–"
+        tabs = []
+        for o in ("EXACT_SGD", "EXACT_ROWWISE_ADAGRAD"):
+            if o in ag:
+                a = ag[o]
+                t = f"{o}: {a['tables']:.1e} {'ok' if a['tables_ok'] else 'FAIL'}"
+                if "momentum" in a:
+                    t += f", state {a['momentum']:.1e} {'ok' if a['momentum_ok'] else 'FAIL'}"
+                tabs.append(t)
+        vi = s.get("variants_identical", {})
+        bad = [k for k, v in vi.items() if not v]
+        var = f"all {len(vi)} yes" if vi and not bad else ("NO: " + ", ".join(bad) if bad else "–")
+        lines.append(f"| {s['dim']} | {s['batch']} | {s['dist']} | {s['precision']} | {fwd} | {'; '.join(tabs) or '–'} | {var} |")
+
+    for s in report["cases"]:
+        for opt, r in s.get("results", {}).items():
+            for key, val in r.items():
+                if key.endswith("kernels") and val:
+                    lines += ["", f"Kernels of one fwd+bwd+update step, {key[:-8] or 'ours'}, D={s['dim']} B={s['batch']} "
+                                  f"{s['dist']} {s['precision']} {opt}:", ""]
+                    lines += [f"- {k.get('us', '?')} us  x{k.get('calls', '?')}  {k.get('kernel', k.get('error'))}"
+                              for k in val]
+    if report.get("skipped"):
+        lines += ["", "Skipped (time budget): " + "; ".join(report["skipped"])]
     return "\n".join(lines) + "\n"
+
+
+def cases(quick: bool) -> list[dict]:
+    """Every case, the issue's rows and fp16 first (the budget may cut the tail)."""
+    sgd, both = [OptimType.EXACT_SGD], [OptimType.EXACT_SGD, OptimType.EXACT_ROWWISE_ADAGRAD]
+
+    def c(d, b, dist, prec="fp32", o=sgd):
+        return {"dim": d, "batch": b, "dist": dist, "precision": prec, "optimizers": o}
+
+    out = [c(128, 65536, "uniform", o=both), c(128, 65536, "zipf", o=both)]
+    if quick:
+        return out
+    out += [c(64, 16384, "uniform"), c(128, 16384, "uniform"), c(256, 65536, "uniform"),
+            c(128, 65536, "uniform", "fp16", both), c(128, 65536, "zipf", "fp16", both)]
+    done = {(x["dim"], x["batch"], x["dist"]) for x in out}
+    out += [c(d, b, dist) for d in (64, 128, 256) for b in (16384, 65536) for dist in ("uniform", "zipf")
+            if (d, b, dist) not in done]
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "bench_out"), help="directory for the results")
-    ap.add_argument("--quick", action="store_true", help="only D=128, B=65536 (uniform and Zipf)")
-    ap.add_argument("--budget-s", type=float, default=170.0, help="start no new shape after this many seconds")
+    ap.add_argument("--quick", action="store_true", help="only D=128, B=65536 (uniform and Zipf, fp32)")
+    ap.add_argument("--budget-s", type=float, default=250.0, help="start no new case after this many seconds")
+    ap.add_argument("--no-fbgemm", action="store_true", help="leave FBGEMM out even when it imports")
+    ap.add_argument("--torch-baseline", choices=("headline", "all", "none"), default="headline",
+                    help="cases that also time the nn.EmbeddingBag baseline (headline: D=128, B=65536, fp32)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("bench_tbe: needs a CUDA GPU", file=sys.stderr)
@@ -269,37 +444,49 @@ def main() -> int:
 
     kc.load()  # compile (or reuse the cache) before any timing
     print(f"kernels ready after {time.perf_counter() - t0:.1f} s", flush=True)
+    fb_ok, fb_info = (False, "--no-fbgemm") if args.no_fbgemm else fbgemm.available()
+    print(f"FBGEMM: {fb_info if fb_ok else 'not available, going on without it (' + fb_info + ')'}", flush=True)
     report = {
         "device": torch.cuda.get_device_name(),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
+        "fbgemm": fb_info if fb_ok else None,
+        "fbgemm_why": None if fb_ok else fb_info,
+        "default_variants": [kc.DEFAULT_FORWARD, kc.DEFAULT_BACKWARD],
+        "columns": ["ours", "fbgemm", "torch", "ours v1"] + [f"ours {v}" for v in kc.FORWARD_VARIANTS if v != "v1"]
+        + [f"ours {kc.DEFAULT_FORWARD}+{v}" for v in kc.BACKWARD_VARIANTS],
         "copy_GBps": copy_bandwidth(),
-        "shapes": [],
+        "cases": [],
     }
     print(f"copy bandwidth {report['copy_GBps']:.0f} GB/s", flush=True)
-    both = [OptimType.EXACT_SGD, OptimType.EXACT_ROWWISE_ADAGRAD]
-    if args.quick:
-        shapes = [(128, 65536, "uniform", both), (128, 65536, "zipf", both)]
-    else:
-        shapes = [(128, 65536, "uniform", both), (128, 65536, "zipf", both)]
-        shapes += [(d, b, dist, [OptimType.EXACT_SGD]) for d in (64, 128, 256) for b in (16384, 65536)
-                   for dist in ("uniform", "zipf") if not (d == 128 and b == 65536)]
-    for dim, batch, dist, opts in shapes:
+    headline = lambda c: (c["dim"], c["batch"]) == HEADLINE and c["precision"] == "fp32"  # noqa: E731
+    opts = {
+        "fbgemm": fb_ok,
+        "torch_baseline": {"headline": headline, "all": lambda c: True, "none": lambda c: False}[args.torch_baseline],
+        # the two shapes to attack first: kernel breakdown of one step of each contender
+        "profile_cases": {(128, 65536, "zipf", "fp32"), (64, 16384, "uniform", "fp32")},
+    }
+    for case in cases(args.quick):
+        name = f"D={case['dim']} B={case['batch']} {case['dist']} {case['precision']}"
         if time.perf_counter() - t0 > args.budget_s:
-            report.setdefault("skipped", []).append(f"D={dim} B={batch} {dist}: time budget")
+            report.setdefault("skipped", []).append(name)
             continue
         ts = time.perf_counter()
         try:
-            res = bench_shape(dim, batch, dist, opts, report["copy_GBps"], profile_kernels=(dim, batch) == (128, 65536))
-        except Exception as e:  # keep going: one failing shape must not lose the others
+            res = bench_case(case, report["copy_GBps"], opts)
+        except Exception as e:  # keep going: one failing case must not lose the others
             traceback.print_exc()
-            res = {"dim": dim, "batch": batch, "dist": dist, "error": f"{type(e).__name__}: {e}"}
-            torch.cuda.empty_cache()
+            res = {k: case[k] for k in ("dim", "batch", "dist", "precision")}
+            res["error"] = f"{type(e).__name__}: {e}"
+            with contextlib.suppress(Exception):
+                torch.cuda.empty_cache()
+        res["optimizers"] = [o.name for o in case["optimizers"]]
         res["wall_s"] = time.perf_counter() - ts
-        report["shapes"].append(res)
-        print(json.dumps(res), flush=True)
-        (out / "bench_tbe.json").write_text(json.dumps(report, indent=1))
+        report["cases"].append(res)
+        print(f"{name}: {res['wall_s']:.1f} s", json.dumps({k: res.get(k) for k in ("forward", "agreement", "error")}),
+              flush=True)
+        (out / "bench_tbe.json").write_text(json.dumps(report, indent=1, default=str))
         (out / "bench_tbe.md").write_text(markdown(report))
     print(markdown(report))
     return 0

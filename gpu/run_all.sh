@@ -3,12 +3,19 @@
 #
 #   bash gpu/run_all.sh [PART...]        # default: every part but pipelines2 (2 GPUs), in this order
 #
-# Parts: env, kernels (build + GPU correctness tests of the TBE kernels), tbe (kernel benchmark),
-# pipetests (GPU tests of the pipelines and the batch type), pipelines (the 1-GPU pipeline
-# benchmark, every preset, interleaved rounds, traces, diagnostics: <= 9 min; bench/bench_pipelines.py),
-# pipelines2 (the same on 2 GPUs through torchrun), issue5 (delta tracking / writeback / in-place
-# copy: GPU tests, benchmark, traces, snapshots and the explain proof's pairs: <= 9 min),
-# snapshot (sample allocator snapshots).
+# The device tool allows 10 minutes a command: pipelines, pipelines2 and issue5 take up to 9
+# each, so each goes in a call of its own (bash gpu/run_all.sh pipelines; ... issue5).
+#
+# Parts: env, kernels (build + GPU correctness tests of the TBE kernels, every kernel variant, and
+# the agreement with FBGEMM when fbgemm_gpu imports), tbe (kernel benchmark: ours (every variant)
+# vs FBGEMM vs torch, <= 5 min), tbe_ncu (Nsight Compute profiles of ours and FBGEMM's kernels on
+# the two shapes issue 12 attacks first, <= 3 min), largetrace (bench/make_large_trace.py: the
+# ~780 MB-JSON DLRM trace the loader, explain and many-ranks benchmarks read, ~53 MB gzipped, so
+# it comes back split in parts: give it a call with little else), pipetests (GPU tests of the pipelines and the
+# batch type), pipelines (the 1-GPU pipeline benchmark, every preset, interleaved rounds, traces,
+# diagnostics: <= 9 min; bench/bench_pipelines.py), pipelines2 (the same on 2 GPUs through
+# torchrun), issue5 (delta tracking / writeback / in-place copy: GPU tests, benchmark, traces,
+# snapshots and the explain proof's pairs: <= 9 min), snapshot (sample allocator snapshots).
 # Each part runs with its own time limit and its own output folder; one failing part does not
 # stop the others. The device tool brings back at most 8 files of at most 16 MiB, so each part's
 # folder is packed into $OUT/<part>.tar.gz (split into <part>.tar.gz.part-aa, -ab, ... when larger
@@ -39,17 +46,25 @@ part() {  # part NAME SECONDS COMMAND...
     fi
 }
 
+# fbgemm_gpu, when the caller put it on PYTHONPATH: its version and whether its ops load
+fbgemm_check='import torch, fbgemm_gpu; torch.ops.fbgemm.asynchronous_complete_cumsum; print("fbgemm_gpu", fbgemm_gpu.__version__, "ops loaded")'
+
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(env kernels tbe pipetests pipelines issue5 snapshot)
+[ ${#parts[@]} -eq 0 ] && parts=(env kernels tbe tbe_ncu pipetests pipelines issue5 snapshot)
 for p in "${parts[@]}"; do
     case "$p" in
     env) part env 60 bash -c 'date -u; nvidia-smi; python3 -c "import torch,sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0), torch.cuda.device_count())"; nvcc --version' ;;
-    kernels) part kernels 420 python3 -m pytest -q -p no:cacheprovider -o addopts= gpu/test_kernels.py ;;
-    tbe) part tbe 420 bash -c 'python3 bench/bench_tbe.py --out "$OUT"' ;;
+    kernels) part kernels 480 bash -c "python3 -c '$fbgemm_check' || echo 'fbgemm_gpu: not importable (the agreement test skips)';
+                                       python3 -c 'from runtime.kernels import cuda; cuda.load(verbose=False)' &&
+                                       python3 -m pytest -q -p no:cacheprovider -o addopts= gpu/test_kernels.py" ;;
+    tbe) part tbe 300 bash -c "python3 -c '$fbgemm_check' || echo 'fbgemm_gpu: not importable';
+                               python3 bench/bench_tbe.py --budget-s 240 --out \"\$OUT\"" ;;
+    tbe_ncu) part tbe_ncu 180 bash gpu/tbe_ncu.sh ;;
     pipelines) part pipelines 540 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s 450 --out "$OUT"' ;;
     pipelines2) part pipelines2 540 bash -c 'python3 bench/bench_pipelines.py --gpus 2 --budget-s 450 --out "$OUT"' ;;
     pipetests) part pipetests 420 python3 -m pytest -q -p no:cacheprovider -o addopts= tests/runtime/test_pipelines_gpu.py tests/runtime/test_batch.py ;;
     issue5) part issue5 540 python3 gpu/issue5_run.py ;;
+    largetrace) part largetrace 420 bash -c 'python3 bench/make_large_trace.py --out "$OUT"' ;;
     snapshot) part snapshot 180 bash -c 'python3 gpu/snapshot_sample.py --out "$OUT"' ;;
     *) echo "unknown part: $p" >&2 ;;
     esac

@@ -11,7 +11,7 @@ writes, with the job object.
 Report cache: ``<cache dir>/reports/<key>.json`` where the cache dir is the loader's
 (``--cache-dir``, else ``$TRACEKIT_CACHE_DIR``, else the user cache dir) and the key hashes
 
-- the tracekit version, the report format and its revision (``report.REVISION``),
+- the tracekit version, ``REPORT_CACHE_VERSION`` and the report format,
 - each trace file's stamp: resolved path, size, mtime_ns and a hash of its first and last
   64 KiB (``tracekit._files.content_stamp``, as the loader's cache), for a directory each trace in it,
 - the phase rules: the bytes of ``default_rules.toml`` and of the ``--rules`` file,
@@ -47,6 +47,10 @@ if TYPE_CHECKING:  # heavy imports stay out of the warm path
 
 MAX_REPORTS = 256
 """Reports kept in the report cache; the least recently written go first."""
+REPORT_CACHE_VERSION = 4
+"""Part of every report-cache key: bump it when a change to the loader or the analyses changes
+a figure of an unchanged trace, or a rank object gains keys (the version string stays 0.1.0
+between releases)."""
 
 
 def trace_files(path: str) -> list[str]:
@@ -87,10 +91,11 @@ def report_key(path: str, rules_id: bytes, with_hta: bool | None = True) -> str 
         snap_stamp = content_stamp(snap) if snap else None
     except OSError:
         return None
-    from tracekit.report import FORMAT, REVISION
+    from tracekit.report import FORMAT
 
     h = hashlib.sha256()
-    h.update(json.dumps([__version__, FORMAT, REVISION, stamps, snap_stamp, with_hta]).encode())
+    h.update(json.dumps([__version__, REPORT_CACHE_VERSION, FORMAT, stamps, snap_stamp,
+                         with_hta]).encode())
     h.update(hashlib.sha256(rules_id).digest())
     return h.hexdigest()[:40]
 
@@ -192,12 +197,29 @@ def _resolve_rules(rules: Any) -> tuple[Rules, bytes]:
 
 
 def _analyze(path: str, rules: Any, cache_dir, use_cache: bool, progress,
-             with_hta: bool | None = True) -> tuple[list, bytes]:
-    from tracekit.analyses import analyze_trace
-    from tracekit.trace import load
+             with_hta: bool | None = True, prefetch: bool = False) -> tuple[list, bytes]:
+    """Load and analyse ``path``. ``prefetch``: parse it in a forked child while this process
+    imports the analyses (``tracekit.trace.prefetch``; the CLI's cold path)."""
+    pre = None
+    if prefetch:
+        from tracekit.trace import prefetch as pf
 
-    r, rules_id = _resolve_rules(rules)
-    ts = load(path, cache_dir=cache_dir, use_cache=use_cache, progress=progress)
+        pre = pf.start(trace_files(path), _cache_dir(cache_dir) if use_cache else None)
+    try:
+        from tracekit.analyses import analyze_trace  # pandas: imported while the child parses
+        from tracekit.trace import load, loader
+
+        r, rules_id = _resolve_rules(rules)
+        if pre is not None:
+            pf.wait(pre)
+            ts = load(path, cache_dir=pre.cache_dir, use_cache=True, progress=progress)
+            if pre.private:
+                loader.wait_for_cache_writes()  # before its directory goes
+        else:
+            ts = load(path, cache_dir=cache_dir, use_cache=use_cache, progress=progress)
+    finally:
+        if pre is not None:
+            pf.finish(pre)
     snap = None
     snap_path = find_snapshot(path)
     if snap_path is not None:
@@ -245,9 +267,12 @@ def report_for_path(
     use_cache: bool = True,
     progress: bool | None = None,
     with_hta: bool | None = True,
+    prefetch: bool = False,
 ) -> list[dict]:
     """Per-rank report objects (``tracekit.report.to_dict``) of ``path``, from the report cache
-    when it holds them, else computed (and stored)."""
+    when it holds them, else computed (and stored). ``prefetch``: on a miss, parse in a forked
+    child while this process imports the analyses (the CLI asks for it; see
+    ``tracekit.trace.prefetch``)."""
     src = os.fspath(path)
     check_readable(src, "trace file or directory", directory_ok=True)
     if use_cache:
@@ -256,7 +281,7 @@ def report_for_path(
             return hit
     from tracekit.report import to_dict
 
-    out, rules_id = _analyze(src, rules_path, cache_dir, use_cache, progress, with_hta)
+    out, rules_id = _analyze(src, rules_path, cache_dir, use_cache, progress, with_hta, prefetch)
     ranks = [to_dict(a) for _, a in out]
     if use_cache:
         _remember(src, rules_id, with_hta, cache_dir, ranks)

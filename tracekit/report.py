@@ -186,8 +186,6 @@ from typing import Any
 from tracekit._files import display
 
 FORMAT = 1
-REVISION = 2
-"""Bumped whenever a rank object gains keys, so that reports cached before are recomputed."""
 SERIES_POINTS = 1000
 
 HEADLINE_KEYS = (
@@ -529,17 +527,24 @@ def _text_hta(h: dict, limit: int) -> str:
                                if k in c else "-" for k in cats)]
                       for rank, c in by_rank.items()], "    ") + "\n"
     if h.get("kernel_types"):
-        out += "  kernel time by type (all ranks):\n"
+        ranks = h.get("ranks") or []
+        whose = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+        out += f"  kernel time by type ({whose}):\n"
         out += table(["kernel type", "us", "%"],
                      [[r["kernel_type"], _us(r["sum"]), _num(r["percentage"])]
                       for r in h["kernel_types"]], "    ") + "\n"
     if h.get("top_kernels"):
         rows, more = _limited(h["top_kernels"], limit)
-        out += "  top kernels by type:\n"
+        out += ("  top kernels by type (HTA's mean/max: over a kernel's instances, but once a type "
+                "has more than 10 kernels over the kernels' totals, so equal to the total for a "
+                "kernel of its own):\n")
         out += table(["kernel", "type", "rank", "total us", "mean us", "max us"],
                      [[_clip(str(r["name"]), 70), r["kernel_type"], r["rank"],
                        _us(r["sum (us)"]), _us(r["mean (us)"]), _us(r["max (us)"])]
                       for r in rows], "    ") + "\n" + more
+        if any((r.get("sum (us)") or 0) < 0 for r in h["top_kernels"]):
+            out += ("  negative us: HTA rounds a start up and an end down to whole us on ns "
+                    "traces, so a kernel shorter than 1 us counts -1 us (HTA's own parser)\n")
     for n in h.get("notes") or []:
         out += f"  note: {n}\n"
     return out

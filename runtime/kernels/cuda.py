@@ -1,6 +1,6 @@
-"""The CUDA backend: builds ``tbe_kernels.cu`` (+ the float16/bfloat16 instantiations in
-``tbe_kernels_f16.cu``/``tbe_kernels_bf16.cu``, compiled in parallel by ninja) and
-``tbe_binding.cpp`` on first use with torch's extension builder, caches the build, and wraps
+"""The CUDA backend: builds ``tbe_kernels.cu`` (sort/scan steps, host API), the per weight
+type kernels ``tbe_kernels_f32.cu`` / ``_f16.cu`` / ``_bf16.cu`` (compiled in parallel by ninja)
+and ``tbe_binding.cpp`` on first use with torch's extension builder, caches the build, and wraps
 the two ops with the layout of ``common.py``.
 
 Build directory: ``$TBE_KERNELS_BUILD_DIR`` or ``~/.cache/tracekit/tbe_kernels/<hash>`` where
@@ -8,10 +8,17 @@ the hash covers the sources, flags and torch/CUDA versions, so an edit rebuilds 
 unchanged tree reuses the compiled module. Flags: ``-O3``, no fast math (the fp32 results
 must match the reference), SASS + PTX for the GPU present (sm_90a on H100/H200), see
 :func:`_gencode_flags`.
+
+Kernel variants (``tbe_kernels.h`` describes them; all give bit-identical results): the forward
+``v1`` / ``v2-12`` / ``v2-8`` / ``v2-4`` and the backward ``v1`` / ``v2`` / ``v2-2rows``. The
+defaults come from ``$TBE_FWD_VARIANT`` / ``$TBE_BWD_VARIANT``, else :data:`DEFAULT_FORWARD` /
+:data:`DEFAULT_BACKWARD`; :func:`use_variants` changes them for a block of code (benchmarks and
+tests time and check every variant in one process).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -21,13 +28,59 @@ import torch
 from runtime.kernels.common import POOL_NONE, KernelUnavailableError, RowUpdate, TBELayout
 
 HERE = Path(__file__).resolve().parent
-# float kernels + sort/scan + host API; the half and bfloat16 instantiations compile in parallel
-SOURCES = [HERE / "tbe_kernels.cu", HERE / "tbe_kernels_f16.cu", HERE / "tbe_kernels_bf16.cu", HERE / "tbe_binding.cpp"]
+# sort/scan + host API, and the kernels of each weight type: four TUs that compile in parallel
+SOURCES = [HERE / "tbe_kernels.cu", HERE / "tbe_kernels_f32.cu", HERE / "tbe_kernels_f16.cu", HERE / "tbe_kernels_bf16.cu",
+           HERE / "tbe_binding.cpp"]
 HEADERS = [HERE / "tbe_kernels.h", HERE / "tbe_impl.cuh"]
 NO_ERROR = 2**63 - 1  # first_bad when every index was in range (kNoError)
 
+# variant name -> the code the kernels take (ForwardArgs::variant / BackwardArgs::variant)
+FORWARD_VARIANTS = {"v1": 0, "v2-12": 1, "v2-8": 2, "v2-4": 3}
+BACKWARD_VARIANTS = {"v1": 1, "v2": 2, "v2-2rows": 3}
+DEFAULT_FORWARD = "v2-8"
+DEFAULT_BACKWARD = "v2"
+
+# dim class policies of the backward (dim_class() in tbe_impl.cuh)
+_CLASSES_WARP, _CLASSES_V2, _CLASSES_V2_TWO_ROWS = 0, 1, 2
+
 _ext = None
 _load_error: str | None = None
+
+
+def _variant_from_env(var: str, table: dict[str, int], default: str) -> str:
+    name = os.environ.get(var, default)
+    if name not in table:
+        raise ValueError(f"${var}={name!r} is not one of {sorted(table)}")
+    return name
+
+
+_variants = {
+    "forward": _variant_from_env("TBE_FWD_VARIANT", FORWARD_VARIANTS, DEFAULT_FORWARD),
+    "backward": _variant_from_env("TBE_BWD_VARIANT", BACKWARD_VARIANTS, DEFAULT_BACKWARD),
+}
+
+
+def variants() -> dict[str, str]:
+    """The forward and backward kernel variants calls use now."""
+    return dict(_variants)
+
+
+@contextlib.contextmanager
+def use_variants(*, forward: str | None = None, backward: str | None = None):
+    """Run the block with these kernel variants (None: keep the current one)."""
+    if forward is not None and forward not in FORWARD_VARIANTS:
+        raise ValueError(f"forward variant {forward!r} is not one of {sorted(FORWARD_VARIANTS)}")
+    if backward is not None and backward not in BACKWARD_VARIANTS:
+        raise ValueError(f"backward variant {backward!r} is not one of {sorted(BACKWARD_VARIANTS)}")
+    saved = dict(_variants)
+    if forward is not None:
+        _variants["forward"] = forward
+    if backward is not None:
+        _variants["backward"] = backward
+    try:
+        yield
+    finally:
+        _variants.update(saved)
 
 
 def _gencode_flags() -> list[str]:
@@ -133,17 +186,54 @@ def forward(
         layout.batch_size(offsets),
         first_bad,
         out,
+        layout.max_dim,
+        _v2_forward_layout(layout),
+        FORWARD_VARIANTS[_variants["forward"]],
     ), first_bad
 
 
-def dim_classes(dims, grad_aligned: bool) -> int:
-    """Bit mask of the kernels' dim classes present (dim_class() in tbe_kernels.cu):
-    class = (0 if float4 loads else 4) + (0 if dim <= 128, 1 if <= 256, 2 if <= 512, else 3)."""
+def _v2_forward_layout(layout: TBELayout) -> bool:
+    """Whether the v2 forward can take this layout (with aligned output columns, which the
+    kernels check): every table < 2^31 rows, every dim a multiple of 4 and in the same one of
+    (16, 32], (32, 64], (64, 128], (128, 256] -- the v1 forward's lane split (8, 16, 32 lanes
+    with one float4, 32 lanes with two) for every bag, so that both sum in the same order."""
+    buckets = {next((i for i, top in enumerate((32, 64, 128, 256)) if d <= top), None) for d in layout.table_dims}
+    return (
+        all(d % 4 == 0 and d > 16 for d in layout.table_dims)
+        and len(buckets) == 1
+        and None not in buckets
+        and max(layout.table_rows) < 2**31
+    )
+
+
+def dim_class(dim: int, grad_aligned: bool, policy: int) -> int:
+    """The kernels' dim class of a table (dim_class() in tbe_impl.cuh): 0-2: 4/8/16 lanes per row
+    (dim <= 16/32/64); 3-6: 32 lanes, 1/2/4/8 float4 per lane; 7, 8: 16 lanes, 2/4 float4 (two
+    rows per warp); 9-12: scalar loads (dim % 4 != 0 or unaligned gradient rows). ``policy``:
+    one row per warp (v1, and the chunk sums), v2, or v2 with two rows per warp up to dim 256."""
+    if dim % 4 != 0 or not grad_aligned:
+        return 9 + (0 if dim <= 128 else 1 if dim <= 256 else 2 if dim <= 512 else 3)
+    units = dim // 4
+    if policy != _CLASSES_WARP:
+        for c, top in enumerate((4, 8, 16)):
+            if units <= top:
+                return c
+    if units <= 32:
+        return 7 if policy == _CLASSES_V2_TWO_ROWS else 3
+    if units <= 64:
+        return 8 if policy == _CLASSES_V2_TWO_ROWS else 4
+    return 5 if units <= 128 else 6
+
+
+def dim_classes(dims, grad_aligned: bool, policy: int = _CLASSES_WARP) -> int:
+    """Bit mask of the dim classes (:func:`dim_class`) of these dims."""
     mask = 0
     for d in dims:
-        width = 0 if d <= 128 else 1 if d <= 256 else 2 if d <= 512 else 3
-        mask |= 1 << ((0 if d % 4 == 0 and grad_aligned else 4) + width)
+        mask |= 1 << dim_class(d, grad_aligned, policy)
     return mask
+
+
+_BACKWARD_POLICY = {"v1": _CLASSES_WARP, "v2": _CLASSES_V2, "v2-2rows": _CLASSES_V2_TWO_ROWS}
 
 
 def backward_update(
@@ -187,8 +277,10 @@ def backward_update(
         layout.total_rows,
         grad_aligned,
         dim_classes(layout.table_dims, grad_aligned),
+        dim_classes(layout.table_dims, grad_aligned, _BACKWARD_POLICY[_variants["backward"]]),
         optimizer,
         lr,
         eps,
+        BACKWARD_VARIANTS[_variants["backward"]],
     )
     return RowUpdate(linear_ids=unique_ids, count=num_unique[0], row_offsets=layout.row_offsets_list)

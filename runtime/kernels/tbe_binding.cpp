@@ -14,6 +14,12 @@ void check_cuda(const torch::Tensor& t, const char* name, c10::ScalarType dtype)
   TORCH_CHECK(t.scalar_type() == dtype, name, " has dtype ", t.scalar_type(), ", expected ", dtype);
 }
 
+int num_sms(const torch::Tensor& on) {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, on.get_device());
+  return sms;
+}
+
 // float / half / bfloat16 weights -> kWeights* code
 int weights_type(const torch::Tensor& w) {
   TORCH_CHECK(w.is_cuda() && w.is_contiguous(), "weights must be a contiguous CUDA tensor");
@@ -39,7 +45,8 @@ void check_indices(const torch::Tensor& indices, const torch::Tensor& offsets) {
 torch::Tensor forward(torch::Tensor weights, torch::Tensor feat_woff, torch::Tensor feat_dim, torch::Tensor feat_rows,
                       torch::Tensor out_off, torch::Tensor indices, torch::Tensor offsets,
                       c10::optional<torch::Tensor> psw, int64_t pooling, int64_t total_dim, int64_t batch,
-                      torch::Tensor first_bad, c10::optional<torch::Tensor> out_opt) {
+                      torch::Tensor first_bad, c10::optional<torch::Tensor> out_opt, int64_t max_dim, bool v2_layout,
+                      int64_t variant) {
   const c10::cuda::CUDAGuard guard(weights.device());
   const int wtype = weights_type(weights);
   check_cuda(feat_woff, "feat_woff", torch::kInt64);
@@ -83,6 +90,11 @@ torch::Tensor forward(torch::Tensor weights, torch::Tensor feat_woff, torch::Ten
   a.total_dim = total_dim;
   a.pooling = static_cast<int>(pooling);
   a.out_aligned = total_dim % 4 == 0;
+  TORCH_CHECK(variant >= 0 && variant < tbe::kFwdVariants, "forward variant must be 0..", tbe::kFwdVariants - 1);
+  a.max_dim = max_dim;
+  a.v2_layout = v2_layout;
+  a.variant = static_cast<int>(variant);
+  a.num_sms = num_sms(weights);
   const cudaError_t err = tbe::forward(a, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == cudaSuccess, "tbe forward launch failed: ", cudaGetErrorString(err));
   return out;
@@ -95,7 +107,8 @@ std::vector<torch::Tensor> backward(torch::Tensor weights, torch::Tensor momentu
                                     torch::Tensor offsets, c10::optional<torch::Tensor> psw, torch::Tensor grad_out,
                                     int64_t pooling, int64_t total_dim, int64_t batch, int64_t max_dim,
                                     int64_t total_rows, bool grad_aligned, int64_t dim_classes,
-                                    int64_t optimizer, double lr, double eps) {
+                                    int64_t dim_classes_v2, int64_t optimizer, double lr, double eps,
+                                    int64_t variant) {
   const c10::cuda::CUDAGuard guard(weights.device());
   const int wtype = weights_type(weights);
   check_cuda(feat_rows, "feat_rows", torch::kInt64);
@@ -143,18 +156,20 @@ std::vector<torch::Tensor> backward(torch::Tensor weights, torch::Tensor momentu
   a.pooling = static_cast<int>(pooling);
   a.grad_aligned = grad_aligned;
   a.dim_classes = static_cast<unsigned>(dim_classes);
+  a.dim_classes_v2 = static_cast<unsigned>(dim_classes_v2);
+  TORCH_CHECK(variant == tbe::kBwdV1 || variant == tbe::kBwdV2 || variant == tbe::kBwdV2TwoRows,
+              "backward variant must be 1, 2 or 3");
+  a.variant = static_cast<int>(variant);
   a.optimizer = static_cast<int>(optimizer);
   a.lr = static_cast<float>(lr);
   a.eps = static_cast<float>(eps);
   a.unique_ids = unique_ids.data_ptr<int64_t>();
   a.num_unique = num_unique.data_ptr<int64_t>();
   a.total_rows = total_rows;
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, weights.get_device());
-  a.num_sms = sms;
+  a.num_sms = num_sms(weights);
   // scratch from torch's caching allocator, on the current stream (freed when this returns:
   // the allocator only reuses it for work queued later on the same stream)
-  const size_t bytes = tbe::backward_workspace_bytes(n, max_dim, total_rows);
+  const size_t bytes = tbe::backward_workspace_bytes(a);
   auto workspace = torch::empty({static_cast<int64_t>(bytes > 0 ? bytes : 1)}, indices.options().dtype(torch::kUInt8));
   const cudaError_t err = tbe::backward(a, workspace.data_ptr(), bytes, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == cudaSuccess, "tbe backward launch failed: ", cudaGetErrorString(err));

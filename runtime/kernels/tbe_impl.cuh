@@ -1,8 +1,8 @@
 // Device code of the TBE kernels, templated on the weights' type (float, __half,
-// __nv_bfloat16; accumulation is always float). Included by tbe_kernels.cu (float, plus the
-// sort / scan / chunk-sum steps and the host API) and by tbe_kernels_f16.cu /
-// tbe_kernels_bf16.cu (one instantiation each, compiled in parallel). See tbe_kernels.cu for
-// the algorithm.
+// __nv_bfloat16; accumulation is always float). Included by tbe_kernels.cu (the sort / scan /
+// chunk-sum steps and the host API) and by tbe_kernels_f32.cu / tbe_kernels_f16.cu /
+// tbe_kernels_bf16.cu (the forward and the row update for one weight type each, compiled in
+// parallel). See tbe_kernels.cu for the algorithm.
 #pragma once
 
 #include "tbe_kernels.h"
@@ -132,72 +132,89 @@ __device__ __forceinline__ void store_units(T* row, int dim, int l, const float4
 
 // ------------------------------------------------------------------------------------ forward
 
-template <typename IndexT, typename WeightT, int G, int kW, bool kVec>
-__device__ __forceinline__ void pool_bag(const WeightT* __restrict__ table, int64_t rows, int dim,
-                                         const IndexT* __restrict__ indices, const float* __restrict__ psw,
-                                         int64_t start, int64_t end, float* out_row, bool out_vec, bool mean,
-                                         unsigned long long* first_bad, int lane) {
+// kUnroll rows of the 32 whose indices/weights lane i holds, starting at row r0, into acc
+// (group g takes rows r0 + g + P*r; rows >= n are skipped).
+template <typename WeightT, int G, int kW, bool kVec, int kUnroll, typename PosT>
+__device__ __forceinline__ void pool_step(const WeightT* __restrict__ table, int dim, PosT my_idx, float my_w,
+                                          int n, int r0, int lane, float4 (&acc)[kW]) {
   constexpr int P = kWarp / G;  // rows in flight per warp per unroll step
-  // rows per group per step: kFwdLoads float4 loads in flight per lane, and no more rows than
-  // the 32 whose indices the warp holds (12 keeps the kernel at <= 128 registers, no spills)
-  constexpr int kUnroll = (kFwdLoads / kW) < G ? (kFwdLoads / kW) : G;
   const int g = lane / G;
   const int l = lane % G;
-  bool bad = false;
-  float4 acc[kW];
+  PosT ridx[kUnroll];
+  float rw[kUnroll];
 #pragma unroll
-  for (int u = 0; u < kW; ++u) acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-
-  for (int64_t base = start; base < end; base += kWarp) {
-    // lane i reads index base+i (and its weight): one coalesced load for up to 32 rows
-    int64_t my_idx = -1;
-    float my_w = 0.f;
-    const int64_t jj = base + lane;
-    if (jj < end) {
-      const int64_t idx = static_cast<int64_t>(indices[jj]);
-      if (idx < 0 || idx >= rows) {
-        bad = true;
-        atomicMin(first_bad, static_cast<unsigned long long>(jj));
-      } else {
-        my_idx = idx;
-        my_w = psw != nullptr ? psw[jj] : 1.f;
-      }
-    }
-    const int n = static_cast<int>(min_i64(kWarp, end - base));
-    for (int r0 = 0; r0 < n; r0 += P * kUnroll) {  // same trip count on every lane (shuffles inside)
-      int64_t ridx[kUnroll];
-      float rw[kUnroll];
+  for (int r = 0; r < kUnroll; ++r) {
+    const int j = r0 + g + P * r;  // which of the 32 rows this group takes
+    const int src = j < kWarp ? j : 0;
+    const PosT idx = __shfl_sync(kFull, my_idx, src);
+    rw[r] = __shfl_sync(kFull, my_w, src);
+    ridx[r] = j < n ? idx : -1;
+  }
+  float4 v[kUnroll][kW];
 #pragma unroll
-      for (int r = 0; r < kUnroll; ++r) {
-        const int j = r0 + g + P * r;  // which of the 32 rows this group takes
-        const int src = j < kWarp ? j : 0;
-        const int64_t idx = __shfl_sync(kFull, my_idx, src);
-        rw[r] = __shfl_sync(kFull, my_w, src);
-        ridx[r] = j < n ? idx : -1;
-      }
-      float4 v[kUnroll][kW];
+  for (int r = 0; r < kUnroll; ++r) {
+    if (ridx[r] >= 0) {
+      load_units<G, kW, kVec, true, WeightT>(table + static_cast<int64_t>(ridx[r]) * dim, dim, l, v[r]);
+    } else {
 #pragma unroll
-      for (int r = 0; r < kUnroll; ++r) {
-        if (ridx[r] >= 0) {
-          load_units<G, kW, kVec, true, WeightT>(table + ridx[r] * static_cast<int64_t>(dim), dim, l, v[r]);
-        } else {
-#pragma unroll
-          for (int u = 0; u < kW; ++u) v[r][u] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < kUnroll; ++r) {
-#pragma unroll
-        for (int u = 0; u < kW; ++u) {
-          acc[u].x = fmaf(rw[r], v[r][u].x, acc[u].x);
-          acc[u].y = fmaf(rw[r], v[r][u].y, acc[u].y);
-          acc[u].z = fmaf(rw[r], v[r][u].z, acc[u].z);
-          acc[u].w = fmaf(rw[r], v[r][u].w, acc[u].w);
-        }
-      }
+      for (int u = 0; u < kW; ++u) v[r][u] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
-  // combine the P groups' partial sums (fixed butterfly order)
+#pragma unroll
+  for (int r = 0; r < kUnroll; ++r) {
+#pragma unroll
+    for (int u = 0; u < kW; ++u) {
+      acc[u].x = fmaf(rw[r], v[r][u].x, acc[u].x);
+      acc[u].y = fmaf(rw[r], v[r][u].y, acc[u].y);
+      acc[u].z = fmaf(rw[r], v[r][u].z, acc[u].z);
+      acc[u].w = fmaf(rw[r], v[r][u].w, acc[u].w);
+    }
+  }
+}
+
+// Pool up to 32 rows of one bag whose indices/weights lane i holds (my_idx < 0: skipped) into
+// acc. The warp splits into P = 32/G groups of G lanes; group g takes rows g, g+P, g+2P, ...
+// in order, kUnroll rows per step (kUnroll*kW float4 loads in flight per lane). The order of
+// the additions depends only on G (not on kUnroll): every forward variant sums alike.
+// kRolled: the step loop is not unrolled, so that kUnroll alone sets the loads in flight (v2).
+template <typename WeightT, int G, int kW, bool kVec, int kUnroll, bool kRolled, typename PosT>
+__device__ __forceinline__ void pool_chunk(const WeightT* __restrict__ table, int dim, PosT my_idx, float my_w,
+                                           int n, int lane, float4 (&acc)[kW]) {
+  constexpr int kStep = kWarp / G * kUnroll;
+  if constexpr (kRolled) {
+#pragma unroll 1
+    for (int r0 = 0; r0 < n; r0 += kStep) pool_step<WeightT, G, kW, kVec, kUnroll, PosT>(table, dim, my_idx, my_w, n, r0, lane, acc);
+  } else {
+    for (int r0 = 0; r0 < n; r0 += kStep) pool_step<WeightT, G, kW, kVec, kUnroll, PosT>(table, dim, my_idx, my_w, n, r0, lane, acc);
+  }
+}
+
+// Index (and weight) of position jj of a bag for this lane; an out-of-range index flags the
+// bag (bad) and records the position (atomicMin into first_bad); it is then skipped (-1).
+// PosT: int64_t, or int32_t where positions and rows fit (v2).
+template <typename IndexT, typename PosT>
+__device__ __forceinline__ void fetch_index(const IndexT* __restrict__ indices, const float* __restrict__ psw,
+                                            PosT jj, PosT end, int64_t rows, unsigned long long* first_bad,
+                                            PosT& my_idx, float& my_w, bool& bad) {
+  my_idx = -1;
+  my_w = 0.f;
+  if (jj < end) {
+    const int64_t idx = static_cast<int64_t>(indices[jj]);
+    if (idx < 0 || idx >= rows) {
+      bad = true;
+      atomicMin(first_bad, static_cast<unsigned long long>(jj));
+    } else {
+      my_idx = static_cast<PosT>(idx);
+      my_w = psw != nullptr ? psw[jj] : 1.f;
+    }
+  }
+}
+
+// Combine the P groups' partial sums (fixed butterfly order), NaN for a bag with a bad index,
+// divide by the length for MEAN, store (group 0).
+template <int G, int kW, bool kVec>
+__device__ __forceinline__ void finish_bag(float4 (&acc)[kW], bool bad, bool mean, int64_t len, float* out_row,
+                                           int dim, bool out_vec, int lane) {
 #pragma unroll
   for (int off = kWarp / 2; off >= G; off >>= 1) {
 #pragma unroll
@@ -209,24 +226,54 @@ __device__ __forceinline__ void pool_bag(const WeightT* __restrict__ table, int6
     }
   }
   bad = __any_sync(kFull, bad);
-  if (g != 0) return;
+  if (lane / G != 0) return;
   if (bad) {
     const float nan = __int_as_float(0x7fc00000);
 #pragma unroll
     for (int u = 0; u < kW; ++u) acc[u] = make_float4(nan, nan, nan, nan);
-  } else if (mean && end > start) {
-    const float len = static_cast<float>(end - start);
+  } else if (mean && len > 0) {
+    const float flen = static_cast<float>(len);
 #pragma unroll
     for (int u = 0; u < kW; ++u) {
-      acc[u].x = __fdiv_rn(acc[u].x, len);
-      acc[u].y = __fdiv_rn(acc[u].y, len);
-      acc[u].z = __fdiv_rn(acc[u].z, len);
-      acc[u].w = __fdiv_rn(acc[u].w, len);
+      acc[u].x = __fdiv_rn(acc[u].x, flen);
+      acc[u].y = __fdiv_rn(acc[u].y, flen);
+      acc[u].z = __fdiv_rn(acc[u].z, flen);
+      acc[u].w = __fdiv_rn(acc[u].w, flen);
     }
   }
-  store_units<G, kW, kVec>(out_row, dim, l, acc, out_vec);
+  store_units<G, kW, kVec>(out_row, dim, lane % G, acc, out_vec);
 }
 
+// Pool one bag [start, end): the warp reads 32 indices at once (lane i: position base+i), then
+// pool_chunk. first_idx/first_w: the first 32 already fetched (v2 prefetches them), or
+// have_first = false to fetch them here.
+template <typename IndexT, typename WeightT, int G, int kW, bool kVec, int kLoads, bool kRolled, typename PosT>
+__device__ __forceinline__ void pool_bag(const WeightT* __restrict__ table, int64_t rows, int dim,
+                                         const IndexT* __restrict__ indices, const float* __restrict__ psw,
+                                         PosT start, PosT end, float* out_row, bool out_vec, bool mean,
+                                         unsigned long long* first_bad, int lane, bool have_first, PosT first_idx,
+                                         float first_w, bool first_bad_flag) {
+  // rows per group per step: kLoads float4 loads in flight per lane, and no more rows than the
+  // 32 whose indices the warp holds
+  constexpr int kPerW = kLoads / kW > 0 ? kLoads / kW : 1;
+  constexpr int kUnroll = kPerW < G ? kPerW : G;
+  bool bad = have_first && first_bad_flag;
+  float4 acc[kW];
+#pragma unroll
+  for (int u = 0; u < kW; ++u) acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (PosT base = start; base < end; base += kWarp) {
+    PosT my_idx = first_idx;
+    float my_w = first_w;
+    if (!(have_first && base == start)) {
+      fetch_index<IndexT, PosT>(indices, psw, base + lane, end, rows, first_bad, my_idx, my_w, bad);
+    }
+    const int n = static_cast<int>(min_i64(kWarp, end - base));
+    pool_chunk<WeightT, G, kW, kVec, kUnroll, kRolled, PosT>(table, dim, my_idx, my_w, n, lane, acc);
+  }
+  finish_bag<G, kW, kVec>(acc, bad, mean, end - start, out_row, dim, out_vec, lane);
+}
+
+// v1: one warp per bag (bag = blockIdx.x * 8 + warp), 12 row loads in flight per lane.
 template <typename IndexT, typename WeightT>
 __global__ void __launch_bounds__(kBlock) pooled_forward_kernel(ForwardArgs a) {
   const int lane = threadIdx.x % kWarp;
@@ -248,9 +295,10 @@ __global__ void __launch_bounds__(kBlock) pooled_forward_kernel(ForwardArgs a) {
   const bool mean = a.pooling == kPoolMean;
   const bool vec = dim % 4 == 0;
   const bool out_vec = a.out_aligned && col % 4 == 0;
-#define TBE_POOL(G, KW, VEC) \
-  pool_bag<IndexT, WeightT, G, KW, VEC>(table, rows, dim, indices, a.psw, start, end, out_row, out_vec, mean, a.first_bad, lane)
-  if (vec) {
+#define TBE_POOL(G, KW, VEC)                                                                                    \
+  pool_bag<IndexT, WeightT, G, KW, VEC, kFwdLoads, false, int64_t>(table, rows, dim, indices, a.psw, start, end, out_row, out_vec, \
+                                                   mean, a.first_bad, lane, false, -1, 0.f, false)
+  if (vec) {  // G lanes per row, kW float4 per lane
     const int units = dim / 4;
     if (units <= 1) TBE_POOL(1, 1, true);
     else if (units <= 2) TBE_POOL(2, 1, true);
@@ -261,13 +309,76 @@ __global__ void __launch_bounds__(kBlock) pooled_forward_kernel(ForwardArgs a) {
     else if (units <= 64) TBE_POOL(32, 2, true);
     else if (units <= 128) TBE_POOL(32, 4, true);
     else TBE_POOL(32, 8, true);
-  } else {
+  } else {  // 32 lanes, scalar loads
     if (dim <= 128) TBE_POOL(32, 1, false);
     else if (dim <= 256) TBE_POOL(32, 2, false);
     else if (dim <= 512) TBE_POOL(32, 4, false);
     else TBE_POOL(32, 8, false);
   }
 #undef TBE_POOL
+}
+
+// v2: persistent warps (grid = one wave), warp w pools bags w, w+W, w+2W, ... While it pools
+// one bag, the next bag's first 32 indices/weights (and the bag after next's offsets) are
+// already in flight: the two dependent loads that start a bag (offsets, then indices) leave
+// the critical path. One (G, kW) for every feature: the one v1 takes for each of them (the host
+// checks), so both add in the same order. kLoads row loads in flight per lane, kMinBlocks blocks
+// of 8 warps per SM.
+template <typename IndexT, typename WeightT, int kLoads, int kMinBlocks, int G, int kW>
+__global__ void __launch_bounds__(kBlock, kMinBlocks) pooled_forward_v2_kernel(ForwardArgs a) {
+  const int lane = threadIdx.x % kWarp;
+  const int32_t num_bags = static_cast<int32_t>(a.num_features * a.batch);
+  const int32_t warps = static_cast<int32_t>(gridDim.x) * kWarpsPerBlock;
+  const int32_t batch = static_cast<int32_t>(a.batch);
+  int32_t bag = static_cast<int32_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (bag >= num_bags) return;  // whole warp leaves together
+  const IndexT* offsets = static_cast<const IndexT*>(a.offsets);
+  const IndexT* indices = static_cast<const IndexT*>(a.indices);
+  const bool mean = a.pooling == kPoolMean;
+  const int32_t n_idx = static_cast<int32_t>(a.num_indices);
+  auto bounds = [&](int32_t q, int32_t& s, int32_t& e) {  // clamped like v1
+    s = static_cast<int32_t>(min_i64(max_i64(static_cast<int64_t>(offsets[q]), 0), n_idx));
+    e = static_cast<int32_t>(min_i64(max_i64(static_cast<int64_t>(offsets[q + 1]), s), n_idx));
+  };
+  int32_t start, end, next_start = 0, next_end = 0;
+  bounds(bag, start, end);
+  if (bag < num_bags - warps) bounds(bag + warps, next_start, next_end);
+  int32_t f = bag / batch;
+  int32_t cur_idx;
+  float cur_w;
+  bool cur_bad = false;
+  fetch_index<IndexT, int32_t>(indices, a.psw, start + lane, end, a.feat_rows[f], a.first_bad, cur_idx, cur_w, cur_bad);
+  while (true) {
+    const bool more = bag < num_bags - warps;
+    const int32_t next = bag + (more ? warps : 0);
+    // in flight while this bag is pooled: the next bag's first indices, the one after's offsets
+    int32_t nidx = -1;
+    int32_t after_start = 0, after_end = 0, nf = 0;
+    float nw = 0.f;
+    bool nbad = false;
+    if (more) {
+      nf = next / batch;
+      fetch_index<IndexT, int32_t>(indices, a.psw, next_start + lane, next_end, a.feat_rows[nf], a.first_bad, nidx, nw,
+                                   nbad);
+      if (next < num_bags - warps) bounds(next + warps, after_start, after_end);
+    }
+    const int dim = static_cast<int>(a.feat_dim[f]);
+    const int64_t col = a.out_off[f];
+    float* out_row = a.out + static_cast<int64_t>(bag - f * batch) * a.total_dim + col;
+    pool_bag<IndexT, WeightT, G, kW, true, kLoads, true, int32_t>(static_cast<const WeightT*>(a.weights) + a.feat_woff[f],
+                                                   a.feat_rows[f], dim, indices, a.psw, start, end, out_row, true, mean,
+                                                   a.first_bad, lane, true, cur_idx, cur_w, cur_bad);
+    if (!more) break;
+    bag = next;
+    f = nf;
+    start = next_start;
+    end = next_end;
+    next_start = after_start;
+    next_end = after_end;
+    cur_idx = nidx;
+    cur_w = nw;
+    cur_bad = nbad;
+  }
 }
 
 template <typename IndexT, typename WeightT>
@@ -313,7 +424,8 @@ __global__ void __launch_bounds__(kBlock) nobag_forward_kernel(ForwardArgs a, in
 
 // ------------------------------------------------------------------------------------ backward
 
-// Linear row id (sort key) and bag of every index position; invalid indices get total_rows.
+// v1 step (1): linear row id (sort key) and bag of every index position, one thread per position
+// (its bag by binary search over the offsets); invalid indices get total_rows.
 template <typename IndexT>
 __global__ void __launch_bounds__(kBlock) linearize_kernel(BackwardArgs a, int64_t* keys, int32_t* positions,
                                                            int32_t* bag_of) {
@@ -332,12 +444,59 @@ __global__ void __launch_bounds__(kBlock) linearize_kernel(BackwardArgs a, int64
   }
 }
 
+// v2 step (1): the warp takes 32 bags (lane i: bag base+i reads its offsets once), then writes
+// the keys of each bag's positions (coalesced, no binary search). The sorted value is what the
+// update needs to find a position's gradient row in one load: the bag (pooled), the bag and
+// the per-sample weight's bits (pooled, weighted: vals64), or the position (NONE). Keys of
+// invalid indices are all ones (sorted last, one run); positions in no bag (malformed offsets)
+// keep the all-ones the workspace was filled with, so they are never trained (nor read by the
+// forward).
+template <typename IndexT, typename KeyT>
+__global__ void __launch_bounds__(kBlock) linearize_v2_kernel(BackwardArgs a, KeyT* keys, int32_t* vals,
+                                                              uint64_t* vals64) {
+  const IndexT* offsets = static_cast<const IndexT*>(a.offsets);
+  const IndexT* indices = static_cast<const IndexT*>(a.indices);
+  const int lane = threadIdx.x % kWarp;
+  const int64_t num_bags = a.num_features * a.batch;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  const bool none = a.pooling == kPoolNone;
+  const KeyT invalid = ~KeyT{0};
+  for (int64_t base = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp) * kWarp;
+       base < num_bags; base += warps * kWarp) {
+    const int64_t my_bag = base + lane;
+    int64_t my_start = 0, my_end = 0, my_row_off = 0, my_rows = 0;
+    if (my_bag < num_bags) {
+      const int64_t f = my_bag / a.batch;
+      my_start = min_i64(max_i64(static_cast<int64_t>(offsets[my_bag]), 0), a.num_indices);
+      my_end = min_i64(max_i64(static_cast<int64_t>(offsets[my_bag + 1]), my_start), a.num_indices);
+      my_row_off = a.feat_row_off[f];
+      my_rows = a.feat_rows[f];
+    }
+    for (int j = 0; j < kWarp; ++j) {
+      const int64_t start = __shfl_sync(kFull, my_start, j);
+      const int64_t end = __shfl_sync(kFull, my_end, j);
+      const int64_t row_off = __shfl_sync(kFull, my_row_off, j);
+      const int64_t rows = __shfl_sync(kFull, my_rows, j);
+      const uint32_t bag = static_cast<uint32_t>(base + j);
+      for (int64_t p = start + lane; p < end; p += kWarp) {
+        const int64_t idx = static_cast<int64_t>(indices[p]);
+        keys[p] = idx >= 0 && idx < rows ? static_cast<KeyT>(row_off + idx) : invalid;
+        if (vals64 != nullptr) vals64[p] = (static_cast<uint64_t>(bag) << 32) | __float_as_uint(a.psw[p]);
+        else vals[p] = static_cast<int32_t>(none ? p : static_cast<int64_t>(bag));
+      }
+    }
+  }
+}
+
 struct Scratch {
-  int64_t* keys_in;
-  int64_t* keys_out;
+  void* keys_in;       // int64_t (v1) or KeyT (v2) linear ids; v2 reuses it for the unique ids
+  void* keys_out;
   int32_t* pos_in;
-  int32_t* pos_out;    // index positions sorted by linear id
-  int32_t* bag_of;     // bag of each position
+  int32_t* pos_out;    // sorted values: index positions (v1); bags, or positions for NONE (v2)
+  int32_t* bag_of;     // v1: bag of each position
+  uint64_t* vals64_in;   // v2, weighted pooling: (bag << 32 | weight bits) of each position
+  uint64_t* vals64_out;  // ... sorted (else nullptr)
+  bool v2;             // the sorted values are v2's (see linearize_v2_kernel)
   int32_t* counts;     // (U) positions per unique id
   int32_t* seg_start;  // (U) first sorted position of each unique id
   int32_t* nchunks;    // (U) chunks of each long segment
@@ -348,53 +507,137 @@ struct Scratch {
   size_t cub_bytes;
 };
 
-// Sum the gradient rows of sorted positions [q0, q1) into acc, in order.
-// Gradient of position p = grad_out row of its bag (or of p for NONE), / bag length for MEAN,
-// * per-sample weight: exactly reference.index_gradients, with IEEE-rounded ops (no contraction).
-// The warp fetches the bookkeeping of 32 positions at once (lane i: position q_base + i), then
-// walks them in order, broadcasting each with a shuffle: one memory round trip per 32 rows
-// instead of three per row.
-template <typename IndexT, int kW, bool kVec>
-__device__ __forceinline__ void sum_grads(const BackwardArgs& a, const Scratch& s, int64_t q0, int64_t q1, int dim,
-                                          int lane, float4 (&acc)[kW]) {
-  const IndexT* offsets = static_cast<const IndexT*>(a.offsets);
+// Where the gradient row of sorted position q starts in grad_out (element offset), its bag's
+// length (MEAN) and per-sample weight. v1: position -> bag_of[position] (two dependent loads);
+// v2: the sorted value is the bag (and weight) itself.
+struct GradRef {
+  int64_t src;
+  float len, w;
+};
+
+// v2 values of positions in no bag (malformed offsets: never trained, see linearize_v2_kernel)
+// are not written; a window may still read them, so they are clamped into range.
+template <typename IndexT>
+__device__ __forceinline__ GradRef grad_ref(const BackwardArgs& a, const Scratch& s, int64_t q, int dim) {
+  GradRef r{0, 1.f, 1.f};
+  int64_t bag;
+  if (a.pooling == kPoolNone) {
+    const int64_t p = min_i64(static_cast<uint32_t>(s.pos_out[q]), a.num_indices - 1);
+    r.src = p * dim;
+    if (a.psw != nullptr) r.w = a.psw[p];
+    return r;
+  }
+  if (!s.v2) {
+    const int64_t p = s.pos_out[q];
+    bag = s.bag_of[p];
+    if (a.psw != nullptr) r.w = a.psw[p];
+  } else if (s.vals64_out != nullptr) {
+    const uint64_t v = s.vals64_out[q];
+    bag = static_cast<int64_t>(v >> 32);
+    r.w = __uint_as_float(static_cast<uint32_t>(v));
+  } else {
+    bag = static_cast<uint32_t>(s.pos_out[q]);
+  }
+  bag = min_i64(bag, a.num_features * a.batch - 1);
+  const uint32_t f = static_cast<uint32_t>(bag) / static_cast<uint32_t>(a.batch);
+  const int64_t b = bag - static_cast<int64_t>(f) * a.batch;
+  r.src = b * a.total_dim + a.out_off[f];
+  if (a.pooling == kPoolMean) {
+    const IndexT* offsets = static_cast<const IndexT*>(a.offsets);
+    r.len = static_cast<float>(static_cast<int64_t>(offsets[bag + 1]) - static_cast<int64_t>(offsets[bag]));
+  }
+  return r;
+}
+
+// acc += the gradient row at grad_out + src (this lane's elements), / len for MEAN, * w when
+// weighted (ok == false: nothing is read or added). IEEE-rounded ops, no contraction: the
+// reference's order of operations.
+template <int G, int kW, bool kVec>
+__device__ __forceinline__ void add_grad(const BackwardArgs& a, int64_t src, float len, float w, bool ok, int dim, int l,
+                                         float4 (&acc)[kW]) {
   const bool mean = a.pooling == kPoolMean;
-  const bool none = a.pooling == kPoolNone;
-  for (int64_t q_base = q0; q_base < q1; q_base += kWarp) {
-    const int64_t q = q_base + lane;
-    int64_t my_src = 0;  // element offset of this position's gradient row in grad_out
-    float my_len = 1.f, my_w = 1.f;
-    if (q < q1) {
-      const int64_t p = s.pos_out[q];
-      const int64_t bag = s.bag_of[p];
-      const int64_t f = bag / a.batch;
-      const int64_t b = bag - f * a.batch;
-      my_src = none ? p * dim : b * a.total_dim + a.out_off[f];
-      if (mean) my_len = static_cast<float>(static_cast<int64_t>(offsets[bag + 1]) - static_cast<int64_t>(offsets[bag]));
-      if (a.psw != nullptr) my_w = a.psw[p];
+  float4 v[kW];
+  if (ok) {
+    load_units<G, kW, kVec>(a.grad_out + src, dim, l, v);
+  } else {
+#pragma unroll
+    for (int u = 0; u < kW; ++u) v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int u = 0; u < kW; ++u) {
+    if (mean) {
+      v[u].x = __fdiv_rn(v[u].x, len); v[u].y = __fdiv_rn(v[u].y, len);
+      v[u].z = __fdiv_rn(v[u].z, len); v[u].w = __fdiv_rn(v[u].w, len);
     }
-    const int n = static_cast<int>(min_i64(kWarp, q1 - q_base));
+    if (a.psw != nullptr) {
+      v[u].x = __fmul_rn(v[u].x, w); v[u].y = __fmul_rn(v[u].y, w);
+      v[u].z = __fmul_rn(v[u].z, w); v[u].w = __fmul_rn(v[u].w, w);
+    }
+    if (ok) {
+      acc[u].x = __fadd_rn(acc[u].x, v[u].x); acc[u].y = __fadd_rn(acc[u].y, v[u].y);
+      acc[u].z = __fadd_rn(acc[u].z, v[u].z); acc[u].w = __fadd_rn(acc[u].w, v[u].w);
+    }
+  }
+}
+
+// Sum the gradient rows of sorted positions [q0, q1) into acc, in order, for each group of G
+// lanes of the warp (its own row and range; active == false: the group adds nothing). span =
+// the longest range of the warp's groups (a warp-uniform trip count). Gradient of a position =
+// grad_out row of its bag (or of the position for NONE), / bag length for MEAN, * per-sample
+// weight: exactly reference.index_gradients, with IEEE-rounded ops (no contraction). The group
+// fetches the bookkeeping of G positions at once (lane l: position q_base + l), then walks them
+// in order, broadcasting each with a shuffle.
+template <typename IndexT, int G, int kW, bool kVec>
+__device__ __forceinline__ void sum_grads(const BackwardArgs& a, const Scratch& s, bool active, int64_t q0, int64_t q1,
+                                          int64_t span, int dim, int lane, float4 (&acc)[kW]) {
+  const int g0 = lane / G * G;  // first lane of this group
+  const int l = lane % G;
+  for (int64_t qb = 0; qb < span; qb += G) {
+    const int64_t q = q0 + qb + l;
+    GradRef r{0, 1.f, 1.f};
+    if (active && q < q1) r = grad_ref<IndexT>(a, s, q, dim);
+    const int n = static_cast<int>(min_i64(G, span - qb));
 #pragma unroll 4
     for (int j = 0; j < n; ++j) {
-      const int64_t src = __shfl_sync(kFull, my_src, j);
-      const float len = __shfl_sync(kFull, my_len, j);
-      const float w = __shfl_sync(kFull, my_w, j);
-      float4 v[kW];
-      load_units<kWarp, kW, kVec>(a.grad_out + src, dim, lane, v);
-#pragma unroll
-      for (int u = 0; u < kW; ++u) {
-        if (mean) {
-          v[u].x = __fdiv_rn(v[u].x, len); v[u].y = __fdiv_rn(v[u].y, len);
-          v[u].z = __fdiv_rn(v[u].z, len); v[u].w = __fdiv_rn(v[u].w, len);
-        }
-        if (a.psw != nullptr) {
-          v[u].x = __fmul_rn(v[u].x, w); v[u].y = __fmul_rn(v[u].y, w);
-          v[u].z = __fmul_rn(v[u].z, w); v[u].w = __fmul_rn(v[u].w, w);
-        }
-        acc[u].x = __fadd_rn(acc[u].x, v[u].x); acc[u].y = __fadd_rn(acc[u].y, v[u].y);
-        acc[u].z = __fadd_rn(acc[u].z, v[u].z); acc[u].w = __fadd_rn(acc[u].w, v[u].w);
-      }
+      const int64_t src = __shfl_sync(kFull, r.src, g0 + j);
+      const float len = __shfl_sync(kFull, r.len, g0 + j);
+      const float w = __shfl_sync(kFull, r.w, g0 + j);
+      const bool ok = active && q0 + qb + j < q1;
+      add_grad<G, kW, kVec>(a, src, len, w, ok, dim, l, acc);
     }
+  }
+}
+
+// The bookkeeping (GradRef) of G consecutive sorted positions [q0, q0 + G), lane l of a group
+// holding position q0 + l. The rows of a tile are consecutive in sorted order, so one window
+// serves several short rows: their gradient rows are then one load away instead of two.
+struct Window {
+  int64_t q0;  // first position (-1: empty)
+  GradRef ref;
+};
+
+// Rows of at most G positions: acc += their gradient rows in order, from the group's window
+// (reloaded at q0 when [q0, q1) is not inside it). fits == false: the group adds nothing here.
+template <typename IndexT, int G, int kW, bool kVec>
+__device__ __forceinline__ void sum_grads_window(const BackwardArgs& a, const Scratch& s, bool fits, int64_t q0,
+                                                 int64_t q1, int32_t span, int dim, int lane, Window& win,
+                                                 float4 (&acc)[kW]) {
+  const int g0 = lane / G * G;
+  const int l = lane % G;
+  if (fits && !(q0 >= win.q0 && q1 <= win.q0 + G && win.q0 >= 0)) {
+    win.q0 = q0;
+    win.ref = GradRef{0, 1.f, 1.f};
+    if (q0 + l < a.num_indices) win.ref = grad_ref<IndexT>(a, s, q0 + l, dim);
+  }
+  const int off = fits ? static_cast<int>(q0 - win.q0) : 0;
+#pragma unroll 4
+  for (int j = 0; j < span; ++j) {
+    const int src_lane = g0 + ((off + j) & (G - 1));
+    const int64_t src = __shfl_sync(kFull, win.ref.src, src_lane);
+    const float len = __shfl_sync(kFull, win.ref.len, src_lane);
+    const float w = __shfl_sync(kFull, win.ref.w, src_lane);
+    const bool ok = fits && j < q1 - q0;
+    add_grad<G, kW, kVec>(a, src, len, w, ok, dim, l, acc);
   }
 }
 
@@ -402,17 +645,38 @@ __device__ __forceinline__ int64_t table_of(const BackwardArgs& a, int64_t linea
   return upper_bound(a.table_row_off, a.num_tables + 1, linear_id) - 1;
 }
 
-// Kernels of the backward are instantiated per "dim class" (vector or scalar loads, kW units
-// per lane) and launched once per class present, so each holds only the registers its class
-// needs (more warps in flight to hide the latency of scattered row reads).
-__host__ __device__ __forceinline__ int dim_class(int dim, bool grad_aligned) {
-  const int w = dim <= 128 ? 0 : dim <= 256 ? 1 : dim <= 512 ? 2 : 3;
-  return (dim % 4 == 0 && grad_aligned ? 0 : 4) + w;
+// Kernels of the backward are instantiated per "dim class" (G lanes per row, kW float4 (or 4
+// scalars) per lane, vector or scalar loads) and launched once per class present, so each holds
+// only the registers its class needs. Classes (id: G, kW, vector):
+//   0: 4,1,v (dim <= 16)  1: 8,1,v (<= 32)  2: 16,1,v (<= 64)  3: 32,1,v (<= 128)
+//   4: 32,2,v (<= 256)    5: 32,4,v (<= 512)  6: 32,8,v (<= 1024)
+//   7: 16,2,v (64 < dim <= 128, two rows per warp)  8: 16,4,v (128 < dim <= 256, two rows)
+//   9..12: 32,1/2/4/8 scalar (dim % 4 != 0 or unaligned gradient rows; <= 128/256/512/1024)
+// Policy kClassesWarp (v1 update, and every variant's chunk sums): one row per warp, classes
+// 3..6 and 9..12. kClassesV2: 0..6, 9..12. kClassesV2TwoRows: 0..2, 7, 8, 5, 6, 9..12.
+constexpr int kNumClasses = 13;
+constexpr int kClassesWarp = 0;
+constexpr int kClassesV2 = 1;
+constexpr int kClassesV2TwoRows = 2;
+
+__host__ __device__ __forceinline__ int dim_class(int dim, bool grad_aligned, int policy) {
+  if (dim % 4 != 0 || !grad_aligned) return 9 + (dim <= 128 ? 0 : dim <= 256 ? 1 : dim <= 512 ? 2 : 3);
+  const int units = dim / 4;
+  if (policy != kClassesWarp) {
+    if (units <= 4) return 0;
+    if (units <= 8) return 1;
+    if (units <= 16) return 2;
+  }
+  if (units <= 32) return policy == kClassesV2TwoRows ? 7 : 3;
+  if (units <= 64) return policy == kClassesV2TwoRows ? 8 : 4;
+  return units <= 128 ? 5 : 6;
 }
 
-template <int kW, bool kVec>
+template <int G, int kW, bool kVec>
 __host__ __device__ constexpr int class_id() {
-  return (kVec ? 0 : 4) + (kW == 1 ? 0 : kW == 2 ? 1 : kW == 4 ? 2 : 3);
+  return !kVec ? 9 + (kW == 1 ? 0 : kW == 2 ? 1 : kW == 4 ? 2 : 3)
+         : G == 4 ? 0 : G == 8 ? 1 : G == 16 ? (kW == 1 ? 2 : kW == 2 ? 7 : 8)
+         : (kW == 1 ? 3 : kW == 2 ? 4 : kW == 4 ? 5 : 6);
 }
 
 // One warp per long-segment chunk (grid-stride; the chunk count lives on the device).
@@ -426,80 +690,121 @@ __global__ void __launch_bounds__(kBlock) chunk_sum_kernel(BackwardArgs a, Scrat
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; c < total; c += warps) {
     const int64_t seg = upper_bound(s.chunk_off, num_seg, c) - 1;
     const int dim = static_cast<int>(a.table_dim[table_of(a, a.unique_ids[seg])]);
-    if (dim_class(dim, a.grad_aligned) != class_id<kW, kVec>()) continue;
+    if (dim_class(dim, a.grad_aligned, kClassesWarp) != class_id<kWarp, kW, kVec>()) continue;
     const int64_t seg_end = static_cast<int64_t>(s.seg_start[seg]) + s.counts[seg];
     const int64_t q0 = s.seg_start[seg] + (c - s.chunk_off[seg]) * kChunk;
     const int64_t q1 = min_i64(q0 + kChunk, seg_end);
     float4 acc[kW];
 #pragma unroll
     for (int u = 0; u < kW; ++u) acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-    sum_grads<IndexT, kW, kVec>(a, s, q0, q1, dim, lane, acc);
+    sum_grads<IndexT, kWarp, kW, kVec>(a, s, true, q0, q1, q1 - q0, dim, lane, acc);
     store_units<kWarp, kW, kVec>(s.partials + c * s.dim_stride, dim, lane, acc, true);
   }
 }
 
-// Sum the gradient of one unique row (its positions, or its chunk sums) and apply the optimizer.
-template <typename IndexT, typename WeightT, int kW, bool kVec>
-__device__ __forceinline__ void update_row(const BackwardArgs& a, const Scratch& s, int64_t seg, int64_t linear_id,
-                                           int64_t k, int32_t count, int32_t start, int lane) {
-  const int dim = static_cast<int>(a.table_dim[k]);
-  const int64_t row = linear_id - a.table_row_off[k];
-  WeightT* wrow = static_cast<WeightT*>(a.weights) + a.table_woff[k] + row * dim;
+// g += chunk sum c (its elements of this lane)
+template <int G, int kW, bool kVec>
+__device__ __forceinline__ void add_partial(const Scratch& s, int64_t c, int dim, int l, float4 (&g)[kW]) {
+  float4 v[kW];
+  load_units<G, kW, kVec>(s.partials + c * s.dim_stride, dim, l, v);
+#pragma unroll
+  for (int u = 0; u < kW; ++u) {
+    g[u].x = __fadd_rn(g[u].x, v[u].x); g[u].y = __fadd_rn(g[u].y, v[u].y);
+    g[u].z = __fadd_rn(g[u].z, v[u].z); g[u].w = __fadd_rn(g[u].w, v[u].w);
+  }
+}
+
+// Sum the gradient of one unique row per group of G lanes (its positions, or its chunk sums)
+// and apply the optimizer (active == false: the group only takes part in the shuffles).
+template <typename IndexT, typename WeightT, int G, int kW, bool kVec, bool kWindow>
+__device__ __forceinline__ void update_row(const BackwardArgs& a, const Scratch& s, bool active, int64_t seg,
+                                           int64_t linear_id, int64_t k, int32_t count, int32_t start, int lane,
+                                           Window& win) {
+  const int l = lane % G;
+  const int dim = active ? static_cast<int>(a.table_dim[k]) : 0;  // dim 0: no element is touched
+  const int64_t row = linear_id - (active ? a.table_row_off[k] : linear_id);
+  WeightT* wrow = static_cast<WeightT*>(a.weights) + (active ? a.table_woff[k] : 0) + row * dim;
   // load the row and its state first: independent of the gradient, so the latencies overlap
   // (plain loads, not __ldg: these rows are written below)
   float4 w[kW];
-  load_units<kWarp, kW, kVec, false, WeightT>(wrow, dim, lane, w);
+  load_units<G, kW, kVec, false, WeightT>(wrow, dim, l, w);
   const bool adagrad = a.optimizer == kOptRowwiseAdagrad;
-  const float m_old = adagrad ? a.momentum[linear_id] : 0.f;
+  const float m_old = adagrad && active ? a.momentum[linear_id] : 0.f;
 
   float4 g[kW];
 #pragma unroll
   for (int u = 0; u < kW; ++u) g[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (count <= kChunk) {
-    sum_grads<IndexT, kW, kVec>(a, s, start, static_cast<int64_t>(start) + count, dim, lane, g);
-  } else {
-    const int64_t c0 = s.chunk_off[seg];
-    const int64_t c1 = c0 + s.nchunks[seg];
-    for (int64_t c = c0; c < c1; ++c) {
-      float4 v[kW];
-      load_units<kWarp, kW, kVec>(s.partials + c * s.dim_stride, dim, lane, v);
-#pragma unroll
-      for (int u = 0; u < kW; ++u) {
-        g[u].x = __fadd_rn(g[u].x, v[u].x); g[u].y = __fadd_rn(g[u].y, v[u].y);
-        g[u].z = __fadd_rn(g[u].z, v[u].z); g[u].w = __fadd_rn(g[u].w, v[u].w);
-      }
+  const int64_t q1 = static_cast<int64_t>(start) + count;
+  if constexpr (G == kWarp) {  // one row per warp: warp-uniform branches
+    if (kWindow && count <= G) {  // (compile-time false for v1)
+      sum_grads_window<IndexT, G, kW, kVec>(a, s, true, start, q1, count, dim, lane, win, g);
+    } else if (count <= kChunk) {
+      sum_grads<IndexT, G, kW, kVec>(a, s, true, start, q1, count, dim, lane, g);
+    } else {
+      const int64_t c0 = s.chunk_off[seg];
+      const int64_t c1 = c0 + s.nchunks[seg];
+      for (int64_t c = c0; c < c1; ++c) add_partial<G, kW, kVec>(s, c, dim, l, g);
+    }
+  } else {  // 32/G rows per warp, each its own count: warp-uniform trip counts, predicated adds
+    // (only v2 has groups narrower than the warp)
+    const bool fits = active && count <= G;
+    const int32_t wspan = __reduce_max_sync(kFull, fits ? count : 0);
+    if (wspan > 0) sum_grads_window<IndexT, G, kW, kVec>(a, s, fits, start, q1, wspan, dim, lane, win, g);
+    const bool small = active && count > G && count <= kChunk;
+    const int32_t span = __reduce_max_sync(kFull, small ? count : 0);
+    if (span > 0) sum_grads<IndexT, G, kW, kVec>(a, s, small, start, q1, span, dim, lane, g);
+    const bool big = active && count > kChunk;
+    const int64_t c0 = big ? s.chunk_off[seg] : 0;
+    const int32_t nch = big ? s.nchunks[seg] : 0;
+    const int32_t cspan = __reduce_max_sync(kFull, nch);
+    for (int32_t c = 0; c < cspan; ++c) {
+      if (c < nch) add_partial<G, kW, kVec>(s, c0 + c, dim, l, g);
     }
   }
   float scale;  // w -= scale * g
   if (!adagrad) {
     scale = a.lr;
   } else {
-    float sq = 0.f;  // padding elements are 0
+    // sum of squares in the order of a 32-lane row (v1): a lane of a 16-lane group with kW > 1
+    // holds the float4 units of two 32-lane lanes (even u: lane l, odd u: lane l + 16), summed
+    // apart, then added (the 32-lane butterfly's first step); padding elements are 0, so the
+    // butterfly steps a narrower group skips added exact zeros
+    constexpr int kParts = (G == 16 && kW > 1) ? 2 : 1;
+    float part[kParts];
+#pragma unroll
+    for (int i = 0; i < kParts; ++i) part[i] = 0.f;
 #pragma unroll
     for (int u = 0; u < kW; ++u) {
+      float& sq = part[u % kParts];
       sq = __fadd_rn(sq, __fmul_rn(g[u].x, g[u].x)); sq = __fadd_rn(sq, __fmul_rn(g[u].y, g[u].y));
       sq = __fadd_rn(sq, __fmul_rn(g[u].z, g[u].z)); sq = __fadd_rn(sq, __fmul_rn(g[u].w, g[u].w));
     }
+    float sq = part[0];
+    if constexpr (kParts == 2) sq = __fadd_rn(part[0], part[1]);
 #pragma unroll
-    for (int off = kWarp / 2; off >= 1; off >>= 1) sq += __shfl_xor_sync(kFull, sq, off);
+    for (int off = G / 2; off >= 1; off >>= 1) sq += __shfl_xor_sync(kFull, sq, off);
     const float m = __fadd_rn(m_old, __fdiv_rn(sq, static_cast<float>(dim)));
     scale = __fdiv_rn(a.lr, __fadd_rn(sqrtf(m), a.eps));
-    if (lane == 0) a.momentum[linear_id] = m;
+    if (active && l == 0) a.momentum[linear_id] = m;
   }
 #pragma unroll
   for (int u = 0; u < kW; ++u) {
     w[u].x = __fsub_rn(w[u].x, __fmul_rn(scale, g[u].x)); w[u].y = __fsub_rn(w[u].y, __fmul_rn(scale, g[u].y));
     w[u].z = __fsub_rn(w[u].z, __fmul_rn(scale, g[u].z)); w[u].w = __fsub_rn(w[u].w, __fmul_rn(scale, g[u].w));
   }
-  store_units<kWarp, kW, kVec, WeightT>(wrow, dim, lane, w, true);
+  store_units<G, kW, kVec, WeightT>(wrow, dim, l, w, true);
 }
 
 // One warp per tile of 32 unique rows (grid-stride over the device-side unique count): lane i
 // fetches the bookkeeping of row i of the tile, then the warp updates the tile's rows of this
-// dim class one after another.
-template <typename IndexT, typename WeightT, int kW, bool kVec>
-__global__ void __launch_bounds__(kBlock) update_kernel(BackwardArgs a, Scratch s) {
+// dim class, 32/G rows at a time (group g of G lanes takes the g-th next one). kWindow (v2):
+// short rows sum from the group's window of sorted positions (a compile-time switch: v1 keeps
+// its registers, 48 instead of 60 for dims <= 128).
+template <typename IndexT, typename WeightT, int G, int kW, bool kVec, bool kWindow>
+__global__ void __launch_bounds__(kBlock) update_kernel(BackwardArgs a, Scratch s, int policy) {
+  constexpr int P = kWarp / G;
   const int lane = threadIdx.x % kWarp;
+  const int grp = lane / G;
   const int64_t num_seg = *a.num_unique;
   const int64_t num_tiles = (num_seg + kWarp - 1) / kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
@@ -513,33 +818,47 @@ __global__ void __launch_bounds__(kBlock) update_kernel(BackwardArgs a, Scratch 
       my_id = a.unique_ids[my_seg];
       if (my_id < a.total_rows) {  // the segment of out-of-range indices (id total_rows) is skipped
         my_k = static_cast<int32_t>(table_of(a, my_id));
-        mine = dim_class(static_cast<int>(a.table_dim[my_k]), a.grad_aligned) == class_id<kW, kVec>();
+        mine = dim_class(static_cast<int>(a.table_dim[my_k]), a.grad_aligned, policy) == class_id<G, kW, kVec>();
         my_count = s.counts[my_seg];
         my_start = s.seg_start[my_seg];
       }
     }
     unsigned todo = __ballot_sync(kFull, mine);
+    Window win{-1, GradRef{0, 1.f, 1.f}};
     while (todo != 0) {
-      const int j = __ffs(todo) - 1;
-      todo &= todo - 1;
-      const int64_t id = __shfl_sync(kFull, my_id, j);
-      const int32_t k = __shfl_sync(kFull, my_k, j);
-      const int32_t count = __shfl_sync(kFull, my_count, j);
-      const int32_t start = __shfl_sync(kFull, my_start, j);
-      update_row<IndexT, WeightT, kW, kVec>(a, s, tile * kWarp + j, id, k, count, start, lane);
+      int j = -1;  // the row (lane of the tile) this group updates in this round
+#pragma unroll
+      for (int i = 0; i < P; ++i) {
+        if (todo != 0) {
+          if (i == grp) j = __ffs(todo) - 1;
+          todo &= todo - 1;
+        }
+      }
+      const int src = j >= 0 ? j : 0;
+      const int64_t id = __shfl_sync(kFull, my_id, src);
+      const int32_t k = __shfl_sync(kFull, my_k, src);
+      const int32_t count = __shfl_sync(kFull, my_count, src);
+      const int32_t start = __shfl_sync(kFull, my_start, src);
+      // (one row per warp: j >= 0 always; a constant lets the compiler drop the predicates)
+      update_row<IndexT, WeightT, G, kW, kVec, kWindow>(a, s, P == 1 || j >= 0, tile * kWarp + src, id, k, count,
+                                                        start, lane, win);
     }
   }
 }
 
-// Launch kernel K<kW, kVec> (a functor template) once per dim class present in a.dim_classes.
-template <template <int, bool> class K>
-cudaError_t for_each_class(const BackwardArgs& a, const Scratch& s, int grid, cudaStream_t stream) {
-  using L = cudaError_t (*)(const BackwardArgs&, const Scratch&, int, cudaStream_t);
-  const L launchers[8] = {K<1, true>::launch, K<2, true>::launch, K<4, true>::launch, K<8, true>::launch,
-                          K<1, false>::launch, K<2, false>::launch, K<4, false>::launch, K<8, false>::launch};
-  for (int c = 0; c < 8; ++c) {
-    if ((a.dim_classes >> c) & 1u) {
-      const cudaError_t err = launchers[c](a, s, grid, stream);
+// Launch kernel K<G, kW, kVec> (a functor template) once per dim class present in mask.
+template <template <int, int, bool> class K>
+cudaError_t for_each_class(unsigned mask, const BackwardArgs& a, const Scratch& s, int grid, int policy,
+                           cudaStream_t stream) {
+  using L = cudaError_t (*)(const BackwardArgs&, const Scratch&, int, int, cudaStream_t);
+  const L launchers[kNumClasses] = {K<4, 1, true>::launch,   K<8, 1, true>::launch,   K<16, 1, true>::launch,
+                                    K<32, 1, true>::launch,  K<32, 2, true>::launch,  K<32, 4, true>::launch,
+                                    K<32, 8, true>::launch,  K<16, 2, true>::launch,  K<16, 4, true>::launch,
+                                    K<32, 1, false>::launch, K<32, 2, false>::launch, K<32, 4, false>::launch,
+                                    K<32, 8, false>::launch};
+  for (int c = 0; c < kNumClasses; ++c) {
+    if ((mask >> c) & 1u) {
+      const cudaError_t err = launchers[c](a, s, grid, policy, stream);
       if (err != cudaSuccess) return err;
     }
   }
@@ -548,27 +867,76 @@ cudaError_t for_each_class(const BackwardArgs& a, const Scratch& s, int grid, cu
 
 template <typename IndexT>
 struct ChunkSum {
-  template <int kW, bool kVec>
+  template <int G, int kW, bool kVec>
   struct K {
-    static cudaError_t launch(const BackwardArgs& a, const Scratch& s, int grid, cudaStream_t stream) {
-      chunk_sum_kernel<IndexT, kW, kVec><<<grid, kBlock, 0, stream>>>(a, s);
-      return cudaGetLastError();
+    static cudaError_t launch(const BackwardArgs& a, const Scratch& s, int grid, int, cudaStream_t stream) {
+      if constexpr (G == kWarp) {  // chunk sums always take one warp per chunk
+        chunk_sum_kernel<IndexT, kW, kVec><<<grid, kBlock, 0, stream>>>(a, s);
+        return cudaGetLastError();
+      }
+      return cudaErrorInvalidValue;
     }
   };
 };
 
-template <typename IndexT, typename WeightT>
+template <typename IndexT, typename WeightT, bool kV2>
 struct Update {
-  template <int kW, bool kVec>
+  template <int G, int kW, bool kVec>
   struct K {
-    static cudaError_t launch(const BackwardArgs& a, const Scratch& s, int grid, cudaStream_t stream) {
-      update_kernel<IndexT, WeightT, kW, kVec><<<grid, kBlock, 0, stream>>>(a, s);
-      return cudaGetLastError();
+    static cudaError_t launch(const BackwardArgs& a, const Scratch& s, int grid, int policy, cudaStream_t stream) {
+      if constexpr (kV2 || G == kWarp) {  // v1 has one row per warp only
+        update_kernel<IndexT, WeightT, G, kW, kVec, kV2><<<grid, kBlock, 0, stream>>>(a, s, policy);
+        return cudaGetLastError();
+      }
+      return cudaErrorInvalidValue;
     }
   };
 };
 
 // ---- per weight type entry points (explicitly instantiated in tbe_kernels[_f16|_bf16].cu) ----
+
+// Blocks of the v2 forward kernel resident per SM (its persistent grid is one wave).
+template <typename K>
+int resident_blocks(K kernel) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kBlock, 0) != cudaSuccess || n < 1) n = 1;
+  return n;
+}
+
+template <typename IndexT, typename WeightT, int V, int G, int kW>
+cudaError_t launch_forward_v2(const ForwardArgs& a, int64_t bags, cudaStream_t stream) {
+  const auto kernel = pooled_forward_v2_kernel<IndexT, WeightT, kFwdV2Loads[V], kFwdV2MinBlocks[V], G, kW>;
+  static const int per_sm = resident_blocks(kernel);  // per instantiation, once per process
+  const int64_t want = (bags + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const int64_t wave = static_cast<int64_t>(a.num_sms > 0 ? a.num_sms : 132) * per_sm;
+  kernel<<<static_cast<unsigned>(want < wave ? want : wave), kBlock, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <typename IndexT, typename WeightT, int V>
+cudaError_t launch_forward_v2_dim(const ForwardArgs& a, int64_t bags, cudaStream_t stream) {
+  if (a.max_dim <= 32) return launch_forward_v2<IndexT, WeightT, V, 8, 1>(a, bags, stream);
+  if (a.max_dim <= 64) return launch_forward_v2<IndexT, WeightT, V, 16, 1>(a, bags, stream);
+  if (a.max_dim <= 128) return launch_forward_v2<IndexT, WeightT, V, 32, 1>(a, bags, stream);
+  return launch_forward_v2<IndexT, WeightT, V, 32, 2>(a, bags, stream);
+}
+
+// v2 when asked and the layout allows it (every dim a multiple of 4 in one of (16, 32], (32, 64],
+// (64, 128], (128, 256] -- v1's lane split for every bag --, < 2^31 rows per table: the host
+// checks (v2_layout); aligned output columns, < 2^31 bags); else v1.
+template <typename IndexT, typename WeightT>
+cudaError_t launch_forward_pooled(const ForwardArgs& a, int64_t bags, cudaStream_t stream) {
+  const bool v2_ok = a.v2_layout && a.out_aligned && a.max_dim > 16 && a.max_dim <= 256 && bags < (int64_t{1} << 31);
+  switch (v2_ok ? a.variant : 0) {
+    case 1: return launch_forward_v2_dim<IndexT, WeightT, 1>(a, bags, stream);
+    case 2: return launch_forward_v2_dim<IndexT, WeightT, 2>(a, bags, stream);
+    case 3: return launch_forward_v2_dim<IndexT, WeightT, 3>(a, bags, stream);
+    default: break;
+  }
+  const unsigned grid = static_cast<unsigned>((bags + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  pooled_forward_kernel<IndexT, WeightT><<<grid, kBlock, 0, stream>>>(a);
+  return cudaGetLastError();
+}
 
 template <typename WeightT>
 cudaError_t forward_typed(const ForwardArgs& a, cudaStream_t stream) {
@@ -585,19 +953,29 @@ cudaError_t forward_typed(const ForwardArgs& a, cudaStream_t stream) {
   }
   const int64_t bags = a.num_features * a.batch;
   if (bags == 0) return cudaSuccess;
-  const unsigned grid = static_cast<unsigned>((bags + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  if (a.index_is_64) pooled_forward_kernel<int64_t, WeightT><<<grid, kBlock, 0, stream>>>(a);
-  else pooled_forward_kernel<int32_t, WeightT><<<grid, kBlock, 0, stream>>>(a);
-  return cudaGetLastError();
+  if (a.index_is_64) return launch_forward_pooled<int64_t, WeightT>(a, bags, stream);
+  return launch_forward_pooled<int32_t, WeightT>(a, bags, stream);
 }
 
-// step (5) of the backward for weights of type WeightT
+// step (5) of the backward for weights of type WeightT: the row updates of every dim class
+// present under the variant's class policy
 template <typename WeightT>
 cudaError_t update_typed(const BackwardArgs& a, const Scratch& s, int grid, cudaStream_t stream) {
-  if (a.index_is_64) return for_each_class<Update<int64_t, WeightT>::template K>(a, s, grid, stream);
-  return for_each_class<Update<int32_t, WeightT>::template K>(a, s, grid, stream);
+  if (a.variant == kBwdV1) {
+    if (a.index_is_64) {
+      return for_each_class<Update<int64_t, WeightT, false>::template K>(a.dim_classes, a, s, grid, kClassesWarp, stream);
+    }
+    return for_each_class<Update<int32_t, WeightT, false>::template K>(a.dim_classes, a, s, grid, kClassesWarp, stream);
+  }
+  const int policy = a.variant == kBwdV2TwoRows ? kClassesV2TwoRows : kClassesV2;
+  if (a.index_is_64) {
+    return for_each_class<Update<int64_t, WeightT, true>::template K>(a.dim_classes_v2, a, s, grid, policy, stream);
+  }
+  return for_each_class<Update<int32_t, WeightT, true>::template K>(a.dim_classes_v2, a, s, grid, policy, stream);
 }
 
+extern template cudaError_t forward_typed<float>(const ForwardArgs&, cudaStream_t);
+extern template cudaError_t update_typed<float>(const BackwardArgs&, const Scratch&, int, cudaStream_t);
 extern template cudaError_t forward_typed<__half>(const ForwardArgs&, cudaStream_t);
 extern template cudaError_t update_typed<__half>(const BackwardArgs&, const Scratch&, int, cudaStream_t);
 extern template cudaError_t forward_typed<__nv_bfloat16>(const ForwardArgs&, cudaStream_t);

@@ -30,6 +30,26 @@ constexpr int kMaxDim = 1024;       // largest dim the kernels take
 constexpr int kChunk = 128;         // backward: segments longer than this are reduced in chunks
 constexpr int64_t kNoError = INT64_MAX;  // value of first_bad when every index was in range
 
+// Kernel variants (selectable per call, so one run can time them side by side; every variant
+// gives bit-identical results: same operations in the same order).
+// Forward (ForwardArgs::variant): 0 = v1 (one warp per bag, 12 row loads in flight per lane,
+//   ~127 registers -> 16 warps/SM); 1..3 = v2 (persistent warps that prefetch the next bag's
+//   offsets and first 32 indices while pooling the current one; kFwdV2Loads[v] row loads in
+//   flight per lane at kFwdV2MinBlocks[v] blocks/SM). v2 covers layouts whose dims share v1's
+//   lane split, between 17 and 256 (cuda.py: _v2_forward_layout); others run v1.
+constexpr int kFwdVariants = 4;
+constexpr int kFwdV2Loads[kFwdVariants] = {12, 12, 8, 4};     // [0]: v1's
+constexpr int kFwdV2MinBlocks[kFwdVariants] = {1, 2, 3, 4};  // 16 / 24 / 32 warps per SM
+// Backward (BackwardArgs::variant): 1 = v1 (sort (linear id, position); per row: position ->
+//   bag_of[position] -> gradient row; one warp per row); 2 = v2 (linear ids written per bag, no
+//   binary search; 32-bit sort keys when the ids fit; the sorted value IS the bag (the bag and
+//   its per-sample weight for weighted pooling), so a row's gradient rows are one dependent load
+//   away; rows of small dim share a warp: G = 4/8/16 lanes per row); 3 = v2 with 16 lanes per
+//   row for 64 < dim <= 256 too (two rows per warp, two float4 per lane per 128 elements).
+constexpr int kBwdV1 = 1;
+constexpr int kBwdV2 = 2;
+constexpr int kBwdV2TwoRows = 3;
+
 struct ForwardArgs {
   const void* weights;         // flat weights of weights_type (accumulation is float)
   int weights_type;            // kWeightsF32 / kWeightsF16 / kWeightsBF16
@@ -46,6 +66,10 @@ struct ForwardArgs {
   int64_t num_features, batch, num_indices, total_dim;
   int pooling;
   bool out_aligned;            // total_dim % 4 == 0 (pooled) — row starts of the output are 16-byte aligned
+  int64_t max_dim;             // largest feature dim (v2 forward takes <= 256)
+  bool v2_layout;              // v2 forward can run: see launch_forward_pooled in tbe_impl.cuh
+  int variant;                 // 0 (v1) .. kFwdVariants-1, see above
+  int num_sms;                 // multiprocessors (sizes v2's persistent grid)
 };
 
 // One launch for all features and bags.
@@ -73,6 +97,8 @@ struct BackwardArgs {
   bool grad_aligned;           // every gradient row start is 16-byte aligned (float4 loads)
   unsigned dim_classes;        // bit c set when some table has dim class c (see dim_class() in the .cu):
                                // c = (dim % 4 == 0 && grad_aligned ? 0 : 4) + (dim<=128 ? 0 : <=256 ? 1 : <=512 ? 2 : 3)
+  unsigned dim_classes_v2;     // the same for the v2 row update (dim_class_v2() in tbe_impl.cuh), 13 classes
+  int variant;                 // kBwdV1 / kBwdV2 / kBwdV2TwoRows
   int optimizer;
   float lr, eps;
   int64_t* unique_ids;         // (N) out: sorted unique updated linear ids (entries after them untouched)
@@ -80,8 +106,8 @@ struct BackwardArgs {
   int num_sms;                 // multiprocessors, sizes the grid-stride launches
 };
 
-// Bytes of scratch memory backward() needs for these sizes.
-size_t backward_workspace_bytes(int64_t num_indices, int64_t max_dim, int64_t total_rows);
+// Bytes of scratch memory backward(a, ...) needs (sizes, variant, weighted or not).
+size_t backward_workspace_bytes(const BackwardArgs& a);
 
 // Sort + segment reduce + one optimizer update per unique row. Deterministic: no float atomics;
 // gradients of a row are summed in position order (chunks of kChunk, then the chunks in order).

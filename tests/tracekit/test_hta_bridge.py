@@ -411,3 +411,32 @@ def test_cuda_sync_is_gpu_busy_time_for_hta_only(tmp_path):
     no_sync = dataclasses.replace(
         trace, events=trace.events[trace.events["kind"] != 9].reset_index(drop=True))
     assert H.compute(no_sync).temporal.iloc[0]["idle_time(us)"] == 70
+
+
+def test_a_cpu_op_that_names_a_stream_is_htas_kernel(tmp_path):
+    """Issue 14: HTA keeps a cpu_op's ``args.stream`` (Triton's launcher writes ``stream: 0``)
+    and counts the op as a kernel; the bridge forced -1 and was 0.7 % off HTA on such a trace."""
+    d = tmp_path / "triton"
+    d.mkdir()
+    b = TraceBuilder(rank=0, world_size=2)
+    for i in range(3):
+        b.profiler_step(i + 1, 100 * i, 100)
+    b.kernel("gemm_a", 20, 30, stream=7, launch_at=10)
+    b.cpu_op("triton_poi_fused_add_0", 30, 12, args={"stream": 0, "correlation": 4242,
+                                                      "grid": "grid(1024,)"})
+    b.kernel("gemm_b", 120, 40, stream=7, launch_at=110)
+    b.kernel("gemm_c", 220, 80, stream=7, launch_at=210)
+    b.write(d / "rank0.json")
+    (tmp_path / "ref").mkdir()
+    ref = make_ref(tmp_path / "ref", [d / "rank0.json"])
+    ev = ref.trace_set.traces[0].events.set_index("name")
+    assert ev.loc["triton_poi_fused_add_0", "stream"] == 0
+    assert ev.loc["triton_poi_fused_add_0", "correlation"] == 4242
+    ours, theirs = decoded(ref.bridged, 0), decoded(ref.hta_t, 0)
+    assert len(ours) == len(theirs)
+    for col in COLUMNS:
+        assert (ours[col].astype(str).to_numpy() == theirs[col].astype(str).to_numpy()).all(), col
+    for table in ("temporal", "kernel_types", "top_kernels"):
+        pd.testing.assert_frame_equal(getattr(ref.ours, table).reset_index(drop=True),
+                                      ref.hta[table].reset_index(drop=True), check_dtype=False)
+    # (with the stream forced to -1 the bridged frame had a row more than HTA's: 7 vs 6)

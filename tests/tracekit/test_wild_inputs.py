@@ -164,7 +164,7 @@ def test_out_never_overwrites_anything_read(good, tmp_path, capsys):
                  ["check", d, "--max", "stall_count=9", "--out", rank0],
                  ["analyze", path, "--out", snap]):
         code, _, err = run([*argv, "--no-cache"], capsys)
-        one_error(code, err.splitlines(), "which this command reads; it would be overwritten")
+        one_error(code, err.splitlines(), "an input this command reads; it would be overwritten")
     assert {p: sha(p) for p in before} == before
     # a new file, even inside the input directory, is fine
     code, _, err = run(["analyze", d, "--out", d / "report.txt", "--no-cache", "--no-hta"],
@@ -366,3 +366,14 @@ def test_inputs_unchanged_and_gzip_untouched(good, tmp_path, capsys):
     assert sha(gz) == before and time.monotonic() - t0 < 30
     with gzip.open(gz) as f:
         assert json.load(f) == doc
+
+
+@pytest.mark.parametrize("inner,code", [(b"[" * 3000 + b"]" * 3000, 2), (b'"a\xffb"', 0)])
+def test_the_read_whole_layout_keeps_the_promise(tmp_path, capsys, inner, code):
+    """"traceEvents" inside a string before the real key makes the reader decode the whole
+    document: deep nesting and bad UTF-8 there are one line too, not a traceback."""
+    text = (b'{"meta": "a \\"traceEvents\\": [ b", "traceEvents": [{"ph": "X", "cat": "cpu_op", '
+            b'"name": ' + (inner if code == 0 else b'"a"') + b', "pid": 1, "tid": 1, "ts": 1, '
+            b'"dur": 1' + (b', "args": {"x": ' + inner + b"}" if code == 2 else b"") + b"}]}")
+    got, _, err = headline(damage.write_bytes(text, tmp_path / "w.json"), capsys)
+    assert got == code and len(err) == 1 and "Traceback" not in " ".join(err)

@@ -28,7 +28,8 @@ GPU activities). What the bridge reproduces, column by column (see ``_rank_frame
   each ``ts`` as a float64 (0.25 us steps at epoch times), then rounds inward (``ts`` up,
   ``ts + dur`` down; ``HTA_DISABLE_NS_ROUNDING=1`` turns this off, and is honoured here too):
   the same float64 is rebuilt from tracekit's exact nanoseconds and rounded the same way;
-- ``stream`` (``args.stream``: GPU activities and ``cuda_sync``; -1 elsewhere, including
+- ``stream`` (``args.stream``: GPU activities, ``cuda_sync`` and a cpu_op that names one, as
+  Triton's launcher does, which HTA then counts as a kernel; -1 elsewhere, including
   ``gpu_user_annotation``, which carries no stream argument in Kineto's output),
   ``correlation``, ``bytes``, ``external_id`` (legacy traces: HTA reads only ``External id``,
   which there only CPU operators carry), ``pid``, ``tid`` (tracekit's integers: a string tid such
@@ -435,7 +436,9 @@ def _rank_frame(trace: Trace) -> tuple[pd.DataFrame, list[str], pd.Index]:
     cat_names = _cat_names(trace)
 
     stream = ev["stream"].to_numpy(np.int64)[keep]
-    stream = np.where(np.isin(kind, [int(k) for k in _STREAM_KINDS]), stream, -1)
+    # HTA keeps args.stream wherever it is written: GPU-side events, and a cpu_op that names
+    # one (the loader reads it for cpu_ops only: Triton's launchers)
+    stream = np.where(np.isin(kind, [int(k) for k in (*_STREAM_KINDS, Kind.CPU_OP)]), stream, -1)
     ext = ev["external_id"].to_numpy(np.int64)[keep]
     if legacy:
         ext = np.where(np.isin(kind, [int(k) for k in _LEGACY_EXTERNAL_ID_KINDS]), ext, -1)

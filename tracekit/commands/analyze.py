@@ -148,7 +148,7 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
     for p in paths:
         if not os.path.isdir(p):
             got = report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
-                                  use_cache=not no_cache, with_hta=hta)
+                                  use_cache=not no_cache, prefetch=True, with_hta=hta)
             ranks += select_rank(got, rank, p)
             texts += [("rank", r) for r in select_rank(got, rank, p)]
             continue

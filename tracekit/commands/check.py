@@ -81,7 +81,7 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, schedule
             got = rep.ranks
         else:
             got = report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
-                                  use_cache=not no_cache, with_hta=False)
+                                  use_cache=not no_cache, prefetch=True, with_hta=False)
         for r in select_rank(got, rank, p):
             echo_warnings(r)
             for row in evaluate(r["headline"], thresholds, r):

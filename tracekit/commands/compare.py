@@ -41,7 +41,7 @@ def command(paths, fmt, out, rules_path, rank, no_cache, cache_dir):
     for p, label in zip(paths, short_labels(paths)):
         # the headline needs no HTA figures: skip that (slow) section
         ranks = report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
-                                use_cache=not no_cache, with_hta=False)
+                                use_cache=not no_cache, prefetch=True, with_hta=False)
         r = select_rank(ranks, rank, p)[0] if rank is not None else min(ranks, key=lambda x: x["rank"])
         echo_warnings(r)
         entries.append({"label": label, "source": r["source"], "rank": r["rank"],

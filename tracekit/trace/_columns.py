@@ -11,8 +11,12 @@ import re
 from collections import Counter
 from operator import attrgetter, itemgetter
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # imported where the tables are built: parsing needs only numpy
+    import pandas as pd
 
 from tracekit.trace._numbers import BAD, us_float_to_ns, us_text_to_ns
 from tracekit.trace._schema import (
@@ -105,17 +109,20 @@ def _ints(get, items: list, n: int, dtype=np.int64) -> np.ndarray:
     try:
         return np.fromiter(map(get, items), dtype=dtype, count=n)
     except (TypeError, ValueError, OverflowError):
-        values = map(get, items)
+        pass
+    # A few strings (Kineto's "Spans" pid, legacy "stream 7" tids) in a column of ints: read
+    # them as ids in place, then the one C pass again.
+    values = list(map(get, items))
+    for i in [i for i, v in enumerate(values) if v.__class__ is str]:
+        values[i] = str_id(values[i])
+    try:
+        return np.fromiter(values, dtype=dtype, count=n)
+    except (TypeError, ValueError, OverflowError):
         info = np.iinfo(dtype)
+        lo, hi = int(info.min), int(info.max)
         return np.fromiter(
-            (
-                (v if isinstance(v, int) and info.min <= v <= info.max else -1)
-                if not isinstance(v, str)
-                else str_id(v)
-                for v in values
-            ),
-            dtype=dtype,
-            count=n,
+            (v if isinstance(v, int) and lo <= v <= hi else -1 for v in values),
+            dtype=dtype, count=n,
         )
 
 
@@ -224,9 +231,12 @@ class Columns:
         if (ext == -1).any():
             legacy = _ints(_aget["external_id_legacy"], args, n)
             ext = np.where(ext == -1, legacy, ext)
-        # correlation/stream/device/bytes mean something only for runtime/driver calls and
-        # GPU-side events: the host's ops, annotations and Python frames (three quarters of a
-        # big trace) are not asked for them.
+        # correlation/device/bytes mean something only for runtime/driver calls and GPU-side
+        # events: the host's ops, annotations and Python frames (three quarters of a big trace)
+        # are not asked for them. The stream is read for every event in one pass: a cpu_op that
+        # names one (Triton's launcher writes "stream": 0) keeps it, as HTA's parser does (which
+        # counts the op as a kernel), with its correlation.
+        s_all = _ints(_aget["stream"], args, n)
         corr = np.full(n, -1, dtype=np.int64)
         stream = np.full(n, -1, dtype=np.int64)
         device = np.full(n, -1, dtype=np.int64)
@@ -239,7 +249,7 @@ class Columns:
             # GPU-side events: the stream is the tid and the device the pid when args do not say.
             k = kind[sel]
             gpu = np.isin(k, _GPU_SIDE)
-            s_args = _ints(_aget["stream"], sub, m)
+            s_args = s_all[sel]
             d_args = _ints(_aget["device"], sub, m)
             stream[sel] = np.where(gpu, np.where(s_args >= 0, s_args, tid[sel]), -1)
             device[sel] = np.where(gpu, np.where(d_args >= 0, d_args, pid[sel]), -1)
@@ -250,6 +260,10 @@ class Columns:
             unlinked = int((np.isin(k, _LINKED) & (corr[sel] == -1)).sum())
             if unlinked:
                 self.problems["args.correlation"] += unlinked
+        ops = np.flatnonzero((kind == int(Kind.CPU_OP)) & (s_all >= 0))
+        if len(ops):
+            stream[ops] = s_all[ops]
+            corr[ops] = _ints(_aget["correlation"], [args[i] for i in ops.tolist()], len(ops))
         cols = {
             "_args": self._extra_args(kind, name, args),
             "kind": kind,
@@ -414,6 +428,8 @@ def _sorted_by_ts(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], n
 
 def events_frame(cols: dict[str, np.ndarray], names: list[str]) -> pd.DataFrame:
     """The ``Trace.events`` DataFrame from ``event_arrays()`` columns and the name list."""
+    import pandas as pd
+
     data = {}
     for c, dtype in EVENT_COLUMNS.items():
         a = cols[c]
@@ -426,6 +442,8 @@ def events_frame(cols: dict[str, np.ndarray], names: list[str]) -> pd.DataFrame:
 
 def args_frame(cols: dict[str, np.ndarray], strings: list[str]) -> pd.DataFrame:
     """The ``Trace.args`` DataFrame from ``arg_arrays()`` columns and their string list."""
+    import pandas as pd
+
     cats = pd.Index(strings, dtype=object)
     data = {}
     for c, dtype in ARG_COLUMNS.items():
@@ -438,6 +456,8 @@ def args_frame(cols: dict[str, np.ndarray], strings: list[str]) -> pd.DataFrame:
 
 
 def memory_frame(cols: dict[str, np.ndarray]) -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame({c: cols[c].astype(t, copy=False) for c, t in MEMORY_COLUMNS.items()}, copy=False)
 
 

@@ -15,7 +15,6 @@ dies, ``HelperFailed`` makes the loader read the file again without it.
 from __future__ import annotations
 
 import mmap
-import multiprocessing as mp
 import os
 import sys
 import threading
@@ -57,6 +56,8 @@ class Helper:
     def start(cls) -> Helper | None:
         if not available():
             return None
+        import multiprocessing as mp  # here, not at import: only big traces start a helper
+
         ctx = mp.get_context("fork")
         buf = mmap.mmap(-1, SLOT_BYTES * N_SLOTS)  # MAP_SHARED | MAP_ANONYMOUS: seen by the child
         parent, child = ctx.Pipe()

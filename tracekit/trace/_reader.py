@@ -432,6 +432,11 @@ def read_whole(path: str, sink: Callable[[list[Event]], None]) -> Header:
     return header
 
 
+def _too_deep(path: str) -> TraceFormatError:
+    return TraceFormatError("JSON nested too deeply (arrays or objects inside each other about "
+                            "a thousand levels down): not a Kineto trace", path=path)
+
+
 def read(path: str, sink, *, progress=None, threaded: bool = True, parallel: bool = False,
          reset: Callable[[], None], clean_utf8: bool = False) -> Header:
     """``read_events`` (with a helper process when ``parallel``), again without the helper if
@@ -452,10 +457,15 @@ def read(path: str, sink, *, progress=None, threaded: bool = True, parallel: boo
         return read(path, sink, progress=progress, threaded=threaded, reset=reset, clean_utf8=True)
     except _Fallback:
         reset()
-        return read_whole(path, lambda ev: sink(ev, 0))
+        try:
+            return read_whole(path, lambda ev: sink(ev, 0))
+        except UnicodeDecodeError as exc:
+            raise TraceFormatError(f"not valid UTF-8 near byte {exc.start:,} (a layout read "
+                                   "whole, which is not repaired)", path=path) from None
+        except RecursionError:
+            raise _too_deep(path) from None
     except RecursionError:
-        raise TraceFormatError("JSON nested too deeply (arrays or objects inside each other "
-                               "about a thousand levels down): not a Kineto trace", path=path) from None
+        raise _too_deep(path) from None
     finally:
         if helper is not None:
             helper.close()

@@ -16,10 +16,12 @@ pid            int64    process id; GPU activities carry the device index here a
 tid            int64    thread id; for GPU activities the stream; string tids: digits and
                         legacy "stream N" read as the number, any other string -1
 stream         int32    CUDA/HIP stream of a GPU activity, GPU annotation or cuda_sync event
-                        (args ``stream``, else the tid), else -1
+                        (args ``stream``, else the tid); a cpu_op's args ``stream`` when it
+                        has one (Triton's launcher: HTA counts such an op as a kernel); else -1
 device         int16    GPU index of the same events (args ``device``, else the pid), else -1
 correlation    int64    links a runtime call to the GPU activity it launched, else -1 (read
-                        for every kind but CPU_OP, ANNOTATION and PYTHON, which are always -1)
+                        for every kind but CPU_OP, ANNOTATION and PYTHON, which are -1; a
+                        cpu_op that names a stream keeps its correlation)
 external_id    int64    Kineto's "External id" (legacy "external id"), else -1
 bytes          int64    bytes moved by a memcpy/memset, else -1
 ============== ======== =====================================================================
@@ -81,10 +83,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where a table is built: parsing needs only numpy
+    import pandas as pd
 
 
 class Kind(IntEnum):
@@ -144,6 +148,8 @@ ARG_COLUMNS: dict[str, Any] = {
 
 def empty_args() -> pd.DataFrame:
     """An ``args`` table without rows."""
+    import pandas as pd
+
     return pd.DataFrame({c: pd.Categorical([]) if t == "category" else np.empty(0, dtype=t)
                          for c, t in ARG_COLUMNS.items()})
 

@@ -1,0 +1,107 @@
+"""The CUDA backend's kernel variants and dim classes, host side (runtime/kernels/cuda.py; no GPU
+needed): the class of every dim under each policy, the v2 forward's layout rule, variant
+selection."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from runtime.kernels import cuda as kc
+from runtime.kernels.common import make_layout
+
+# class id -> (lanes per row G, float4 (or 4 scalars) per lane kW, vector loads): dim_class() in
+# tbe_impl.cuh
+CLASSES = {0: (4, 1, True), 1: (8, 1, True), 2: (16, 1, True), 3: (32, 1, True), 4: (32, 2, True),
+           5: (32, 4, True), 6: (32, 8, True), 7: (16, 2, True), 8: (16, 4, True),
+           9: (32, 1, False), 10: (32, 2, False), 11: (32, 4, False), 12: (32, 8, False)}
+POLICIES = {"v1": kc._CLASSES_WARP, "v2": kc._CLASSES_V2, "v2-2rows": kc._CLASSES_V2_TWO_ROWS}
+
+
+def _expected(dim: int, aligned: bool, policy: str) -> tuple[int, int, bool]:
+    """(G, kW, vector) written from the rules: the fewest lanes (v2: 4..32; v1: always 32;
+    two rows: 16 lanes for 64 < dim <= 256), then the fewest float4 per lane that hold the row."""
+    if dim % 4 or not aligned:
+        return 32, next(w for w in (1, 2, 4, 8) if 128 * w >= dim), False
+    if policy == "v2-2rows" and 64 < dim <= 256:
+        return 16, 2 if dim <= 128 else 4, True
+    if policy != "v1" and dim <= 64:
+        return next(g for g in (4, 8, 16) if 4 * g >= dim), 1, True
+    return 32, next(w for w in (1, 2, 4, 8) if 128 * w >= dim), True
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_dim_class_of_every_dim(policy):
+    for dim in range(1, 1025):
+        for aligned in (True, False):
+            got = CLASSES[kc.dim_class(dim, aligned, POLICIES[policy])]
+            assert got == _expected(dim, aligned, policy), (dim, aligned, policy)
+            g, w, _ = got
+            assert 4 * g * w >= dim  # the row fits the lanes
+
+
+def test_v1_classes_are_the_first_versions():
+    # the first version's numbering: (dim % 4 == 0 and aligned ? 0 : 4) + (<=128: 0, <=256: 1, <=512: 2, else 3)
+    for dim in range(1, 1025):
+        for aligned in (True, False):
+            old = (0 if dim % 4 == 0 and aligned else 4) + (0 if dim <= 128 else 1 if dim <= 256 else 2 if dim <= 512 else 3)
+            new = kc.dim_class(dim, aligned, kc._CLASSES_WARP)
+            assert new == (3 + old if old < 4 else 9 + old - 4)
+
+
+def test_dim_classes_mask():
+    assert kc.dim_classes([64, 128, 5], True, kc._CLASSES_V2) == (1 << 2) | (1 << 3) | (1 << 9)
+    assert kc.dim_classes([64, 128, 5], True) == (1 << 3) | (1 << 9)
+    assert kc.dim_classes([200], False, kc._CLASSES_V2_TWO_ROWS) == 1 << 10
+
+
+@pytest.mark.parametrize(
+    "dims, rows, ok",
+    [([128] * 3, [10] * 3, True), ([64, 64], [5, 7], True), ([20, 32], [3, 3], True), ([256, 132], [4, 4], True),
+     ([64, 128], [5, 5], False),  # v1 splits them differently (16 and 32 lanes)
+     ([16], [3], False), ([12, 8], [3, 3], False), ([130], [3], False), ([300], [3], False),
+     ([64], [2**31], False)],
+)
+def test_v2_forward_layout(dims, rows, ok):
+    layout = make_layout(rows, dims, list(range(len(dims))), torch.device("cpu"))
+    assert kc._v2_forward_layout(layout) is ok
+
+
+def test_use_variants_sets_and_restores():
+    before = kc.variants()
+    assert before == {"forward": kc.DEFAULT_FORWARD, "backward": kc.DEFAULT_BACKWARD}
+    with kc.use_variants(forward="v1"):
+        assert kc.variants() == {"forward": "v1", "backward": kc.DEFAULT_BACKWARD}
+        with kc.use_variants(backward="v2-2rows"):
+            assert kc.variants() == {"forward": "v1", "backward": "v2-2rows"}
+        assert kc.variants()["backward"] == kc.DEFAULT_BACKWARD
+    with pytest.raises(RuntimeError):
+        with kc.use_variants(forward="v2-4", backward="v1"):
+            raise RuntimeError("inside")
+    assert kc.variants() == before
+    with pytest.raises(ValueError, match="forward variant"):
+        with kc.use_variants(forward="v3"):
+            pass
+    with pytest.raises(ValueError, match="backward variant"):
+        with kc.use_variants(backward="v2-8"):
+            pass
+
+
+def test_variant_from_environment(monkeypatch):
+    monkeypatch.setenv("TBE_FWD_VARIANT", "v2-4")
+    assert kc._variant_from_env("TBE_FWD_VARIANT", kc.FORWARD_VARIANTS, kc.DEFAULT_FORWARD) == "v2-4"
+    monkeypatch.setenv("TBE_FWD_VARIANT", "fast")
+    with pytest.raises(ValueError, match="TBE_FWD_VARIANT"):
+        kc._variant_from_env("TBE_FWD_VARIANT", kc.FORWARD_VARIANTS, kc.DEFAULT_FORWARD)
+    monkeypatch.delenv("TBE_FWD_VARIANT")
+    assert kc._variant_from_env("TBE_FWD_VARIANT", kc.FORWARD_VARIANTS, kc.DEFAULT_FORWARD) == kc.DEFAULT_FORWARD
+
+
+def test_variant_codes_match_the_header():
+    # ForwardArgs::variant 0..kFwdVariants-1, BackwardArgs::variant kBwdV1/kBwdV2/kBwdV2TwoRows
+    header = (kc.HERE / "tbe_kernels.h").read_text()
+    assert "constexpr int kFwdVariants = 4;" in header and len(kc.FORWARD_VARIANTS) == 4
+    assert sorted(kc.FORWARD_VARIANTS.values()) == [0, 1, 2, 3]
+    for name, code in (("kBwdV1", 1), ("kBwdV2", 2), ("kBwdV2TwoRows", 3)):
+        assert f"constexpr int {name} = {code};" in header
+    assert sorted(kc.BACKWARD_VARIANTS.values()) == [1, 2, 3]

@@ -1,0 +1,68 @@
+"""tracekit.trace.prefetch: the CLI's cold path parses in a forked child while it imports the
+analyses; the result is the same report, errors are the parent's own, nothing is left behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import damage
+from tests.tracekit.test_report import full_builder
+from tracekit.trace import prefetch
+
+
+def _cli(*args, env_extra=None, tmp=None):
+    env = {**os.environ, **(env_extra or {})}
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
+    return subprocess.run([sys.executable, "-m", "tracekit.cli", *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork: Linux only")
+def test_same_report_with_and_without_the_child(tmp_path):
+    trace = full_builder().write(tmp_path / "run.json.gz")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    got = {}
+    for mode in ("1", "0"):
+        for cache in (["--no-cache"], ["--cache-dir", tmp_path / f"cache{mode}"]):
+            r = _cli("analyze", trace, "--format", "json", "--no-hta", *cache,
+                     env_extra={"TRACEKIT_LOAD_PARALLEL": mode}, tmp=tmp)
+            assert r.returncode == 0 and r.stderr == "", r.stderr
+            got[(mode, cache[0])] = r.stdout
+    assert len(set(got.values())) == 1
+    assert list(tmp.iterdir()) == []  # the private directory of --no-cache is gone
+    # with the cache, the child wrote the parsed trace's entry where the loader looks
+    assert any(p.suffix == ".tkc" for p in (tmp_path / "cache1").iterdir())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork: Linux only")
+def test_a_bad_input_is_the_parents_one_error(tmp_path):
+    doc = damage.read_doc(full_builder().write(tmp_path / "run.json"))
+    bad = damage.truncate(damage.text_of(doc), 40, tmp_path / "cut.json")
+    for mode in ("1", "0"):
+        r = _cli("analyze", bad, "--no-cache", env_extra={"TRACEKIT_LOAD_PARALLEL": mode})
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def test_not_where_pandas_is_imported_already():
+    import pandas  # noqa: F401 - this test process has it: nothing to overlap with
+
+    assert not prefetch.available()
+    assert prefetch.start(["x.json"], None) is None
+
+
+def test_no_temporary_directory_means_no_child(monkeypatch, tmp_path):
+    import tempfile
+
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(prefetch, "available", lambda: True)
+    monkeypatch.setattr(prefetch, "_json_bytes", lambda files: 0)
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    assert prefetch.start([str(tmp_path / "t.json")], None) is None  # parsed in-process instead
