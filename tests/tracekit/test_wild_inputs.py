@@ -169,7 +169,11 @@ def test_out_never_overwrites_anything_read(good, tmp_path, capsys):
     # a new file, even inside the input directory, is fine
     code, _, err = run(["analyze", d, "--out", d / "report.txt", "--no-cache", "--no-hta"],
                        capsys)
-    assert code == 0 and (d / "report.txt").stat().st_size > 0, err
+    assert (d / "report.txt").stat().st_size > 0, err
+    # the directory is a job of world size 2 with rank 0 only: written, and the one missing
+    # rank said (exit 2: not every rank was read)
+    assert code == 2 and err.splitlines() == [
+        f"tracekit: error: {d}: rank 1 of world size 2: no trace file"], err
 
 
 # ---- wrong numbers without a warning ---------------------------------------------------------
