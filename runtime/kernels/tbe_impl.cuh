@@ -815,7 +815,12 @@ template <typename WeightT, int G>
 __device__ __forceinline__ void prefetch_ahead(const BackwardArgs& a, unsigned todo, bool mine, int64_t my_id,
                                                int32_t my_k, int lane) {
   constexpr int P = kWarp / G;
-  const unsigned ahead = __fns(todo, 0, P + lane / G + 1);
+  unsigned t = todo;  // drop the P + g rows before this group's row two rounds ahead
+#pragma unroll
+  for (int i = 0; i < 2 * P; ++i) {
+    if (i < P + lane / G) t &= t - 1;
+  }
+  const unsigned ahead = t != 0 ? static_cast<unsigned>(__ffs(t) - 1) : kWarp;
   const int src = ahead < kWarp ? static_cast<int>(ahead) : 0;
   const int64_t id = __shfl_sync(kFull, my_id, src);
   const int32_t k = __shfl_sync(kFull, my_k, src);
