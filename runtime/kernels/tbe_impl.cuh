@@ -927,8 +927,11 @@ struct Update {
   template <int G, int kW, bool kVec>
   struct K {
     static cudaError_t launch(const BackwardArgs& a, const Scratch& s, int grid, int policy, cudaStream_t stream) {
-      if constexpr (kMode > 0 || G == kWarp) {  // v1 has one row per warp only
-        update_kernel<IndexT, WeightT, G, kW, kVec, kMode><<<grid, kBlock, 0, stream>>>(a, s, policy);
+      // prefetches only where they cost no occupancy (one float4 per lane: 64 registers);
+      // wider rows run v2 (their prefetching kernels need ~94-120 registers)
+      constexpr int kM = kMode == 2 && kW > 1 ? 1 : kMode;
+      if constexpr (kM > 0 || G == kWarp) {  // v1 has one row per warp only
+        update_kernel<IndexT, WeightT, G, kW, kVec, kM><<<grid, kBlock, 0, stream>>>(a, s, policy);
         return cudaGetLastError();
       }
       return cudaErrorInvalidValue;

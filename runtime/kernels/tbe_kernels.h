@@ -51,7 +51,7 @@ constexpr int kFwdV2MinBlocks[kFwdV2Configs] = {1, 2, 3, 4};  // 16 / 24 / 32 wa
 //   away; rows of small dim share a warp: G = 4/8/16 lanes per row); 3 = v2 with 16 lanes per
 //   row for 64 < dim <= 256 too (two rows per warp, two float4 per lane per 128 elements);
 //   4 = v2 plus L2 prefetches of the weight row (and rowwise-Adagrad state) each group updates
-//   two rounds later.
+//   two rounds later, for rows of one float4 per lane (dim <= 128); wider rows run v2.
 constexpr int kBwdV1 = 1;
 constexpr int kBwdV2 = 2;
 constexpr int kBwdV2TwoRows = 3;
