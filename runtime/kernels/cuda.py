@@ -11,8 +11,8 @@ must match the reference), SASS + PTX for the GPU present (sm_90a on H100/H200),
 
 Kernel variants (``tbe_kernels.h`` describes them; all give bit-identical results): the forward
 ``v1`` / ``v2-12`` / ``v2-8`` / ``v2-4`` (``p``: with L2 prefetches) and the backward ``v1`` /
-``v2`` / ``v2-2rows`` / ``v2p`` (v2 with L2 prefetches). The
-defaults come from ``$TBE_FWD_VARIANT`` / ``$TBE_BWD_VARIANT``, else :data:`DEFAULT_FORWARD` /
+``v2`` / ``v2-2rows`` / ``v2p`` (v2 with L2 prefetches). The defaults come from
+``$TBE_FWD_VARIANT`` / ``$TBE_BWD_VARIANT``, else :data:`DEFAULT_FORWARD` /
 :data:`DEFAULT_BACKWARD`; :func:`use_variants` changes them for a block of code (benchmarks and
 tests time and check every variant in one process).
 """
