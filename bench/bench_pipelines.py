@@ -20,8 +20,8 @@ SemiSync, SparseDist with the in-place copy); SparseDist is the reference. For e
    memory; ratios to SparseDist are taken within the round. Reported: the median over rounds
    with a 95 % bootstrap interval over rounds, of the step time, the ratio, peak reserved and
    allocated memory and their ratios (bench/method.py).
-3. **Traces**: then one more run of SparseDist, FusedSparseDist (and the other main variants)
-   with ``--profile-steps`` profiled steps (Kineto with ``[memory]`` and ``cuda_sync`` events:
+3. **Traces**: then one more run of each variant the plan traces (the headline's main variants,
+   and what the 16k question and the explain proof need) with ``--profile-steps`` profiled steps (Kineto with ``[memory]`` and ``cuda_sync`` events:
    ``runtime.profiling``), written in the repository's layout under ``<out>/commit/`` so the lead
    can copy them in: ``sample_traces/pipelines_{N}gpu/<variant>/`` for the headline preset,
    ``.../<preset>/<variant>/`` for the others.
@@ -90,7 +90,7 @@ VARIANTS: dict[str, tuple[str, dict]] = {
 }
 REFERENCE = "sparse"
 TRACED = ("sparse", "fused", "semi", "base", "fused_step_start")
-"""Variants that get a trace run (where the preset has them)."""
+"""Variants that get a trace run (where the preset has them), unless the plan says which."""
 
 _BIG = dict(tables=26, rows=1_000_000, dim=128, pooling=20.0, dense_arch=(1024, 1024), over_arch=(4096, 4096, 4096, 2048))
 
@@ -117,14 +117,16 @@ PRESETS: dict[str, dict] = {
 }
 
 MAIN = ("sparse", "fused", "semi")
-# (preset, variants); the first preset is the headline (every variant; its traces in
-# sample_traces/pipelines_{N}gpu/<variant>/, the others' in .../<preset>/<variant>/)
+# (preset, variants, traced variants); the first preset is the headline (every variant; its
+# traces in sample_traces/pipelines_{N}gpu/<variant>/, the others' in .../<preset>/<variant>/).
+# Traced besides the headline: what the 16k question and the explain proof's host-bound pair
+# need (the sample traces stay a few MB).
 PLAN = (
-    ("multitask_b32k", tuple(VARIANTS)),
-    ("multitask", ("sparse", "fused", "fused_step_start", "semi")),
-    ("multitask_b4k", MAIN),
-    ("multitask_p0", MAIN),
-    ("dense_heavy", MAIN),
+    ("multitask_b32k", tuple(VARIANTS), TRACED),
+    ("multitask", ("sparse", "fused", "fused_step_start", "semi"), ("sparse", "fused", "fused_step_start")),
+    ("multitask_b4k", MAIN, ("sparse", "fused")),
+    ("multitask_p0", MAIN, ()),
+    ("dense_heavy", MAIN, ()),
 )
 OLD_METHOD_PRESETS = ("multitask_b32k", "multitask")
 """Presets whose ``old_method`` diagnostic runs (the issue's two disagreeing presets)."""
@@ -343,7 +345,7 @@ class Bench:
         return seg
 
     # ---- a preset ----------------------------------------------------------------------------
-    def preset(self, name: str, variants: list[str], *, headline: bool, share_s: float) -> None:
+    def preset(self, name: str, variants: list[str], *, traced: tuple[str, ...], headline: bool, share_s: float) -> None:
         args, spec = self.args, PRESETS[name]
         folder = self.commit / self.samples_dir / ("" if headline else name)
         pdoc: dict = {
@@ -355,7 +357,7 @@ class Bench:
         cfgs = {v: _config(spec, v, device=args.device, warmup=args.warmup_steps, timed=args.steps, profile=0,
                            out=folder / v, seed=args.seed) for v in variants}
         trace_cfgs = {v: dataclasses.replace(cfgs[v], timed_steps=3, profile_steps=args.profile_steps)
-                      for v in variants if v in TRACED and args.profile_steps}
+                      for v in variants if v in traced and args.profile_steps}
         longest = max([c.total_steps for c in cfgs.values()] + [c.total_steps for c in trace_cfgs.values()] + [50])
         first = cfgs[variants[0]]
         pdoc.update(model=dataclasses.asdict(first.model), data=dataclasses.asdict(first.data),
@@ -680,6 +682,20 @@ def markdown(doc: dict) -> list[str]:
             lines.append(f"| {rd['round']}{' (warm-up)' if rd['warmup'] else ''} | {rd['order'][0]} first | " + " | ".join(cells)
                          + f" | {ck.get('sm_mhz', '-')} | {ck.get('temp_c_max', '-')} | {','.join(reason_names(ck.get('reasons'))) or '-'}"
                          f" | {rd['probes'].get('gemm_ms', '-')} | {rd['probes'].get('lookup_ms', '-')} |")
+        warm = next((rd for rd in p["rounds"] if rd["warmup"]), None)
+        if warm is not None:
+            lines += ["", "First use (the warm-up round against the timed rounds; a run's first step includes the pipeline "
+                      "fill and the allocator's growth after `empty_cache`):", "",
+                      "| variant | warm-up round: first step ms (host ms) | its warm-up steps ms | its median step ms "
+                      "| timed rounds: first step ms | median step ms |", "|---|---|---|---|---|---|"]
+            for v in p["variants"]:
+                w, s = warm["runs"].get(v), p["summary"].get(v, {})
+                if w is None:
+                    continue
+                lines.append(f"| {v} | {w['first_step_ms']:.1f} ({w['first_step_host_ms']:.1f}) | "
+                             f"{', '.join(f'{x:.1f}' for x in w['warmup_step_ms'])} | {w['step_ms_median']:.3f} | "
+                             f"{_cell(None if s.get('first_step_ms') is None else round(s['first_step_ms'], 1))} | "
+                             f"{_cell(None if not s.get('step') else round(s['step']['median'], 3))} |")
         diag = p.get("diagnostics") or {}
         old = diag.get("old_method")
         if isinstance(old, dict):
@@ -702,16 +718,18 @@ def markdown(doc: dict) -> list[str]:
 # ------------------------------------------------------------------------------------------
 # main
 # ------------------------------------------------------------------------------------------
-def parse_plan(text: str | None) -> list[tuple[str, list[str]]]:
+def parse_plan(text: str | None) -> list[tuple[str, list[str], tuple[str, ...]]]:
+    """(preset, variants, traced variants) of the built-in plan or of ``--plan`` (whose presets
+    trace the TRACED variants they have)."""
     if not text:
-        return [(p, list(vs)) for p, vs in PLAN]
+        return [(p, list(vs), tr) for p, vs, tr in PLAN]
     plans = []
     for item in text.split(","):
         preset, _, vs = item.partition(":")
         names = [v for v in vs.split("+") if v] or list(MAIN)
         if REFERENCE not in names:
             names.insert(0, REFERENCE)  # every ratio is to SparseDist, measured in the same round
-        plans.append((preset, names))
+        plans.append((preset, names, TRACED))
     return plans
 
 
@@ -749,20 +767,20 @@ def main() -> int:
                str(Path(__file__).resolve()), *sys.argv[1:]]
         return subprocess.run(cmd).returncode
     plans = parse_plan(args.plan)
-    bad = [p for p, _ in plans if p not in PRESETS] + [v for _, vs in plans for v in vs if v not in VARIANTS]
-    if bad or len({p for p, _ in plans}) != len(plans):
-        print(f"bench_pipelines: error: unknown or repeated presets/variants {bad or [p for p, _ in plans]}", file=sys.stderr)
+    bad = [p for p, _, _ in plans if p not in PRESETS] + [v for _, vs, _ in plans for v in vs if v not in VARIANTS]
+    if bad or len({p for p, _, _ in plans}) != len(plans):
+        print(f"bench_pipelines: error: unknown or repeated presets/variants {bad or [p for p, _, _ in plans]}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally below, then exit
     info = init_from_env(args.device)
     bench = Bench(args, info)
     try:
         bench.start_process()
-        weights = [PRESETS[p]["est_step_ms"] * len(vs) for p, vs in plans]
-        for k, (preset, names) in enumerate(plans):
+        weights = [PRESETS[p]["est_step_ms"] * len(vs) for p, vs, _ in plans]
+        for k, (preset, names, traced) in enumerate(plans):
             left = args.budget_s - bench.now()
             share = left * weights[k] / sum(weights[k:])
-            bench.preset(preset, names, headline=k == 0, share_s=share)
+            bench.preset(preset, names, traced=traced, headline=k == 0, share_s=share)
     finally:  # also on SIGTERM (a time limit): the figures of every round that ran
         for p in bench.doc["presets"]:
             bench.summarize(p)

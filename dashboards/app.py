@@ -19,10 +19,10 @@ import urllib.parse
 from typing import Any
 
 import dash
-from dash import ALL, Input, Output, State, ctx, dcc, html
+from dash import ALL, MATCH, Input, Output, State, ctx, dcc, html
 
 from dashboards.catalog import Catalog
-from dashboards.views import TABS, VIEWS, Views, source_error, warning
+from dashboards.views import GRAPH_CONFIG, TABS, VIEWS, Views, source_error, warning
 
 TAB_STYLE = {"padding": "6px 10px", "lineHeight": "20px"}
 
@@ -53,13 +53,13 @@ def build_layout(catalog: Catalog) -> html.Div:
                      html.Div([html.Div(id="source-status"), tabs, html.Div(id="view")], className="tk-body")])
 
 
-def _validation_layout(catalog: Catalog, layout: html.Div) -> html.Div:
+def _validation_layout(layout: html.Div) -> html.Div:
     """The page with every view's controls in it, so Dash can check the callbacks of components
     that only exist while their view is shown."""
     return html.Div([layout, dcc.Dropdown(id="timeline-step"), dcc.Store(id="timeline-window"), dcc.Store(id="step-link"),
                      html.Div(id="timeline-info"), dcc.Graph(id="timeline-graph"), dcc.Store(id="stalls-sort"),
                      html.Div(id="stalls-table-box"), dcc.Checklist(id="compare-sources"), dcc.Dropdown(id="compare-baseline"),
-                     html.Div(id="compare-content")])
+                     html.Div(id="compare-content"), dcc.Interval(id="loading-poll")])
 
 
 def parse_link(search: str | None, catalog: Catalog) -> dict:
@@ -108,7 +108,7 @@ def create_app(catalog: Catalog) -> dash.Dash:
         suppress_callback_exceptions=False,
     )
     app.layout = build_layout(catalog)
-    app.validation_layout = _validation_layout(catalog, app.layout)
+    app.validation_layout = _validation_layout(app.layout)
     from dashboards.server import answer_not_found
 
     answer_not_found(app)
@@ -167,6 +167,7 @@ def create_app(catalog: Catalog) -> dash.Dash:
         source = catalog.summary(index)
         err = source_error(source)
         if err is not None:
+            catalog.first_page.set()  # answered: the background loads may start (Catalog.prefetch)
             return make_link(catalog, index, None, tab), index, [], None, True, tab, err, None, views.render(tab, index, None)
         ranks = source.ranks
         rank = rank if rank in ranks else ranks[0]
@@ -186,6 +187,25 @@ def create_app(catalog: Catalog) -> dash.Dash:
         link = make_link(catalog, index, rank, tab, step)
         return (link if link != search else dash.no_update), index, [{"label": str(r), "value": r} for r in ranks], rank, \
             len(ranks) < 2, tab, banner, info, view
+
+    # ---- a view waiting for its trace to load (views.Views.render) -----------------------------
+    @app.callback(Output("view", "children", allow_duplicate=True),
+                  Input("loading-poll", "n_intervals"),
+                  State("tabs", "value"), State("source", "value"), State("rank", "value"), State("url", "search"),
+                  prevent_initial_call=True)
+    @timed("loading-poll")
+    def loading_poll(_n, tab, index, rank, search):
+        view = views.render(tab, index, rank, parse_link(search, catalog).get("step"))
+        if view.children and getattr(view.children[0], "id", None) == "view-loading":
+            raise dash.exceptions.PreventUpdate  # still loading: the interval asks again
+        return view
+
+    # ---- a chart drawn after the text of its view (views.deferred_graph) ------------------------
+    @app.callback(Output({"type": "deferred-box", "graph": MATCH}, "children"),
+                  Input({"type": "deferred-figure", "graph": MATCH}, "data"))
+    @timed("deferred-graph")
+    def deferred_graph(figure):
+        return dcc.Graph(id=ctx.outputs_list["id"]["graph"], figure=figure, config=GRAPH_CONFIG)
 
     # ---- timeline: step and zoom ---------------------------------------------------------------
     @app.callback(

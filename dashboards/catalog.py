@@ -114,6 +114,9 @@ class Catalog:
         self._rules = None
         if rules is not None:
             self._rules = self.rules  # a bad file fails here, before anything is served
+        self._jobs: dict[tuple, Any] = {}
+        self._jobs_lock = threading.Lock()
+        self._pool = None
         self.first_page = threading.Event()
         """Set by the app once it has answered the first page (see ``prefetch``)."""
 
@@ -137,6 +140,21 @@ class Catalog:
         if index != int(index) or not 0 <= int(index) < len(self.sources):
             return None
         return self.sources[int(index)]
+
+    def ready(self, key: tuple, work) -> bool:
+        """Whether ``work()`` (loading a trace, building what a view draws of it) has run for
+        ``key``: started in a background thread the first time it is asked for, so that a page
+        that needs it answers at once (it polls) instead of waiting seconds in its callback.
+        An exception in ``work`` is the view's to show: it is re-raised there, when it runs again."""
+        with self._jobs_lock:
+            job = self._jobs.get(key)
+            if job is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracekit-dashboard-load")
+                job = self._jobs[key] = self._pool.submit(work)
+        return job.done()
 
     def get(self, index: Any) -> Source | None:
         """The source at ``index`` with its traces and analyses loaded; None for anything that is

@@ -275,9 +275,9 @@ def compare_bars(table: pd.DataFrame) -> dict:
     figs = list(dict.fromkeys(table["figure"]))
     cols = 3
     rows = -(-len(figs) // cols)
-    data, layout = [], {**PLAIN_LAYOUT, "height": 230 * rows + 40, "showlegend": False, "margin": {"l": 50, "r": 20, "t": 40, "b": 20},
+    data, layout = [], {**PLAIN_LAYOUT, "height": 260 * rows + 40, "showlegend": False, "margin": {"l": 50, "r": 20, "t": 40, "b": 20},
                         "annotations": []}
-    gap_x, gap_y = 0.06, 0.12 / max(rows, 1)
+    gap_x, gap_y = 0.06, 0.22 / max(rows, 1)
     for k, fig in enumerate(figs):
         t = table[table["figure"] == fig]
         r, c = divmod(k, cols)

@@ -1,8 +1,10 @@
-"""The one place that knows the shape of tracekit's results: it turns an ``Analysis`` into the
-small, display-ready tables the views draw (ms, MiB, short labels). Pure functions, no plotting.
+"""The one place that knows the shape of tracekit's results as Python objects: it turns an
+``Analysis`` (and, for gaps and compare, report objects) into the small, display-ready tables
+the views draw. Pure functions, no plotting. (What the first page needs from a report object,
+without numpy or pandas, is ``dashboards.reports``.)
 
-Times in columns called ``*_ms`` are milliseconds, bytes in ``*_mib`` are MiB (2^20); bytes shown
-as text are written as ``tracekit analyze`` writes them (``tracekit.report``).
+Times in columns called ``*_ms`` are milliseconds; bytes are in the unit a view chose
+(``bytes_unit``: GiB from 1 GiB up, else MiB), named in the column or returned beside it.
 """
 
 from __future__ import annotations
@@ -16,8 +18,6 @@ import pandas as pd
 
 from dashboards import names, timeline
 from dashboards.reports import category_name, pct
-from tracekit import __version__
-from tracekit import report as tk_report
 from tracekit.trace.model import Kind, Trace
 
 NS_PER_MS = 1e6

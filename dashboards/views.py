@@ -49,6 +49,10 @@ TABS = [
     ("compare", "Compare"),
 ]
 VIEWS = [t for t, _ in TABS]
+TRACE_VIEWS = ("timeline", "overlap", "stalls", "memory", "idle")
+"""Views drawn from the parsed trace and its ``Analysis`` (the others need only report objects)."""
+LOADING_POLL_MS = 400
+"""How often a view waiting for its trace asks again."""
 
 GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
 
@@ -78,6 +82,15 @@ def html_table(df, *, id: str | None = None, text_right: bool = False) -> html.T
     rows = [html.Tr([td(v, right=text_right and i > 0) for i, v in enumerate(rec)]) for rec in df.itertuples(index=False)]
     kw = {"id": id} if id else {}
     return html.Table([html.Thead(head), html.Tbody(rows)], className="tk-table", **kw)
+
+
+def deferred_graph(graph_id: str, figure: dict) -> list:
+    """A chart drawn after the text around it: its figure in a store, the graph put in its box by
+    a callback of its own (``dashboards.app``). The browser renders nothing of an answer that
+    holds a graph until plotly.js (4.6 MB) is loaded and parsed, seconds on a loaded machine;
+    the first page's figures need not wait for it."""
+    return [dcc.Store(id={"type": "deferred-figure", "graph": graph_id}, data=figure),
+            html.Div(id={"type": "deferred-box", "graph": graph_id}, className="tk-deferred")]
 
 
 def source_error(source: Source | None) -> html.Div | None:
@@ -134,9 +147,37 @@ class Views:
 
     def render(self, tab: str, index: Any, rank: Any, step: str | None = None) -> html.Div:
         """The whole of view ``tab`` for the source at ``index`` and ``rank`` (``step``: the
-        timeline's step asked for by a link)."""
-        body = getattr(self, tab)(index, rank, step) if tab in VIEWS else [error(f"No such view: {tab}")]
-        return html.Div(body, id=f"view-{tab}", className="tk-view")
+        timeline's step asked for by a link). A view that needs the parsed trace and finds it not
+        yet loaded (or its lanes, HTA's figures not yet built) says so and polls
+        (``LOADING_POLL_MS``) while that runs in the background: no callback waits for a load."""
+        if tab not in VIEWS:
+            return html.Div([error(f"No such view: {tab}")], id=f"view-{tab}", className="tk-view")
+        if tab in TRACE_VIEWS and not self._prepared(tab, index, rank):
+            source = self.catalog.summary(index)
+            return html.Div([html.Div(f"Loading {source.name if source else 'the trace'}: parsing and analysing it (first time "
+                                      "this session), then this view is drawn.", id="view-loading", className="tk-lead"),
+                             dcc.Interval(id="loading-poll", interval=LOADING_POLL_MS)],
+                            id=f"view-{tab}", className="tk-view")
+        return html.Div(getattr(self, tab)(index, rank, step), id=f"view-{tab}", className="tk-view")
+
+    def _prepared(self, tab: str, index: Any, rank: Any) -> bool:
+        """Whether what view ``tab`` needs of the source is in memory (started if not)."""
+        source = self.catalog.summary(index)
+        if source is None or source.error is not None:
+            return True  # the view shows the error
+        if source.results is not None and tab not in ("timeline", "overlap", "memory", "idle"):
+            return True
+
+        def work() -> None:
+            s = self.catalog.get(index)
+            if s.error is not None:
+                return
+            trace, _ = s.pick(rank)
+            results.lane_events(trace, self.catalog.rules)  # the timeline's lanes, the streams' names
+            if tab == "idle":
+                self.catalog.hta(s, trace.rank)
+
+        return self.catalog.ready((index, rank, "idle" if tab == "idle" else "trace"), work)
 
     def picked(self, index: Any, rank: Any):
         """(source, trace, analysis, None) of a loaded source, or (None, None, None, error)."""
@@ -184,7 +225,7 @@ class Views:
                                for k, v in tiles], className="tk-tiles", id="overview-tiles")]
         ex = reports.explain(rep)
         if ex is None:  # a report without tracekit explain's section: step time per step
-            out.append(dcc.Graph(id="overview-steps", config=GRAPH_CONFIG, figure=reports.step_times_figure(rep, rank_label(s, rep))))
+            out += deferred_graph("overview-steps", reports.step_times_figure(rep, rank_label(s, rep)))
             return out
         out.append(html.Div([html.Span("What bounds the step: ", className="tk-sub"), html.B(ex["bound"])],
                             className="tk-lead tk-bound", id="overview-bound"))
@@ -198,7 +239,7 @@ class Views:
         else:
             out.append(note("No finding: none of the known fixes applies to this trace.", id="overview-findings"))
         if ex["steps"]:
-            out.append(dcc.Graph(id="overview-steps", config=GRAPH_CONFIG, figure=reports.step_breakdown_figure(ex, rank_label(s, rep))))
+            out += deferred_graph("overview-steps", reports.step_breakdown_figure(ex, rank_label(s, rep)))
         return out
 
     def _overview_row(self, s: Source, index, rank) -> html.Tr:

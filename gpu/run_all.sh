@@ -3,10 +3,15 @@
 #
 #   bash gpu/run_all.sh [PART...]        # default: every part but pipelines2 (2 GPUs), in this order
 #
+# The device tool allows 10 minutes a command: pipelines, pipelines2 and issue5 take up to 9
+# each, so each goes in a call of its own (bash gpu/run_all.sh pipelines; ... issue5).
+#
 # Parts: env, kernels (build + GPU correctness tests of the TBE kernels, every kernel variant, and
 # the agreement with FBGEMM when fbgemm_gpu imports), tbe (kernel benchmark: ours (every variant)
 # vs FBGEMM vs torch, <= 5 min), tbe_ncu (Nsight Compute profiles of ours and FBGEMM's kernels on
-# the two shapes issue 12 attacks first, <= 3 min), pipetests (GPU tests of the pipelines and the
+# the two shapes issue 12 attacks first, <= 3 min), largetrace (bench/make_large_trace.py: the
+# ~780 MB-JSON DLRM trace the loader, explain and many-ranks benchmarks read, ~53 MB gzipped, so
+# it comes back split in parts: give it a call with little else), pipetests (GPU tests of the pipelines and the
 # batch type), pipelines (the 1-GPU pipeline benchmark, every preset, interleaved rounds, traces,
 # diagnostics: <= 9 min; bench/bench_pipelines.py), pipelines2 (the same on 2 GPUs through
 # torchrun), issue5 (delta tracking / writeback / in-place copy: GPU tests, benchmark, traces,
@@ -59,6 +64,7 @@ for p in "${parts[@]}"; do
     pipelines2) part pipelines2 540 bash -c 'python3 bench/bench_pipelines.py --gpus 2 --budget-s 450 --out "$OUT"' ;;
     pipetests) part pipetests 420 python3 -m pytest -q -p no:cacheprovider -o addopts= tests/runtime/test_pipelines_gpu.py tests/runtime/test_batch.py ;;
     issue5) part issue5 540 python3 gpu/issue5_run.py ;;
+    largetrace) part largetrace 420 bash -c 'python3 bench/make_large_trace.py --out "$OUT"' ;;
     snapshot) part snapshot 180 bash -c 'python3 gpu/snapshot_sample.py --out "$OUT"' ;;
     *) echo "unknown part: $p" >&2 ;;
     esac

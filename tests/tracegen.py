@@ -46,6 +46,7 @@ _PT2_CAT = {
     "memset": "gpu_memset",
     "sync": "cuda_sync",
     "python": "python_function",
+    "overhead": "overhead",
 }
 _LEGACY_CAT = {
     "cpu_op": "Operator",
@@ -58,6 +59,7 @@ _LEGACY_CAT = {
     "memset": "Memset",
     "sync": "Runtime",
     "python": "Operator",
+    "overhead": "overhead",
 }
 _GPU_KINDS = ("kernel", "memcpy", "memset", "gpu_annotation", "sync")
 
@@ -275,6 +277,11 @@ class TraceBuilder:
                        wait_stream=on_stream, wait_correlation=rec)
         return rec, wait
 
+    def overhead(self, name: str, ts: float, dur: float) -> None:
+        """A Kineto ``overhead`` event (pid -1), e.g. ``Command Buffer Full``: a launch blocked
+        on a full launch queue."""
+        self.events.append(_Ev("overhead", name, ts, dur, 0))
+
     # ---- memory ----------------------------------------------------------------------------
     def memory(
         self,
@@ -419,7 +426,7 @@ class TraceBuilder:
 
     def _emit(self, e, cats, legacy) -> list[dict[str, Any]]:
         ext_key = "external id" if legacy else "External id"
-        pid = self.device if e.kind in _GPU_KINDS else self.pid
+        pid = self.device if e.kind in _GPU_KINDS else (-1 if e.kind == "overhead" else self.pid)
         if e.kind in ("kernel", "memcpy", "memset", "gpu_annotation") and e.device >= 0:
             pid = e.device
         tid: Any = e.tid

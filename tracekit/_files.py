@@ -105,16 +105,17 @@ def files_read(paths, *, rules_path=None, snapshot_path=None) -> list[str]:
     return got
 
 
-def check_out(out: str | None, paths, *, rules_path=None, snapshot_path=None) -> None:
+def check_out(out: str | None, paths, *, rules_path=None, snapshot_path=None,
+              what: str = "--out") -> None:
     """Refuse an output file that is, or is linked to (symlink or hard link), a file the
     command reads (``files_read``), or that is a directory: writing it would destroy an
-    input."""
+    input. ``what``: the option's name in the message."""
     if out is None:
         return
     from tracekit.errors import InputError
 
     if os.path.isdir(out):
-        raise InputError("--out is a directory", path=out)
+        raise InputError(f"{what} is a directory", path=out)
     try:
         st = os.stat(out)
     except OSError:
@@ -128,7 +129,7 @@ def check_out(out: str | None, paths, *, rules_path=None, snapshot_path=None) ->
             continue
         if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
             same = "is" if os.path.realpath(p) == os.path.realpath(out) else "is linked to"
-            raise InputError(f"--out {same} {p}, which this command reads; it would be "
+            raise InputError(f"{what} {same} {p}, an input this command reads; it would be "
                              "overwritten", path=out)
 
 

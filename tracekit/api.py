@@ -4,7 +4,9 @@
 analysis, returning ``(Trace, Analysis)`` per rank. ``report_for_path(path)`` returns the same
 analyses as the JSON objects of ``tracekit.report`` and keeps them in a *report cache*, so the
 second ``tracekit analyze`` of an unchanged file reads one small JSON file instead of loading
-the trace.
+the trace. ``job_document(directory)`` analyses a directory of rank traces as one job
+(``tracekit.ranks``) and returns the JSON document ``tracekit analyze DIR --format json``
+writes, with the job object.
 
 Report cache: ``<cache dir>/reports/<key>.json`` where the cache dir is the loader's
 (``--cache-dir``, else ``$TRACEKIT_CACHE_DIR``, else the user cache dir) and the key hashes
@@ -45,9 +47,10 @@ if TYPE_CHECKING:  # heavy imports stay out of the warm path
 
 MAX_REPORTS = 256
 """Reports kept in the report cache; the least recently written go first."""
-REPORT_CACHE_VERSION = 2
+REPORT_CACHE_VERSION = 4
 """Part of every report-cache key: bump it when a change to the loader or the analyses changes
-a figure of an unchanged trace (the version string stays 0.1.0 between releases)."""
+a figure of an unchanged trace, or a rank object gains keys (the version string stays 0.1.0
+between releases)."""
 
 
 def trace_files(path: str) -> list[str]:
@@ -314,3 +317,35 @@ def explain_path(
 
         snap = compute_snapshot(snap_path)
     return [(t, compute(t, rules, snapshot=snap, config=config)) for t in ts.traces]
+
+
+def job_document(
+    directory: str | os.PathLike,
+    *,
+    rules_path: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    use_cache: bool = True,
+    with_hta: bool | None = False,
+    whole: bool = False,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    scheduler_timeout_s: float | None = None,
+) -> dict:
+    """The document ``tracekit analyze DIRECTORY --format json`` writes, for a program (the
+    dashboard's ranks view): ``{"tracekit_version", "format", "analyses": [<rank>...],
+    "jobs": [<job>]}``, the job object documented in ``tracekit.report``.
+
+    ``whole=False`` (the default) keeps in each rank object only what the job reads
+    (``tracekit.ranks.work.SUMMARY_KEYS``: headline, steps, collectives, identity, explain...):
+    enough for a ranks view, a fraction of the size; a rank's whole object (its timeline
+    sections) is ``report_for_path(job["ranks"][i]["source"])``. Ranks that cannot be read are
+    in ``jobs[0]["problems"]`` (never an exception); ``InputError`` only when the directory
+    cannot be listed or holds no trace. The other arguments are ``tracekit.ranks.analyze_job``'s.
+    """
+    from tracekit.ranks import analyze_job
+    from tracekit.report import document
+
+    rep = analyze_job(directory, rules_path=rules_path, cache_dir=cache_dir, use_cache=use_cache,
+                      with_hta=with_hta, whole=whole, workers=workers, scheduler=scheduler,
+                      scheduler_timeout_s=scheduler_timeout_s)
+    return document(rep.ranks, __version__, [rep.job])

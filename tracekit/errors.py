@@ -3,7 +3,9 @@
 Every error a user can cause is a ``TracekitError``. Library code raises them; only the CLI
 entry point (``tracekit.cli.main``) catches them, prints ``tracekit: error: <message>`` as one
 line on stderr and exits with ``exit_code``. Nothing else catches them, so library callers see
-the exception itself.
+the exception itself, with one exception: the per-rank work of a job (``tracekit.ranks.work``)
+turns the error of one rank's file into that rank's problem, so that the other ranks are still
+analysed (the command then prints a line per problem and exits 2).
 """
 
 from __future__ import annotations
@@ -43,3 +45,8 @@ class SnapshotError(TracekitError):
 
 class RuntimeConfigError(TracekitError):
     """The reference runtime was given an invalid configuration or cannot run here."""
+
+
+class ClusterError(TracekitError):
+    """The executor of a job's per-rank work cannot run it (an unreachable Dask scheduler, a
+    cluster without workers, the ``[cluster]`` extra missing)."""

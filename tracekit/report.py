@@ -11,7 +11,10 @@ A table is a list of row objects whose keys are the column names given here.
 
 ``tracekit analyze --format json`` writes::
 
-    {"tracekit_version": str, "format": 1, "analyses": [<rank>, ...]}
+    {"tracekit_version": str, "format": 1, "analyses": [<rank>, ...], "jobs": [<job>, ...]}
+
+(``jobs``: one per directory analysed, see "The job object" below; ``tracekit.api.job_document``
+returns the same document for one directory.)
 
 and each ``<rank>`` object is::
 
@@ -80,7 +83,15 @@ and each ``<rank>`` object is::
                     "series": [{device, ts, allocated, reserved}],
                     "series_points": int},
       "hta": object|null,        # the HTA section's fields (its to_dict() when it has one)
-      "snapshot": object|null    # tracekit.analyses.snapshot.SnapshotResult's fields
+      "snapshot": object|null,   # tracekit.analyses.snapshot.SnapshotResult's fields
+      "collectives": {"source": "args"|"kernel names"|"args and kernel names"|"none",
+                      "count": int, "kernel_ns": int,
+                      "by_type": [{collective, count, kernel_ns, in_bytes, out_bytes}],
+                      "groups": [{group, desc, size: int|null, ranks: [int]|null}],
+                      "kernels": [{group, collective, seq, index, step, stream, ts, end,
+                                   in_bytes, out_bytes}]},
+      "identity": {"distributed_info": object|null, "base_time_ns": int|null,
+                   "start_ns": int|null, "end_ns": int|null}
     }
 
 A step's window in ``explain`` runs from the previous step's completion (the first step: its
@@ -90,10 +101,71 @@ own start) to its completion (the last end among its CPU calls and the GPU work 
 compute + memcpy; ``communication``; ``sync``) with the largest share. Findings come first in
 the text output; ``tracekit.analyses.explain`` says what each one means.
 
+``collectives`` is ``tracekit.analyses.collectives`` (every communication kernel of the rank:
+its process group, collective, sequence number, step, sizes; -1 where unknown); ``identity`` is
+``tracekit.analyses.trace_identity`` (the ``distributedInfo`` as written, Kineto's
+``baseTimeNanoseconds``, the first start and last end on the rank's clock). ``tracekit.ranks``
+builds the job object below from them.
+
 ``series`` holds at most ``SERIES_POINTS`` points per device: when there are more events, the
 series is cut into that many equal runs of events and each run keeps its largest allocated
 and reserved (so peaks survive); ``series_points`` is the number of events before that.
 Columns documented as ``-1`` for "none" in the analyses keep ``-1`` here; NaN becomes null.
+
+The job object (``tracekit.ranks``; a directory of per-rank traces analysed as one job; every
+time is in ns on the reference rank's clock once the offsets are applied; definitions in
+``tracekit.ranks.job``)::
+
+    {
+      "source": str,                     # the directory
+      "world_size": int|null,            # distributedInfo.world_size of the job's ranks
+      "ranks_read": int, "complete": bool,   # complete: every rank read, nothing left out
+      "problems": [{kind: "unreadable"|"other_job"|"duplicate_rank"|"missing",
+                    source: str|null, rank: int|null, message: str}],
+      "ranks": [{rank, source, steps, step_source, step_cpu_p50_ns, step_cpu_p90_ns,
+                 step_gpu_p50_ns, step_gpu_p90_ns,
+                 bound: str|null, bound_share: num|null,   # the rank's explain headline
+                 collectives, collective_ns,               # its collective kernels, their time
+                 wait_ns,                                  # its wait at collectives
+                 last_count, caused_wait_ns,               # times it arrived last; wait it caused
+                 clock_offset_ns: int|null,                # its clock minus the reference's
+                 sent_bytes, received_bytes: int|null,     # over the all-to-alls
+                 warnings: [str]}],
+      "spread": {"figure": "step_gpu"|"step_cpu",
+                 "p50", "p90": {min_ns, median_ns, max_ns, spread_ns, slowest_rank,
+                                fastest_rank, max_over_median}|null}|null,
+      "clock": {"aligned": bool, "reference_rank": int|null,
+                "offsets": [{rank, offset_ns: int|null, spread_ns: num|null, samples,
+                             aligned: bool}],
+                "notes": [str]},
+      "matching": {"instances": int,
+                   "groups": [{group, desc, ranks: [int], matched_by: "seq"|"step and order"|
+                               "order", instances, partial, inconsistent, outside_steps}]},
+      "by_type": [{collective, instances, transfer_ns, waited_ns, skew_p50_ns, skew_p90_ns,
+                   skew_max_ns, bytes}],
+      "stragglers": {"rank": int|null, "last_count", "instances", "caused_wait_ns",
+                     "waited_ns": int, "share": num|null, "bound": str|null,
+                     "bound_share": num|null, "min_skew_ns": int,
+                     "steps": [{step, straggler, caused_wait_ns, waited_ns, skew_max_ns,
+                                bound: str|null}]},
+      "all_to_all": {"instances": int, "imbalance": num|null, "heaviest_rank": int|null,
+                     "instance_imbalance_p50", "instance_imbalance_max": num|null,
+                     "per_rank": [{rank, sent_bytes, received_bytes, received_over_mean}]},
+      "steps": [{rank, step, cpu_ns, gpu_ns: int|null, wait_ns, last_count,
+                 bound: str|null}],                # ranks x steps: the heatmap's cells
+      "instances": [{instance, group, collective, key, step, ranks, first_arrival,
+                     last_arrival, skew_ns, straggler, waited_ns, transfer_ns,
+                     end_spread_ns, imbalance: num|null}],
+      "worst": [<instance>, ...]        # the JobConfig.worst_kept largest skews
+    }
+
+In ``stragglers``: ``rank`` is the rank that caused the most wait (null when no instance has a
+skew of at least ``min_skew_ns``), ``instances`` the instances with such a skew, ``waited_ns``
+all the wait of all ranks, ``share`` the straggler's part of it, ``bound`` its explain bound;
+``steps`` names each step's straggler and that rank's bound in that step. In ``steps``, a
+rank's ``wait_ns`` and ``last_count`` count the instances its own kernels launched in that
+step. ``bound`` fields read the rank objects' ``explain`` section (``tracekit explain``) and
+are null where it is absent.
 
 ``tracekit compare --format json`` writes::
 
@@ -125,7 +197,8 @@ HEADLINE_KEYS = (
 )
 TEXT_KEYS = ("step_source", "bound")
 """Headline keys whose values are words, not figures."""
-SECTION_KEYS = ("explain", "steps", "overlap", "gaps", "syncs", "allocator", "hta", "snapshot")
+SECTION_KEYS = ("explain", "steps", "overlap", "gaps", "syncs", "allocator", "hta", "snapshot",
+                "collectives", "identity")
 RANK_KEYS = ("source", "rank", "schema", "platform", "warnings", "rules", "headline",
              *SECTION_KEYS)
 
@@ -240,13 +313,17 @@ def to_dict(a: Any) -> dict:
         "allocator": alloc,
         "hta": jsonable(a.hta),
         "snapshot": jsonable(a.snapshot),
+        "collectives": jsonable(a.collectives),
+        "identity": jsonable(a.identity),
     }
     return d
 
 
-def document(ranks: list[dict], version: str) -> dict:
-    """The top-level object of ``tracekit analyze --format json``."""
-    return {"tracekit_version": version, "format": FORMAT, "analyses": ranks}
+def document(ranks: list[dict], version: str, jobs: list[dict] | None = None) -> dict:
+    """The top-level object of ``tracekit analyze --format json`` (``jobs``: the job objects of
+    the directories analysed, ``tracekit.ranks``)."""
+    return {"tracekit_version": version, "format": FORMAT, "analyses": ranks,
+            "jobs": list(jobs or [])}
 
 
 # ---- text ----------------------------------------------------------------------------------------
@@ -600,6 +677,20 @@ def _num(v: Any) -> Any:
     return "-" if v is None else v
 
 
+def _text_collectives(c: dict) -> str:
+    out = (f"  {c['count']} kernels, {_ms(c['kernel_ns'])} ms (collective and group from "
+           f"{c['source']}):\n")
+    out += table(["collective", "kernels", "ms", "sent", "received"],
+                 [[r["collective"], r["count"], _ms(r["kernel_ns"]),
+                   fmt_bytes(r["in_bytes"]) if r["in_bytes"] else "-",
+                   fmt_bytes(r["out_bytes"]) if r["out_bytes"] else "-"]
+                  for r in c["by_type"]]) + "\n"
+    out += "  groups: " + "; ".join(
+        f"{g['group']}" + (f" ({g['desc']})" if g.get("desc") else "")
+        + (f" ranks {ranges(g['ranks'])}" if g.get("ranks") else "") for g in c["groups"]) + "\n"
+    return out
+
+
 def render_rank(r: dict, *, limit: int = 20) -> str:
     """One rank's report as text (``limit``: rows shown per long table)."""
     h = r["headline"]
@@ -649,6 +740,9 @@ def render_rank(r: dict, *, limit: int = 20) -> str:
     if r.get("explain"):
         sections.append(("8. Critical path per step (tracekit explain)",
                          text_explain(r["explain"], limit)))
+    if (r.get("collectives") or {}).get("count"):
+        sections.append(("9. Collectives (communication kernels)",
+                         _text_collectives(r["collectives"])))
     for title, body in sections:
         out.append("")
         out.append(title)
@@ -659,6 +753,199 @@ def render_rank(r: dict, *, limit: int = 20) -> str:
 def render_text(doc: dict, *, limit: int = 20) -> str:
     """``tracekit analyze``'s text output for a document from ``document``."""
     return "\n".join(render_rank(r, limit=limit) for r in doc["analyses"])
+
+
+# ---- a job of many ranks ------------------------------------------------------------------------
+
+def ranges(ranks: list[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` -> ``"0-2, 5, 7-8"``."""
+    out, run = [], []
+    for r in sorted(ranks):
+        if run and r == run[-1] + 1:
+            run.append(r)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [r]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(out)
+
+
+def _share(part: Any, whole: Any) -> str:
+    return f"{100 * part / whole:.0f}%" if part is not None and whole else "-"
+
+
+def _bound(b: Any, share: Any) -> str:
+    if b is None:
+        return "-"
+    return f"{b} {_pct(share)}" if share is not None else str(b)
+
+
+def _notable(rows: list[dict], job: dict, limit: int) -> tuple[list[dict], str]:
+    """All rows up to ``limit``; beyond, the ranks worth a look (straggler, slowest, fastest,
+    heaviest, most waited-for) and the slowest by P90 step time, in rank order."""
+    if len(rows) <= limit:
+        return rows, ""
+    keep = {job["stragglers"]["rank"], job["all_to_all"]["heaviest_rank"]}
+    sp = job.get("spread") or {}
+    for q in ("p50", "p90"):
+        if sp.get(q):
+            keep |= {sp[q]["slowest_rank"], sp[q]["fastest_rank"]}
+    keep |= {r["rank"] for r in sorted(rows, key=lambda r: -r["caused_wait_ns"])[:5]}
+    key = sp.get("figure", "step_gpu") + "_p90_ns"
+    for r in sorted(rows, key=lambda r: -(r.get(key) or 0)):
+        if len(keep - {None}) >= limit:
+            break
+        keep.add(r["rank"])
+    shown = [r for r in rows if r["rank"] in keep]
+    return shown, (f"  ... {len(rows) - len(shown)} more ranks (the straggler, the slowest, "
+                   "fastest and heaviest ranks and the slowest by P90 are shown; every rank: "
+                   "--format json)\n")
+
+
+def render_job(job: dict, *, limit: int = 64) -> str:
+    """A job object (``tracekit.ranks``) as text: the summary first, then the cross-rank
+    sections. ``limit``: rows shown in the longest tables."""
+    n, ws = job["ranks_read"], job["world_size"]
+    state = "complete" if job["complete"] else "INCOMPLETE"
+    head = (f"== job {job['source']}: {n} rank{'s' if n != 1 else ''} read"
+            + (f" of world size {ws}" if ws else "") + f" ({state})")
+    out = [head, "  per-rank detail: --rank N (one rank) or --detail (every rank)"]
+    if job["problems"]:
+        out.append(f"  not read ({len(job['problems'])}):")
+        missing = [p["rank"] for p in job["problems"] if p["kind"] == "missing"]
+        for p in job["problems"]:
+            if p["kind"] != "missing":
+                out.append(f"    {p['source']}: {p['message']}")
+        if missing:
+            out.append(f"    ranks without a trace file: {ranges(missing)}")
+    if not job["ranks"]:
+        return "\n".join(out) + "\n"
+    sp = job["spread"] or {}
+    which = "GPU" if sp.get("figure") == "step_gpu" else "CPU"
+    fig = sp.get("figure", "step_gpu")
+    align = job["clock"]["aligned"]
+
+    out += ["", "Ranks"]
+    rows, more = _notable(job["ranks"], job, limit)
+    out.append(table(
+        ["rank", "trace", "steps", f"{which} P50 ms", f"{which} P90 ms", "bound",
+         "collectives", "wait ms", "last", "caused wait ms"]
+        + (["clock offset ms"] if align else []),
+        [[r["rank"], _clip(r["source"].rsplit("/", 1)[-1], 40), r["steps"],
+          _ms(r[f"{fig}_p50_ns"]), _ms(r[f"{fig}_p90_ns"]), _bound(r["bound"], r["bound_share"]),
+          r["collectives"], _ms(r["wait_ns"]), r["last_count"], _ms(r["caused_wait_ns"])]
+         + ([_ms(r["clock_offset_ns"])] if align else []) for r in rows]))
+    if more:
+        out.append(more.rstrip("\n"))
+    for q in ("p50", "p90"):
+        v = sp.get(q)
+        if v:
+            over = v["max_over_median"]
+            out.append(f"  spread of {which} step {q.upper()} over ranks: {_ms(v['min_ns'])} .. "
+                       f"{_ms(v['max_ns'])} ms (median {_ms(v['median_ns'])}); slowest rank "
+                       f"{v['slowest_rank']}" + (f" (+{100 * (over - 1):.1f}% over the median)"
+                                                 if over else "")
+                       + f", fastest rank {v['fastest_rank']}")
+    if any(r["bound"] is None for r in job["ranks"]):
+        out.append("  bound: what each rank's steps are bound by (tracekit explain); - where "
+                   "the rank's report has no explain section")
+
+    c = job["clock"]
+    out += ["", "Clocks"]
+    if c["reference_rank"] is None:
+        out.append("  no collective shared by two ranks: clocks not compared")
+    else:
+        offs = [o for o in c["offsets"] if o["rank"] != c["reference_rank"]]
+        big = sorted(offs, key=lambda o: -abs(o["offset_ns"] or 0))[:limit]
+        out.append(f"  offsets from collective ends (a rank's clock minus rank "
+                   f"{c['reference_rank']}'s); "
+                   + ("applied before arrivals are compared" if c["aligned"]
+                      else "NOT applied (--no-align)"))
+        if big:
+            out.append(table(["rank", "offset ms", "± ms", "collectives"],
+                             [[o["rank"], _ms(o["offset_ns"]), _ms(o["spread_ns"]), o["samples"]]
+                              for o in sorted(big, key=lambda o: o["rank"])]))
+        if len(offs) > len(big):
+            out.append(f"  ... {len(offs) - len(big)} more ranks (largest offsets shown)")
+        for note in c["notes"]:
+            out.append(f"  warning: {note}")
+
+    mt = job["matching"]
+    out += ["", f"Collectives ({mt['instances']} instances matched across ranks in "
+                f"{len(mt['groups'])} process group{'s' if len(mt['groups']) != 1 else ''})"]
+    if mt["groups"]:
+        out.append(table(["group", "description", "ranks", "matched by", "instances", "partial",
+                          "inconsistent"],
+                         [[g["group"], g["desc"] or "-", _clip(ranges(g["ranks"]), 30),
+                           g["matched_by"], g["instances"], g["partial"], g["inconsistent"]]
+                          for g in mt["groups"]]))
+        if any(g["inconsistent"] for g in mt["groups"]):
+            out.append("  warning: inconsistent instances name different collectives on "
+                       "different ranks: the traces may not start at the same collective; "
+                       "they are left out")
+    if job["by_type"]:
+        out.append(table(["collective", "instances", "transfer ms", "waited ms", "skew P50 ms",
+                          "skew P90 ms", "skew max ms", "bytes sent"],
+                         [[t["collective"], t["instances"], _ms(t["transfer_ns"]),
+                           _ms(t["waited_ns"]), _ms(t["skew_p50_ns"]), _ms(t["skew_p90_ns"]),
+                           _ms(t["skew_max_ns"]), fmt_bytes(t["bytes"])]
+                          for t in job["by_type"]]))
+        out.append("  transfer: the shortest kernel of each instance; waited: summed over ranks, "
+                   "last arrival - each rank's arrival")
+
+    st = job["stragglers"]
+    out += ["", "Stragglers"]
+    if st["rank"] is None:
+        out.append(f"  none: no instance with an arrival skew of "
+                   f"{_ms(st['min_skew_ns'])} ms or more")
+    else:
+        srow = next(r for r in job["ranks"] if r["rank"] == st["rank"])
+        out.append(f"  rank {st['rank']} arrived last at {st['last_count']} of the "
+                   f"{st['instances']} instances with a skew of {_ms(st['min_skew_ns'])} ms or "
+                   f"more; the others waited {_ms(st['caused_wait_ns'])} ms for it "
+                   f"({_share(st['caused_wait_ns'], st['waited_ns'])} of the "
+                   f"{_ms(st['waited_ns'])} ms all ranks waited)")
+        out.append(f"  its bound (tracekit explain): {_bound(st['bound'], st['bound_share'])}"
+                   f"; its {which} step P90 {_ms(srow[f'{fig}_p90_ns'])} ms")
+        rows_s, more_s = _limited(st["steps"], limit)
+        out.append(table(["step", "straggler", "caused wait ms", "all waited ms", "max skew ms",
+                          "straggler's bound"],
+                         [[x["step"], x["straggler"], _ms(x["caused_wait_ns"]),
+                           _ms(x["waited_ns"]), _ms(x["skew_max_ns"]), x["bound"] or "-"]
+                          for x in rows_s]))
+        if more_s:
+            out.append(more_s.rstrip("\n"))
+        counts = sorted((r for r in job["ranks"] if r["last_count"]),
+                        key=lambda r: (-r["caused_wait_ns"], r["rank"]))[:10]
+        out.append("  last to arrive (count, wait caused): " + ", ".join(
+            f"rank {r['rank']} {r['last_count']}x {_ms(r['caused_wait_ns'])} ms" for r in counts))
+
+    a = job["all_to_all"]
+    out += ["", f"All-to-all sizes ({a['instances']} instances)"]
+    if a["imbalance"] is None:
+        out.append("  no all-to-all with known sizes")
+    else:
+        out.append(f"  imbalance: rank {a['heaviest_rank']} received {a['imbalance']:.3f}x the "
+                   f"mean over ranks (per instance: median {a['instance_imbalance_p50']:.3f}, "
+                   f"max {a['instance_imbalance_max']:.3f})")
+        rows_a = sorted(a["per_rank"], key=lambda r: (-r["received_bytes"], r["rank"]))
+        rows_a, more_a = _limited(rows_a, min(limit, 16))
+        out.append(table(["rank", "sent", "received", "received / mean"],
+                         [[r["rank"], fmt_bytes(r["sent_bytes"]), fmt_bytes(r["received_bytes"]),
+                           f"{r['received_over_mean']:.3f}"] for r in rows_a]))
+        if more_a:
+            out.append(more_a.rstrip("\n"))
+
+    if job["worst"]:
+        out += ["", "Worst instances (largest arrival skew)"]
+        out.append(table(["group", "collective", "key", "step", "skew ms", "last rank",
+                          "waited ms", "transfer ms"],
+                         [[w["group"], w["collective"], w["key"], w["step"], _ms(w["skew_ns"]),
+                           w["straggler"], _ms(w["waited_ns"]), _ms(w["transfer_ns"])]
+                          for w in job["worst"][:10]]))
+    return "\n".join(out) + "\n"
 
 
 # ---- compare -------------------------------------------------------------------------------------

@@ -51,3 +51,31 @@ def labels(paths: list[str]) -> list[str]:
 def test_labels_are_short_and_unique():
     assert labels(["/a/x/rank0.json", "/b/x/rank0.json", "/c/y.json"]) == ["a/x/rank0", "b/x/rank0", "y"]
     assert labels(["/a/t.json", "/a/t.json"]) == ["t#1", "t#2"]
+
+
+def test_a_view_of_a_trace_not_yet_loaded_says_so_and_is_drawn_once_loaded(tmp_path):
+    """No callback waits for a load: the view polls while its trace is parsed in the background."""
+    import time
+
+    from dashboards.views import Views
+
+    catalog = Catalog([SAMPLE], cache_dir=str(tmp_path))
+    views = Views(catalog)
+
+    def ids(component) -> set:
+        out = {getattr(component, "id", None)}
+        for child in getattr(component, "children", None) or []:
+            if not isinstance(child, str):
+                out |= ids(child)
+        return out
+
+    first = views.render("timeline", 0, None)
+    assert "view-loading" in ids(first) and "loading-poll" in ids(first)
+    deadline = time.monotonic() + 120
+    while not catalog.ready((0, None, "trace"), None) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    drawn = views.render("timeline", 0, None)
+    assert "timeline-graph" in ids(drawn) and "view-loading" not in ids(drawn)
+    assert catalog.sources[0].results is not None
+    # views drawn from report objects never wait
+    assert "view-loading" not in ids(Views(Catalog([SAMPLE], cache_dir=str(tmp_path))).render("gaps", 0, None))

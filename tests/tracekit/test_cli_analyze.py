@@ -44,7 +44,7 @@ def test_json_to_file(trace_file, tmp_path, capsys):
                          capsys)
     assert code == 0 and out == ""
     doc = json.loads(dest.read_text())
-    assert set(doc) == {"tracekit_version", "format", "analyses"}
+    assert set(doc) == {"tracekit_version", "format", "analyses", "jobs"}
     (r,) = doc["analyses"]
     assert tuple(r) == report.RANK_KEYS
     assert r["headline"]["steps"] == 3 and r["rank"] == 0

@@ -101,7 +101,7 @@ def test_out_may_not_overwrite_the_snapshot(tmp_path, capsys):
     snap = known_snapshot(tmp_path)
     before = snap.read_bytes()
     code, _, err = run(["analyze", trace, "--snapshot", snap, "--out", snap, "--no-cache"], capsys)
-    assert code == 2 and "which this command reads; it would be overwritten" in err
+    assert code == 2 and "an input this command reads; it would be overwritten" in err
     assert snap.read_bytes() == before
 
 

@@ -4,6 +4,7 @@ was worked out by hand (times in us; the trace's own helpers give the exact ns).
 from __future__ import annotations
 
 import glob
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -288,3 +289,71 @@ def test_inferred_waits_against_recorded_real_traces():
     if not found:
         pytest.skip("no committed trace records cuda_sync waits yet (needs a GPU run with "
                     "enable_cuda_sync_events)")
+
+
+PUBLIC = Path(__file__).resolve().parents[3] / "shared" / "traces" / "public"
+if not PUBLIC.is_dir():
+    PUBLIC = Path("/work/shared/traces/public")
+
+
+@pytest.mark.skipif(not PUBLIC.is_dir(), reason="public traces not present")
+@pytest.mark.parametrize("name", ["hta_ns_resolution_rank0", "hta_sampled_rank0",
+                                  "kineto_tbplugin_resnet50"])
+def test_public_traces(name):
+    """Other people's traces (ns resolution, NCCL, the 2021 legacy schema with pageable copies
+    and syncs): the replay reproduces them and every step's path tiles its window."""
+    from tracekit.analyses import explain
+    from tracekit.trace import load
+
+    t = load(PUBLIC / f"{name}.json.gz", use_cache=False).traces[0]
+    g = build_graph(t, RULES)
+    s, _ = replay(Plan.of(g))
+    assert (s == g.start).all()
+    r = explain.compute(t, RULES)
+    assert r.bound in ("host", "gpu", "communication", "sync")
+    for st in r.steps.itertuples(index=False):
+        assert sum(st.breakdown.values()) == st.duration_ns
+    if name == "kineto_tbplugin_resnet50":
+        assert g.edge_counts()["host_wait"] > 0  # each pageable copy, then a synchronize
+
+
+@pytest.mark.skipif(not PUBLIC.is_dir(), reason="public traces not present")
+def test_agrees_with_hta_on_its_own_trace():
+    """HTA 0.5's critical path of ProfilerStep#104 of its own test trace (run with
+    bench/hta_critical_path.py in a pandas<3 venv, bench/NOTES-explain.md): 95,662 us on the
+    path, 93,671 us of it GPU compute. tracekit's path of the same step covers the same work;
+    HTA rounds ns times down to us, which moves ~1 us per kernel from compute to gaps."""
+    from tracekit.trace import load
+
+    t = load(PUBLIC / "hta_ns_resolution_rank0.json.gz", use_cache=False).traces[0]
+    path = critical_path(t, RULES, step=104)
+    total = path["dur"].sum() / US
+    gpu = path.loc[path["category"].str.startswith("compute:") | (path["category"] == "memcpy"),
+                   "dur"].sum() / US
+    assert total == pytest.approx(95_662, rel=1e-3)
+    assert gpu == pytest.approx(93_671, rel=0.015)
+
+
+def test_full_launch_queue(tmp_path):
+    """A launch that held Kineto's 'Command Buffer Full' waited for its stream's activity that
+    ended just before it returned (k1, three launches back on the stream). With k2 moved off
+    the stream, three launches back is k0, long done: the launch returns after its own 1 us."""
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 200)
+    for i, (t, d) in enumerate([(10, 10), (20, 80), (100, 10), (110, 10)]):
+        b.kernel(f"k{i}", t, d, launched_by=b.runtime("cudaLaunchKernel", 1 + i, 0.5))
+    blocked = b.runtime("cudaLaunchKernel", 30, 71)  # returns at 101, k1 ended at 100
+    b.overhead("Command Buffer Full", 31, 68)
+    b.kernel("k4", 120, 10, launched_by=blocked)
+    b.runtime("cudaLaunchKernel", 150, 1)
+    t = load_built(b, tmp_path)
+    g = build_graph(t, RULES)
+    assert g.edge_counts()["queue"] == 1
+    call = int(np.flatnonzero(g.kind == 1)[4])
+    assert g.start[call] == ns(100) and g.wait_ns[call] == 70 * US
+    move = np.zeros(g.n, bool)
+    move[np.flatnonzero(g.name == "k2")] = True
+    s, e = replay(wi.plan(g, wi.Change(move=move)))
+    assert e[call] == ns(31)  # 30 + its own 1 us after the wait
+    s0, e0 = replay(wi.plan(g, wi.Change()))
+    assert e0[call] == ns(101)

@@ -54,3 +54,15 @@ def test_not_where_pandas_is_imported_already():
 
     assert not prefetch.available()
     assert prefetch.start(["x.json"], None) is None
+
+
+def test_no_temporary_directory_means_no_child(monkeypatch, tmp_path):
+    import tempfile
+
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(prefetch, "available", lambda: True)
+    monkeypatch.setattr(prefetch, "_json_bytes", lambda files: 0)
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    assert prefetch.start([str(tmp_path / "t.json")], None) is None  # parsed in-process instead

@@ -29,6 +29,8 @@ SECTION_FIELDS = {
     "allocator": {"series", "series_points", "devices", "per_step", "peak_allocated",
                   "peak_reserved", "unused_at_peak_reserved", "unused_fraction",
                   "reconstructed", "note"},
+    "collectives": {"kernels", "groups", "source", "count", "kernel_ns", "by_type"},
+    "identity": {"distributed_info", "base_time_ns", "start_ns", "end_ns"},
 }
 TABLE_COLUMNS = {
     ("steps", "steps"): ["step", "cpu_start", "cpu_end", "cpu_ns", "gpu_start", "gpu_end",
@@ -43,6 +45,9 @@ TABLE_COLUMNS = {
     ("syncs", "by_phase"): ["phase", "count", "total_ns", "max_ns", "idle_after_ns"],
     ("allocator", "series"): ["device", "ts", "allocated", "reserved"],
     ("allocator", "per_step"): ["step", "device", "allocations", "allocated_bytes"],
+    ("collectives", "kernels"): ["group", "collective", "seq", "index", "step", "stream", "ts",
+                                 "end", "in_bytes", "out_bytes"],
+    ("collectives", "by_type"): ["collective", "count", "kernel_ns", "in_bytes", "out_bytes"],
 }
 
 
@@ -83,7 +88,7 @@ def test_keys_are_stable(analysis):
         assert list(rows[0]) == cols, (section, table)
     assert d["hta"] is None and d["snapshot"] is None
     doc = report.document([d], "9.9")
-    assert set(doc) == {"tracekit_version", "format", "analyses"} and doc["format"] == 1
+    assert set(doc) == {"tracekit_version", "format", "analyses", "jobs"} and doc["format"] == 1
     json.dumps(doc, allow_nan=False)  # NaN became null
 
 

@@ -164,12 +164,16 @@ def test_out_never_overwrites_anything_read(good, tmp_path, capsys):
                  ["check", d, "--max", "stall_count=9", "--out", rank0],
                  ["analyze", path, "--out", snap]):
         code, _, err = run([*argv, "--no-cache"], capsys)
-        one_error(code, err.splitlines(), "which this command reads; it would be overwritten")
+        one_error(code, err.splitlines(), "an input this command reads; it would be overwritten")
     assert {p: sha(p) for p in before} == before
     # a new file, even inside the input directory, is fine
     code, _, err = run(["analyze", d, "--out", d / "report.txt", "--no-cache", "--no-hta"],
                        capsys)
-    assert code == 0 and (d / "report.txt").stat().st_size > 0, err
+    assert (d / "report.txt").stat().st_size > 0, err
+    # the directory is a job of world size 2 with rank 0 only: written, and the one missing
+    # rank said (exit 2: not every rank was read)
+    assert code == 2 and err.splitlines() == [
+        f"tracekit: error: {d}: rank 1 of world size 2: no trace file"], err
 
 
 # ---- wrong numbers without a warning ---------------------------------------------------------

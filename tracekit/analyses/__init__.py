@@ -9,14 +9,16 @@ stalls), ``allocator`` (``[memory]`` events). Optional sections:
 ``hta`` (``tracekit.analyses.hta.compute(trace, rules)``, HTA's own figures on the
 already-parsed trace; it says so when HolisticTraceAnalysis is not installed) and
 ``snapshot`` (``tracekit.analyses.snapshot``: a memory-snapshot pickle, which is not part of
-the trace, so the caller attaches it).
+the trace, so the caller attaches it). ``collectives`` (the rank's communication kernels) and
+``identity`` (which job and clock the trace comes from) are what ``tracekit.ranks`` combines
+across the ranks of a job.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracekit.analyses import allocator, gaps, overlap, steps, syncs
+from tracekit.analyses import allocator, collectives, gaps, overlap, steps, syncs
 from tracekit.phases import Rules, default_rules
 from tracekit.trace.model import Trace
 
@@ -48,6 +50,29 @@ class Analysis:
     explain: object | None = None
     """``tracekit.analyses.explain.ExplainResult``: critical path, bound, findings (None: not
     asked for)."""
+    collectives: collectives.CollectivesResult | None = None
+    """The rank's collective kernels (``tracekit.analyses.collectives``)."""
+    identity: dict | None = None
+    """``trace_identity(trace)``: the job and clock the trace comes from."""
+
+
+def trace_identity(trace: Trace) -> dict:
+    """What tells the ranks of one job from another's, and places the trace on a clock:
+    ``distributed_info`` (the trace's ``distributedInfo`` as written, or None),
+    ``base_time_ns`` (Kineto's ``baseTimeNanoseconds``: the wall-clock time of the trace's
+    timestamp 0, or None), ``start_ns`` / ``end_ns`` (first start and last end of its events, on
+    its own clock; None for a trace of only ``[memory]`` events)."""
+    info = trace.metadata.get("distributedInfo")
+    base = trace.metadata.get("baseTimeNanoseconds")
+    ev = trace.events
+    if len(ev):
+        ts = ev["ts"].to_numpy()
+        start, end = int(ts.min()), int((ts + ev["dur"].to_numpy()).max())
+    else:
+        start = end = None
+    return {"distributed_info": info if isinstance(info, dict) else None,
+            "base_time_ns": base if isinstance(base, int) and not isinstance(base, bool) else None,
+            "start_ns": start, "end_ns": end}
 
 
 HTA_AUTO_MAX_EVENTS = 500_000
@@ -72,6 +97,7 @@ def analyze_trace(
     ``with_explain``: also run ``explain`` (critical path, bound, findings).
     """
     rules = default_rules() if rules is None else rules
+    steps_result = steps.compute(trace, rules)
     hta = None
     if with_hta is not False and trace.has_gpu:
         from tracekit.analyses import hta as hta_mod
@@ -89,7 +115,7 @@ def analyze_trace(
         platform=trace.platform,
         warnings=tuple(trace.warnings),
         rules=rules.source,
-        steps=steps.compute(trace, rules),
+        steps=steps_result,
         overlap=overlap.compute(trace, rules),
         gaps=gaps.compute(trace, rules),
         syncs=syncs.compute(trace, rules),
@@ -97,6 +123,8 @@ def analyze_trace(
         hta=hta,
         snapshot=snapshot,
         explain=_explain(trace, rules, snapshot) if with_explain else None,
+        collectives=collectives.compute(trace, rules, steps=steps_result),
+        identity=trace_identity(trace),
     )
 
 
@@ -107,4 +135,4 @@ def _explain(trace: Trace, rules: Rules, snapshot: object | None):
     return explain.compute(trace, rules, snapshot=snapshot)
 
 
-__all__ = ["Analysis", "analyze_trace"]
+__all__ = ["Analysis", "analyze_trace", "trace_identity"]

@@ -115,15 +115,33 @@ def _label(g, lane: int) -> str:
     return g.lane_label(lane)
 
 
-def _top(g, segs: pd.DataFrame) -> list[dict]:
-    """The path's largest items: its time grouped by (lane, name, category)."""
-    if segs.empty:
-        return []
-    t = segs.groupby(["lane", "name", "category"], sort=False).agg(
+def _tops(g, path: pd.DataFrame) -> dict[int, list[dict]]:
+    """Per step, the path's largest items: its time grouped by (lane, name, category)."""
+    if path.empty:
+        return {}
+    t = path.groupby(["step", "lane", "name", "category"], sort=False).agg(
         ns=("dur", "sum"), count=("dur", "size")).reset_index()
-    t = t.sort_values("ns", ascending=False, kind="stable").head(TOP_ITEMS)
-    return [{"lane": _label(g, int(r.lane)), "name": str(r.name), "category": r.category,
-             "ns": int(r.ns), "count": int(r.count)} for r in t.itertuples(index=False)]
+    t = t.sort_values(["step", "ns"], ascending=[True, False], kind="stable")
+    t = t.groupby("step", sort=False).head(TOP_ITEMS)
+    labels = {int(ln): _label(g, int(ln)) for ln in t["lane"].unique()}
+    out: dict[int, list[dict]] = {}
+    for r in t.itertuples(index=False):
+        out.setdefault(int(r.step), []).append(
+            {"lane": labels[int(r.lane)], "name": str(r.name), "category": r.category,
+             "ns": int(r.ns), "count": int(r.count)})
+    return out
+
+
+def _breakdowns(path: pd.DataFrame) -> dict[int, dict[str, int]]:
+    """Per step, time per category (largest first)."""
+    if path.empty:
+        return {}
+    t = path.groupby(["step", "category"], sort=False)["dur"].sum().reset_index()
+    t = t.sort_values(["step", "dur"], ascending=[True, False], kind="stable")
+    out: dict[int, dict[str, int]] = {}
+    for st, cat, ns in zip(t["step"].tolist(), t["category"].tolist(), t["dur"].tolist()):
+        out.setdefault(int(st), {})[str(cat)] = int(ns)
+    return out
 
 
 def _finding(fid, title, fix, evidence, pred: wi.Prediction, kind="time") -> dict:
@@ -148,13 +166,13 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     win = cr.step_windows(g)
     rows = []
     total_bd: dict[str, int] = {}
+    bds, tops = _breakdowns(path), _tops(g, path)
     for r in win.itertuples(index=False):
-        segs = path[path["step"].to_numpy() == r.step]
-        bd = cr.breakdown(segs)
+        bd = bds.get(int(r.step), {})
         dur = int(r.end - r.start)
         b, share = cr.bound_of(bd, dur)
         rows.append((int(r.step), int(r.start), int(r.end), dur, b,
-                     np.nan if share is None else share, bd, _top(g, segs)))
+                     np.nan if share is None else share, bd, tops.get(int(r.step), [])))
         for k, v in bd.items():
             total_bd[k] = total_bd.get(k, 0) + v
     steps = pd.DataFrame(rows, columns=["step", "start_ns", "end_ns", "duration_ns", "bound",
@@ -173,8 +191,6 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     # ---- fixes and what-ifs --------------------------------------------------------------------
     findings: list[dict] = []
     wrows: list[tuple] = []
-    calls = np.flatnonzero(g.kind == NodeKind.CALL)
-    keep_ns = int(np.median(g.dur[calls])) if calls.size else 0
     chains = _chains(trace, g)
 
     def run(fid, title, applies, evidence, change) -> wi.Prediction | None:
@@ -187,30 +203,25 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
                       pred.saving_contention_ns if pred else None))
         return pred
 
-    has_gpu = bool((g.kind == NodeKind.GPU).any())
-    fixes = []
-    if has_gpu:
-        fixes = [fx.detect_fused(trace, g, rules, config.fixes),
-                 fx.detect_async_delta(trace, g, config.fixes, keep_ns),
-                 fx.detect_writeback(trace, g, config.fixes, chains)]
+    fixes = detect_fixes(trace, g, rules, config.fixes, snapshot=snapshot, chains=chains)
     for f in fixes:
+        if f.kind == "memory":
+            m = f.memory
+            wrows.append((f.id, f.title, f.applies, f.evidence, None, None, None, None, None,
+                          None))
+            if f.applies:
+                pr, pk = m.get("predicted_peak_reserved_bytes"), m.get("peak_reserved_bytes")
+                findings.append({"id": f.id, "title": f.title, "fix": f.fix,
+                                 "evidence": f.evidence, "kind": "memory", "saving_ns": None,
+                                 "saving_fraction": None, "saving_contention_ns": None,
+                                 "saving_contention_fraction": None, "observed_step_ns": None,
+                                 "predicted_step_ns": None, "predicted_contention_step_ns": None,
+                                 **m, "saving_bytes": (pk - pr) if pr is not None and
+                                 pk is not None else None})
+            continue
         pred = run(f.id, f.title, f.applies, f.evidence, f.change)
         if f.applies and pred is not None:
             findings.append(_finding(f.id, f.title, f.fix, f.evidence, pred))
-    if has_gpu:
-        alloc = allocator.compute(trace, rules)
-        f = fx.detect_inplace(trace, g, rules, config.fixes, snapshot, alloc.peak_reserved)
-        m = f.memory
-        wrows.append((f.id, f.title, f.applies, f.evidence, None, None, None, None, None, None))
-        if f.applies:
-            pr, pk = m.get("predicted_peak_reserved_bytes"), m.get("peak_reserved_bytes")
-            findings.append({"id": f.id, "title": f.title, "fix": f.fix, "evidence": f.evidence,
-                             "kind": "memory", "saving_ns": None, "saving_fraction": None,
-                             "saving_contention_ns": None, "saving_contention_fraction": None,
-                             "observed_step_ns": None, "predicted_step_ns": None,
-                             "predicted_contention_step_ns": None, **m,
-                             "saving_bytes": (pk - pr) if pr is not None and pk is not None
-                             else None})
     covered_syncs = any(f.applies and f.id in ("async_delta_copy", "precomputed_writeback")
                         for f in fixes)
     generic = []
@@ -255,6 +266,26 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         what_ifs=what_ifs, lanes=lanes_t,
         graph={"nodes": g.n, "edges": g.edge_counts(), "launch_latency_ns": g.launch_latency_ns},
         warnings=tuple(warnings), path=path)
+
+
+def detect_fixes(trace: Trace, g, rules: Rules, config: fx.FixConfig, *,
+                 snapshot: object | None = None, chains: np.ndarray | None = None,
+                 keep_ns: int | None = None) -> list:
+    """The four fixes on this trace's graph (``tracekit.graph.fixes.Fix``; none without GPU
+    activity). ``chains``: op chains per node (``_chains``), ``keep_ns``: what a blocking call
+    that no longer waits still takes (default: the median runtime call)."""
+    if not (g.kind == NodeKind.GPU).any():
+        return []
+    if chains is None:
+        chains = _chains(trace, g)
+    if keep_ns is None:
+        calls = np.flatnonzero(g.kind == NodeKind.CALL)
+        keep_ns = int(np.median(g.dur[calls])) if calls.size else 0
+    alloc = allocator.compute(trace, rules)
+    return [fx.detect_fused(trace, g, rules, config),
+            fx.detect_async_delta(trace, g, config, keep_ns),
+            fx.detect_writeback(trace, g, config, chains),
+            fx.detect_inplace(trace, g, rules, config, snapshot, alloc.peak_reserved)]
 
 
 def _chains(trace: Trace, g) -> np.ndarray:

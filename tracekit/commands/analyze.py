@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -64,6 +65,37 @@ def with_snapshot(ranks: list[dict], snapshot_path: str) -> dict:
     return {**ranks[0], "snapshot": jsonable(compute_snapshot(snapshot_path))}
 
 
+def job_options(f):
+    """The options of the commands that analyse a directory of ranks as one job."""
+    f = click.option("--workers", type=int, default=None,
+                     help="Local processes analysing the ranks of a directory in parallel "
+                          "(default: one per CPU; 1: one after the other).")(f)
+    f = click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                     help="Analyse the ranks on this Dask scheduler's workers instead (the "
+                          "[cluster] extra; the workers read the traces at the same paths "
+                          "and keep their own caches).")(f)
+    f = click.option("--scheduler-timeout", type=float, default=None, metavar="SECONDS",
+                     help="How long to try to reach the Dask scheduler and wait for a worker "
+                          "(default 10).")(f)
+    return f
+
+
+def echo_problems(problems: list, directory: str) -> None:
+    """One ``tracekit: error:`` line per file of a job that was not read, and one for the ranks
+    that have no file."""
+    from tracekit.report import ranges
+
+    missing = [p for p in problems if p.kind == "missing"]
+    for p in problems:
+        if p.kind != "missing":
+            click.echo(f"tracekit: error: {p.line(directory)}", err=True)
+    if len(missing) == 1:
+        click.echo(f"tracekit: error: {missing[0].line(directory)}", err=True)
+    elif missing:
+        click.echo(f"tracekit: error: {directory}: ranks {ranges([p.rank for p in missing])} "
+                   "have no trace file", err=True)
+
+
 @click.command("analyze")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
@@ -71,7 +103,14 @@ def with_snapshot(ranks: list[dict], snapshot_path: str) -> dict:
 @click.option("--out", type=click.Path(), default=None, help="Write to this file instead of stdout.")
 @click.option("--rules", "rules_path", type=click.Path(), default=None,
               help="A TOML file of phase rules overriding the defaults.")
-@click.option("--rank", type=int, default=None, help="Only this rank of a multi-rank directory.")
+@click.option("--rank", type=int, default=None,
+              help="Only this rank of a multi-rank directory (its full report).")
+@click.option("--detail", is_flag=True,
+              help="After a directory's job summary, every rank's full report.")
+@click.option("--no-align", is_flag=True,
+              help="Compare the ranks' timestamps as written (no clock offsets estimated "
+                   "from collective ends).")
+@job_options
 @click.option("--snapshot", "snapshot_path", type=click.Path(), default=None,
               help="A CUDA memory-snapshot pickle (torch.cuda.memory._dump_snapshot) to report "
                    "with the one trace analysed. Without it, <stem>.pickle or "
@@ -79,32 +118,66 @@ def with_snapshot(ranks: list[dict], snapshot_path: str) -> dict:
 @click.option("--hta/--no-hta", default=None,
               help="Include HTA's own figures (temporal, idle, kernel breakdown, comm/comp), or "
                    "leave them out. Default: include them for traces of at most 500,000 events "
-                   "(they cost ~3 s per million events).")
+                   "(they cost ~3 s per million events); a directory's job summary alone "
+                   "never needs them.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the trace and report caches.")
 @click.option("--cache-dir", type=click.Path(), default=None,
               help="Cache directory (default: $TRACEKIT_CACHE_DIR or the user cache dir).")
-def command(paths, fmt, out, rules_path, rank, snapshot_path, hta, no_cache, cache_dir):
+def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, scheduler,
+            scheduler_timeout, snapshot_path, hta, no_cache, cache_dir):
     """Where do the training steps in these Kineto traces go?
 
-    PATH is a .json/.json.gz trace or a directory of per-rank traces. Sections: steps, stream
-    overlap, optimizer -> lookup gap, sync stalls, allocator (every figure is defined in docs/metrics.md).
+    PATH is a .json/.json.gz trace or a directory of per-rank traces. A directory is one job:
+    its summary comes first (ranks found and not read, step time per rank, each rank's bound,
+    the spread), then collectives matched across ranks (clock offsets, arrival skew,
+    stragglers, all-to-all sizes). Per trace: findings, steps, stream overlap, optimizer ->
+    lookup gap, sync stalls, allocator (every figure is defined in docs/metrics.md). Exit 2
+    when a rank of a directory cannot be read (the others are still analysed).
     """
     from tracekit.api import report_for_path
-    from tracekit.report import document, render_text
+    from tracekit.ranks import JobConfig, analyze_job
+    from tracekit.report import document, render_job, render_rank
 
     check_out(out, paths, rules_path=rules_path, snapshot_path=snapshot_path)
     warn_cache(no_cache, cache_dir)
+    config = JobConfig(align_clocks=not no_align)
     ranks: list[dict] = []
+    jobs: list[dict] = []
+    texts: list[str] = []
+    problems: list[tuple] = []
     for p in paths:
-        got = report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
-                              use_cache=not no_cache, prefetch=True, with_hta=hta)
-        ranks += select_rank(got, rank, p)
+        if not os.path.isdir(p):
+            got = report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
+                                  use_cache=not no_cache, prefetch=True, with_hta=hta)
+            ranks += select_rank(got, rank, p)
+            texts += [("rank", r) for r in select_rank(got, rank, p)]
+            continue
+        whole = fmt == "json" or detail or rank is not None
+        rep = analyze_job(p, rules_path=rules_path, cache_dir=cache_dir, use_cache=not no_cache,
+                          with_hta=hta if whole else False, whole=whole, workers=workers,
+                          scheduler=scheduler, scheduler_timeout_s=scheduler_timeout,
+                          config=config)
+        problems.append((rep.problems, p))
+        jobs.append(rep.job)
+        sel = select_rank(rep.ranks, rank, p) if rank is not None else rep.ranks
+        ranks += sel
+        if rank is not None or (len(rep.ranks) == 1 and not rep.problems):
+            texts += [("rank", r) for r in sel]
+        else:
+            texts.append(("job", rep.job))
+            texts += [("rank", r) for r in sel] if detail else []
     if snapshot_path is not None:
         ranks = [with_snapshot(ranks, snapshot_path)]
+        texts = [("rank", ranks[0])]
     for r in ranks:
         echo_warnings(r)
-    doc = document(ranks, __version__)
     if fmt == "json":
+        doc = document(ranks, __version__, jobs)
         emit(json.dumps(doc, allow_nan=False) + "\n", out)  # compact: C-encoded, fast
     else:
-        emit(render_text(doc), out)
+        emit("\n".join(render_job(x) if kind == "job" else render_rank(x)
+                       for kind, x in texts), out)
+    for probs, p in problems:
+        echo_problems(probs, p)
+    if any(probs for probs, _ in problems):
+        raise SystemExit(2)

@@ -1,18 +1,22 @@
 """``tracekit check PATH --max KEY=VALUE --min KEY=VALUE``: gate a job on headline figures.
 
 Exit 0 when every threshold holds on every rank, 1 when one does not (or its figure cannot be
-measured in that trace), 2 on bad input, like every other command.
+measured in that trace), 2 on bad input, like every other command. A directory is a job: its
+ranks are checked, and a job of which a rank could not be read (or is missing) fails the check
+``all ranks read`` (exit 1, with one ``tracekit: error:`` line per rank not read).
 """
 
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
 from tracekit import __version__
 from tracekit._files import check_out
-from tracekit.commands.analyze import echo_warnings, emit, select_rank, warn_cache
+from tracekit.commands.analyze import (echo_problems, echo_warnings, emit, job_options, select_rank,
+                                       warn_cache)
 
 
 def _fmt(key: str, v: float | None) -> str:
@@ -35,9 +39,11 @@ def _fmt(key: str, v: float | None) -> str:
 @click.option("--rules", "rules_path", type=click.Path(), default=None,
               help="A TOML file of phase rules overriding the defaults.")
 @click.option("--rank", type=int, default=None, help="Only this rank of a multi-rank directory.")
+@job_options
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the caches.")
 @click.option("--cache-dir", type=click.Path(), default=None, help="Cache directory.")
-def command(paths, maxima, minima, fmt, out, rules_path, rank, no_cache, cache_dir):
+def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, scheduler,
+            scheduler_timeout, no_cache, cache_dir):
     """Check headline figures of traces against thresholds (exit 1 when one fails).
 
     KEY is a headline figure of `tracekit analyze --format json` (docs/metrics.md defines each;
@@ -57,8 +63,25 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, no_cache, cache_d
     warn_cache(no_cache, cache_dir)
     results, failed = [], 0
     for p in paths:
-        got = report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
-                              use_cache=not no_cache, prefetch=True, with_hta=False)
+        if os.path.isdir(p):
+            from tracekit.ranks import analyze_job
+
+            rep = analyze_job(p, rules_path=rules_path, cache_dir=cache_dir,
+                              use_cache=not no_cache, with_hta=False, whole=True,
+                              workers=workers, scheduler=scheduler,
+                              scheduler_timeout_s=scheduler_timeout)
+            echo_problems(rep.problems, p)
+            job = rep.job
+            expected = job["world_size"] or job["ranks_read"] + sum(
+                1 for x in job["problems"] if x["kind"] != "missing")
+            failed += not job["complete"]
+            results.append({"source": p, "rank": None, "key": "ranks_read", "op": "==",
+                            "bound": expected, "value": job["ranks_read"],
+                            "passed": job["complete"], "reason": None})
+            got = rep.ranks
+        else:
+            got = report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
+                                  use_cache=not no_cache, prefetch=True, with_hta=False)
         for r in select_rank(got, rank, p):
             echo_warnings(r)
             for row in evaluate(r["headline"], thresholds, r):
@@ -70,7 +93,9 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, no_cache, cache_d
         emit(json.dumps({"tracekit_version": __version__, "passed": failed == 0,
                          "checks": results}) + "\n", out)
     else:
-        rows = [[c["source"], c["rank"], c["key"], f"{c['op']} {_fmt(c['key'], c['bound'])}",
+        rows = [[c["source"], "-", "all ranks read", f"== {c['bound']}", c["value"],
+                 "ok" if c["passed"] else "FAIL"] if c["key"] == "ranks_read" else
+                [c["source"], c["rank"], c["key"], f"{c['op']} {_fmt(c['key'], c['bound'])}",
                  _fmt(c["key"], c["value"]), "ok" if c["passed"] else "FAIL"] for c in results]
         why = [f"  {c['key']} of {c['source']} rank {c['rank']} cannot be measured: {c['reason']}"
                for c in results if c["reason"]]

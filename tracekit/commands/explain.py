@@ -82,8 +82,14 @@ def command(path, step, what_ifs, annotate, fmt, out, rules_path, rank, limit, n
             parse_spec(s)
     check_out(out, (path,))
     if annotate is not None:
-        check_out(annotate, (path,))
-        if out is not None and annotate == out:
+        import os
+
+        if os.path.realpath(annotate) == os.path.realpath(path):
+            raise InputError("--annotate names the input trace; it would be overwritten",
+                             path=annotate)
+        if os.path.isdir(annotate):
+            raise InputError("--annotate is a directory", path=annotate)
+        if out is not None and os.path.realpath(annotate) == os.path.realpath(out):
             raise InputError("--annotate and --out name the same file", path=annotate)
     if limit < 1:
         raise InputError("--limit must be at least 1")

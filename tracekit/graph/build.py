@@ -82,7 +82,8 @@ def _event_rows(trace: Trace, kinds) -> np.ndarray:
 
 def _calls(trace: Trace) -> pd.DataFrame:
     """Runtime/driver calls, nested ones folded into the outermost call of their thread:
-    ``row, ts, end, pid, tid, name, outer`` (outer: position of the kept call)."""
+    ``row, ts, end, pid, tid, outer, corr`` (outer: position of the kept call; its end covers
+    the calls nested in it)."""
     ev = trace.events
     rows = _event_rows(trace, (Kind.RUNTIME, Kind.DRIVER))
     ts = ev["ts"].to_numpy(np.int64)[rows]
@@ -101,10 +102,7 @@ def _calls(trace: Trace) -> pd.DataFrame:
         nested = same & (ts < np.r_[0, reach[:-1]])
         top = ~nested
         outer = np.maximum.accumulate(np.where(top, np.arange(n), 0))
-        end = np.where(top, np.maximum(end, 0), end)
-        # an outer call's end covers its nested calls
-        reach_top = pd.Series(end).groupby(outer).transform("max").to_numpy()
-        end = reach_top
+        end = pd.Series(end).groupby(outer).transform("max").to_numpy()
     return pd.DataFrame({"row": rows, "ts": ts, "end": end, "pid": pid, "tid": tid,
                          "outer": outer, "corr": ev["correlation"].to_numpy(np.int64)[rows]})
 
@@ -124,21 +122,25 @@ def _main_thread(trace: Trace, rules: Rules, calls: pd.DataFrame) -> tuple[int, 
     return pid, int(tid)
 
 
-def _launch_latency(a_start, a_lane, launch_end, nominal: int | None) -> int:
+NONE = np.iinfo(np.int64).min // 2
+"""A time that precedes every other (an activity first on its stream has no previous end)."""
+
+
+def stream_prev_end(a_start, a_end, a_lane) -> np.ndarray:
+    """Per activity: the end of the one before it on its stream (``NONE`` for the first)."""
+    order = np.lexsort((a_start, a_lane))
+    same = np.r_[False, a_lane[order][1:] == a_lane[order][:-1]]
+    out = np.full(a_start.size, NONE, np.int64)
+    out[order] = np.where(same, np.r_[0, a_end[order][:-1]], NONE)
+    return out
+
+
+def _launch_latency(a_start, a_end, a_lane, launch_end, nominal: int | None) -> int:
+    """The nominal launch latency: ``nominal``, else the 10th percentile of activity start -
+    launch end over the activities whose stream was free when their launch returned."""
     if nominal is not None:
         return nominal
-    has = launch_end >= 0
-    if not has.any():
-        return 0
-    # activities whose stream was free when their launch returned: start - launch end
-    order = np.lexsort((a_start, a_lane))
-    prev_end = np.full(a_start.size, np.iinfo(np.int64).min)
-    s = a_start[order]
-    same = np.r_[False, a_lane[order][1:] == a_lane[order][:-1]]
-    # a stream's previous activity end: the activities of a lane do not overlap
-    ends = np.r_[np.iinfo(np.int64).min, (s + 0)[:-1]]
-    prev_end[order] = np.where(same, ends, np.iinfo(np.int64).min)
-    free = has & (prev_end < launch_end)
+    free = (launch_end >= 0) & (stream_prev_end(a_start, a_end, a_lane) < launch_end)
     lat = (a_start - launch_end)[free]
     if not lat.size:
         return 0
@@ -222,20 +224,37 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         scorr = ev["correlation"].to_numpy(np.int64)[sy[host]]
         hit = np.isin(c_corr, scorr[scorr >= 0]) & (c_corr >= 0)
         blocking[np.unique(c_node_of_call[hit])] = True
+    # which activity each (kept) call launched: the correlation ids
+    act_call = np.full(len(acts), -1, np.int64)  # per activity: the kept call that launched it
+    ok = c_corr >= 0
+    cc, cn = c_corr[ok], c_node_of_call[ok]
+    o = np.argsort(cc, kind="stable")
+    cc, cn = cc[o], cn[o]
+    if cc.size and len(acts):
+        k = np.minimum(np.searchsorted(cc, a_corr), cc.size - 1)
+        linked = (a_corr >= 0) & (cc[k] == a_corr)
+        act_call[linked] = cn[k[linked]]
+    call_act = np.full(len(kept), -1, np.int64)  # per kept call: an activity it launched
+    has = np.flatnonzero(act_call >= 0)
+    call_act[act_call[has]] = has
     # launches that blocked on a full launch queue: the call holds one of Kineto's overhead
-    # events for it
+    # events for it. The queue is per stream (a launch waits for the activity launched ~1021
+    # launches before it on the same stream), so it waited for an activity of its own stream.
+    queue = np.zeros(len(kept), bool)
     qrows = _event_rows(trace, (Kind.OTHER,))
     qrows = qrows[np.asarray(names.array[qrows]).astype(str) == QUEUE_FULL] if qrows.size else qrows
     if qrows.size and k_ts.size:
         q_s, q_e = intervals.union(ev["ts"].to_numpy(np.int64)[qrows],
                                    (ev["ts"].to_numpy(np.int64) + ev["dur"].to_numpy(np.int64))[qrows])
         k = np.searchsorted(q_s, k_ts, side="left")
-        blocking |= (k < q_s.size) & (q_e[np.minimum(k, q_s.size - 1)] <= k_end)
+        queue = (k < q_s.size) & (q_e[np.minimum(k, q_s.size - 1)] <= k_end) & (call_act >= 0)
+        blocking |= queue
+    only_lane = np.where(queue, a_lane[np.maximum(call_act, 0)] if len(acts) else -1, -1)
     device_sync = phases.name_matches(ncodes[k_rows], ncats,
                                       re.compile(r"DeviceSynchronize|CtxSynchronize|ThreadSynchronize"))
     hw_src, hw_dst = _host_waits(
         np.flatnonzero(blocking), k_ts, k_end, device_sync, a_start, a_end, a_launch, a_lane,
-        acts["device"].to_numpy(np.int64), config.host_wait_tolerance_ns)
+        only_lane, config.host_wait_tolerance_ns)
     # graph start of a call: after the GPU work it waited for
     c_start = k_ts.copy()
     if hw_dst.size:
@@ -313,22 +332,15 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     s_prev, s_next = _pairs(lane[is_gpu].astype(np.int64), ids[is_gpu])
     add(s_prev, s_next, EdgeKind.STREAM, 0)
     # launches: the activity's correlation -> the (outer) call carrying it
-    l_src = l_dst = np.zeros(0, np.int64)
-    if nc and na:
-        cc = c_corr[c_corr >= 0]
-        cn = c_node_of_call[c_corr >= 0]
-        o = np.argsort(cc, kind="stable")
-        cc, cn = cc[o], cn[o]
-        k = np.minimum(np.searchsorted(cc, a_corr), max(cc.size - 1, 0))
-        linked = (a_corr >= 0) & (cc.size > 0) & (cc[k] == a_corr) if cc.size else np.zeros(na, bool)
-        l_src, l_dst = c_id[cn[k[linked]]], a_id[linked]
+    linked = act_call >= 0
+    l_src, l_dst = c_id[act_call[linked]], a_id[linked]
     launch_end = np.full(na, -1, np.int64)  # per activity: end of its launch call
     if l_dst.size:
         by_node = np.full(kind.size, -1, np.int64)
         # a call that waited ended after its own work began: not a launch latency sample
         by_node[l_dst] = np.where(wait[l_src] > 0, -1, end[l_src])
         launch_end = by_node[a_id]
-    lat = _launch_latency(a_start, a_lane, launch_end, config.launch_latency_ns)
+    lat = _launch_latency(a_start, a_end, a_lane, launch_end, config.launch_latency_ns)
     # a blocking call launched its work when it began, before its wait: that launch edge comes
     # from the call before it on its thread, with the host time up to the call's start
     l_nom = np.full(l_src.size, lat, np.int64)
@@ -347,7 +359,9 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         warnings.append("no GPU activity is linked to its launch (no correlation ids or flows): "
                         "the graph has no launch edges; host and GPU are explained separately")
     # host waits
-    add(a_id[hw_src], c_id[hw_dst], EdgeKind.HOST_WAIT, 0)
+    qw = queue[hw_dst]
+    add(a_id[hw_src[~qw]], c_id[hw_dst[~qw]], EdgeKind.HOST_WAIT, 0)
+    add(a_id[hw_src[qw]], c_id[hw_dst[qw]], EdgeKind.QUEUE, 0)
     # cross-stream waits: recorded, else inferred
     rec = _recorded_waits(trace, acts, a_id, a_lane, kept, c_node_of_call, calls, ev)
     infer = config.infer_waits if config.infer_waits is not None else rec[0].size == 0
@@ -382,6 +396,8 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     src, dst, ekind, nom = src[o], dst[o], ekind[o], nom[o]
     lag, binding = _bind(src, dst, ekind, nom, start, end)
 
+    launched = np.full(kind.size, -1, np.int64)
+    launched[c_id[act_call[linked]]] = a_id[linked]
     steps_t = pd.DataFrame({
         "step": st["step"].to_numpy(np.int64) if n_st else np.zeros(0, np.int64),
         "cpu_start": st["cpu_start"].to_numpy(np.int64) if n_st else np.zeros(0, np.int64),
@@ -392,10 +408,11 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     return Graph(kind=kind, lane=lane, start=start, dur=dur, row=row, step=step,
                  category=category, name=name, phase=phase, batch=batch, lanes=lanes,
                  src=src, dst=dst, edge_kind=ekind, lag=lag, binding=binding, steps=steps_t,
-                 wait_ns=wait, launch_latency_ns=lat, warnings=tuple(warnings))
+                 wait_ns=wait, launched=launched, launch_latency_ns=lat,
+                 warnings=tuple(warnings))
 
 
-_PRIORITY = {EdgeKind.HOST_WAIT: 6, EdgeKind.WAIT_RECORDED: 5, EdgeKind.WAIT_INFERRED: 4,
+_PRIORITY = {EdgeKind.HOST_WAIT: 6, EdgeKind.QUEUE: 6, EdgeKind.WAIT_RECORDED: 5, EdgeKind.WAIT_INFERRED: 4,
              EdgeKind.FIX: 4, EdgeKind.STREAM: 3, EdgeKind.HANDOFF: 2, EdgeKind.LAUNCH: 1,
              EdgeKind.PROGRAM: 0}
 
@@ -424,13 +441,14 @@ def _bind(src, dst, ekind, nom, start, end) -> tuple[np.ndarray, np.ndarray]:
     return lag.astype(np.int64), binding
 
 
-def _host_waits(calls_idx, c_ts, c_end, device_sync, a_start, a_end, a_launch, a_lane, a_dev,
-                tolerance) -> tuple[np.ndarray, np.ndarray]:
+def _host_waits(calls_idx, c_ts, c_end, device_sync, a_start, a_end, a_launch, a_lane,
+                only_lane, tolerance) -> tuple[np.ndarray, np.ndarray]:
     """For blocking calls: the GPU activities each waited for (activity index, call index).
 
     A call waited for the activity launched before it that ended last before it returned (a
-    device synchronize: the last one of every stream); it waited if that activity was still
-    running when the call began, and ended within ``tolerance`` of the call's return."""
+    device synchronize: the last one of every stream; a launch blocked on a full queue: the
+    last one of ``only_lane``, its own stream); it waited if that activity was still running
+    when the call began, and ended within ``tolerance`` of the call's return."""
     if not calls_idx.size or not a_start.size:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     launch = np.where(a_launch >= 0, a_launch, a_start)
@@ -444,6 +462,7 @@ def _host_waits(calls_idx, c_ts, c_end, device_sync, a_start, a_end, a_launch, a
         e = a_end[sel]
         lm = np.maximum.accumulate(launch[sel])  # launches are in order on a stream
         for group in (single, multi):
+            group = group[(only_lane[group] < 0) | (only_lane[group] == ln)]
             if not group.size:
                 continue
             k = np.searchsorted(e, c_end[group], side="right") - 1
@@ -476,13 +495,9 @@ def _inferred_waits(a_start, a_end, a_lane, a_dev, launch_end, lat, config: Grap
     before it launches on the waiting stream; a stream held without one waited for something
     else: the GPU's resources, say)."""
     n = a_start.size
-    order = np.lexsort((a_start, a_lane))
-    same = np.r_[False, a_lane[order][1:] == a_lane[order][:-1]]
-    prev_end = np.full(n, np.iinfo(np.int64).min // 2)
-    pe = np.r_[0, a_end[order][:-1]]
-    prev_end[order] = np.where(same, pe, np.iinfo(np.int64).min // 2)
-    ready = np.maximum(prev_end, np.where(launch_end >= 0, launch_end + lat, np.iinfo(np.int64).min // 2))
-    has_ready = ready > np.iinfo(np.int64).min // 4
+    prev_end = stream_prev_end(a_start, a_end, a_lane)
+    ready = np.maximum(prev_end, np.where(launch_end >= 0, launch_end + lat, NONE))
+    has_ready = ready > NONE
     held = has_ready & (a_start - ready > config.wait_ready_ns)
     if wait_ts.size and held.any():
         # the thread's previous launch (onto any stream)

@@ -90,41 +90,53 @@ def walk(g: Graph, sink: int, t_from: int, *, start: np.ndarray | None = None,
     latest first; ``edge`` is -1 for a node's own time, -2 for time before a node nothing
     precedes, else the edge whose lag it is. ``start/end/binding/src`` default to the observed
     schedule and the graph's edges (a replay passes its own)."""
-    start = (g.start if start is None else start).tolist()
-    end_l = (g.end if end is None else end).tolist()
-    binding_l = (g.binding if binding is None else binding).tolist()
-    src = (g.src if src is None else src).tolist()
-    out = []
-    v = int(sink)
-    t = end_l[v]
-    while t > t_from:
-        s = max(start[v], t_from)
-        if t > s:
-            out.append((s, t, v, -1))
-        t = min(t, s)
-        if t <= t_from:
-            break
-        e = binding_l[v]
-        if e < 0:  # nothing precedes it: the rest of the window is unexplained
-            out.append((t_from, t, v, -2))
-            break
-        u = src[e]
-        if end_l[u] < t:
-            out.append((max(end_l[u], t_from), t, v, e))
-            t = max(end_l[u], t_from)
-        v = u
-        t = min(t, end_l[v])
-    return out
+    return _Walker(g, start, end, binding, src).walk(int(sink), int(t_from))
 
 
-def segments_frame(g: Graph, step: int, segs: list[tuple],
+class _Walker:
+    """The schedule as Python lists, converted once for every walk over it."""
+
+    def __init__(self, g: Graph, start, end, binding, src) -> None:
+        self.start = (g.start if start is None else start).tolist()
+        self.end = (g.end if end is None else end).tolist()
+        self.binding = (g.binding if binding is None else binding).tolist()
+        self.src = (g.src if src is None else src).tolist()
+
+    def walk(self, v: int, t_from: int) -> list[tuple]:
+        start, end_l, binding_l, src = self.start, self.end, self.binding, self.src
+        out = []
+        t = end_l[v]
+        while t > t_from:
+            s = max(start[v], t_from)
+            if t > s:
+                out.append((s, t, v, -1))
+            t = min(t, s)
+            if t <= t_from:
+                break
+            e = binding_l[v]
+            if e < 0:  # nothing precedes it: the rest of the window is unexplained
+                out.append((t_from, t, v, -2))
+                break
+            u = src[e]
+            if end_l[u] < t:
+                out.append((max(end_l[u], t_from), t, v, e))
+                t = max(end_l[u], t_from)
+            v = u
+            t = min(t, end_l[v])
+        return out
+
+
+def segments_frame(g: Graph, step, segs: list[tuple],
                    edge_kind: np.ndarray | None = None) -> pd.DataFrame:
-    """The walk's segments (earliest first) as a table (``SEGMENT_COLUMNS``); ``edge_kind``:
-    the kinds of the edges the walk used (default: the graph's)."""
+    """The walk's segments (latest first, as ``walk`` gives them) as a table, earliest first
+    (``SEGMENT_COLUMNS``); ``step``: the step, or one per segment; ``edge_kind``: the kinds of
+    the edges the walk used (default: the graph's)."""
     if not segs:
         return pd.DataFrame({c: [] for c in SEGMENT_COLUMNS})
     a = np.array(segs[::-1], dtype=np.int64).reshape(-1, 4)
     s, e, v, edge = a[:, 0], a[:, 1], a[:, 2], a[:, 3]
+    step = np.broadcast_to(np.asarray(step, np.int64)[::-1] if np.ndim(step) else
+                           np.asarray(step, np.int64), s.shape)
     own = edge == -1
     cat = np.where(own, g.category[v], IDLE).astype(object)
     kinds = g.edge_kind if edge_kind is None else edge_kind
@@ -140,7 +152,7 @@ def segments_frame(g: Graph, step: int, segs: list[tuple],
     lanes = g.lanes
     ln = g.lane[v]
     return pd.DataFrame({
-        "step": np.full(s.size, step, np.int64), "start": s, "end": e, "dur": e - s,
+        "step": step, "start": s, "end": e, "dur": e - s,
         "lane": ln.astype(np.int64), "lane_type": lanes["type"].to_numpy(object)[ln],
         "device": lanes["device"].to_numpy(np.int64)[ln],
         "stream": lanes["stream"].to_numpy(np.int64)[ln],
@@ -157,6 +169,7 @@ _EDGE_WHAT = {
     EdgeKind.WAIT_RECORDED: "cross-stream wait before",
     EdgeKind.WAIT_INFERRED: "cross-stream wait (inferred) before",
     EdgeKind.HOST_WAIT: "wake-up after the GPU, before",
+    EdgeKind.QUEUE: "wake-up after a full launch queue, before",
     EdgeKind.FIX: "what-if dependency before",
 }
 
@@ -166,13 +179,15 @@ def step_paths(g: Graph, *, start=None, end=None, binding=None, src=None, edge_k
     """The critical path of every step as one segments table (earliest first per step); a
     replay passes its times, binding edges and edges (``src``, ``edge_kind``)."""
     win = step_windows(g, start, end) if windows is None else windows
-    parts = [segments_frame(g, int(r.step), walk(g, int(r.sink), int(r.start), start=start,
-                                                 end=end, binding=binding, src=src),
-                            edge_kind)
-             for r in win.itertuples(index=False)]
-    if not parts:
-        return segments_frame(g, -1, [])
-    return pd.concat(parts, ignore_index=True)
+    w = _Walker(g, start, end, binding, src)
+    segs: list[tuple] = []
+    steps: list[int] = []
+    for st, sink, t0 in zip(win["step"].tolist()[::-1], win["sink"].tolist()[::-1],
+                            win["start"].tolist()[::-1]):  # latest step first: one reversal
+        got = w.walk(int(sink), int(t0))
+        segs += got
+        steps += [st] * len(got)
+    return segments_frame(g, np.array(steps, np.int64), segs, edge_kind)
 
 
 def breakdown(segs: pd.DataFrame) -> dict[str, int]:

@@ -236,7 +236,7 @@ def detect_fused(trace: Trace, g: Graph, rules: Rules, cfg: FixConfig) -> Fix:
     ok = a_s < a_d
     change = Change(drop=waits_on_opt, add_src=a_s[ok], add_dst=a_d[ok],
                     add_lag=np.zeros(int(ok.sum()), np.int64), move=move)
-    nsteps = max(1, np.unique(g.step[move & (g.step >= 0)]).size)
+    nsteps = max(1, len(g.steps))
     e_ms = g.dur[emb & move].sum() / nsteps
     l_ms = g.dur[look & move].sum() / nsteps
     lane = g.lane_label(int(opt_lanes[0]))

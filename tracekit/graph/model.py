@@ -16,7 +16,9 @@ wait      a stream waiting on another stream's work (``cudaStreamWaitEvent``): r
           the trace's ``cuda_sync`` events, else inferred (a stream that sat idle with its work
           launched and started within a few us of another stream's activity ending)
 host_wait the GPU work a blocking call waited for (stream/device/event synchronize, a blocking
-          copy, a launch blocked on a full launch queue) -> the call
+          copy) -> the call
+queue     a launch that blocked on its stream's full launch queue (Kineto's ``Command Buffer
+          Full``): the activity of that stream whose end freed the slot -> the launch
 handoff   one CPU thread starting or resuming another (autograd's backward thread, a copy
           thread): inferred from a thread that wakes from idle / a thread that was blocked
 fix       added by a what-if (``tracekit.graph.whatif``)
@@ -61,6 +63,7 @@ class EdgeKind(IntEnum):
     HOST_WAIT = 5
     HANDOFF = 6
     FIX = 7
+    QUEUE = 8
 
 
 EDGE_NAMES = {k: k.name.lower() for k in EdgeKind}
@@ -98,6 +101,7 @@ EDGE_CATEGORY = {
     EdgeKind.WAIT_RECORDED: SYNC,
     EdgeKind.WAIT_INFERRED: SYNC,
     EdgeKind.HOST_WAIT: SYNC,
+    EdgeKind.QUEUE: SYNC,
     EdgeKind.FIX: IDLE,
 }
 """The category of the time an edge's lag puts on the critical path: host time between calls
@@ -148,6 +152,8 @@ class Graph:
     """``step, cpu_start, cpu_end, start_node, end_node`` (marker ids, -1 without markers)."""
     wait_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     """int64 per node: how long a blocking call waited before ``start`` (0 for others)."""
+    launched: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """int64 per node: for a call, a GPU activity it launched (-1 for none and other nodes)."""
     launch_latency_ns: int = 0
     """The nominal launch latency used (launch call end -> activity start)."""
     warnings: tuple[str, ...] = ()

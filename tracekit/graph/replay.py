@@ -87,35 +87,40 @@ def replay(p: Plan) -> tuple[np.ndarray, np.ndarray]:
     cpu_dst = p.lane_is_cpu[lane[cd]]
     rare = ~(cpu_src & ~cpu_dst)
     bounds = np.unique(np.r_[0, cd[rare], n])
-    # per lane: its nodes in order
+    # per lane: its nodes in order, and where each block starts in them
     cut = np.flatnonzero(first)
     lanes = {int(ln[c]): order[c:e] for c, e in zip(cut, np.r_[cut[1:], n])}
-    lane_cpu = {k: bool(p.lane_is_cpu[k]) for k in lanes}
+    cpu_lanes = [k for k in lanes if p.lane_is_cpu[k]]
+    gpu_lanes = [k for k in lanes if not p.lane_is_cpu[k]]
+    at = {k: np.searchsorted(ids, bounds).tolist() for k, ids in lanes.items()}
+    # per block: its edges (sorted by destination); those into its first node come first, and
+    # only they can come from CPU nodes' inputs (rare edges end at block starts); the others
+    # are launches into GPU nodes
+    e_lo = np.searchsorted(cd, bounds[:-1], side="left").tolist()
+    e_first = np.searchsorted(cd, bounds[:-1], side="right").tolist()
+    e_hi = np.searchsorted(cd, bounds[1:], side="left").tolist()
     start = np.full(n, NEG, np.int64)
     end = np.full(n, NEG, np.int64)
     dur = p.dur
     last_end = {k: NEG for k in lanes}  # end of the lane's last node computed so far
     x = release.copy()  # latest cross-lane input per node, filled block by block
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        e_lo, e_hi = np.searchsorted(cd, a), np.searchsorted(cd, b)
-        # inputs from earlier blocks (all rare edges into this block end at node a)
-        early = e_lo + np.flatnonzero(cs[e_lo:e_hi] < a)
-        if early.size:
-            _max_into(x, cd[early], end[cs[early]] + cl[early])
-        for cpu_pass in (True, False):
-            if not cpu_pass:  # launches from this block's CPU nodes
-                late = e_lo + np.flatnonzero(cs[e_lo:e_hi] >= a)
-                if late.size:
-                    _max_into(x, cd[late], end[cs[late]] + cl[late])
-            for k, ids in lanes.items():
-                if lane_cpu[k] != cpu_pass:
-                    continue
-                i0, i1 = np.searchsorted(ids, a), np.searchsorted(ids, b)
-                if i0 == i1:
-                    continue
-                v = ids[i0:i1]
+
+    def scan(which: list[int], j: int) -> None:  # these lanes' nodes of block j
+        for k in which:
+            i0, i1 = at[k][j], at[k][j + 1]
+            if i0 < i1:
+                v = lanes[k][i0:i1]
                 _scan(v, x, ilag, has_pred, dur, last_end[k], start, end)
                 last_end[k] = end[v[-1]]
+
+    for j in range(bounds.size - 1):
+        lo, mid, hi = e_lo[j], e_first[j], e_hi[j]
+        if mid > lo:  # inputs of the block's first node, all from earlier blocks
+            _max_into(x, cd[lo:mid], end[cs[lo:mid]] + cl[lo:mid])
+        scan(cpu_lanes, j)
+        if hi > mid:  # launches (from this block's CPU nodes or earlier ones)
+            _max_into(x, cd[mid:hi], end[cs[mid:hi]] + cl[mid:hi])
+        scan(gpu_lanes, j)
     return start, end
 
 
@@ -123,8 +128,22 @@ def _max_into(x: np.ndarray, idx: np.ndarray, vals: np.ndarray) -> None:
     np.maximum.at(x, idx, vals)
 
 
+SMALL = 24
+"""Lane segments up to this many nodes are scanned in Python (numpy's call overhead is larger)."""
+
+
 def _scan(v, x, ilag, has_pred, dur, prev_end, start, end) -> None:
     """One lane's nodes ``v`` (in order): s[j] = max(s[j-1] + d[j-1] + lag[j], x[j])."""
+    if v.size <= SMALL:
+        e = prev_end
+        for i in v.tolist():
+            s = int(x[i])
+            if has_pred[i] and e > NEG:
+                s = max(s, e + int(ilag[i]))
+            start[i] = s
+            e = s + int(dur[i])
+            end[i] = e
+        return
     y = x[v].copy()
     if has_pred[v[0]] and prev_end > NEG:
         y[0] = max(y[0], prev_end + ilag[v[0]])

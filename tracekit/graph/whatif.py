@@ -96,6 +96,7 @@ def plan(g: Graph, change: Change) -> Plan:
     if change.move is not None and change.move.any():
         src, dst, kind, lag, lane, lane_is_cpu = _move(g, change.move, src, dst, kind, lag,
                                                        lane, lane_is_cpu)
+        src = _requeue(g, src, dst, kind, lane)
     if change.add_src.size:
         src = np.r_[src, change.add_src]
         dst = np.r_[dst, change.add_dst]
@@ -170,6 +171,40 @@ def predict(g: Graph, change: Change) -> Prediction:
     return Prediction(float(o[keep].mean()), float(a[keep].mean()), float(b[keep].mean()), rows)
 
 
+def _requeue(g: Graph, src, dst, kind, new_lane) -> np.ndarray:
+    """A launch blocked on its stream's full queue waits for the activity launched ``D``
+    before it on that stream (the queue's depth, as traced); after a move the stream holds
+    other activities, so ``D`` back is another one (an earlier one when activities left)."""
+    q = np.flatnonzero((kind == int(EdgeKind.QUEUE)) & (g.launched[dst] >= 0))
+    if not q.size:
+        return src
+    src = src.copy()
+    a = g.launched[dst[q]]
+    w = src[q]
+    same = g.lane[w] == g.lane[a]
+    old_pos = _lane_positions(g.lane.astype(np.int64))
+    new_pos = _lane_positions(new_lane)
+    depth = old_pos[a] - old_pos[w]
+    by_lane = {int(ln): np.flatnonzero(new_lane == ln) for ln in np.unique(new_lane[a])}
+    for i in np.flatnonzero(same & (depth > 0)):
+        ids = by_lane[int(new_lane[a[i]])]
+        t = new_pos[a[i]] - depth[i]
+        if t >= 0 and ids[t] < dst[q[i]]:
+            src[q[i]] = ids[t]
+    return src
+
+
+def _lane_positions(lane: np.ndarray) -> np.ndarray:
+    """Each node's position in its lane (node id order)."""
+    order = np.lexsort((np.arange(lane.size), lane))
+    ln = lane[order]
+    start = np.r_[0, np.flatnonzero(ln[1:] != ln[:-1]) + 1]
+    first = np.repeat(start, np.diff(np.r_[start, ln.size]))
+    pos = np.empty(lane.size, np.int64)
+    pos[order] = np.arange(lane.size) - first
+    return pos
+
+
 def counted_steps(windows) -> np.ndarray:
     """Which steps a mean step time counts: all but the first when there are two or more."""
     keep = np.ones(len(windows), bool)
@@ -186,9 +221,9 @@ def _aligned(obs, w) -> np.ndarray:
 def _contention_durations(g: Graph, p: Plan, start, end) -> np.ndarray | None:
     """Kernel durations lengthened by ``CONTENTION_SHARE`` of the overlap with other streams'
     kernels that each gained in the replay; None when no kernel gained any."""
-    cat = g.category
-    kern = (g.kind == NodeKind.GPU) & np.array(
-        [c == COMMUNICATION or c.startswith(COMPUTE) for c in cat], bool)
+    uniq, inv = np.unique(g.category.astype(str), return_inverse=True)
+    is_kernel = np.array([c == COMMUNICATION or c.startswith(COMPUTE) for c in uniq], bool)
+    kern = (g.kind == NodeKind.GPU) & is_kernel[inv.reshape(-1)]
     if not kern.any():
         return None
     lanes = g.lanes
@@ -310,13 +345,20 @@ def spec_change(g: Graph, spec: Spec, op_chain: np.ndarray | None = None) -> tup
 
 def _host_change(g: Graph, factor: float) -> tuple[Change, int]:
     """Runtime calls and the host time between them (program and handoff lags) scaled."""
+    return with_host(g, Change(), factor), int((g.kind == NodeKind.CALL).sum())
+
+
+def with_host(g: Graph, change: Change, factor: float) -> Change:
+    """``change`` with the host ``factor`` times faster on top: runtime calls and the host time
+    between them (program and handoff lags) divided by ``factor``."""
     cpu = g.kind == NodeKind.CALL
-    dur = g.dur.copy()
+    dur = (g.dur if change.dur is None else change.dur).copy()
     dur[cpu] = np.round(dur[cpu] / factor).astype(np.int64)
-    lag = g.lag.copy()
+    lag = (g.lag if change.lag is None else change.lag).copy()
     prog = np.isin(g.edge_kind, [int(EdgeKind.PROGRAM), int(EdgeKind.HANDOFF)])
     lag[prog] = np.round(lag[prog] / factor).astype(np.int64)
-    return Change(dur=dur, lag=lag), int(cpu.sum())
+    return Change(dur=dur, drop=change.drop, lag=lag, add_src=change.add_src,
+                  add_dst=change.add_dst, add_lag=change.add_lag, move=change.move)
 
 
 def remove_syncs(g: Graph, calls: np.ndarray, *, keep_ns: int = 0) -> Change:

@@ -64,10 +64,15 @@ def start(files: list[str], cache_dir: str | None) -> Prefetch | None:
     if not files or not available() or _json_bytes(files) >= PARALLEL_MIN_BYTES:
         return None
     private = cache_dir is None
-    where = tempfile.mkdtemp(prefix="tracekit-prefetch-") if private else cache_dir
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
+    try:
+        where = tempfile.mkdtemp(prefix="tracekit-prefetch-") if private else cache_dir
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+    except OSError:  # no temporary directory, no process to spare: parse here, as before
+        if private and "where" in locals():
+            shutil.rmtree(where, ignore_errors=True)
+        return None
     if pid == 0:  # the child: parse, write, leave without running the parent's exit code
         code = 1
         try:

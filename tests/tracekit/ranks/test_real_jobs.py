@@ -1,0 +1,87 @@
+"""Real multi-rank traces: our runtime's 2-GPU runs (one host: one clock) and HTA's sampled
+ranks (an older schema, NCCL kernels without metadata)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import SAMPLE_TRACES
+from tracekit.ranks import analyze_job
+
+PIPELINES = ["sparse", "fused", "semi", "base"]
+
+
+def _run(*args, cache):
+    return subprocess.run([sys.executable, "-m", "tracekit.cli", *map(str, args),
+                           "--cache-dir", str(cache)], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.mark.parametrize("variant", PIPELINES)
+def test_runtime_jobs_on_one_host(variant, cache):
+    rep = analyze_job(SAMPLE_TRACES / "pipelines_2gpu" / variant, cache_dir=cache, whole=False)
+    job = rep.job
+    assert job["complete"] and job["world_size"] == 2 and not rep.problems
+    # every kernel matched: 10 all-to-alls (group 0) and 14 allreduces (group 1, DDP) per rank
+    assert {g["group"]: g["instances"] for g in job["matching"]["groups"]} == {"0": 10, "1": 14}
+    assert all(g["partial"] == g["inconsistent"] == 0 for g in job["matching"]["groups"])
+    # one host, one clock: the offset found from collective ends is the method's noise
+    off = next(o for o in job["clock"]["offsets"] if o["rank"] == 1)
+    assert abs(off["offset_ns"]) < 5_000 and off["samples"] == 24
+    # table-wise sharding over two ranks: the all-to-all volumes are balanced
+    assert job["all_to_all"]["imbalance"] == pytest.approx(1.0, abs=1e-3)
+    # per instance: skew = |start_1 - start_0| on the aligned clock, the later rank the straggler
+    for i in job["instances"]:
+        assert i["skew_ns"] == i["last_arrival"] - i["first_arrival"] >= 0
+        assert i["waited_ns"] == i["skew_ns"]  # two ranks: only the first waits
+    # each rank's bound from its explain section, and the straggler's
+    assert all(r["bound"] in ("host", "gpu", "communication", "sync") for r in job["ranks"])
+    s = job["stragglers"]
+    assert s["bound"] == job["ranks"][s["rank"]]["bound"]
+    assert all(x["bound"] is not None for x in s["steps"])
+    total = sum(r["caused_wait_ns"] for r in job["ranks"])
+    assert total == job["stragglers"]["waited_ns"] == sum(r["wait_ns"] for r in job["ranks"])
+
+
+def test_cli_job_summary_first_and_rank_detail(cache):
+    d = SAMPLE_TRACES / "pipelines_2gpu" / "sparse"
+    r = _run("analyze", d, cache=cache)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"== job {d}: 2 ranks read of world size 2 (complete)"
+    assert lines.index("Ranks") < lines.index("Clocks") < lines.index("Stragglers")
+    assert len(lines) < 90  # the summary, not 2 x 130 lines of per-rank detail
+    one = _run("analyze", d, "--rank", "1", cache=cache)
+    assert one.stdout.startswith(f"== {d}/trace_rank1.json.gz  (rank 1,")
+    assert "9. Collectives (communication kernels)" in one.stdout
+    j = json.loads(_run("analyze", d, "--format", "json", "--no-hta", cache=cache).stdout)
+    assert [a["rank"] for a in j["analyses"]] == [0, 1] and j["analyses"][0]["allocator"]
+    assert len(j["jobs"]) == 1 and j["jobs"][0]["source"] == str(d)
+    assert j["jobs"][0]["ranks"][1]["collectives"] == 24
+
+
+def test_public_sampled_ranks_without_metadata(public_traces, tmp_path, cache):
+    """Two of 128 ranks: matched by stream and order; the 126 others are missing."""
+    d = tmp_path / "sampled"
+    d.mkdir()
+    for r in (0, 1):
+        shutil.copy(public_traces / f"hta_sampled_rank{r}.json.gz", d)
+    rep = analyze_job(d, cache_dir=cache, whole=False, workers=1)
+    job = rep.job
+    groups = {g["group"]: g for g in job["matching"]["groups"]}
+    assert {g: (x["matched_by"], x["instances"]) for g, x in groups.items()} == {
+        "stream 203": ("step and order", 2), "stream 84": ("step and order", 8)}
+    assert job["world_size"] == 128 and job["ranks_read"] == 2 and not job["complete"]
+    assert sum(p["kind"] == "missing" for p in job["problems"]) == 126
+    r = _run("analyze", d, cache=cache)
+    assert r.returncode == 2
+    assert "ranks without a trace file: 2-127" in r.stdout

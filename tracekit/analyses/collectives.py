@@ -1,0 +1,235 @@
+"""Collectives of one rank: every communication kernel with its process group, collective,
+sequence number, step and message sizes. ``tracekit.ranks`` matches these across ranks.
+
+A *collective kernel* is a GPU kernel that either carries torch's collective metadata
+(``Trace.args``: ``Collective name``, ``Process Group Name``...; torch >= 2.1 writes it on the
+NCCL/RCCL kernels and on the ``record_param_comms`` CPU op that launched them) or, in traces
+without that metadata, whose name matches ``Rules.communication`` (NCCL/RCCL). Per kernel:
+
+- ``group``: the process group's name (``Process Group Name``, else its ID). Without metadata
+  it is ``stream <n>``: one communicator runs its kernels on one stream, in issue order, and the
+  same program creates its streams in the same order on every rank.
+- ``collective``: the metadata's ``Collective name`` (``allreduce``, ``all_to_allv``...), else
+  the word after ``Kernel_`` in the kernel name, lower case (``ncclKernel_SendRecv_RING...`` ->
+  ``sendrecv``).
+- ``seq``: the collective's sequence number in its group (``Seq``, on the kernel or on the
+  ``record_param_comms`` op with the same External id), -1 when the trace has none.
+- ``index``: its position among this rank's kernels of the same group, by start time (0, 1...).
+- ``step``: the step (``tracekit.analyses.steps``) whose CPU span holds the CPU call that
+  launched the kernel (linked by correlation id), -1 when none does.
+- ``in_bytes`` / ``out_bytes``: ``In msg nelems`` / ``Out msg nelems`` times the size of
+  ``dtype`` (``DTYPE_BYTES``); -1 when either is unknown. For an all-to-all, what this rank sends
+  and receives.
+
+``groups`` lists each group once: its description and member ranks (``Process Group Ranks``,
+else ``distributedInfo.pg_config``; ``null`` when neither gives the whole list).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tracekit import phases
+from tracekit.phases import Rules
+from tracekit.trace.model import Kind, Trace
+
+DTYPE_BYTES = {
+    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2,
+    "Char": 1, "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16,
+    "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
+    "UInt16": 2, "UInt32": 4, "UInt64": 8,
+}
+"""Bytes per element of torch's dtype names as ``record_param_comms`` writes them."""
+
+KERNEL_COLUMNS = ["group", "collective", "seq", "index", "step", "stream", "ts", "end",
+                  "in_bytes", "out_bytes"]
+
+SOURCE_ARGS = "args"
+SOURCE_NAMES = "kernel names"
+SOURCE_MIXED = "args and kernel names"
+SOURCE_NONE = "none"
+
+_KERNEL_WORD = re.compile(r"Kernel_([A-Za-z]+)")
+
+
+@dataclass(frozen=True)
+class CollectivesResult:
+    """This rank's collective kernels (times in ns on the rank's own clock)."""
+
+    kernels: pd.DataFrame
+    """One row per collective kernel, by start time: ``KERNEL_COLUMNS`` (see the module
+    docstring)."""
+    groups: list[dict]
+    """One per group: ``group, desc, size, ranks`` (``ranks``: list of ints or None)."""
+    source: str
+    """Where the fields came from: ``"args"``, ``"kernel names"``, both, or ``"none"``."""
+    count: int
+    kernel_ns: int
+    """Sum of the kernels' durations."""
+    by_type: pd.DataFrame
+    """``collective, count, kernel_ns, in_bytes, out_bytes`` (bytes: sums over the kernels
+    whose size is known)."""
+
+
+def parse_int_list(text: str) -> list[int] | None:
+    """``"[0, 1, 2]"`` -> ``[0, 1, 2]``; None for anything else (``"[0, 1, ...]"``, ``""``)."""
+    s = text.strip()
+    if not (s.startswith("[") and s.endswith("]")) or "..." in s:
+        return None
+    body = s[1:-1].strip()
+    if not body:
+        return []
+    try:
+        return [int(x) for x in body.split(",")]
+    except ValueError:
+        return None
+
+
+def _name_collective(names: pd.Index) -> np.ndarray:
+    out = []
+    for n in names.astype(str):
+        m = _KERNEL_WORD.search(n)
+        out.append(m.group(1).lower() if m else "unknown")
+    return np.asarray(out, dtype=object)
+
+
+def _pg_config(trace: Trace) -> dict[str, dict]:
+    info = trace.metadata.get("distributedInfo")
+    cfg = info.get("pg_config") if isinstance(info, dict) else None
+    out = {}
+    if isinstance(cfg, list):
+        for g in cfg:
+            if isinstance(g, dict) and "pg_name" in g:
+                ranks = g.get("ranks")
+                out[str(g["pg_name"])] = {
+                    "desc": str(g.get("pg_desc") or ""),
+                    "size": g.get("pg_size") if isinstance(g.get("pg_size"), int) else None,
+                    "ranks": [int(r) for r in ranks] if isinstance(ranks, list)
+                    and all(isinstance(r, int) for r in ranks) else None,
+                }
+    return out
+
+
+def _launch_ts(trace: Trace, rules: Rules, correlation: np.ndarray) -> np.ndarray:
+    """The start of the CPU call that launched each kernel (by correlation id), -1 if none."""
+    acts, _ = phases.activities(trace, rules)
+    corr = acts["correlation"].to_numpy(np.int64)
+    launch = acts["launch_ts"].to_numpy(np.int64)
+    order = np.argsort(corr, kind="stable")
+    corr, launch = corr[order], launch[order]
+    if not corr.size:
+        return np.full(correlation.size, -1, np.int64)
+    k = np.minimum(np.searchsorted(corr, correlation), corr.size - 1)
+    hit = (correlation >= 0) & (corr[k] == correlation)
+    return np.where(hit, launch[k], -1)
+
+
+def compute(trace: Trace, rules: Rules, *, steps=None) -> CollectivesResult:
+    """The collective kernels of ``trace`` (see the module docstring). ``steps``: the rank's
+    ``tracekit.analyses.steps`` result when already computed (else it is computed here)."""
+    ev = trace.events
+    kind = ev["kind"].to_numpy()
+    is_kernel = kind == int(Kind.KERNEL)
+    args = trace.args
+    arg_event = args["event"].to_numpy(np.int64)
+    coll = args["collective"].astype(str).to_numpy(object)
+    # kernels described by metadata
+    with_args = is_kernel[arg_event] & (coll != "")
+    a = args[with_args]
+    rows_a = arg_event[with_args]
+    # kernels without: matched by name
+    codes, cats = phases.name_codes(ev)
+    comm = phases.name_matches(codes, cats, re.compile(rules.communication)) & is_kernel
+    comm[rows_a] = False
+    rows_n = np.flatnonzero(comm)
+
+    # seq from the record_param_comms op of the same External id, where the kernel has none
+    seq_a = a["seq"].to_numpy(np.int64).copy()
+    if (seq_a < 0).any():
+        ops = args[(kind[arg_event] == int(Kind.CPU_OP)) & (args["seq"].to_numpy() >= 0)]
+        if len(ops):
+            ext = pd.Series(ops["seq"].to_numpy(np.int64),
+                            index=ev["external_id"].to_numpy(np.int64)[ops["event"].to_numpy()])
+            ext = ext[~ext.index.duplicated()]
+            k_ext = ev["external_id"].to_numpy(np.int64)[rows_a]
+            found = ext.reindex(k_ext).to_numpy()
+            take = (seq_a < 0) & (k_ext >= 0) & ~np.isnan(found)
+            seq_a[take] = found[take].astype(np.int64)
+
+    elem = a["dtype"].astype(str).map(DTYPE_BYTES).to_numpy(dtype=float)  # NaN when unknown
+
+    def nbytes(n: np.ndarray) -> np.ndarray:
+        b = n.astype(float) * elem
+        return np.where((n >= 0) & ~np.isnan(b), np.nan_to_num(b), -1).astype(np.int64)
+
+    stream = ev["stream"].to_numpy(np.int64)
+    group_a = a["group"].astype(str).to_numpy(object)
+    group_a = np.where(group_a == "", "unnamed", group_a)
+    names_n = phases.per_used_name(codes[rows_n], cats, _name_collective, "unknown")
+    table = pd.DataFrame({
+        "event": np.concatenate([rows_a, rows_n]),
+        "group": np.concatenate([group_a, np.array([f"stream {s}" for s in stream[rows_n]],
+                                                   dtype=object)]),
+        "collective": np.concatenate([coll[with_args], names_n.astype(object)]),
+        "seq": np.concatenate([seq_a, np.full(rows_n.size, -1, np.int64)]),
+        "in_bytes": np.concatenate([nbytes(a["in_nelems"].to_numpy(np.int64)),
+                                    np.full(rows_n.size, -1, np.int64)]),
+        "out_bytes": np.concatenate([nbytes(a["out_nelems"].to_numpy(np.int64)),
+                                     np.full(rows_n.size, -1, np.int64)]),
+    })
+    e = table["event"].to_numpy(np.int64)
+    ts = ev["ts"].to_numpy(np.int64)[e]
+    table["stream"] = stream[e]
+    table["ts"] = ts
+    table["end"] = ts + ev["dur"].to_numpy(np.int64)[e]
+    table = table.sort_values(["ts", "event"], kind="stable").reset_index(drop=True)
+    table["index"] = table.groupby("group", sort=False).cumcount().astype(np.int64)
+
+    if steps is None:
+        from tracekit.analyses import steps as steps_mod
+
+        steps = steps_mod.compute(trace, rules)
+    spans = steps.steps.rename(columns={"cpu_start": "ts", "cpu_end": "end"})[["step", "ts", "end"]]
+    launch = _launch_ts(trace, rules, ev["correlation"].to_numpy(np.int64)[table["event"].to_numpy()])
+    step = phases.step_of(spans.sort_values("ts"), launch)
+    table["step"] = np.where(launch >= 0, step, -1)
+    kernels = table[KERNEL_COLUMNS]
+
+    groups = _groups(trace, a, kernels)
+    source = (SOURCE_MIXED if rows_a.size and rows_n.size else SOURCE_ARGS if rows_a.size
+              else SOURCE_NAMES if rows_n.size else SOURCE_NONE)
+    dur = (kernels["end"] - kernels["ts"]).to_numpy(np.int64)
+    by = (kernels.assign(kernel_ns=dur,
+                         in_b=kernels["in_bytes"].clip(lower=0),
+                         out_b=kernels["out_bytes"].clip(lower=0))
+          .groupby("collective", sort=True)
+          .agg(count=("ts", "size"), kernel_ns=("kernel_ns", "sum"),
+               in_bytes=("in_b", "sum"), out_bytes=("out_b", "sum"))
+          .reset_index())
+    return CollectivesResult(kernels=kernels, groups=groups, source=source,
+                             count=len(kernels), kernel_ns=int(dur.sum()),
+                             by_type=by.astype({c: np.int64 for c in by.columns[1:]}))
+
+
+def _groups(trace: Trace, a: pd.DataFrame, kernels: pd.DataFrame) -> list[dict]:
+    cfg = _pg_config(trace)
+    meta: dict[str, dict] = {}
+    for g, desc, ranks, size in zip(a["group"].astype(str), a["group_desc"].astype(str),
+                                    a["group_ranks"].astype(str), a["group_size"].to_numpy()):
+        g = g or "unnamed"
+        if g in meta:
+            continue
+        parsed = parse_int_list(ranks)
+        c = cfg.get(g, {})
+        meta[g] = {"desc": desc or c.get("desc", ""),
+                   "size": int(size) if size > 0 else c.get("size"),
+                   "ranks": parsed if parsed else c.get("ranks")}
+    out = []
+    for g in pd.unique(kernels["group"]):
+        m = meta.get(g, {"desc": "", "size": None, "ranks": None})
+        out.append({"group": g, **m})
+    return out

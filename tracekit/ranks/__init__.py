@@ -1,0 +1,118 @@
+"""A job of many ranks as one analysis: collectives matched across ranks, clock offsets,
+stragglers, all-to-all sizes, the spread of step time; and where the per-rank work runs.
+
+``analyze_job(directory)`` lists the directory's trace files, runs the per-rank work on each
+(``work.RankTask``: the rank's report, from the report cache when it holds it; in this process,
+local worker processes or a Dask cluster, ``executors``), decides which file is which rank and
+which are not part of the job (``inputs``), and combines the ranks' small results into the job
+object (``job``, using ``match`` and ``clocks``). Only the per-rank work touches a trace; the
+cross-rank part reads rank objects and is pure.
+
+The job object's keys are documented in ``tracekit.report``; ``tracekit analyze DIR`` prints it
+first (``report.render_job``), ``tracekit analyze DIR --format json`` writes it under ``jobs``,
+and ``tracekit.api.job_document`` returns that document to a program.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tracekit.ranks.config import JobConfig
+from tracekit.ranks.inputs import Problem
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """The analysis of one directory of rank traces."""
+
+    source: str
+    """The directory, as given."""
+    ranks: list[dict]
+    """The job's rank objects (whole, or their ``work.summary``), sorted by rank."""
+    problems: list[Problem]
+    """Files and ranks that are not read (empty when the job is complete)."""
+    job: dict
+    """The job object (``tracekit.report`` documents its keys)."""
+
+
+def analyze_job(
+    directory: str | os.PathLike,
+    *,
+    rules_path: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    use_cache: bool = True,
+    with_hta: bool | None = False,
+    whole: bool = True,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    scheduler_timeout_s: float | None = None,
+    config: JobConfig | None = None,
+) -> JobReport:
+    """Analyse every rank trace in ``directory`` and the job they form.
+
+    ``rules_path``: a phase-rules TOML file (else the defaults). ``with_hta``: include the HTA
+    section in each rank's object (None: for traces of at most 500,000 events). ``whole``:
+    return whole rank objects (False: only what the job needs, much smaller).
+    ``workers``: local processes (default: one per CPU; 1: this process only). ``scheduler``:
+    ``tcp://HOST:PORT`` of a Dask scheduler to run the per-rank work on instead; its workers read
+    the files at the same absolute paths and keep their own caches; ``scheduler_timeout_s``:
+    how long to try to reach it and wait for a worker (None: ``executors.CONNECT_TIMEOUT_S``).
+    ``config``: ``JobConfig``.
+
+    Raises ``InputError`` when the directory cannot be listed or holds no trace file,
+    ``RulesError`` for a bad rules file, ``ClusterError`` when the scheduler cannot be used. A
+    rank file that cannot be read is not an exception: it is one of ``problems``.
+    """
+    from tracekit._files import trace_files_in
+    from tracekit.errors import InputError
+    from tracekit.phases import load_rules
+    from tracekit.ranks import executors, inputs, job
+    from tracekit.ranks.work import RankTask
+
+    src = os.fspath(directory)
+    if not os.path.isdir(src):
+        raise InputError("not a directory", path=src)
+    try:
+        files = trace_files_in(src)
+    except OSError as exc:
+        raise InputError(f"cannot list directory: {exc.strerror or exc}", path=src) from None
+    if not files:
+        raise InputError("no trace files (*.json, *.json.gz holding traceEvents) in this "
+                         "directory", path=src)
+    if rules_path is not None:
+        load_rules(rules_path)  # a bad rules file is one error, before any rank's work
+    remote = scheduler is not None
+    task = RankTask(
+        rules_path=os.path.abspath(rules_path) if rules_path is not None and remote
+        else (os.fspath(rules_path) if rules_path is not None else None),
+        cache_dir=None if remote or cache_dir is None else os.fspath(cache_dir),
+        use_cache=use_cache, with_hta=with_hta, whole=whole)
+    paths = [os.path.abspath(f) for f in files] if remote else files
+    results: list = [None] * len(files)
+    if use_cache and not remote:  # reports already cached here need no worker
+        from tracekit.api import cached_report
+        from tracekit.ranks.work import summary
+
+        for i, f in enumerate(files):
+            hit = cached_report(f, rules_path=task.rules_path, cache_dir=task.cache_dir,
+                                with_hta=with_hta)
+            if hit is not None:
+                results[i] = hit[0] if whole else summary(hit[0])
+    todo = [i for i, r in enumerate(results) if r is None]
+    done = executors.run(task, [paths[i] for i in todo], workers=workers, scheduler=scheduler,
+                         connect_timeout_s=scheduler_timeout_s)
+    for i, r in zip(todo, done):
+        results[i] = r
+    for given, r in zip(files, results):  # the names as the user gave them
+        if isinstance(r, dict):
+            r["source"] = given
+    results = [inputs.Failed(given, r.message) if isinstance(r, inputs.Failed) else r
+               for given, r in zip(files, results)]
+    config = JobConfig() if config is None else config
+    rankset = inputs.assign(src, results, other_job_gap_ns=config.other_job_gap_ns)
+    return JobReport(source=src, ranks=rankset.ranks, problems=rankset.problems,
+                     job=job.build(rankset, config))
+
+
+__all__ = ["JobConfig", "JobReport", "analyze_job"]

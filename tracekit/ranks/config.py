@@ -1,0 +1,43 @@
+"""``JobConfig``: the few choices of the cross-rank analysis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tracekit.errors import TracekitError
+
+
+class JobConfigError(TracekitError):
+    """A ``JobConfig`` field out of its range."""
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """How a job's ranks are combined (every field has a default that suits a training job)."""
+
+    align_clocks: bool = True
+    """Estimate each rank's clock offset from the ends of the collectives it shares with the
+    reference rank (a collective ends at nearly the same instant on every rank) and put every
+    time on the reference rank's clock before arrivals are compared. False: compare the
+    timestamps as written (ranks of one host share a clock)."""
+    straggler_min_skew_ns: int = 20_000
+    """An instance counts towards its last rank's "last to arrive" only when its arrival skew
+    is at least this (20 us): below it, the order of arrival is noise. The wait it causes is
+    counted whatever its size."""
+    other_job_gap_ns: int = 60 * 10**9
+    """A file whose wall-clock window lies further than this (60 s) from the job's belongs to
+    another run (clocks of hosts in one job differ by far less)."""
+    worst_kept: int = 20
+    """Instances listed under ``worst`` (largest arrival skew first)."""
+    min_alignment_samples: int = 3
+    """A clock offset estimated from fewer shared collectives than this comes with a warning."""
+
+    def __post_init__(self) -> None:
+        for name in ("straggler_min_skew_ns", "other_job_gap_ns", "worst_kept",
+                     "min_alignment_samples"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise JobConfigError(f"JobConfig.{name} must be an integer >= 0, not {v!r}")
+        if not isinstance(self.align_clocks, bool):
+            raise JobConfigError(f"JobConfig.align_clocks must be True or False, not "
+                                 f"{self.align_clocks!r}")

@@ -1,0 +1,123 @@
+"""Where the per-rank work runs: this process, local worker processes, or a Dask cluster.
+
+``run(task, paths, workers=..., scheduler=...)`` calls ``task(path)`` for every path and
+returns the results in the order of ``paths``. A path whose worker died (a killed or crashed
+process: out of memory, say) gets a ``Failed`` once the executor has tried it again elsewhere:
+
+- ``workers=1`` (or one path): in this process, one after the other.
+- local (the default): a pool of ``workers`` processes (default: as many as CPUs, at most one
+  per path), forked so they start in milliseconds; a rank whose process dies is retried once in
+  a fresh pool.
+- ``scheduler="tcp://HOST:PORT"``: the tasks go to that Dask ``distributed`` scheduler (the
+  ``[cluster]`` extra); its workers must see the paths (a shared file system) and import
+  tracekit. The scheduler re-runs a task whose worker dies on another worker
+  (``distributed.scheduler.allowed-failures`` times, 3 by default), then it is ``Failed``.
+  An unreachable scheduler, or one without workers, is a ``ClusterError``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+
+from tracekit.errors import ClusterError
+from tracekit.ranks.inputs import Failed
+
+CONNECT_TIMEOUT_S = 10.0
+"""How long to try to reach a Dask scheduler, and to wait for its first worker."""
+
+
+def default_workers(n_tasks: int) -> int:
+    """Local worker processes for ``n_tasks``: the CPUs this process may use, at most one per task."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, n_tasks))
+
+
+def run(task: Callable[[str], object], paths: Sequence[str], *, workers: int | None = None,
+        scheduler: str | None = None, connect_timeout_s: float | None = None) -> list:
+    """``task(path)`` for every path, in the order of ``paths`` (see the module docstring);
+    ``connect_timeout_s``: for a scheduler (None: ``CONNECT_TIMEOUT_S``)."""
+    if workers is not None and workers < 1:
+        raise ClusterError(f"--workers must be at least 1, not {workers}")
+    if scheduler is not None:
+        return _dask(task, paths, scheduler,
+                     CONNECT_TIMEOUT_S if connect_timeout_s is None else connect_timeout_s)
+    n = default_workers(len(paths)) if workers is None else min(workers, max(len(paths), 1))
+    if n <= 1:
+        return [task(p) for p in paths]
+    return _local(task, paths, n)
+
+
+def _init_worker() -> None:
+    # the ranks already keep every CPU busy: no forked decoding helper per load
+    os.environ["TRACEKIT_LOAD_PARALLEL"] = "0"
+
+
+def _pool(n: int) -> ProcessPoolExecutor:
+    import multiprocessing as mp
+
+    method = "fork" if sys.platform.startswith("linux") else None
+    return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context(method),
+                               initializer=_init_worker)
+
+
+def _local(task, paths: Sequence[str], n: int) -> list:
+    results: list = [None] * len(paths)
+    lost: list[int] = []
+    with _pool(n) as pool:
+        futures = {pool.submit(task, p): i for i, p in enumerate(paths)}
+        for fut in as_completed(futures):
+            try:
+                results[futures[fut]] = fut.result()
+            except BrokenProcessPool:  # a worker died: every task still in the pool fails
+                lost.append(futures[fut])
+    for i in sorted(lost):  # which one killed it is unknown: again, one process each
+        with _pool(1) as pool:
+            try:
+                results[i] = pool.submit(task, paths[i]).result()
+            except BrokenProcessPool:
+                results[i] = Failed(paths[i], "the process analysing it died, twice "
+                                              "(out of memory?)")
+    return results
+
+
+def _dask(task, paths: Sequence[str], address: str, timeout: float) -> list:
+    try:
+        import distributed
+    except ImportError:
+        raise ClusterError("--scheduler needs Dask's distributed package: "
+                           "pip install 'tracekit[cluster]'") from None
+    try:
+        client = distributed.Client(address, timeout=timeout, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ClusterError(f"cannot reach the Dask scheduler at {address}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    with client:
+        try:
+            client.wait_for_workers(1, timeout=timeout)
+        except (TimeoutError, OSError):
+            raise ClusterError(f"the Dask scheduler at {address} has no workers "
+                               f"(none joined within {timeout:g} s)") from None
+        futures = client.map(task, list(paths), pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        results: list = [None] * len(paths)
+        for fut in distributed.as_completed(futures, loop=client.loop):
+            i = index[fut.key]
+            if fut.status == "error":
+                exc = fut.exception()
+                if isinstance(exc, distributed.KilledWorker):
+                    results[i] = Failed(paths[i], "every Dask worker that tried to analyse it "
+                                                  "died (out of memory?)")
+                    continue
+                if isinstance(exc, ImportError):
+                    raise ClusterError(f"the Dask workers at {address} cannot run tracekit: "
+                                       f"{exc}") from None
+                raise exc
+            results[i] = fut.result()
+        return results

@@ -1,0 +1,276 @@
+"""The job object: one analysis of a directory of rank traces, from the ranks' small results.
+
+``build(rankset, config)`` takes the ranks of a job (``tracekit.ranks.inputs.RankSet``: rank
+objects with their ``headline``, ``steps``, ``collectives``, ``identity`` and, when the explain
+section exists, ``explain``) and returns the job object documented in ``tracekit.report``. It is
+pure: no file is read, nothing is printed.
+
+Definitions (every time is on the reference rank's clock once offsets are applied, see
+``tracekit.ranks.clocks``; instances are those of ``tracekit.ranks.match``):
+
+- a rank's *arrival* at an instance is the start of its collective kernel (the GPU reaching the
+  collective); the instance's *arrival skew* is last arrival - first arrival; its *straggler*
+  is the last rank to arrive (the lowest rank on a tie);
+- a rank's *wait* at an instance is last arrival - its arrival: the time its kernel spends
+  waiting for the others before data can move; the instance's *waited* time is the sum over
+  its ranks: what all ranks lose to the straggler;
+- *transfer* is the shortest kernel of the instance (the last to arrive waits least): the time
+  the collective itself takes (TraceLens's ``comm_latency``);
+- a rank's ``last_count``: instances where it was the straggler with a skew of at least
+  ``JobConfig.straggler_min_skew_ns``; ``caused_wait_ns``: the waited time of the instances
+  where it was the straggler; the job's straggler is the rank with the largest
+  ``caused_wait_ns``;
+- all-to-all sizes: per rank the bytes it sent (``In msg nelems``) and received (``Out msg
+  nelems``) over the complete all-to-all instances; the *imbalance* is the largest received
+  total over the mean (1.0: balanced shards), per instance and over the job;
+- the *spread* of step time over ranks: min, median and max of the ranks' P50 (and P90) GPU
+  step time (CPU where some rank has no GPU steps), the slowest and fastest rank, max / median.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracekit.ranks import clocks, match
+from tracekit.ranks.config import JobConfig
+from tracekit.ranks.inputs import RankSet
+
+ALL_TO_ALL = re.compile(r"(?i)all_?to_?all")
+"""Collective names counted as all-to-all (``all_to_allv``, ``all_to_all``, ``alltoall_base``)."""
+
+
+def _int(v) -> int | None:
+    return None if v is None or (isinstance(v, float) and np.isnan(v)) else int(v)
+
+
+def _num(v) -> float | None:
+    return None if v is None or (isinstance(v, float) and np.isnan(v)) else float(v)
+
+
+def _explain_steps(rank: dict) -> dict[int, str]:
+    ex = rank.get("explain") or {}
+    return {int(s["step"]): s.get("bound") for s in ex.get("steps") or []
+            if isinstance(s, dict) and s.get("step") is not None}
+
+
+def _spread(ranks: list[dict]) -> dict:
+    gpu = all(r["headline"].get("step_gpu_p50_ns") is not None for r in ranks)
+    which = "gpu" if gpu else "cpu"
+    out = {"figure": f"step_{which}"}
+    for q in ("p50", "p90"):
+        vals = [(r["headline"].get(f"step_{which}_{q}_ns"), r["rank"]) for r in ranks]
+        vals = [(v, k) for v, k in vals if v is not None]
+        if not vals:
+            out[q] = None
+            continue
+        v = np.array([x for x, _ in vals], dtype=float)
+        med = float(np.median(v))
+        hi = max(vals, key=lambda x: (x[0], -x[1]))
+        lo = min(vals, key=lambda x: (x[0], x[1]))
+        out[q] = {"min_ns": float(v.min()), "median_ns": med, "max_ns": float(v.max()),
+                  "spread_ns": float(v.max() - v.min()), "slowest_rank": hi[1],
+                  "fastest_rank": lo[1], "max_over_median": float(v.max() / med) if med else None}
+    return out
+
+
+def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
+    """The job object of ``rankset`` (see the module docstring and ``tracekit.report``)."""
+    config = JobConfig() if config is None else config
+    ranks = rankset.ranks
+    rank_ids = [int(r["rank"]) for r in ranks]
+    m = match.match(ranks)
+    arr = m.arrivals.copy()
+    notes: list[str] = []
+
+    # clocks
+    offsets = clocks.estimate(arr, rank_ids)
+    off = offsets.of() if config.align_clocks else {r: 0 for r in rank_ids}
+    aligned = set(offsets.table.loc[offsets.table["aligned"], "rank"].tolist())
+    shift = arr["rank"].map(off).fillna(0).astype(np.int64).to_numpy()
+    arr["ts"] = arr["ts"].to_numpy(np.int64) - shift
+    arr["end"] = arr["end"].to_numpy(np.int64) - shift
+    for row in offsets.table.itertuples():
+        if row.rank == offsets.reference:
+            continue
+        if not row.aligned and len(arr):
+            notes.append(f"rank {row.rank} shares no collective with the other ranks: its "
+                         "clock is not aligned")
+        elif row.aligned and row.samples < config.min_alignment_samples:
+            notes.append(f"rank {row.rank}'s clock offset comes from {row.samples} collective"
+                         f"{'s' if row.samples != 1 else ''} only")
+
+    # per instance
+    inst = m.instances.set_index("instance")
+    arr["dur"] = arr["end"] - arr["ts"]
+    g = arr.groupby("instance", sort=True)
+    last = g["ts"].max()
+    first = g["ts"].min()
+    arr["wait"] = last.reindex(arr["instance"]).to_numpy() - arr["ts"].to_numpy()
+    strag = arr.loc[g["ts"].idxmax(), ["instance", "rank"]].set_index("instance")["rank"] \
+        if len(arr) else pd.Series(dtype=np.int64)
+    skew = last - first
+    waited = g["wait"].sum()
+    steps0 = g["step"].first()
+    out_max, out_mean = g["out_bytes"].max(), g["out_bytes"].mean()
+    table = pd.DataFrame({
+        "instance": last.index.to_numpy(np.int64),
+        "group": inst["group"].reindex(last.index).to_numpy(object),
+        "collective": inst["collective"].reindex(last.index).to_numpy(object),
+        "key": inst["key"].reindex(last.index).to_numpy(object),
+        "step": steps0.to_numpy(np.int64),
+        "ranks": g["rank"].size().to_numpy(np.int64),
+        "first_arrival": first.to_numpy(np.int64),
+        "last_arrival": last.to_numpy(np.int64),
+        "skew_ns": skew.to_numpy(np.int64),
+        "straggler": strag.reindex(last.index).to_numpy(np.int64),
+        "waited_ns": waited.to_numpy(np.int64),
+        "transfer_ns": g["dur"].min().to_numpy(np.int64),
+        "end_spread_ns": (g["end"].max() - g["end"].min()).to_numpy(np.int64),
+        "imbalance": np.where((g["out_bytes"].min() >= 0) & (out_mean > 0),
+                              out_max / out_mean.where(out_mean > 0, 1), np.nan),
+    })
+    a2a = table["collective"].astype(str).str.contains(ALL_TO_ALL).to_numpy(bool)
+    table.loc[~a2a, "imbalance"] = np.nan
+    counted = table["skew_ns"] >= config.straggler_min_skew_ns
+
+    # per rank
+    wait_r = arr.groupby("rank")["wait"].sum()
+    last_r = table.loc[counted, "straggler"].value_counts()
+    caused_r = table.groupby("straggler")["waited_ns"].sum()
+    a2a_arr = arr[arr["instance"].isin(table.loc[a2a, "instance"])]
+    sizes_known = a2a_arr.groupby("rank")[["in_bytes", "out_bytes"]].min().min(axis=1) >= 0
+    sent = a2a_arr.groupby("rank")["in_bytes"].sum()
+    recv = a2a_arr.groupby("rank")["out_bytes"].sum()
+    rank_rows = []
+    for r in ranks:
+        k = int(r["rank"])
+        h = r["headline"]
+        c = r.get("collectives") or {}
+        known = bool(sizes_known.get(k, False))
+        rank_rows.append({
+            "rank": k, "source": r["source"], "steps": h.get("steps"),
+            "step_source": h.get("step_source"),
+            "step_cpu_p50_ns": h.get("step_cpu_p50_ns"), "step_cpu_p90_ns": h.get("step_cpu_p90_ns"),
+            "step_gpu_p50_ns": h.get("step_gpu_p50_ns"), "step_gpu_p90_ns": h.get("step_gpu_p90_ns"),
+            "bound": h.get("bound"), "bound_share": h.get("bound_share"),
+            "collectives": int(c.get("count") or 0), "collective_ns": int(c.get("kernel_ns") or 0),
+            "wait_ns": int(wait_r.get(k, 0)), "last_count": int(last_r.get(k, 0)),
+            "caused_wait_ns": int(caused_r.get(k, 0)),
+            "clock_offset_ns": off[k] if config.align_clocks and k in aligned else None,
+            "sent_bytes": int(sent.get(k, 0)) if known else None,
+            "received_bytes": int(recv.get(k, 0)) if known else None,
+            "warnings": list(r.get("warnings") or []),
+        })
+
+    total_wait = int(table["waited_ns"].sum())
+    by_type = []
+    for coll, t in table.groupby("collective", sort=True):
+        sk = t["skew_ns"].to_numpy(float)
+        ia = arr[arr["instance"].isin(t["instance"])]
+        by_type.append({
+            "collective": coll, "instances": len(t),
+            "transfer_ns": int(t["transfer_ns"].sum()), "waited_ns": int(t["waited_ns"].sum()),
+            "skew_p50_ns": float(np.percentile(sk, 50)), "skew_p90_ns": float(np.percentile(sk, 90)),
+            "skew_max_ns": int(sk.max()),
+            "bytes": int(ia["in_bytes"].clip(lower=0).sum()),
+        })
+
+    # stragglers
+    job_straggler = None
+    if len(caused_r) and caused_r.max() > 0 and counted.any():
+        top = caused_r[caused_r == caused_r.max()]
+        job_straggler = int(top.index.min())
+    bounds = {int(r["rank"]): _explain_steps(r) for r in ranks}
+    per_step = []
+    if len(table):
+        cs = table.groupby(["step", "straggler"])["waited_ns"].sum().reset_index()
+        for step, t in cs.groupby("step", sort=True):
+            best = t.sort_values(["waited_ns", "straggler"], ascending=[False, True]).iloc[0]
+            sr = int(best["straggler"])
+            st = table[table["step"] == step]
+            per_step.append({"step": int(step), "straggler": sr,
+                             "caused_wait_ns": int(best["waited_ns"]),
+                             "waited_ns": int(st["waited_ns"].sum()),
+                             "skew_max_ns": int(st["skew_ns"].max()),
+                             "bound": bounds.get(sr, {}).get(int(step))})
+    srow = next((x for x in rank_rows if x["rank"] == job_straggler), None)
+    stragglers = {
+        "rank": job_straggler,
+        "last_count": srow["last_count"] if srow else 0,
+        "instances": int(counted.sum()),
+        "caused_wait_ns": srow["caused_wait_ns"] if srow else 0,
+        "waited_ns": total_wait,
+        "share": (srow["caused_wait_ns"] / total_wait) if srow and total_wait else None,
+        "bound": srow["bound"] if srow else None,
+        "bound_share": srow["bound_share"] if srow else None,
+        "min_skew_ns": config.straggler_min_skew_ns,
+        "steps": per_step,
+    }
+
+    # all-to-all
+    per_rank_a2a = [{"rank": x["rank"], "sent_bytes": x["sent_bytes"],
+                     "received_bytes": x["received_bytes"]} for x in rank_rows
+                    if x["received_bytes"] is not None]
+    recv_vals = np.array([x["received_bytes"] for x in per_rank_a2a], dtype=float)
+    mean_recv = float(recv_vals.mean()) if recv_vals.size else 0.0
+    for x in per_rank_a2a:
+        x["received_over_mean"] = x["received_bytes"] / mean_recv if mean_recv else None
+    heaviest = max(per_rank_a2a, key=lambda x: (x["received_bytes"], -x["rank"]))["rank"] \
+        if per_rank_a2a and mean_recv else None
+    inst_imb = table.loc[a2a, "imbalance"].dropna().to_numpy(float)
+    all_to_all = {
+        "instances": int(a2a.sum()),
+        "per_rank": per_rank_a2a,
+        "imbalance": float(recv_vals.max() / mean_recv) if mean_recv else None,
+        "heaviest_rank": heaviest,
+        "instance_imbalance_p50": float(np.median(inst_imb)) if inst_imb.size else None,
+        "instance_imbalance_max": float(inst_imb.max()) if inst_imb.size else None,
+    }
+
+    # ranks x steps
+    wait_rs = arr.groupby(["rank", "step"])["wait"].sum()
+    s_arr = arr.merge(table.loc[counted, ["instance", "straggler"]], on="instance")
+    last_rs = s_arr[s_arr["rank"] == s_arr["straggler"]].groupby(["rank", "step"]).size()
+    step_rows = []
+    for r in ranks:
+        k = int(r["rank"])
+        for s in (r.get("steps") or {}).get("steps") or []:
+            st = int(s["step"])
+            gpu = s.get("gpu_ns")
+            step_rows.append({"rank": k, "step": st, "cpu_ns": s.get("cpu_ns"),
+                              "gpu_ns": gpu if gpu is not None and gpu >= 0 else None,
+                              "wait_ns": int(wait_rs.get((k, st), 0)),
+                              "last_count": int(last_rs.get((k, st), 0)),
+                              "bound": bounds.get(k, {}).get(st)})
+
+    rows = [{k: (_num(v) if k == "imbalance" else v) for k, v in rec.items()}
+            for rec in table.to_dict(orient="records")]
+    for rec in rows:
+        for k in ("instance", "step", "ranks", "first_arrival", "last_arrival", "skew_ns",
+                  "straggler", "waited_ns", "transfer_ns", "end_spread_ns"):
+            rec[k] = int(rec[k])
+    worst = sorted(rows, key=lambda x: (-x["skew_ns"], x["instance"]))[: config.worst_kept]
+    offs = [{"rank": int(t.rank), "offset_ns": _int(round(t.offset_ns)) if t.aligned else None,
+             "spread_ns": _num(t.spread_ns), "samples": int(t.samples), "aligned": bool(t.aligned)}
+            for t in offsets.table.itertuples()]
+    return {
+        "source": rankset.source,
+        "world_size": rankset.world_size,
+        "ranks_read": len(ranks),
+        "complete": rankset.complete,
+        "problems": [p.to_dict() for p in rankset.problems],
+        "ranks": rank_rows,
+        "spread": _spread(ranks) if ranks else None,
+        "clock": {"aligned": config.align_clocks and offsets.reference is not None,
+                  "reference_rank": offsets.reference, "offsets": offs, "notes": notes},
+        "matching": {"instances": len(table), "groups": m.groups},
+        "by_type": by_type,
+        "stragglers": stragglers,
+        "all_to_all": all_to_all,
+        "steps": step_rows,
+        "instances": rows,
+        "worst": worst,
+    }

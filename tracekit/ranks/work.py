@@ -1,0 +1,105 @@
+"""The per-rank work: one trace file -> its rank object (whole, or its ``summary``), or a
+``Failed`` saying why the file cannot be read. It runs wherever the executor puts it (this
+process, a local worker process, a Dask worker) and returns only that small picklable value,
+never the parsed trace. Caches (parsed trace, report) are those of the machine it runs on.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass
+
+from tracekit.errors import TracekitError
+from tracekit.ranks.inputs import Failed
+
+SUMMARY_KEYS = ("source", "rank", "schema", "platform", "warnings", "rules", "headline",
+                "steps", "collectives", "identity", "explain")
+"""What the cross-rank part reads of a rank object; ``summary`` keeps only these keys."""
+
+
+EXPLAIN_KEYS = ("bound", "bound_share", "breakdown", "findings")
+EXPLAIN_STEP_KEYS = ("step", "bound", "bound_share", "duration_ns")
+
+
+def summary(rank: dict) -> dict:
+    """A rank object without the sections the job does not read (allocator series, stalls...);
+    of ``explain``, the bound, its breakdown and findings, and per step only
+    ``EXPLAIN_STEP_KEYS``."""
+    out = {k: rank[k] for k in SUMMARY_KEYS if k in rank}
+    ex = out.get("explain")
+    if isinstance(ex, dict):
+        out["explain"] = {**{k: ex[k] for k in EXPLAIN_KEYS if k in ex},
+                          "steps": [{k: s[k] for k in EXPLAIN_STEP_KEYS if k in s}
+                                    for s in ex.get("steps") or [] if isinstance(s, dict)]}
+    return out
+
+
+@dataclass(frozen=True)
+class RankTask:
+    """What every rank's work is asked (the same for all ranks of a job)."""
+
+    rules_path: str | None = None
+    """A phase-rules TOML file (an absolute path the workers can read), None: the defaults."""
+    cache_dir: str | None = None
+    """The cache directory; None: the worker's own default (``$TRACEKIT_CACHE_DIR`` or its
+    user cache dir)."""
+    use_cache: bool = True
+    """Read and write the parsed-trace and report caches."""
+    with_hta: bool | None = False
+    """Include the HTA section (None: only for traces of at most 500,000 events)."""
+    whole: bool = True
+    """Return the whole rank object; False: its ``summary``."""
+
+    def __call__(self, path: str) -> dict | Failed:
+        if _on_dask_worker():
+            return _in_own_thread(self._work, path)
+        return self._work(path)
+
+    def _work(self, path: str) -> dict | Failed:
+        from tracekit.api import report_for_path
+
+        try:
+            got = report_for_path(path, rules_path=self.rules_path, cache_dir=self.cache_dir,
+                                  use_cache=self.use_cache, progress=False,
+                                  with_hta=self.with_hta)
+        except TracekitError as exc:
+            msg = str(exc)
+            prefix = f"{path}: "
+            return Failed(path, msg[len(prefix):] if msg.startswith(prefix) else msg)
+        rank = got[0]
+        return rank if self.whole else summary(rank)
+
+
+def _on_dask_worker() -> bool:
+    if "distributed" not in sys.modules:
+        return False
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
+
+
+def _in_own_thread(fn, *args):
+    """``fn(*args)`` in a thread of its own. A Dask worker samples the stacks of the threads
+    running its tasks (its profiler, every 10 ms) and holds the frames it sampled for a moment:
+    a held frame of the loader keeps the events it decoded alive, and the loader decodes in place
+    in a buffer it must then release (``BufferError: memoryview has N exported buffers``). A
+    thread the worker did not start is not sampled."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # handed to the task's thread, raised there
+            box["error"] = exc
+
+    t = threading.Thread(target=run, name="tracekit-rank")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
