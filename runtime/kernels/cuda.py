@@ -10,8 +10,9 @@ must match the reference), SASS + PTX for the GPU present (sm_90a on H100/H200),
 :func:`_gencode_flags`.
 
 Kernel variants (``tbe_kernels.h`` describes them; all give bit-identical results): the forward
-``v1`` / ``v2-12`` / ``v2-8`` / ``v2-4`` and the backward ``v1`` / ``v2`` / ``v2-2rows``. The
-defaults come from ``$TBE_FWD_VARIANT`` / ``$TBE_BWD_VARIANT``, else :data:`DEFAULT_FORWARD` /
+``v1`` / ``v2-12`` / ``v2-8`` / ``v2-4`` (``p``: with L2 prefetches) and the backward ``v1`` /
+``v2`` / ``v2-2rows`` / ``v2p`` (v2 with L2 prefetches). The defaults come from
+``$TBE_FWD_VARIANT`` / ``$TBE_BWD_VARIANT``, else :data:`DEFAULT_FORWARD` /
 :data:`DEFAULT_BACKWARD`; :func:`use_variants` changes them for a block of code (benchmarks and
 tests time and check every variant in one process).
 """
@@ -35,10 +36,10 @@ HEADERS = [HERE / "tbe_kernels.h", HERE / "tbe_impl.cuh"]
 NO_ERROR = 2**63 - 1  # first_bad when every index was in range (kNoError)
 
 # variant name -> the code the kernels take (ForwardArgs::variant / BackwardArgs::variant)
-FORWARD_VARIANTS = {"v1": 0, "v2-12": 1, "v2-8": 2, "v2-4": 3}
-BACKWARD_VARIANTS = {"v1": 1, "v2": 2, "v2-2rows": 3}
-DEFAULT_FORWARD = "v2-8"
-DEFAULT_BACKWARD = "v2"
+FORWARD_VARIANTS = {"v1": 0, "v2-12": 1, "v2-8": 2, "v2-4": 3, "v2-12p": 4, "v2-8p": 5, "v2-4p": 6}
+BACKWARD_VARIANTS = {"v1": 1, "v2": 2, "v2-2rows": 3, "v2p": 4}
+DEFAULT_FORWARD = "v2-8p"
+DEFAULT_BACKWARD = "v2p"
 
 # dim class policies of the backward (dim_class() in tbe_impl.cuh)
 _CLASSES_WARP, _CLASSES_V2, _CLASSES_V2_TWO_ROWS = 0, 1, 2
@@ -233,7 +234,7 @@ def dim_classes(dims, grad_aligned: bool, policy: int = _CLASSES_WARP) -> int:
     return mask
 
 
-_BACKWARD_POLICY = {"v1": _CLASSES_WARP, "v2": _CLASSES_V2, "v2-2rows": _CLASSES_V2_TWO_ROWS}
+_BACKWARD_POLICY = {"v1": _CLASSES_WARP, "v2": _CLASSES_V2, "v2-2rows": _CLASSES_V2_TWO_ROWS, "v2p": _CLASSES_V2}
 
 
 def backward_update(

@@ -100,8 +100,12 @@ def test_variant_from_environment(monkeypatch):
 def test_variant_codes_match_the_header():
     # ForwardArgs::variant 0..kFwdVariants-1, BackwardArgs::variant kBwdV1/kBwdV2/kBwdV2TwoRows
     header = (kc.HERE / "tbe_kernels.h").read_text()
-    assert "constexpr int kFwdVariants = 4;" in header and len(kc.FORWARD_VARIANTS) == 4
-    assert sorted(kc.FORWARD_VARIANTS.values()) == [0, 1, 2, 3]
-    for name, code in (("kBwdV1", 1), ("kBwdV2", 2), ("kBwdV2TwoRows", 3)):
+    assert "constexpr int kFwdVariants = 7;" in header and "constexpr int kFwdV2Configs = 4;" in header
+    assert sorted(kc.FORWARD_VARIANTS.values()) == list(range(7))
+    # 4..6: configs 1..3 (v2-12, v2-8, v2-4) with L2 prefetches
+    for name in ("v2-12", "v2-8", "v2-4"):
+        assert kc.FORWARD_VARIANTS[name + "p"] == kc.FORWARD_VARIANTS[name] + 3
+    for name, code in (("kBwdV1", 1), ("kBwdV2", 2), ("kBwdV2TwoRows", 3), ("kBwdV2Prefetch", 4)):
         assert f"constexpr int {name} = {code};" in header
-    assert sorted(kc.BACKWARD_VARIANTS.values()) == [1, 2, 3]
+    assert kc.BACKWARD_VARIANTS == {"v1": 1, "v2": 2, "v2-2rows": 3, "v2p": 4}
+    assert set(kc._BACKWARD_POLICY) == set(kc.BACKWARD_VARIANTS)
