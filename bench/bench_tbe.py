@@ -18,7 +18,9 @@ Contenders:
 - ours, with the default kernel variants (``runtime.kernels.cuda.DEFAULT_FORWARD`` /
   ``DEFAULT_BACKWARD``), every other forward variant (forward timing) and backward variant
   (training timing, with the default forward), and the first version (v1 forward + v1 backward)
-  for the before/after;
+  for the before/after; ``TBE_SKIP_VARIANTS=v2p`` (comma-separated names, ``fwd:``/``bwd:``
+  prefix for one direction) leaves variants out, so a crashing one cannot poison the CUDA
+  context for the rest;
 - FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen`` (when ``fbgemm_gpu`` imports; it does not on
   CI or a machine without it: the bench says so and goes on): FBGEMM's defaults (bounds check
   WARNING, its v1 forward, non-deterministic long-segment backward) except stochastic rounding,
@@ -207,7 +209,8 @@ def bench_case(case: dict, copy_gbs: float, opts: dict) -> dict:
                agreement={}, variants_identical={})
     fb = opts["fbgemm"]
     default_fwd, default_bwd = kc.DEFAULT_FORWARD, kc.DEFAULT_BACKWARD
-    fwd_variants = list(kc.FORWARD_VARIANTS)
+    fwd_variants = kc.forward_variants()  # less $TBE_SKIP_VARIANTS
+    bwd_variants = kc.backward_variants()
     profile = (dim, batch, dist, prec) in opts["profile_cases"]
 
     for oi, opt in enumerate(case["optimizers"]):
@@ -267,7 +270,7 @@ def bench_case(case: dict, copy_gbs: float, opts: dict) -> dict:
         torch.cuda.empty_cache()
         # ---- every backward variant gives the same tables after that step (where two fit)
         if dim <= 128:
-            for v in kc.BACKWARD_VARIANTS:
+            for v in bwd_variants:
                 if v == default_bwd:
                     continue
                 torch.manual_seed(seed)
@@ -280,7 +283,7 @@ def bench_case(case: dict, copy_gbs: float, opts: dict) -> dict:
                 del m2
                 torch.cuda.empty_cache()
         # ---- training timings
-        for fv, bv in [(default_fwd, b) for b in kc.BACKWARD_VARIANTS] + [V1]:
+        for fv, bv in [(default_fwd, b) for b in bwd_variants] + [V1]:
             key = "ours v1" if (fv, bv) == V1 else f"ours {fv}+{bv}"
             if key in r["ms"]:
                 continue
@@ -473,8 +476,8 @@ def main() -> int:
         "fbgemm": fb_info if fb_ok else None,
         "fbgemm_why": None if fb_ok else fb_info,
         "default_variants": [kc.DEFAULT_FORWARD, kc.DEFAULT_BACKWARD],
-        "columns": ["ours", "fbgemm", "torch", "ours v1"] + [f"ours {v}" for v in kc.FORWARD_VARIANTS if v != "v1"]
-        + [f"ours {kc.DEFAULT_FORWARD}+{v}" for v in kc.BACKWARD_VARIANTS],
+        "columns": ["ours", "fbgemm", "torch", "ours v1"] + [f"ours {v}" for v in kc.forward_variants() if v != "v1"]
+        + [f"ours {kc.DEFAULT_FORWARD}+{v}" for v in kc.backward_variants()],
         "copy_GBps": copy_bandwidth(),
         "cases": [],
     }

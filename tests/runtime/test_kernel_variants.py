@@ -97,6 +97,25 @@ def test_variant_from_environment(monkeypatch):
     assert kc._variant_from_env("TBE_FWD_VARIANT", kc.FORWARD_VARIANTS, kc.DEFAULT_FORWARD) == kc.DEFAULT_FORWARD
 
 
+def test_skip_variants_from_environment(monkeypatch):
+    monkeypatch.delenv("TBE_SKIP_VARIANTS", raising=False)
+    assert kc.forward_variants() == list(kc.FORWARD_VARIANTS)
+    assert kc.backward_variants() == list(kc.BACKWARD_VARIANTS)
+    monkeypatch.setenv("TBE_SKIP_VARIANTS", "v2p")
+    assert kc.backward_variants() == ["v1", "v2", "v2-2rows"]
+    assert kc.forward_variants() == list(kc.FORWARD_VARIANTS)
+    monkeypatch.setenv("TBE_SKIP_VARIANTS", " bwd:v1, v2-4p ,")
+    assert kc.backward_variants() == ["v2", "v2-2rows", "v2p"]
+    assert kc.forward_variants() == ["v1", "v2-12", "v2-8", "v2-4", "v2-12p", "v2-8p"]
+    monkeypatch.setenv("TBE_SKIP_VARIANTS", "v1")  # both directions
+    assert "v1" not in kc.forward_variants() and "v1" not in kc.backward_variants()
+    for bad, match in (("v3", "not one of"), ("fwd:v2p", "not one of"), ("up:v1", "prefix"),
+                       (kc.DEFAULT_BACKWARD, "default"), ("fwd:" + kc.DEFAULT_FORWARD, "default")):
+        monkeypatch.setenv("TBE_SKIP_VARIANTS", bad)
+        with pytest.raises(ValueError, match=match):
+            kc.backward_variants()
+
+
 def test_variant_codes_match_the_header():
     # ForwardArgs::variant 0..kFwdVariants-1, BackwardArgs::variant kBwdV1/kBwdV2/kBwdV2TwoRows
     header = (kc.HERE / "tbe_kernels.h").read_text()
