@@ -137,13 +137,15 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
     counted = table["skew_ns"] >= config.straggler_min_skew_ns
 
     # per rank
-    wait_r = arr.groupby("rank")["wait"].sum()
-    last_r = table.loc[counted, "straggler"].value_counts()
-    caused_r = table.groupby("straggler")["waited_ns"].sum()
+    wait_r = arr.groupby("rank")["wait"].sum().to_dict()
+    last_r = table.loc[counted, "straggler"].value_counts().to_dict()
+    caused = table.groupby("straggler")["waited_ns"].sum()
+    caused_r = caused.to_dict()
     a2a_arr = arr[arr["instance"].isin(table.loc[a2a, "instance"])]
-    sizes_known = a2a_arr.groupby("rank")[["in_bytes", "out_bytes"]].min().min(axis=1) >= 0
-    sent = a2a_arr.groupby("rank")["in_bytes"].sum()
-    recv = a2a_arr.groupby("rank")["out_bytes"].sum()
+    sizes_known = (a2a_arr.groupby("rank")[["in_bytes", "out_bytes"]].min().min(axis=1)
+                   >= 0).to_dict()
+    sent = a2a_arr.groupby("rank")["in_bytes"].sum().to_dict()
+    recv = a2a_arr.groupby("rank")["out_bytes"].sum().to_dict()
     rank_rows = []
     for r in ranks:
         k = int(r["rank"])
@@ -180,9 +182,8 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
 
     # stragglers
     job_straggler = None
-    if len(caused_r) and caused_r.max() > 0 and counted.any():
-        top = caused_r[caused_r == caused_r.max()]
-        job_straggler = int(top.index.min())
+    if len(caused) and caused.max() > 0 and counted.any():
+        job_straggler = int(caused[caused == caused.max()].index.min())
     bounds = {int(r["rank"]): _explain_steps(r) for r in ranks}
     per_step = []
     if len(table):
@@ -231,9 +232,9 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
     }
 
     # ranks x steps
-    wait_rs = arr.groupby(["rank", "step"])["wait"].sum()
+    wait_rs = arr.groupby(["rank", "step"])["wait"].sum().to_dict()
     s_arr = arr.merge(table.loc[counted, ["instance", "straggler"]], on="instance")
-    last_rs = s_arr[s_arr["rank"] == s_arr["straggler"]].groupby(["rank", "step"]).size()
+    last_rs = s_arr[s_arr["rank"] == s_arr["straggler"]].groupby(["rank", "step"]).size().to_dict()
     step_rows = []
     for r in ranks:
         k = int(r["rank"])
