@@ -53,9 +53,9 @@ def analyze_job(
 
     ``directory``: a local directory, or a URL fsspec reads (``s3://bucket/job/``: each rank's
     work fetches its file, ``sources``). ``rules_path``: a phase-rules TOML file (else the
-    defaults). ``with_hta``: include the HTA
-    section in each rank's object (None: for traces of at most 500,000 events). ``whole``:
-    return whole rank objects (False: only what the job needs, much smaller).
+    defaults). ``with_hta``: include the HTA section in each rank's object (None: for traces of
+    at most 500,000 events). ``whole``: return whole rank objects (False: only what the job
+    needs, much smaller).
     ``workers``: local processes (default: one per CPU; 1: this process only). ``scheduler``:
     ``tcp://HOST:PORT`` of a Dask scheduler to run the per-rank work on instead; its workers read
     the files at the same absolute paths and keep their own caches; ``scheduler_timeout_s``:

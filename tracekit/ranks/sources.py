@@ -80,10 +80,14 @@ def local_copy(url: str, cache_dir: str | None) -> str:
         dest = os.path.join(where, hashlib.sha256(version.encode()).hexdigest()[:24] + "-" + name)
         if os.path.isfile(dest) and os.path.getsize(dest) == info.get("size"):
             return dest
-    tmp = dest + ".part"
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), suffix=".part")  # one per fetch:
+    os.close(fd)  # workers sharing a cache directory may fetch the same file at once
     try:
         fs.get_file(path, tmp)
         os.replace(tmp, dest)
     except OSError as exc:
         raise InputError(f"cannot fetch: {exc}", path=url) from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return dest
