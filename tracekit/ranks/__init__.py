@@ -89,11 +89,12 @@ def analyze_job(
     if rules_path is not None:
         load_rules(rules_path)  # a bad rules file is one error, before any rank's work
     remote = scheduler is not None
-    task = RankTask(
-        rules_path=os.path.abspath(rules_path) if rules_path is not None and remote
-        else (os.fspath(rules_path) if rules_path is not None else None),
-        cache_dir=None if remote or cache_dir is None else os.fspath(cache_dir),
-        use_cache=use_cache, with_hta=with_hta, whole=whole)
+    rules = None if rules_path is None else os.fspath(rules_path)
+    if rules is not None and remote:
+        rules = os.path.abspath(rules)  # the workers' working directory is not ours
+    task = RankTask(rules_path=rules,
+                    cache_dir=None if remote or cache_dir is None else os.fspath(cache_dir),
+                    use_cache=use_cache, with_hta=with_hta, whole=whole)
     paths = [os.path.abspath(f) for f in files] if remote and not url else files
     results: list = [None] * len(files)
     if use_cache and not remote and not url:  # reports already cached here need no worker

@@ -11,6 +11,8 @@ Definitions (every time is on the reference rank's clock once offsets are applie
 - a rank's *arrival* at an instance is the start of its collective kernel (the GPU reaching the
   collective); the instance's *arrival skew* is last arrival - first arrival; its *straggler*
   is the last rank to arrive (the lowest rank on a tie);
+- each instance lists its ranks' ``arrivals`` (start, end, wait, sizes): every instance's when
+  ranks x instances is at most ``JobConfig.arrivals_kept``, else only the worst instances';
 - a rank's *wait* at an instance is last arrival - its arrival: the time its kernel spends
   waiting for the others before data can move; the instance's *waited* time is the sum over
   its ranks: what all ranks lose to the straggler;
@@ -254,6 +256,17 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
                   "straggler", "waited_ns", "transfer_ns", "end_spread_ns"):
             rec[k] = int(rec[k])
     worst = sorted(rows, key=lambda x: (-x["skew_ns"], x["instance"]))[: config.worst_kept]
+    # each rank's start, end, wait and sizes: for every instance when there are few enough
+    # rows, else for the worst instances only
+    every = len(arr) <= config.arrivals_kept
+    keep = arr if every else arr[arr["instance"].isin([w["instance"] for w in worst])]
+    per: dict[int, list] = {}
+    for i, rk, a, z, w, ib, ob in zip(*(keep[c].to_numpy().tolist() for c in (
+            "instance", "rank", "ts", "end", "wait", "in_bytes", "out_bytes"))):
+        per.setdefault(i, []).append({"rank": rk, "start": a, "end": z, "wait_ns": w,
+                                      "in_bytes": ib, "out_bytes": ob})
+    for rec in (rows if every else worst):
+        rec["arrivals"] = per.get(rec["instance"], [])
     offs = [{"rank": int(t.rank), "offset_ns": _int(round(t.offset_ns)) if t.aligned else None,
              "spread_ns": _num(t.spread_ns), "samples": int(t.samples), "aligned": bool(t.aligned)}
             for t in offsets.table.itertuples()]
@@ -272,6 +285,7 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
         "stragglers": stragglers,
         "all_to_all": all_to_all,
         "steps": step_rows,
+        "arrivals_everywhere": every,
         "instances": rows,
         "worst": worst,
     }
