@@ -15,12 +15,12 @@ Zipf), SGD elsewhere; fp16 weights at the headline shape. For each: forward, and
 forward+backward+update, same inputs, same run.
 
 Contenders:
-- ours, with the default kernel variants (``runtime.kernels.cuda.DEFAULT_FORWARD`` /
-  ``DEFAULT_BACKWARD``), every other forward variant (forward timing) and backward variant
-  (training timing, with the default forward), and the first version (v1 forward + v1 backward)
-  for the before/after; ``TBE_SKIP_VARIANTS=v2p`` (comma-separated names, ``fwd:``/``bwd:``
-  prefix for one direction) leaves variants out, so a crashing one cannot poison the CUDA
-  context for the rest;
+- ours ("auto": the variants ``runtime.kernels.cuda.DISPATCH`` picks for the case's shape
+  class), every forward variant (forward timing) and every backward variant (training timing,
+  "auto+NAME": the class's forward with backward NAME), and the first version (v1 forward + v1
+  backward) for the before/after; ``TBE_SKIP_VARIANTS=v2p`` (comma-separated names,
+  ``fwd:``/``bwd:`` prefix for one direction) leaves variants out, so a crashing one cannot
+  poison the CUDA context for the rest;
 - FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen`` (when ``fbgemm_gpu`` imports; it does not on
   CI or a machine without it: the bench says so and goes on): FBGEMM's defaults (bounds check
   WARNING, its v1 forward, non-deterministic long-segment backward) except stochastic rounding,
@@ -38,7 +38,10 @@ twice, D <= 128).
 
 Timing: CUDA events around each repetition, median over the repetitions; three input sets
 rotate; warm-up first. Forward-only timings run under ``torch.no_grad()``. The ratio tables
-give FBGEMM's time / ours (>= 1: ours is at least as fast).
+give FBGEMM's time / ours (>= 1: ours is at least as fast). The report ends with the dispatch
+table this run's times recommend (per shape class, the variant with the smallest geometric mean
+of time / the case's fastest time, over the class's cases and optimizers), as lines to paste
+into ``DISPATCH`` in runtime/kernels/cuda.py, and the ratios to FBGEMM that table would give.
 
 Bytes that must move (a lower bound, so the bandwidth figures are conservative):
   forward  = N*D*s (one row read per lookup, s = bytes per weight) + B*T*D*4 (output written)
@@ -58,6 +61,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import math
 import os
 import statistics
 import sys
@@ -208,7 +212,8 @@ def bench_case(case: dict, copy_gbs: float, opts: dict) -> dict:
     res = dict(case, lookups=n_avg, unique_rows=u_avg, forward_bytes=fwd_bytes, forward={}, results={},
                agreement={}, variants_identical={})
     fb = opts["fbgemm"]
-    default_fwd, default_bwd = kc.DEFAULT_FORWARD, kc.DEFAULT_BACKWARD
+    default_fwd, default_bwd = kc.dispatch(dtype, dim)  # this shape class's choice ("auto")
+    res["auto"] = [default_fwd, default_bwd]
     fwd_variants = kc.forward_variants()  # less $TBE_SKIP_VARIANTS
     bwd_variants = kc.backward_variants()
     profile = (dim, batch, dist, prec) in opts["profile_cases"]
@@ -284,14 +289,14 @@ def bench_case(case: dict, copy_gbs: float, opts: dict) -> dict:
                 torch.cuda.empty_cache()
         # ---- training timings
         for fv, bv in [(default_fwd, b) for b in bwd_variants] + [V1]:
-            key = "ours v1" if (fv, bv) == V1 else f"ours {fv}+{bv}"
+            key = "ours v1" if (fv, bv) == V1 else f"ours auto+{bv}"
             if key in r["ms"]:
                 continue
             with variants_ctx(fwd=fv, bwd=bv):
                 r["ms"][key] = statistics.median(time_reps(lambda s: step(m, s), sets, reps=15))
-                if profile and bv in (default_bwd, "v1") and (fv == default_fwd or (fv, bv) == V1):
+                if profile and bv in (default_bwd, "v3", "v1"):
                     r[f"{key} kernels"] = safe_breakdown(lambda s: step(m, s), sets[0])
-        r["ms"]["ours"] = r["ms"][f"ours {default_fwd}+{default_bwd}"]
+        r["ms"]["ours"] = r["ms"][f"ours auto+{default_bwd}"]
         m = None
         torch.cuda.empty_cache()
         if opts["torch_baseline"](case):
@@ -339,8 +344,9 @@ def markdown(report: dict) -> str:
         "",
         f"torch {report['torch']}, CUDA {report['cuda']}; FBGEMM: {fb or 'not available (' + report['fbgemm_why'] + ')'}; "
         f"device-to-device copy bandwidth {report['copy_GBps']:.0f} GB/s (read+write). 26 tables x 1M rows, "
-        f"pooling factor 30, SUM, int64 indices. Ours = default variants (forward {report['default_variants'][0]}, "
-        f"backward {report['default_variants'][1]}); v1 = the first version.",
+        f"pooling factor 30, SUM, int64 indices. Ours = \"auto\": the variants runtime.kernels.cuda.DISPATCH picks "
+        f"for the case's class (the case's \"auto\" column below); auto+NAME = that forward with backward NAME; "
+        f"v1 = the first version. Variants left out: {report.get('skipped_variants') or 'none'}.",
         "",
         "## FBGEMM's time / ours (>= 1.00: ours at least as fast)",
         "",
@@ -373,15 +379,18 @@ def markdown(report: dict) -> str:
         lines.append(f"| {s['dim']} | {s['batch']} | {s['dist']} | {s['precision']} | {' | '.join(cells)} |")
 
     lines += ["", "## Times (ms, median)", "",
-              "| D | B | ids | weights | what | " + " | ".join(report["columns"]) + " |",
-              "|---|---|---|---|---|" + "---|" * len(report["columns"])]
+              "| D | B | ids | weights | auto | what | " + " | ".join(report["columns"]) + " |",
+              "|---|---|---|---|---|---|" + "---|" * len(report["columns"])]
     for s in report["cases"]:
         if "error" in s:
             continue
         rows = [("forward", s["forward"])] + [(o, r["ms"]) for o, r in s["results"].items()]
+        auto = "+".join(s.get("auto", []))
         for what, d in rows:
             cells = [f"{d[c]:.3f}" if c in d else "–" for c in report["columns"]]
-            lines.append(f"| {s['dim']} | {s['batch']} | {s['dist']} | {s['precision']} | {what} | {' | '.join(cells)} |")
+            lines.append(f"| {s['dim']} | {s['batch']} | {s['dist']} | {s['precision']} | {auto} | {what} | "
+                         f"{' | '.join(cells)} |")
+    lines += recommended_dispatch(report)
 
     lines += ["", "## Bandwidth of ours (bytes that must move / time)", "",
               "| D | B | ids | weights | fwd GB/s | % copy | optimizer | fwd+bwd+upd GB/s | % copy | speed-up vs torch |",
@@ -427,6 +436,78 @@ def markdown(report: dict) -> str:
     if report.get("skipped"):
         lines += ["", "Skipped (time budget): " + "; ".join(report["skipped"])]
     return "\n".join(lines) + "\n"
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def recommend(report: dict) -> dict:
+    """Per shape class ("fp32"/"16-bit", dim bucket) of the run's cases: the forward variant and
+    the backward variant with the smallest geometric mean, over the class's cases (and
+    optimizers), of time / the fastest variant's time in that case; each with that mean and the
+    runner-up's. Backward times are training steps with the case's "auto" forward, the same for
+    every backward variant, so the ranking does not depend on it."""
+    from runtime.kernels import cuda as kc
+
+    by_class: dict[tuple[str, int], dict[str, list]] = {}
+    for s in report["cases"]:
+        if "error" in s:
+            continue
+        key = kc.shape_class(PRECISION[s["precision"]], s["dim"])
+        c = by_class.setdefault(key, {"fwd": [], "bwd": []})
+        c["fwd"].append({k[5:]: v for k, v in s["forward"].items() if k.startswith("ours ") and k != "ours auto"})
+        for r in s["results"].values():
+            c["bwd"].append({k[10:]: v for k, v in r["ms"].items() if k.startswith("ours auto+")})
+    out = {}
+    for key, c in sorted(by_class.items()):
+        pick = {}
+        for side, runs in c.items():
+            names = set.intersection(*(set(r) for r in runs)) if runs else set()
+            score = {n: _geomean([r[n] / min(r.values()) for r in runs]) for n in names}
+            ranked = sorted(score, key=score.get)
+            if ranked:
+                pick[side] = (ranked[0], score[ranked[0]], ranked[1] if len(ranked) > 1 else None,
+                              score[ranked[1]] if len(ranked) > 1 else None)
+        if len(pick) == 2:
+            out[key] = pick
+    return out
+
+
+def recommended_dispatch(report: dict) -> list[str]:
+    """Markdown: the DISPATCH lines this run recommends, and FBGEMM's time / ours per case with
+    them (forward: the chosen forward's time; training: the chosen backward's step with the
+    case's auto forward, minus that forward's time plus the chosen one's)."""
+    rec = recommend(report)
+    if not rec:
+        return []
+    lines = ["", "## Dispatch table this run recommends", "",
+             "Per shape class: the variant with the smallest geometric mean of time / the fastest variant's time over "
+             "the class's cases (and optimizers), that mean, and the runner-up. Lines for `DISPATCH` in "
+             "runtime/kernels/cuda.py:", "", "```python"]
+    for (w, b), p in rec.items():
+        (f, fs, f2, f2s), (bw, bs, b2, b2s) = p["fwd"], p["bwd"]
+        lines.append(f'    ("{w}", {b}): ("{f}", "{bw}"),  # fwd {fs:.3f} (next {f2} {f2s or 0:.3f}), '
+                     f'bwd {bs:.3f} (next {b2} {b2s or 0:.3f})')
+    lines += ["```", "", "FBGEMM's time / ours with that table:", "",
+              "| D | B | ids | weights | forward | fwd+bwd+update SGD | rowwise Adagrad |", "|---|---|---|---|---|---|---|"]
+    from runtime.kernels import cuda as kc
+
+    for s in report["cases"]:
+        key = kc.shape_class(PRECISION[s["precision"]], s["dim"]) if "error" not in s else None
+        if key not in rec:
+            continue
+        f, bw = rec[key]["fwd"][0], rec[key]["bwd"][0]
+        fw = s["forward"]
+        t_f = fw.get(f"ours {f}")
+        cells = [ratio(fw.get("fbgemm"), t_f)]
+        for o in ("EXACT_SGD", "EXACT_ROWWISE_ADAGRAD"):
+            ms = s.get("results", {}).get(o, {}).get("ms", {})
+            step = ms.get(f"ours auto+{bw}")
+            auto_f = fw.get(f"ours {s['auto'][0]}")
+            cells.append(ratio(ms.get("fbgemm"), step - auto_f + t_f if step and auto_f and t_f else None))
+        lines.append(f"| {s['dim']} | {s['batch']} | {s['dist']} | {s['precision']} | {' | '.join(cells)} |")
+    return lines
 
 
 def cases(quick: bool) -> list[dict]:
@@ -475,9 +556,10 @@ def main() -> int:
         "cuda": torch.version.cuda,
         "fbgemm": fb_info if fb_ok else None,
         "fbgemm_why": None if fb_ok else fb_info,
-        "default_variants": [kc.DEFAULT_FORWARD, kc.DEFAULT_BACKWARD],
+        "dispatch": {f"{w} {b}": list(v) for (w, b), v in kc.DISPATCH.items()},
+        "skipped_variants": os.environ.get("TBE_SKIP_VARIANTS", ""),
         "columns": ["ours", "fbgemm", "torch", "ours v1"] + [f"ours {v}" for v in kc.forward_variants() if v != "v1"]
-        + [f"ours {kc.DEFAULT_FORWARD}+{v}" for v in kc.backward_variants()],
+        + [f"ours auto+{v}" for v in kc.backward_variants()],
         "copy_GBps": copy_bandwidth(),
         "cases": [],
     }
@@ -487,7 +569,8 @@ def main() -> int:
         "fbgemm": fb_ok,
         "torch_baseline": {"headline": headline, "all": lambda c: True, "none": lambda c: False}[args.torch_baseline],
         # the two shapes to attack first: kernel breakdown of one step of each contender
-        "profile_cases": {(128, 65536, "zipf", "fp32"), (64, 16384, "uniform", "fp32")},
+        "profile_cases": {(128, 65536, "zipf", "fp32"), (64, 16384, "uniform", "fp32"), (128, 65536, "uniform", "fp32"),
+                          (256, 65536, "uniform", "fp32"), (64, 65536, "zipf", "fp32")},
     }
     for case in cases(args.quick):
         name = f"D={case['dim']} B={case['batch']} {case['dist']} {case['precision']}"

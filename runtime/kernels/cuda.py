@@ -10,14 +10,15 @@ must match the reference), SASS + PTX for the GPU present (sm_90a on H100/H200),
 :func:`_gencode_flags`.
 
 Kernel variants (``tbe_kernels.h`` describes them; all give bit-identical results): the forward
-``v1`` / ``v2-12`` / ``v2-8`` / ``v2-4`` (``p``: with L2 prefetches) and the backward ``v1`` /
-``v2`` / ``v2-2rows`` / ``v2p`` (v2 with L2 prefetches). The defaults come from
-``$TBE_FWD_VARIANT`` / ``$TBE_BWD_VARIANT``, else :data:`DEFAULT_FORWARD` /
-:data:`DEFAULT_BACKWARD`; :func:`use_variants` changes them for a block of code (benchmarks and
-tests time and check every variant in one process). ``$TBE_SKIP_VARIANTS`` leaves variants out of
-the lists that benchmarks and tests go through (:func:`forward_variants` /
-:func:`backward_variants`), so that one variant's crash cannot poison the CUDA context for the
-others.
+``v1`` / ``v2-12`` / ``v2-8`` / ``v2-4`` (``p``: with L2 prefetches) / ``v3-4`` / ``v3-2`` and
+the backward ``v1`` / ``v2`` / ``v2-2rows`` / ``v2p`` (v2 with L2 prefetches) / ``v3``. Which
+ones a call uses: ``$TBE_FWD_VARIANT`` / ``$TBE_BWD_VARIANT`` when set, else ``auto``: the
+:data:`DISPATCH` table's choice for the call's shape class (weights type, largest table dim),
+picked from measured times. :func:`use_variants` changes them for a block of code (benchmarks
+and tests time and check every variant in one process). ``$TBE_SKIP_VARIANTS`` leaves variants
+out of the lists that benchmarks and tests go through (:func:`forward_variants` /
+:func:`backward_variants`) and out of the dispatch (:data:`FALLBACK` instead), so that one
+variant's crash cannot poison the CUDA context for the others.
 """
 
 from __future__ import annotations
@@ -39,10 +40,31 @@ HEADERS = [HERE / "tbe_kernels.h", HERE / "tbe_impl.cuh"]
 NO_ERROR = 2**63 - 1  # first_bad when every index was in range (kNoError)
 
 # variant name -> the code the kernels take (ForwardArgs::variant / BackwardArgs::variant)
-FORWARD_VARIANTS = {"v1": 0, "v2-12": 1, "v2-8": 2, "v2-4": 3, "v2-12p": 4, "v2-8p": 5, "v2-4p": 6}
-BACKWARD_VARIANTS = {"v1": 1, "v2": 2, "v2-2rows": 3, "v2p": 4}
-DEFAULT_FORWARD = "v2-8p"
-DEFAULT_BACKWARD = "v2"  # v2p: illegal memory access on the H200 (test_training_steps_match, nobag D=12)
+FORWARD_VARIANTS = {"v1": 0, "v2-12": 1, "v2-8": 2, "v2-4": 3, "v2-12p": 4, "v2-8p": 5, "v2-4p": 6, "v3-4": 7,
+                    "v3-2": 8}
+BACKWARD_VARIANTS = {"v1": 1, "v2": 2, "v2-2rows": 3, "v2p": 4, "v3": 5}
+AUTO = "auto"  # the DISPATCH table's choice for the call's shape class
+
+# The variants an "auto" call uses, per shape class: (weights, dim bucket) -> (forward, backward).
+# weights: "fp32", or "16-bit" (fp16 and bf16 rows are read alike); dim bucket: the largest table
+# dim rounded up to 32, 64, 128 or 256, else 1024 (the v2/v3 forward takes dims <= 256; other
+# layouts run v1 whatever is asked). Chosen from the fastest measured variant of each class
+# (bench/bench_tbe.py prints the table its run measured; bench/NOTES-tbe.md has the figures);
+# buckets no run measured copy a neighbour. H200, 2026-11-23 (fbgemm_gpu 1.6.0 as the yardstick):
+DISPATCH: dict[tuple[str, int], tuple[str, str]] = {
+    ("fp32", 32): ("v2-8", "v2"),  # not measured: as D=64
+    ("fp32", 64): ("v2-8", "v2"),  # fwd 0.63-3.5 ms: v2-8 best or within 2%; v2p 8-10% slower (spills)
+    ("fp32", 128): ("v2-8", "v2p"),  # fwd v2-8 best on 3 of 4 cases; v2p ~1-2% ahead of v2 on SGD
+    ("fp32", 256): ("v2-8", "v2"),  # the prefetching forwards lose 15-30% at D=256; v2p = v2 there
+    ("fp32", 1024): ("v1", "v2"),  # not measured
+    ("16-bit", 32): ("v2-4p", "v2"),  # not measured: as D=128
+    ("16-bit", 64): ("v2-4p", "v2"),  # not measured: as D=128
+    ("16-bit", 128): ("v2-4p", "v2"),  # fwd v2-4p best (before the raw-load fix); v2 best on 3 of 4
+    ("16-bit", 256): ("v2-4p", "v2"),  # not measured: as D=128
+    ("16-bit", 1024): ("v1", "v2"),  # not measured
+}
+# Used where $TBE_SKIP_VARIANTS leaves out the table's choice (these cannot be left out).
+FALLBACK = ("v2-8", "v2")
 
 # dim class policies of the backward (dim_class() in tbe_impl.cuh)
 _CLASSES_WARP, _CLASSES_V2, _CLASSES_V2_TWO_ROWS = 0, 1, 2
@@ -51,23 +73,24 @@ _ext = None
 _load_error: str | None = None
 
 
-def _variant_from_env(var: str, table: dict[str, int], default: str) -> str:
-    name = os.environ.get(var, default)
-    if name not in table:
-        raise ValueError(f"${var}={name!r} is not one of {sorted(table)}")
+def _variant_from_env(var: str, table: dict[str, int]) -> str:
+    name = os.environ.get(var, AUTO)
+    if name != AUTO and name not in table:
+        raise ValueError(f"${var}={name!r} is not one of {[AUTO, *table]}")
     return name
 
 
 _variants = {
-    "forward": _variant_from_env("TBE_FWD_VARIANT", FORWARD_VARIANTS, DEFAULT_FORWARD),
-    "backward": _variant_from_env("TBE_BWD_VARIANT", BACKWARD_VARIANTS, DEFAULT_BACKWARD),
+    "forward": _variant_from_env("TBE_FWD_VARIANT", FORWARD_VARIANTS),
+    "backward": _variant_from_env("TBE_BWD_VARIANT", BACKWARD_VARIANTS),
 }
 
 
 def _skipped_variants() -> tuple[set[str], set[str]]:
     """(forward, backward) names that ``$TBE_SKIP_VARIANTS`` leaves out: comma-separated names,
     each ``fwd:NAME`` / ``bwd:NAME`` for one direction, or a bare NAME for whichever direction(s)
-    have it (``TBE_SKIP_VARIANTS=v2p`` leaves out the backward v2p). The defaults cannot be left out."""
+    have it (``TBE_SKIP_VARIANTS=v2p`` leaves out the backward v2p). :data:`FALLBACK` cannot be
+    left out."""
     fwd, bwd = set(), set()
     for item in filter(None, (x.strip() for x in os.environ.get("TBE_SKIP_VARIANTS", "").split(","))):
         side, _, name = item.rpartition(":")
@@ -83,9 +106,9 @@ def _skipped_variants() -> tuple[set[str], set[str]]:
         if not hit:
             raise ValueError(f"$TBE_SKIP_VARIANTS: {item!r} is not one of forward {sorted(FORWARD_VARIANTS)} "
                              f"or backward {sorted(BACKWARD_VARIANTS)}")
-    if DEFAULT_FORWARD in fwd or DEFAULT_BACKWARD in bwd:
-        raise ValueError(f"$TBE_SKIP_VARIANTS cannot leave out a default variant "
-                         f"(forward {DEFAULT_FORWARD}, backward {DEFAULT_BACKWARD})")
+    if FALLBACK[0] in fwd or FALLBACK[1] in bwd:
+        raise ValueError(f"$TBE_SKIP_VARIANTS cannot leave out the fallback variants "
+                         f"(forward {FALLBACK[0]}, backward {FALLBACK[1]})")
     return fwd, bwd
 
 
@@ -100,17 +123,43 @@ def backward_variants() -> list[str]:
 
 
 def variants() -> dict[str, str]:
-    """The forward and backward kernel variants calls use now."""
+    """The forward and backward kernel variants calls use now (``auto``: :func:`dispatch`)."""
     return dict(_variants)
+
+
+def dim_bucket(max_dim: int) -> int:
+    """The dim bucket of :data:`DISPATCH`: max_dim rounded up to 32, 64, 128 or 256, else 1024."""
+    return next((b for b in (32, 64, 128, 256) if max_dim <= b), 1024)
+
+
+def shape_class(weights_dtype: torch.dtype, max_dim: int) -> tuple[str, int]:
+    """The :data:`DISPATCH` key of tables of this weights type and largest dim."""
+    return ("fp32" if weights_dtype == torch.float32 else "16-bit", dim_bucket(max_dim))
+
+
+def dispatch(weights_dtype: torch.dtype, max_dim: int) -> tuple[str, str]:
+    """(forward, backward) variant names a call on tables of this weights type and largest dim
+    uses now: the ones :func:`use_variants` / ``$TBE_FWD_VARIANT`` / ``$TBE_BWD_VARIANT`` set, or
+    for ``auto`` the :data:`DISPATCH` table's (:data:`FALLBACK` for one $TBE_SKIP_VARIANTS leaves
+    out)."""
+    table_fwd, table_bwd = DISPATCH[shape_class(weights_dtype, max_dim)]
+    skip_fwd, skip_bwd = _skipped_variants()
+    fwd, bwd = _variants["forward"], _variants["backward"]
+    if fwd == AUTO:
+        fwd = FALLBACK[0] if table_fwd in skip_fwd else table_fwd
+    if bwd == AUTO:
+        bwd = FALLBACK[1] if table_bwd in skip_bwd else table_bwd
+    return fwd, bwd
 
 
 @contextlib.contextmanager
 def use_variants(*, forward: str | None = None, backward: str | None = None):
-    """Run the block with these kernel variants (None: keep the current one)."""
-    if forward is not None and forward not in FORWARD_VARIANTS:
-        raise ValueError(f"forward variant {forward!r} is not one of {sorted(FORWARD_VARIANTS)}")
-    if backward is not None and backward not in BACKWARD_VARIANTS:
-        raise ValueError(f"backward variant {backward!r} is not one of {sorted(BACKWARD_VARIANTS)}")
+    """Run the block with these kernel variants (None: keep the current one; ``auto``: the
+    :data:`DISPATCH` table's)."""
+    if forward is not None and forward != AUTO and forward not in FORWARD_VARIANTS:
+        raise ValueError(f"forward variant {forward!r} is not one of {[AUTO, *FORWARD_VARIANTS]}")
+    if backward is not None and backward != AUTO and backward not in BACKWARD_VARIANTS:
+        raise ValueError(f"backward variant {backward!r} is not one of {[AUTO, *BACKWARD_VARIANTS]}")
     saved = dict(_variants)
     if forward is not None:
         _variants["forward"] = forward
@@ -227,7 +276,7 @@ def forward(
         out,
         layout.max_dim,
         _v2_forward_layout(layout),
-        FORWARD_VARIANTS[_variants["forward"]],
+        FORWARD_VARIANTS[dispatch(weights.dtype, layout.max_dim)[0]],
     ), first_bad
 
 
@@ -272,7 +321,8 @@ def dim_classes(dims, grad_aligned: bool, policy: int = _CLASSES_WARP) -> int:
     return mask
 
 
-_BACKWARD_POLICY = {"v1": _CLASSES_WARP, "v2": _CLASSES_V2, "v2-2rows": _CLASSES_V2_TWO_ROWS, "v2p": _CLASSES_V2}
+_BACKWARD_POLICY = {"v1": _CLASSES_WARP, "v2": _CLASSES_V2, "v2-2rows": _CLASSES_V2_TWO_ROWS, "v2p": _CLASSES_V2,
+                    "v3": _CLASSES_V2}
 
 
 def backward_update(
@@ -291,6 +341,7 @@ def backward_update(
 ) -> RowUpdate:
     """In-place optimizer update of ``weights``/``momentum``; no host sync."""
     ext = load()
+    variant = dispatch(weights.dtype, layout.max_dim)[1]
     indices, offsets = _same_index_dtype(indices, offsets)
     if pooling == POOL_NONE:
         grad_aligned = layout.max_dim % 4 == 0
@@ -316,10 +367,10 @@ def backward_update(
         layout.total_rows,
         grad_aligned,
         dim_classes(layout.table_dims, grad_aligned),
-        dim_classes(layout.table_dims, grad_aligned, _BACKWARD_POLICY[_variants["backward"]]),
+        dim_classes(layout.table_dims, grad_aligned, _BACKWARD_POLICY[variant]),
         optimizer,
         lr,
         eps,
-        BACKWARD_VARIANTS[_variants["backward"]],
+        BACKWARD_VARIANTS[variant],
     )
     return RowUpdate(linear_ids=unique_ids, count=num_unique[0], row_offsets=layout.row_offsets_list)

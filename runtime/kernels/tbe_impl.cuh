@@ -10,6 +10,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 namespace tbe {
 namespace detail {
 
@@ -60,17 +62,48 @@ struct Cvt<__nv_bfloat16> {
   static __device__ __forceinline__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
 };
 
-// 4 consecutive elements at p (16-byte aligned for float, 8-byte for 16-bit types) as a float4;
+// 4 consecutive elements of type T as they sit in memory: a float4 for float, 8 bytes (uint2)
+// for the 16-bit types. Loads return this raw form and the conversion to float is a separate
+// step, so that a batch of loads is issued back to back and converted after: a conversion
+// inside the load's branch made each 16-bit load wait for its data before the next was issued
+// (the fp16 forward ran at half the fp32 one's speed, H200 2026-11-23).
+template <typename T>
+struct RawOf {
+  using type = uint2;
+};
+template <>
+struct RawOf<float> {
+  using type = float4;
+};
+template <typename T>
+using Raw4 = typename RawOf<T>::type;
+
+template <typename T>
+__device__ __forceinline__ Raw4<T> zero_raw4() {
+  if constexpr (sizeof(T) == 4) return make_float4(0.f, 0.f, 0.f, 0.f); else return make_uint2(0u, 0u);
+}
+
+// 4 consecutive elements at p (16-byte aligned for float, 8-byte for 16-bit types), raw;
 // kLdg: through the read-only cache (only for data no kernel of this launch writes)
 template <bool kLdg, typename T>
-__device__ __forceinline__ float4 load4(const T* p) {
+__device__ __forceinline__ Raw4<T> load_raw4(const T* p) {
+  const Raw4<T>* q = reinterpret_cast<const Raw4<T>*>(p);
+  if constexpr (kLdg) return __ldg(q); else return *q;
+}
+
+template <typename T>
+__device__ __forceinline__ float4 to_float4(const Raw4<T>& r) {
   if constexpr (sizeof(T) == 4) {
-    return kLdg ? __ldg(reinterpret_cast<const float4*>(p)) : *reinterpret_cast<const float4*>(p);
+    return r;
   } else {
-    const uint2 raw = kLdg ? __ldg(reinterpret_cast<const uint2*>(p)) : *reinterpret_cast<const uint2*>(p);
-    const T* h = reinterpret_cast<const T*>(&raw);
+    const T* h = reinterpret_cast<const T*>(&r);
     return make_float4(Cvt<T>::to(h[0]), Cvt<T>::to(h[1]), Cvt<T>::to(h[2]), Cvt<T>::to(h[3]));
   }
+}
+
+template <bool kLdg, typename T>
+__device__ __forceinline__ float4 load4(const T* p) {
+  return to_float4<T>(load_raw4<kLdg>(p));
 }
 
 template <bool kLdg, typename T>
@@ -124,6 +157,35 @@ __device__ __forceinline__ void load_units(const T* __restrict__ row, int dim, i
   }
 }
 
+// A row's units in the raw form (vector mode only); elements past dim read as zeros.
+template <int G, int kW, bool kLdg, typename T>
+__device__ __forceinline__ void load_units_raw(const T* __restrict__ row, int dim, int l, Raw4<T> (&r)[kW]) {
+#pragma unroll
+  for (int u = 0; u < kW; ++u) {
+    r[u] = zero_raw4<T>();
+    if (elem<G, true>(l, u, 0) < dim) r[u] = load_raw4<kLdg>(row + elem<G, true>(l, u, 0));
+  }
+}
+
+// A unit as loaded: raw (vector mode) or already float (scalar mode, element by element).
+template <bool kVec, typename T>
+using Unit = std::conditional_t<kVec, Raw4<T>, float4>;
+
+template <bool kVec, typename T>
+__device__ __forceinline__ Unit<kVec, T> zero_unit() {
+  if constexpr (kVec) return zero_raw4<T>(); else return make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+template <bool kVec, typename T>
+__device__ __forceinline__ float4 unit_to_float4(const Unit<kVec, T>& x) {
+  if constexpr (kVec) return to_float4<T>(x); else return x;
+}
+
+template <int G, int kW, bool kVec, bool kLdg, typename T>
+__device__ __forceinline__ void load_units_any(const T* __restrict__ row, int dim, int l, Unit<kVec, T> (&r)[kW]) {
+  if constexpr (kVec) load_units_raw<G, kW, kLdg, T>(row, dim, l, r); else load_units<G, kW, kVec, kLdg, T>(row, dim, l, r);
+}
+
 template <int G, int kW, bool kVec, typename T = float>
 __device__ __forceinline__ void store_units(T* row, int dim, int l, const float4 (&v)[kW], bool vec_store) {
 #pragma unroll
@@ -160,24 +222,26 @@ __device__ __forceinline__ void pool_step(const WeightT* __restrict__ table, int
     rw[r] = __shfl_sync(kFull, my_w, src);
     ridx[r] = j < n ? idx : -1;
   }
-  float4 v[kUnroll][kW];
+  // every load of the step is issued before any conversion (see Raw4)
+  Unit<kVec, WeightT> v[kUnroll][kW];
 #pragma unroll
   for (int r = 0; r < kUnroll; ++r) {
     if (ridx[r] >= 0) {
-      load_units<G, kW, kVec, true, WeightT>(table + static_cast<int64_t>(ridx[r]) * dim, dim, l, v[r]);
+      load_units_any<G, kW, kVec, true, WeightT>(table + static_cast<int64_t>(ridx[r]) * dim, dim, l, v[r]);
     } else {
 #pragma unroll
-      for (int u = 0; u < kW; ++u) v[r][u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int u = 0; u < kW; ++u) v[r][u] = zero_unit<kVec, WeightT>();
     }
   }
 #pragma unroll
   for (int r = 0; r < kUnroll; ++r) {
 #pragma unroll
     for (int u = 0; u < kW; ++u) {
-      acc[u].x = fmaf(rw[r], v[r][u].x, acc[u].x);
-      acc[u].y = fmaf(rw[r], v[r][u].y, acc[u].y);
-      acc[u].z = fmaf(rw[r], v[r][u].z, acc[u].z);
-      acc[u].w = fmaf(rw[r], v[r][u].w, acc[u].w);
+      const float4 x = unit_to_float4<kVec, WeightT>(v[r][u]);
+      acc[u].x = fmaf(rw[r], x.x, acc[u].x);
+      acc[u].y = fmaf(rw[r], x.y, acc[u].y);
+      acc[u].z = fmaf(rw[r], x.z, acc[u].z);
+      acc[u].w = fmaf(rw[r], x.w, acc[u].w);
     }
   }
 }
@@ -266,9 +330,11 @@ __device__ __forceinline__ void pool_bag(const WeightT* __restrict__ table, int6
                                          PosT start, PosT end, float* out_row, bool out_vec, bool mean,
                                          unsigned long long* first_bad, int lane, bool have_first, PosT first_idx,
                                          float first_w, bool first_bad_flag, bool l2_prefetch = false) {
-  // rows per group per step: kLoads float4 loads in flight per lane, and no more rows than the
-  // 32 whose indices the warp holds
-  constexpr int kPerW = kLoads / kW > 0 ? kLoads / kW : 1;
+  // rows per group per step: kLoads float4 loads in flight per lane (v2: kLoads 16-byte loads'
+  // worth, so twice the rows for 16-bit weights, whose lanes read 8 bytes), and no more rows than
+  // the 32 whose indices the warp holds
+  constexpr int kLoadsT = kRolled && kVec ? kLoads * 4 / static_cast<int>(sizeof(WeightT)) : kLoads;
+  constexpr int kPerW = kLoadsT / kW > 0 ? kLoadsT / kW : 1;
   constexpr int kUnroll = kPerW < G ? kPerW : G;
   bool bad = have_first && first_bad_flag;
   float4 acc[kW];
@@ -348,7 +414,7 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) pooled_forward_v2_kernel(F
   const IndexT* offsets = static_cast<const IndexT*>(a.offsets);
   const IndexT* indices = static_cast<const IndexT*>(a.indices);
   const bool mean = a.pooling == kPoolMean;
-  const bool l2_prefetch = a.variant >= kFwdV2Configs;
+  const bool l2_prefetch = fwd_l2_prefetch(a.variant);
   const int32_t n_idx = static_cast<int32_t>(a.num_indices);
   auto bounds = [&](int32_t q, int32_t& s, int32_t& e) {  // clamped like v1
     s = static_cast<int32_t>(min_i64(max_i64(static_cast<int64_t>(offsets[q]), 0), n_idx));
@@ -393,6 +459,28 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) pooled_forward_v2_kernel(F
     cur_w = nw;
     cur_bad = nbad;
   }
+}
+
+// v3 forward, occupancy first (configs >= kFwdFirstLite: FBGEMM's forward runs ~51 warps/SM with
+// 32 registers): one warp per bag like v1, but one (G, kW) for every feature (v2's layouts),
+// 32-bit positions, kLoads row loads in flight per lane and no prefetch of the next bag (its
+// state cost the persistent kernel ~20 registers), so that kMinBlocks blocks of 8 warps fit.
+template <typename IndexT, typename WeightT, int kLoads, int kMinBlocks, int G, int kW>
+__global__ void __launch_bounds__(kBlock, kMinBlocks) pooled_forward_lite_kernel(ForwardArgs a) {
+  const int lane = threadIdx.x % kWarp;
+  const int32_t bag = static_cast<int32_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (bag >= static_cast<int32_t>(a.num_features * a.batch)) return;  // whole warp leaves together
+  const int32_t batch = static_cast<int32_t>(a.batch);
+  const int32_t f = bag / batch;
+  const IndexT* offsets = static_cast<const IndexT*>(a.offsets);
+  const int32_t n_idx = static_cast<int32_t>(a.num_indices);
+  const int32_t start = static_cast<int32_t>(min_i64(max_i64(static_cast<int64_t>(offsets[bag]), 0), n_idx));
+  const int32_t end = static_cast<int32_t>(min_i64(max_i64(static_cast<int64_t>(offsets[bag + 1]), start), n_idx));
+  float* out_row = a.out + static_cast<int64_t>(bag - f * batch) * a.total_dim + a.out_off[f];
+  pool_bag<IndexT, WeightT, G, kW, true, kLoads, true, int32_t>(
+      static_cast<const WeightT*>(a.weights) + a.feat_woff[f], a.feat_rows[f], static_cast<int>(a.feat_dim[f]),
+      static_cast<const IndexT*>(a.indices), a.psw, start, end, out_row, true, a.pooling == kPoolMean, a.first_bad,
+      lane, false, -1, 0.f, false);
 }
 
 template <typename IndexT, typename WeightT>
@@ -563,20 +651,25 @@ __device__ __forceinline__ GradRef grad_ref(const BackwardArgs& a, const Scratch
   return r;
 }
 
-// acc += the gradient row at grad_out + src (this lane's elements), / len for MEAN, * w when
-// weighted (ok == false: nothing is read or added). IEEE-rounded ops, no contraction: the
-// reference's order of operations.
+// The gradient row at grad_out + src (this lane's elements) into v (ok == false: nothing is
+// read, v = 0).
 template <int G, int kW, bool kVec>
-__device__ __forceinline__ void add_grad(const BackwardArgs& a, int64_t src, float len, float w, bool ok, int dim, int l,
-                                         float4 (&acc)[kW]) {
-  const bool mean = a.pooling == kPoolMean;
-  float4 v[kW];
+__device__ __forceinline__ void load_grad(const BackwardArgs& a, int64_t src, bool ok, int dim, int l,
+                                          float4 (&v)[kW]) {
   if (ok) {
     load_units<G, kW, kVec>(a.grad_out + src, dim, l, v);
   } else {
 #pragma unroll
     for (int u = 0; u < kW; ++u) v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
+}
+
+// acc += v / len for MEAN, * w when weighted (ok == false: nothing is added). IEEE-rounded ops,
+// no contraction: the reference's order of operations.
+template <int kW>
+__device__ __forceinline__ void accum_grad(const BackwardArgs& a, float4 (&v)[kW], float len, float w, bool ok,
+                                           float4 (&acc)[kW]) {
+  const bool mean = a.pooling == kPoolMean;
 #pragma unroll
   for (int u = 0; u < kW; ++u) {
     if (mean) {
@@ -594,6 +687,54 @@ __device__ __forceinline__ void add_grad(const BackwardArgs& a, int64_t src, flo
   }
 }
 
+// Gradient rows summed per batch in v3: kB rows' loads issued back to back, then added in order
+// (the same operations in the same order as one row at a time, more loads in flight; one row at
+// a time, a row's add waited for its load before the load two rows on could reuse the
+// registers). kB: 4 rows for one float4 per lane (2 for groups narrower than the warp, whose
+// 4-row batches spilled 96 bytes at 64 registers), 2 rows for two float4, else 1.
+template <int G, int kW>
+__host__ __device__ constexpr int grad_batch() {
+  return kW == 1 ? (G == kWarp ? 4 : 2) : kW == 2 ? 2 : 1;
+}
+
+// acc += the gradient rows of positions j = 0 .. n-1 (n warp-uniform) whose GradRef lane
+// src_lane(j) of ref holds, in order of j (ok(j) == false: not added); kB rows per batch (see
+// grad_batch; kB == 1: one at a time, the v1/v2 code).
+template <int G, int kW, bool kVec, int kB, typename SrcLane, typename Ok>
+__device__ __forceinline__ void add_grads(const BackwardArgs& a, const GradRef& ref, int n, SrcLane src_lane, Ok ok,
+                                          int dim, int l, float4 (&acc)[kW]) {
+  if constexpr (kB == 1) {
+#pragma unroll 4
+    for (int j = 0; j < n; ++j) {
+      const int sl = src_lane(j);
+      const int64_t src = __shfl_sync(kFull, ref.src, sl);
+      const float len = __shfl_sync(kFull, ref.len, sl);
+      const float w = __shfl_sync(kFull, ref.w, sl);
+      float4 v[kW];
+      const bool okj = ok(j);
+      load_grad<G, kW, kVec>(a, src, okj, dim, l, v);
+      accum_grad<kW>(a, v, len, w, okj, acc);
+    }
+  } else {
+    for (int j0 = 0; j0 < n; j0 += kB) {
+      float4 v[kB][kW];
+      float len[kB], w[kB];
+      bool okb[kB];
+#pragma unroll
+      for (int b = 0; b < kB; ++b) {  // every lane runs every shuffle (j0 + b >= n: not added)
+        const int sl = src_lane(j0 + b);
+        const int64_t src = __shfl_sync(kFull, ref.src, sl);
+        len[b] = __shfl_sync(kFull, ref.len, sl);
+        w[b] = __shfl_sync(kFull, ref.w, sl);
+        okb[b] = j0 + b < n && ok(j0 + b);
+        load_grad<G, kW, kVec>(a, src, okb[b], dim, l, v[b]);
+      }
+#pragma unroll
+      for (int b = 0; b < kB; ++b) accum_grad<kW>(a, v[b], len[b], w[b], okb[b], acc);
+    }
+  }
+}
+
 // Sum the gradient rows of sorted positions [q0, q1) into acc, in order, for each group of G
 // lanes of the warp (its own row and range; active == false: the group adds nothing). span =
 // the longest range of the warp's groups (a warp-uniform trip count). Gradient of a position =
@@ -601,7 +742,7 @@ __device__ __forceinline__ void add_grad(const BackwardArgs& a, int64_t src, flo
 // weight: exactly reference.index_gradients, with IEEE-rounded ops (no contraction). The group
 // fetches the bookkeeping of G positions at once (lane l: position q_base + l), then walks them
 // in order, broadcasting each with a shuffle.
-template <typename IndexT, int G, int kW, bool kVec>
+template <typename IndexT, int G, int kW, bool kVec, int kB = 1>
 __device__ __forceinline__ void sum_grads(const BackwardArgs& a, const Scratch& s, bool active, int64_t q0, int64_t q1,
                                           int64_t span, int dim, int lane, float4 (&acc)[kW]) {
   const int g0 = lane / G * G;  // first lane of this group
@@ -611,14 +752,9 @@ __device__ __forceinline__ void sum_grads(const BackwardArgs& a, const Scratch& 
     GradRef r{0, 1.f, 1.f};
     if (active && q < q1) r = grad_ref<IndexT>(a, s, q, dim);
     const int n = static_cast<int>(min_i64(G, span - qb));
-#pragma unroll 4
-    for (int j = 0; j < n; ++j) {
-      const int64_t src = __shfl_sync(kFull, r.src, g0 + j);
-      const float len = __shfl_sync(kFull, r.len, g0 + j);
-      const float w = __shfl_sync(kFull, r.w, g0 + j);
-      const bool ok = active && q0 + qb + j < q1;
-      add_grad<G, kW, kVec>(a, src, len, w, ok, dim, l, acc);
-    }
+    add_grads<G, kW, kVec, kB>(
+        a, r, n, [&](int j) { return g0 + (j & (G - 1)); }, [&](int j) { return active && q0 + qb + j < q1; }, dim,
+        l, acc);
   }
 }
 
@@ -632,7 +768,7 @@ struct Window {
 
 // Rows of at most G positions: acc += their gradient rows in order, from the group's window
 // (reloaded at q0 when [q0, q1) is not inside it). fits == false: the group adds nothing here.
-template <typename IndexT, int G, int kW, bool kVec>
+template <typename IndexT, int G, int kW, bool kVec, int kB = 1>
 __device__ __forceinline__ void sum_grads_window(const BackwardArgs& a, const Scratch& s, bool fits, int64_t q0,
                                                  int64_t q1, int32_t span, int dim, int lane, Window& win,
                                                  float4 (&acc)[kW]) {
@@ -644,15 +780,9 @@ __device__ __forceinline__ void sum_grads_window(const BackwardArgs& a, const Sc
     if (q0 + l < a.num_indices) win.ref = grad_ref<IndexT>(a, s, q0 + l, dim);
   }
   const int off = fits ? static_cast<int>(q0 - win.q0) : 0;
-#pragma unroll 4
-  for (int j = 0; j < span; ++j) {
-    const int src_lane = g0 + ((off + j) & (G - 1));
-    const int64_t src = __shfl_sync(kFull, win.ref.src, src_lane);
-    const float len = __shfl_sync(kFull, win.ref.len, src_lane);
-    const float w = __shfl_sync(kFull, win.ref.w, src_lane);
-    const bool ok = fits && j < q1 - q0;
-    add_grad<G, kW, kVec>(a, src, len, w, ok, dim, l, acc);
-  }
+  add_grads<G, kW, kVec, kB>(
+      a, win.ref, span, [&](int j) { return g0 + ((off + j) & (G - 1)); },
+      [&](int j) { return fits && j < q1 - q0; }, dim, l, acc);
 }
 
 __device__ __forceinline__ int64_t table_of(const BackwardArgs& a, int64_t linear_id) {
@@ -693,8 +823,9 @@ __host__ __device__ constexpr int class_id() {
          : (kW == 1 ? 3 : kW == 2 ? 4 : kW == 4 ? 5 : 6);
 }
 
-// One warp per long-segment chunk (grid-stride; the chunk count lives on the device).
-template <typename IndexT, int kW, bool kVec>
+// One warp per long-segment chunk (grid-stride; the chunk count lives on the device); kB: the
+// gradient rows per batch (v3: grad_batch, else 1).
+template <typename IndexT, int kW, bool kVec, int kB>
 __global__ void __launch_bounds__(kBlock) chunk_sum_kernel(BackwardArgs a, Scratch s) {
   const int lane = threadIdx.x % kWarp;
   const int64_t num_seg = *a.num_unique;
@@ -711,26 +842,43 @@ __global__ void __launch_bounds__(kBlock) chunk_sum_kernel(BackwardArgs a, Scrat
     float4 acc[kW];
 #pragma unroll
     for (int u = 0; u < kW; ++u) acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-    sum_grads<IndexT, kWarp, kW, kVec>(a, s, true, q0, q1, q1 - q0, dim, lane, acc);
+    sum_grads<IndexT, kWarp, kW, kVec, kB>(a, s, true, q0, q1, q1 - q0, dim, lane, acc);
     store_units<kWarp, kW, kVec>(s.partials + c * s.dim_stride, dim, lane, acc, true);
   }
 }
 
-// g += chunk sum c (its elements of this lane)
-template <int G, int kW, bool kVec>
-__device__ __forceinline__ void add_partial(const Scratch& s, int64_t c, int dim, int l, float4 (&g)[kW]) {
-  float4 v[kW];
-  load_units<G, kW, kVec>(s.partials + c * s.dim_stride, dim, l, v);
+// g += chunk sums c0 .. c0 + nch - 1 (this lane's elements) in order; cspan >= nch is the
+// warp-uniform trip count; kB sums' loads per batch (as add_grads).
+template <int G, int kW, bool kVec, int kB>
+__device__ __forceinline__ void add_partials(const Scratch& s, int64_t c0, int32_t nch, int32_t cspan, int dim, int l,
+                                             float4 (&g)[kW]) {
+  for (int32_t c = 0; c < cspan; c += kB) {
+    float4 v[kB][kW];
 #pragma unroll
-  for (int u = 0; u < kW; ++u) {
-    g[u].x = __fadd_rn(g[u].x, v[u].x); g[u].y = __fadd_rn(g[u].y, v[u].y);
-    g[u].z = __fadd_rn(g[u].z, v[u].z); g[u].w = __fadd_rn(g[u].w, v[u].w);
+    for (int b = 0; b < kB; ++b) {
+      if (c + b < nch) {
+        load_units<G, kW, kVec>(s.partials + (c0 + c + b) * s.dim_stride, dim, l, v[b]);
+      } else {
+#pragma unroll
+        for (int u = 0; u < kW; ++u) v[b][u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kB; ++b) {
+      if (c + b < nch) {
+#pragma unroll
+        for (int u = 0; u < kW; ++u) {
+          g[u].x = __fadd_rn(g[u].x, v[b][u].x); g[u].y = __fadd_rn(g[u].y, v[b][u].y);
+          g[u].z = __fadd_rn(g[u].z, v[b][u].z); g[u].w = __fadd_rn(g[u].w, v[b][u].w);
+        }
+      }
+    }
   }
 }
 
 // Sum the gradient of one unique row per group of G lanes (its positions, or its chunk sums)
 // and apply the optimizer (active == false: the group only takes part in the shuffles).
-template <typename IndexT, typename WeightT, int G, int kW, bool kVec, bool kWindow>
+template <typename IndexT, typename WeightT, int G, int kW, bool kVec, bool kWindow, int kB>
 __device__ __forceinline__ void update_row(const BackwardArgs& a, const Scratch& s, bool active, int64_t seg,
                                            int64_t linear_id, int64_t k, int32_t count, int32_t start, int lane,
                                            Window& win) {
@@ -739,9 +887,10 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const Scratch&
   const int64_t row = linear_id - (active ? a.table_row_off[k] : linear_id);
   WeightT* wrow = static_cast<WeightT*>(a.weights) + (active ? a.table_woff[k] : 0) + row * dim;
   // load the row and its state first: independent of the gradient, so the latencies overlap
-  // (plain loads, not __ldg: these rows are written below)
-  float4 w[kW];
-  load_units<G, kW, kVec, false, WeightT>(wrow, dim, l, w);
+  // (plain loads, not __ldg: these rows are written below); 16-bit rows stay raw until the
+  // gradient is summed, so that nothing waits for them before the gradient loads are issued
+  Unit<kVec, WeightT> w_raw[kW];
+  load_units_any<G, kW, kVec, false, WeightT>(wrow, dim, l, w_raw);
   const bool adagrad = a.optimizer == kOptRowwiseAdagrad;
   const float m_old = adagrad && active ? a.momentum[linear_id] : 0.f;
 
@@ -751,29 +900,26 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const Scratch&
   const int64_t q1 = static_cast<int64_t>(start) + count;
   if constexpr (G == kWarp) {  // one row per warp: warp-uniform branches
     if (kWindow && count <= G) {  // (compile-time false for v1)
-      sum_grads_window<IndexT, G, kW, kVec>(a, s, true, start, q1, count, dim, lane, win, g);
+      sum_grads_window<IndexT, G, kW, kVec, kB>(a, s, true, start, q1, count, dim, lane, win, g);
     } else if (count <= kChunk) {
-      sum_grads<IndexT, G, kW, kVec>(a, s, true, start, q1, count, dim, lane, g);
+      sum_grads<IndexT, G, kW, kVec, kB>(a, s, true, start, q1, count, dim, lane, g);
     } else {
-      const int64_t c0 = s.chunk_off[seg];
-      const int64_t c1 = c0 + s.nchunks[seg];
-      for (int64_t c = c0; c < c1; ++c) add_partial<G, kW, kVec>(s, c, dim, l, g);
+      const int32_t nch = s.nchunks[seg];
+      add_partials<G, kW, kVec, kB>(s, s.chunk_off[seg], nch, nch, dim, l, g);
     }
   } else {  // 32/G rows per warp, each its own count: warp-uniform trip counts, predicated adds
     // (only v2 has groups narrower than the warp)
     const bool fits = active && count <= G;
     const int32_t wspan = __reduce_max_sync(kFull, fits ? count : 0);
-    if (wspan > 0) sum_grads_window<IndexT, G, kW, kVec>(a, s, fits, start, q1, wspan, dim, lane, win, g);
+    if (wspan > 0) sum_grads_window<IndexT, G, kW, kVec, kB>(a, s, fits, start, q1, wspan, dim, lane, win, g);
     const bool small = active && count > G && count <= kChunk;
     const int32_t span = __reduce_max_sync(kFull, small ? count : 0);
-    if (span > 0) sum_grads<IndexT, G, kW, kVec>(a, s, small, start, q1, span, dim, lane, g);
+    if (span > 0) sum_grads<IndexT, G, kW, kVec, kB>(a, s, small, start, q1, span, dim, lane, g);
     const bool big = active && count > kChunk;
     const int64_t c0 = big ? s.chunk_off[seg] : 0;
     const int32_t nch = big ? s.nchunks[seg] : 0;
     const int32_t cspan = __reduce_max_sync(kFull, nch);
-    for (int32_t c = 0; c < cspan; ++c) {
-      if (c < nch) add_partial<G, kW, kVec>(s, c0 + c, dim, l, g);
-    }
+    add_partials<G, kW, kVec, kB>(s, c0, nch, cspan, dim, l, g);
   }
   float scale;  // w -= scale * g
   if (!adagrad) {
@@ -801,8 +947,10 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const Scratch&
     scale = __fdiv_rn(a.lr, __fadd_rn(sqrtf(m), a.eps));
     if (active && l == 0) a.momentum[linear_id] = m;
   }
+  float4 w[kW];
 #pragma unroll
   for (int u = 0; u < kW; ++u) {
+    w[u] = unit_to_float4<kVec, WeightT>(w_raw[u]);
     w[u].x = __fsub_rn(w[u].x, __fmul_rn(scale, g[u].x)); w[u].y = __fsub_rn(w[u].y, __fmul_rn(scale, g[u].y));
     w[u].z = __fsub_rn(w[u].z, __fmul_rn(scale, g[u].z)); w[u].w = __fsub_rn(w[u].w, __fmul_rn(scale, g[u].w));
   }
@@ -840,15 +988,26 @@ __device__ __forceinline__ void prefetch_ahead(const BackwardArgs& a, unsigned t
 // fetches the bookkeeping of row i of the tile, then the warp updates the tile's rows of this
 // dim class, 32/G rows at a time (group g of G lanes takes the g-th next one). kMode: 0 (v1),
 // 1 (v2: short rows sum from the group's window of sorted positions), 2 (v2 + L2 prefetches of
-// the rows two rounds ahead). Compile-time, so each keeps its own registers (fp32, D <= 128:
-// 48 / 60 / 64; D <= 64: - / 64 / 64, the last held to 4 blocks per SM by its launch bounds,
-// with ~50 bytes of spills, instead of 80 registers).
+// the rows two rounds ahead), 3 (v3: v2 with the gradient rows loaded in batches, see
+// grad_batch, at 4 blocks per SM). Compile-time, so each keeps its own registers
+// (fp32, D <= 128: 48 / 60 / 64; D <= 64: - / 64 / 64, the prefetching ones held to 4 blocks
+// per SM by their launch bounds, with ~50 bytes of spills, instead of 80 registers).
+// v3 (mode 3) is held to 4 blocks of 8 warps per SM (<= 64 registers; unbounded, v2's kernels
+// took 78-80 registers at D <= 128 (24 warps/SM) and 94 at D <= 256 (16 warps/SM); v3 spills
+// 24-32 bytes instead). Mode 3 covers the classes of one float4 per lane and 32 x 2 (D <= 256);
+// the others run mode 1 (Update's launcher maps them).
+__host__ __device__ constexpr bool mode_prefetches(int mode) { return mode == 2; }
+__host__ __device__ constexpr int update_min_blocks(int mode, int kw, bool vec) {
+  return (mode == 2 && kw == 1 && vec) || (mode >= 3 && vec && kw <= 2) ? 4 : 1;
+}
+
 template <typename IndexT, typename WeightT, int G, int kW, bool kVec, int kMode>
-__global__ void __launch_bounds__(kBlock, (kMode == 2 && kW == 1 && kVec) ? 4 : 1)
+__global__ void __launch_bounds__(kBlock, update_min_blocks(kMode, kW, kVec))
     update_kernel(BackwardArgs a, Scratch s, int policy) {
   constexpr int P = kWarp / G;
   constexpr bool kWindow = kMode >= 1;
-  constexpr bool l2_prefetch = kMode == 2;
+  constexpr bool l2_prefetch = mode_prefetches(kMode);
+  constexpr int kB = kMode == 3 ? grad_batch<G, kW>() : 1;
   const int lane = threadIdx.x % kWarp;
   const int grp = lane / G;
   const int64_t num_seg = *a.num_unique;
@@ -888,8 +1047,8 @@ __global__ void __launch_bounds__(kBlock, (kMode == 2 && kW == 1 && kVec) ? 4 : 
       const int32_t count = __shfl_sync(kFull, my_count, src);
       const int32_t start = __shfl_sync(kFull, my_start, src);
       // (one row per warp: j >= 0 always; a constant lets the compiler drop the predicates)
-      update_row<IndexT, WeightT, G, kW, kVec, kWindow>(a, s, P == 1 || j >= 0, tile * kWarp + src, id, k, count,
-                                                        start, lane, win);
+      update_row<IndexT, WeightT, G, kW, kVec, kWindow, kB>(a, s, P == 1 || j >= 0, tile * kWarp + src, id, k,
+                                                            count, start, lane, win);
     }
   }
 }
@@ -913,13 +1072,13 @@ cudaError_t for_each_class(unsigned mask, const BackwardArgs& a, const Scratch& 
   return cudaSuccess;
 }
 
-template <typename IndexT>
+template <typename IndexT, bool kBatch>  // kBatch: gradient rows in batches (v3)
 struct ChunkSum {
   template <int G, int kW, bool kVec>
   struct K {
     static cudaError_t launch(const BackwardArgs& a, const Scratch& s, int grid, int, cudaStream_t stream) {
       if constexpr (G == kWarp) {  // chunk sums always take one warp per chunk
-        chunk_sum_kernel<IndexT, kW, kVec><<<grid, kBlock, 0, stream>>>(a, s);
+        chunk_sum_kernel<IndexT, kW, kVec, kBatch ? grad_batch<kWarp, kW>() : 1><<<grid, kBlock, 0, stream>>>(a, s);
         return cudaGetLastError();
       }
       return cudaErrorInvalidValue;
@@ -933,8 +1092,10 @@ struct Update {
   struct K {
     static cudaError_t launch(const BackwardArgs& a, const Scratch& s, int grid, int policy, cudaStream_t stream) {
       // prefetches only where they cost no occupancy (one float4 per lane: 64 registers);
-      // wider rows run v2 (their prefetching kernels need ~94-120 registers)
-      constexpr int kM = kMode == 2 && kW > 1 ? 1 : kMode;
+      // wider rows run v2 (their prefetching kernels need ~94-120 registers); v3 only for one
+      // float4 per lane or 32 lanes x 2 (see update_min_blocks), else v2
+      constexpr bool kV3Class = kVec && (kW == 1 || (G == kWarp && kW == 2));
+      constexpr int kM = (kMode == 3 && !kV3Class) || (kMode == 2 && kW > 1) ? 1 : kMode;
       if constexpr (kM > 0 || G == kWarp) {  // v1 has one row per warp only
         update_kernel<IndexT, WeightT, G, kW, kVec, kM><<<grid, kBlock, 0, stream>>>(a, s, policy);
         return cudaGetLastError();
@@ -956,11 +1117,16 @@ int resident_blocks(K kernel) {
 
 template <typename IndexT, typename WeightT, int V, int G, int kW>
 cudaError_t launch_forward_v2(const ForwardArgs& a, int64_t bags, cudaStream_t stream) {
-  const auto kernel = pooled_forward_v2_kernel<IndexT, WeightT, kFwdV2Loads[V], kFwdV2MinBlocks[V], G, kW>;
-  static const int per_sm = resident_blocks(kernel);  // per instantiation, once per process
   const int64_t want = (bags + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  const int64_t wave = static_cast<int64_t>(a.num_sms > 0 ? a.num_sms : 132) * per_sm;
-  kernel<<<static_cast<unsigned>(want < wave ? want : wave), kBlock, 0, stream>>>(a);
+  if constexpr (V >= kFwdFirstLite) {  // v3: one warp per bag (pooled_forward_lite_kernel)
+    pooled_forward_lite_kernel<IndexT, WeightT, kFwdV2Loads[V], kFwdV2MinBlocks[V], G, kW>
+        <<<static_cast<unsigned>(want), kBlock, 0, stream>>>(a);
+  } else {
+    const auto kernel = pooled_forward_v2_kernel<IndexT, WeightT, kFwdV2Loads[V], kFwdV2MinBlocks[V], G, kW>;
+    static const int per_sm = resident_blocks(kernel);  // per instantiation, once per process
+    const int64_t wave = static_cast<int64_t>(a.num_sms > 0 ? a.num_sms : 132) * per_sm;
+    kernel<<<static_cast<unsigned>(want < wave ? want : wave), kBlock, 0, stream>>>(a);
+  }
   return cudaGetLastError();
 }
 
@@ -978,11 +1144,13 @@ cudaError_t launch_forward_v2_dim(const ForwardArgs& a, int64_t bags, cudaStream
 template <typename IndexT, typename WeightT>
 cudaError_t launch_forward_pooled(const ForwardArgs& a, int64_t bags, cudaStream_t stream) {
   const bool v2_ok = a.v2_layout && a.out_aligned && a.max_dim > 16 && a.max_dim <= 256 && bags < (int64_t{1} << 31);
-  // variants 4..6: configs 1..3 with L2 prefetches (the kernel reads a.variant)
-  switch (v2_ok ? (a.variant >= kFwdV2Configs ? a.variant - kFwdV2Configs + 1 : a.variant) : 0) {
+  // variants 4..6: configs 1..3 with L2 prefetches (the kernel reads a.variant); 7, 8: configs 4, 5
+  switch (v2_ok ? fwd_config(a.variant) : 0) {
     case 1: return launch_forward_v2_dim<IndexT, WeightT, 1>(a, bags, stream);
     case 2: return launch_forward_v2_dim<IndexT, WeightT, 2>(a, bags, stream);
     case 3: return launch_forward_v2_dim<IndexT, WeightT, 3>(a, bags, stream);
+    case 4: return launch_forward_v2_dim<IndexT, WeightT, 4>(a, bags, stream);
+    case 5: return launch_forward_v2_dim<IndexT, WeightT, 5>(a, bags, stream);
     default: break;
   }
   const unsigned grid = static_cast<unsigned>((bags + kWarpsPerBlock - 1) / kWarpsPerBlock);
@@ -1022,8 +1190,11 @@ template <typename WeightT>
 cudaError_t update_typed(const BackwardArgs& a, const Scratch& s, int grid, cudaStream_t stream) {
   if (a.variant == kBwdV1) return update_mode<WeightT, 0>(a.dim_classes, a, s, grid, kClassesWarp, stream);
   const int policy = a.variant == kBwdV2TwoRows ? kClassesV2TwoRows : kClassesV2;
-  if (a.variant == kBwdV2Prefetch) return update_mode<WeightT, 2>(a.dim_classes_v2, a, s, grid, policy, stream);
-  return update_mode<WeightT, 1>(a.dim_classes_v2, a, s, grid, policy, stream);
+  switch (a.variant) {
+    case kBwdV2Prefetch: return update_mode<WeightT, 2>(a.dim_classes_v2, a, s, grid, policy, stream);
+    case kBwdV3: return update_mode<WeightT, 3>(a.dim_classes_v2, a, s, grid, policy, stream);
+    default: return update_mode<WeightT, 1>(a.dim_classes_v2, a, s, grid, policy, stream);
+  }
 }
 
 extern template cudaError_t forward_typed<float>(const ForwardArgs&, cudaStream_t);

@@ -69,12 +69,14 @@ def test_v2_forward_layout(dims, rows, ok):
 
 def test_use_variants_sets_and_restores():
     before = kc.variants()
-    assert before == {"forward": kc.DEFAULT_FORWARD, "backward": kc.DEFAULT_BACKWARD}
+    assert before == {"forward": kc.AUTO, "backward": kc.AUTO}
     with kc.use_variants(forward="v1"):
-        assert kc.variants() == {"forward": "v1", "backward": kc.DEFAULT_BACKWARD}
+        assert kc.variants() == {"forward": "v1", "backward": kc.AUTO}
         with kc.use_variants(backward="v2-2rows"):
             assert kc.variants() == {"forward": "v1", "backward": "v2-2rows"}
-        assert kc.variants()["backward"] == kc.DEFAULT_BACKWARD
+        assert kc.variants()["backward"] == kc.AUTO
+        with kc.use_variants(forward=kc.AUTO):
+            assert kc.variants()["forward"] == kc.AUTO
     with pytest.raises(RuntimeError):
         with kc.use_variants(forward="v2-4", backward="v1"):
             raise RuntimeError("inside")
@@ -89,12 +91,12 @@ def test_use_variants_sets_and_restores():
 
 def test_variant_from_environment(monkeypatch):
     monkeypatch.setenv("TBE_FWD_VARIANT", "v2-4")
-    assert kc._variant_from_env("TBE_FWD_VARIANT", kc.FORWARD_VARIANTS, kc.DEFAULT_FORWARD) == "v2-4"
+    assert kc._variant_from_env("TBE_FWD_VARIANT", kc.FORWARD_VARIANTS) == "v2-4"
     monkeypatch.setenv("TBE_FWD_VARIANT", "fast")
     with pytest.raises(ValueError, match="TBE_FWD_VARIANT"):
-        kc._variant_from_env("TBE_FWD_VARIANT", kc.FORWARD_VARIANTS, kc.DEFAULT_FORWARD)
+        kc._variant_from_env("TBE_FWD_VARIANT", kc.FORWARD_VARIANTS)
     monkeypatch.delenv("TBE_FWD_VARIANT")
-    assert kc._variant_from_env("TBE_FWD_VARIANT", kc.FORWARD_VARIANTS, kc.DEFAULT_FORWARD) == kc.DEFAULT_FORWARD
+    assert kc._variant_from_env("TBE_FWD_VARIANT", kc.FORWARD_VARIANTS) == kc.AUTO
 
 
 def test_skip_variants_from_environment(monkeypatch):
@@ -102,29 +104,67 @@ def test_skip_variants_from_environment(monkeypatch):
     assert kc.forward_variants() == list(kc.FORWARD_VARIANTS)
     assert kc.backward_variants() == list(kc.BACKWARD_VARIANTS)
     monkeypatch.setenv("TBE_SKIP_VARIANTS", "v2p")
-    assert kc.backward_variants() == ["v1", "v2", "v2-2rows"]
+    assert kc.backward_variants() == ["v1", "v2", "v2-2rows", "v3"]
     assert kc.forward_variants() == list(kc.FORWARD_VARIANTS)
-    monkeypatch.setenv("TBE_SKIP_VARIANTS", " bwd:v1, v2-4p ,")
-    assert kc.backward_variants() == ["v2", "v2-2rows", "v2p"]
-    assert kc.forward_variants() == ["v1", "v2-12", "v2-8", "v2-4", "v2-12p", "v2-8p"]
+    monkeypatch.setenv("TBE_SKIP_VARIANTS", " bwd:v1, v2-4p ,v3-2")
+    assert kc.backward_variants() == ["v2", "v2-2rows", "v2p", "v3"]
+    assert kc.forward_variants() == ["v1", "v2-12", "v2-8", "v2-4", "v2-12p", "v2-8p", "v3-4"]
     monkeypatch.setenv("TBE_SKIP_VARIANTS", "v1")  # both directions
     assert "v1" not in kc.forward_variants() and "v1" not in kc.backward_variants()
-    for bad, match in (("v3", "not one of"), ("fwd:v2p", "not one of"), ("up:v1", "prefix"),
-                       (kc.DEFAULT_BACKWARD, "default"), ("fwd:" + kc.DEFAULT_FORWARD, "default")):
+    monkeypatch.setenv("TBE_SKIP_VARIANTS", "v3")  # a backward name only
+    assert "v3" not in kc.backward_variants() and kc.forward_variants() == list(kc.FORWARD_VARIANTS)
+    for bad, match in (("v4", "not one of"), ("fwd:v2p", "not one of"), ("up:v1", "prefix"),
+                       (kc.FALLBACK[1], "fallback"), ("fwd:" + kc.FALLBACK[0], "fallback")):
         monkeypatch.setenv("TBE_SKIP_VARIANTS", bad)
         with pytest.raises(ValueError, match=match):
             kc.backward_variants()
 
 
+def test_dispatch_table_covers_every_class():
+    for weights in ("fp32", "16-bit"):
+        for bucket in (32, 64, 128, 256, 1024):
+            fwd, bwd = kc.DISPATCH[(weights, bucket)]
+            assert fwd in kc.FORWARD_VARIANTS and bwd in kc.BACKWARD_VARIANTS
+    assert len(kc.DISPATCH) == 10
+    assert kc.FALLBACK[0] in kc.FORWARD_VARIANTS and kc.FALLBACK[1] in kc.BACKWARD_VARIANTS
+
+
+@pytest.mark.parametrize("dim, bucket", [(1, 32), (16, 32), (32, 32), (33, 64), (64, 64), (100, 128), (128, 128),
+                                         (129, 256), (256, 256), (257, 1024), (1024, 1024)])
+def test_dim_bucket(dim, bucket):
+    assert kc.dim_bucket(dim) == bucket
+
+
+def test_dispatch_follows_the_table_the_overrides_and_the_skips(monkeypatch):
+    monkeypatch.delenv("TBE_SKIP_VARIANTS", raising=False)
+    table = {("fp32", 128): ("v3-4", "v3"), ("16-bit", 64): ("v2-4p", "v2p"), ("fp32", 256): ("v2-12", "v1")}
+    monkeypatch.setattr(kc, "DISPATCH", {**kc.DISPATCH, **table})
+    assert kc.dispatch(torch.float32, 100) == ("v3-4", "v3")
+    assert kc.dispatch(torch.float16, 64) == ("v2-4p", "v2p")
+    assert kc.dispatch(torch.bfloat16, 40) == ("v2-4p", "v2p")
+    assert kc.dispatch(torch.float32, 256) == ("v2-12", "v1")
+    with kc.use_variants(forward="v2-4"):
+        assert kc.dispatch(torch.float32, 100) == ("v2-4", "v3")
+        with kc.use_variants(backward="v2-2rows"):
+            assert kc.dispatch(torch.float16, 64) == ("v2-4", "v2-2rows")
+    monkeypatch.setenv("TBE_SKIP_VARIANTS", "v3-4,v2p")  # the table's choice left out: the fallback
+    assert kc.dispatch(torch.float32, 100) == (kc.FALLBACK[0], "v3")
+    assert kc.dispatch(torch.float16, 64) == ("v2-4p", kc.FALLBACK[1])
+    with kc.use_variants(forward="v3-4"):  # asked for by name: used (benchmarks time skipped ones never)
+        assert kc.dispatch(torch.float32, 100)[0] == "v3-4"
+
+
 def test_variant_codes_match_the_header():
-    # ForwardArgs::variant 0..kFwdVariants-1, BackwardArgs::variant kBwdV1/kBwdV2/kBwdV2TwoRows
+    # ForwardArgs::variant 0..kFwdVariants-1, BackwardArgs::variant kBwdV1 .. kBwdV3
     header = (kc.HERE / "tbe_kernels.h").read_text()
-    assert "constexpr int kFwdVariants = 7;" in header and "constexpr int kFwdV2Configs = 4;" in header
-    assert sorted(kc.FORWARD_VARIANTS.values()) == list(range(7))
-    # 4..6: configs 1..3 (v2-12, v2-8, v2-4) with L2 prefetches
+    assert "constexpr int kFwdVariants = 9;" in header and "constexpr int kFwdV2Configs = 6;" in header
+    assert sorted(kc.FORWARD_VARIANTS.values()) == list(range(9))
+    # 4..6: configs 1..3 (v2-12, v2-8, v2-4) with L2 prefetches; 7, 8: configs 4, 5 (v3-4, v3-2)
     for name in ("v2-12", "v2-8", "v2-4"):
         assert kc.FORWARD_VARIANTS[name + "p"] == kc.FORWARD_VARIANTS[name] + 3
-    for name, code in (("kBwdV1", 1), ("kBwdV2", 2), ("kBwdV2TwoRows", 3), ("kBwdV2Prefetch", 4)):
+    assert (kc.FORWARD_VARIANTS["v3-4"], kc.FORWARD_VARIANTS["v3-2"]) == (7, 8)
+    assert "kFwdV2Loads[kFwdV2Configs] = {12, 12, 8, 4, 4, 2};" in header
+    for name, code in (("kBwdV1", 1), ("kBwdV2", 2), ("kBwdV2TwoRows", 3), ("kBwdV2Prefetch", 4), ("kBwdV3", 5)):
         assert f"constexpr int {name} = {code};" in header
-    assert kc.BACKWARD_VARIANTS == {"v1": 1, "v2": 2, "v2-2rows": 3, "v2p": 4}
+    assert kc.BACKWARD_VARIANTS == {"v1": 1, "v2": 2, "v2-2rows": 3, "v2p": 4, "v3": 5}
     assert set(kc._BACKWARD_POLICY) == set(kc.BACKWARD_VARIANTS)
