@@ -294,6 +294,33 @@ def test_gzip_with_bad_checksum(tmp_path):
         load(p, use_cache=False)
 
 
+@pytest.mark.parametrize("inflate", ["isal", "zlib"])
+def test_gzip_read_alike_with_isal_or_zlib(tmp_path, monkeypatch, inflate):
+    """ISA-L inflates .gz traces; zlib where isal is missing: the same tables either way, and
+    the same errors for a corrupt stream and a bad checksum."""
+    import zlib
+
+    from tracekit.trace import _reader
+    from tracekit.trace.loader import parse_file
+
+    if inflate == "zlib":
+        monkeypatch.setattr(_reader, "_inflate", zlib)
+    else:
+        assert _reader._inflate is not zlib  # isal is a dependency
+    got = parse_file("sample_traces/issue5/issue5_delta_blocking.json.gz")
+    monkeypatch.undo()
+    want = parse_file("sample_traces/issue5/issue5_delta_blocking.json.gz")
+    assert got.names == want.names and len(got.events["ts"]) > 1000
+    for c in want.events:
+        assert np.array_equal(got.events[c], want.events[c])
+    if inflate == "zlib":
+        monkeypatch.setattr(_reader, "_inflate", zlib)
+    test_gzip_with_bad_checksum(tmp_path)
+    test_bad_input_raises_naming_the_file(
+        tmp_path, b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage-garbage",
+        TraceFormatError, "corrupt gzip")
+
+
 def test_multi_member_gzip(tmp_path):
     text = json.dumps({"traceEvents": [x("cpu_op", f"op{i}", i, 1) for i in range(10)]}).encode()
     p = tmp_path / "multi.json.gz"

@@ -1,6 +1,6 @@
 """Streams a Kineto JSON(.gz) file as decoded chunks of events, with bounded memory.
 
-The file is read and gunzipped in a background thread (zlib releases the GIL, so this overlaps
+The file is read and gunzipped in a background thread (ISA-L's inflate, else zlib: both release the GIL, so this overlaps
 with decoding on the other core). The main thread finds the ``traceEvents`` array, cuts the
 decompressed stream at event boundaries (a ``}`` followed by ``,`` and ``{``) and decodes each
 piece as a JSON array with msgspec. A cut that falls inside an event (a ``},{`` inside its args
@@ -20,6 +20,13 @@ import queue
 import re
 import threading
 import zlib
+
+try:  # ISA-L's inflate: the same bytes, ~2.5x less CPU than zlib's (0.3 vs 0.75 s on 508 MB)
+    from isal import isal_zlib as _inflate
+    _INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflate.error)
+except ImportError:  # pragma: no cover - isal is a dependency; zlib where it has no wheel
+    _inflate = zlib
+    _INFLATE_ERRORS = (zlib.error,)
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -106,7 +113,7 @@ def _source(path: str, progress: Callable[[int], None] | None) -> Iterator[bytes
                     progress(f.tell())
                 yield block
             return
-        d = zlib.decompressobj(wbits=31)
+        d = _inflate.decompressobj(wbits=31)
         while True:
             block = f.read(_READ_GZ)
             if progress:
@@ -116,14 +123,14 @@ def _source(path: str, progress: Callable[[int], None] | None) -> Iterator[bytes
             while block:
                 try:  # at most _INFLATE bytes out per call: a gzip bomb inflates by pieces
                     out = d.decompress(block, _INFLATE)
-                except zlib.error as exc:
+                except _INFLATE_ERRORS as exc:
                     raise TraceFormatError(f"corrupt gzip data ({exc})", path=path) from None
                 if out:
                     yield out
                 if d.eof:
                     rest = d.unused_data
                     if rest[:2] == b"\x1f\x8b":  # another gzip member follows
-                        d = zlib.decompressobj(wbits=31)
+                        d = _inflate.decompressobj(wbits=31)
                         block = rest
                         continue
                     block = b""  # trailing garbage after the gzip stream: ignored, like gzip(1)
