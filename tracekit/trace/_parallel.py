@@ -22,7 +22,8 @@ import threading
 import msgspec
 
 ENV_DISABLE = "TRACEKIT_LOAD_PARALLEL"
-"""Set to ``0`` to never start the helper."""
+"""Set to ``0`` to never start the helper (nor any other forked child: the prefetch, the
+explain child of ``tracekit.analyses.forked``)."""
 SLOT_BYTES = (8 << 20) + (1 << 16)
 """A piece bigger than this is decoded in the main process."""
 N_SLOTS = 2
@@ -32,13 +33,16 @@ class HelperFailed(Exception):
     """The helper could not decode a piece or went away: read again without it."""
 
 
-def available() -> bool:
-    """Whether a helper can be forked safely here and is worth it (more than one CPU)."""
+def available(allow_threads: tuple[str, ...] = ()) -> bool:
+    """Whether a helper can be forked safely here and is worth it (more than one CPU): no
+    thread running but this one (and threads named in ``allow_threads``, which the caller
+    knows the child does not need)."""
     if os.environ.get(ENV_DISABLE, "1") == "0":
         return False
     if not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2:
         return False
-    return threading.active_count() == 1
+    me = threading.current_thread()
+    return all(t is me or t.name in allow_threads for t in threading.enumerate())
 
 
 class Helper:
