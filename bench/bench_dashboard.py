@@ -165,6 +165,7 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
     for _ in range(repeat):
         page.click("#tab-overview")
         for view, sel in [("timeline", "#timeline-graph .js-plotly-plot .main-svg"),
+                          ("ranks", "#view-ranks > *"),
                           ("overlap", "#overlap-heatmap .js-plotly-plot"),
                           ("gaps", "#view-gaps > *"),
                           ("stalls", "#stalls-table-box > *"),
@@ -238,6 +239,7 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
 SHOTS = [  # (file, view, trace: the first source whose label ends so, else the first; what to wait for)
     ("overview", "overview", "pipelines_1gpu/fused", "#overview-steps .js-plotly-plot .bars"),
     ("timeline", "timeline", "pipelines_1gpu/fused", "#timeline-graph .js-plotly-plot .bars"),
+    ("ranks", "ranks", "pipelines_2gpu/fused", "#ranks-wait .js-plotly-plot .hm"),
     ("overlap", "overlap", "public/hta_sampled_rank0", "#overlap-heatmap .js-plotly-plot .hm"),
     ("gaps", "gaps", "pipelines_1gpu/sparse", "#gaps-variants .js-plotly-plot .bars"),
     ("stalls", "stalls", "issue5_delta_blocking", "#stalls-per-step .js-plotly-plot .bars"),

@@ -15,9 +15,12 @@ Zipf), SGD elsewhere; fp16 weights at the headline shape. For each: forward, and
 forward+backward+update, same inputs, same run.
 
 Contenders:
-- ours, with the default kernel variants (``runtime.kernels.cuda``: forward v2-8, backward v2),
-  every other forward variant (forward timing) and backward variant (training timing), and the
-  first version (v1 forward + v1 backward) for the before/after;
+- ours, with the default kernel variants (``runtime.kernels.cuda.DEFAULT_FORWARD`` /
+  ``DEFAULT_BACKWARD``), every other forward variant (forward timing) and backward variant
+  (training timing, with the default forward), and the first version (v1 forward + v1 backward)
+  for the before/after; ``TBE_SKIP_VARIANTS=v2p`` (comma-separated names, ``fwd:``/``bwd:``
+  prefix for one direction) leaves variants out, so a crashing one cannot poison the CUDA
+  context for the rest;
 - FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen`` (when ``fbgemm_gpu`` imports; it does not on
   CI or a machine without it: the bench says so and goes on): FBGEMM's defaults (bounds check
   WARNING, its v1 forward, non-deterministic long-segment backward) except stochastic rounding,
@@ -206,7 +209,8 @@ def bench_case(case: dict, copy_gbs: float, opts: dict) -> dict:
                agreement={}, variants_identical={})
     fb = opts["fbgemm"]
     default_fwd, default_bwd = kc.DEFAULT_FORWARD, kc.DEFAULT_BACKWARD
-    fwd_variants = list(kc.FORWARD_VARIANTS)
+    fwd_variants = kc.forward_variants()  # less $TBE_SKIP_VARIANTS
+    bwd_variants = kc.backward_variants()
     profile = (dim, batch, dist, prec) in opts["profile_cases"]
 
     for oi, opt in enumerate(case["optimizers"]):
@@ -266,7 +270,7 @@ def bench_case(case: dict, copy_gbs: float, opts: dict) -> dict:
         torch.cuda.empty_cache()
         # ---- every backward variant gives the same tables after that step (where two fit)
         if dim <= 128:
-            for v in kc.BACKWARD_VARIANTS:
+            for v in bwd_variants:
                 if v == default_bwd:
                     continue
                 torch.manual_seed(seed)
@@ -279,7 +283,7 @@ def bench_case(case: dict, copy_gbs: float, opts: dict) -> dict:
                 del m2
                 torch.cuda.empty_cache()
         # ---- training timings
-        for fv, bv in [(default_fwd, b) for b in kc.BACKWARD_VARIANTS] + [V1]:
+        for fv, bv in [(default_fwd, b) for b in bwd_variants] + [V1]:
             key = "ours v1" if (fv, bv) == V1 else f"ours {fv}+{bv}"
             if key in r["ms"]:
                 continue
@@ -319,6 +323,15 @@ def ratio(num: float | None, den: float | None) -> str:
     return f"{num / den:.2f}" if num and den else "–"
 
 
+def best_ratio(times: dict) -> str:
+    """FBGEMM's time / the fastest of our variants in ``times`` ('ours X' keys), with X."""
+    ours = {k[5:]: v for k, v in times.items() if k.startswith("ours ")}
+    if not ours or not times.get("fbgemm"):
+        return "–"
+    name = min(ours, key=ours.get)
+    return f"{times['fbgemm'] / ours[name]:.2f} ({name})"
+
+
 def markdown(report: dict) -> str:
     fb = report.get("fbgemm")
     lines = [
@@ -349,6 +362,15 @@ def markdown(report: dict) -> str:
         cells += [ratio(fw.get("fbgemm"), fw.get("ours v1"))]
         cells += [ratio(ms(s, o, "fbgemm"), ms(s, o, "ours v1")) for o in ("EXACT_SGD", "EXACT_ROWWISE_ADAGRAD")]
         lines.append(f"{head} {' | '.join(cells)} |")
+
+    lines += ["", "## FBGEMM's time / ours with the fastest variant of each column (which one)", "",
+              "| D | B | ids | weights | forward | fwd+bwd+update SGD | rowwise Adagrad |", "|---|---|---|---|---|---|---|"]
+    for s in report["cases"]:
+        if "error" in s:
+            continue
+        cells = [best_ratio(s["forward"])]
+        cells += [best_ratio(s.get("results", {}).get(o, {}).get("ms", {})) for o in ("EXACT_SGD", "EXACT_ROWWISE_ADAGRAD")]
+        lines.append(f"| {s['dim']} | {s['batch']} | {s['dist']} | {s['precision']} | {' | '.join(cells)} |")
 
     lines += ["", "## Times (ms, median)", "",
               "| D | B | ids | weights | what | " + " | ".join(report["columns"]) + " |",
@@ -454,8 +476,8 @@ def main() -> int:
         "fbgemm": fb_info if fb_ok else None,
         "fbgemm_why": None if fb_ok else fb_info,
         "default_variants": [kc.DEFAULT_FORWARD, kc.DEFAULT_BACKWARD],
-        "columns": ["ours", "fbgemm", "torch", "ours v1"] + [f"ours {v}" for v in kc.FORWARD_VARIANTS if v != "v1"]
-        + [f"ours {kc.DEFAULT_FORWARD}+{v}" for v in kc.BACKWARD_VARIANTS],
+        "columns": ["ours", "fbgemm", "torch", "ours v1"] + [f"ours {v}" for v in kc.forward_variants() if v != "v1"]
+        + [f"ours {kc.DEFAULT_FORWARD}+{v}" for v in kc.backward_variants()],
         "copy_GBps": copy_bandwidth(),
         "cases": [],
     }

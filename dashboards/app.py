@@ -150,12 +150,20 @@ def create_app(catalog: Catalog) -> dash.Dash:
         Input("rank", "value"),
         Input("tabs", "value"),
         Input({"type": "pick-trace", "index": ALL}, "n_clicks"),
+        Input({"type": "ranks-heat", "figure": ALL}, "clickData"),
     )
     @timed("page")
-    def page(search, index, rank, tab, picks):
+    def page(search, index, rank, tab, picks, clicks):
         trig = ctx.triggered_id
         want = parse_link(search, catalog)
-        if trig == "url" or trig is None:  # a link (or the first page): it decides what is shown
+        cell = isinstance(trig, dict) and trig.get("type") == "ranks-heat"
+        if cell:  # a cell of the ranks view: that rank's timeline at that step
+            point = ((ctx.triggered[0].get("value") if ctx.triggered else None) or {}).get("points") or [{}]
+            y, x = str(point[0].get("y", "")), point[0].get("x")
+            if not y.startswith("rank ") or x is None:
+                raise dash.exceptions.PreventUpdate
+            rank, tab, step = int(y.split()[1]), "timeline", str(x)
+        elif trig == "url" or trig is None:  # a link (or the first page): it decides what is shown
             index = want.get("index", index)
             rank = want.get("rank", rank if trig == "url" else None)
             tab = want.get("view", tab)
@@ -163,7 +171,8 @@ def create_app(catalog: Catalog) -> dash.Dash:
             if not any(t.get("value") for t in ctx.triggered):  # rows drawn anew, not clicked
                 raise dash.exceptions.PreventUpdate
             index, rank = trig["index"], None
-        step = want.get("step") if trig in ("url", None) else None
+        if not cell:
+            step = want.get("step") if trig in ("url", None) else None
         source = catalog.summary(index)
         err = source_error(source)
         if err is not None:

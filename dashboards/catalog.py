@@ -50,6 +50,8 @@ class Source:
     """Seconds the load + analysis took in this process."""
     variant: Variant | None = None
     """Its variant name and run group (``dashboards.names.variant``)."""
+    job: dict | None = None
+    """The job object of a directory of rank traces (``tracekit.api.job_document``), once computed."""
     hta: dict = field(default_factory=dict, repr=False)
     """rank -> HTA's section as JSON values (``tracekit.analyses.hta``), once computed."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -252,3 +254,15 @@ class Catalog:
 
             hit = source.hta[trace.rank] = jsonable(hta_mod.compute(trace, self.rules))
         return hit
+
+    def job(self, source: Source) -> dict:
+        """The job object (``tracekit.report``'s "The job object": collectives matched across
+        ranks, stragglers, clock offsets, ranks x steps) of a source with several ranks,
+        computed once in this process (one worker: the ranks' reports come from the caches)."""
+        if source.job is None:
+            from tracekit.api import job_document
+
+            doc = job_document(source.path, rules_path=self._rules_path, cache_dir=self._cache_dir,
+                               use_cache=self._use_cache, workers=1)
+            source.job = doc["jobs"][0]
+        return source.job

@@ -124,6 +124,30 @@ def overlap_heatmap(matrix: pd.DataFrame) -> dict:
     }
 
 
+def ranks_heatmap(cells: pd.DataFrame, value: str, title: str) -> dict:
+    """Ranks × steps of one figure (ms), darker is more, the scale from 0 (steps 0.1% apart look
+    alike, as they are); each step's straggler marked ▲."""
+    steps = list(dict.fromkeys(cells["step"]))
+    ranks = list(dict.fromkeys(cells["rank"]))
+    z = np.full((len(ranks), len(steps)), np.nan)
+    text = [["" for _ in steps] for _ in ranks]
+    bound = [["" for _ in steps] for _ in ranks]
+    for r in cells.itertuples(index=False):
+        i, j = ranks.index(r.rank), steps.index(r.step)
+        z[i, j] = getattr(r, value)
+        text[i][j] = ("▲ " if r.straggler else "") + f"{getattr(r, value):,.2f}"
+        bound[i][j] = r.bound
+    return {
+        "data": [{"type": "heatmap", "z": [_nums(row) for row in z], "x": steps, "y": [f"rank {r}" for r in ranks],
+                  "zmin": 0, "zmax": float(np.nanmax(z)) if np.isfinite(z).any() and np.nanmax(z) > 0 else 1.0,
+                  "colorscale": [[0, "#e3ecf7"], [0.5, "#6a9fd4"], [1, "#08306b"]], "text": text,
+                  "texttemplate": "%{text}", "customdata": bound, "xgap": 2, "ygap": 2, "colorbar": {"title": {"text": "ms"}},
+                  "hovertemplate": "%{y}, step %{x}: %{z:,.3f} ms<br>bound: %{customdata}<extra></extra>"}],
+        "layout": _layout(title, x="step", height=max(260, 140 + 36 * len(ranks)), xaxis={"type": "category"},
+                          yaxis={"type": "category", "autorange": "reversed"}),
+    }
+
+
 def busy_bars(busy: pd.DataFrame) -> dict:
     """Busy time per stream (ms), as horizontal bars."""
     return {

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from dashboards import names, timeline
-from dashboards.reports import category_name, pct
+from dashboards.reports import bound_text, category_name, pct
 from tracekit.trace.model import Kind, Trace
 
 NS_PER_MS = 1e6
@@ -355,6 +355,75 @@ def snapshot(trace: Trace, analysis: Any, stream_names: dict[tuple[int, int], st
         f"allocated {unit}": st["allocated"].to_numpy(np.float64) / scale,
         f"free {unit}": st["free"].to_numpy(np.float64) / scale,
     })
+
+
+# ---- a job of many ranks (tracekit.ranks' job object) ---------------------------------------------
+
+def job_summary(job: dict) -> str:
+    """The job in a few sentences: ranks read, the straggler and the wait it caused, the spread
+    of step time, the clocks, the all-to-all balance."""
+    ms = lambda ns: f"{ns / NS_PER_MS:,.3f} ms"  # noqa: E731
+    ws = job.get("world_size")
+    parts = [f"{job['ranks_read']} rank(s) read" + (f" of world size {ws}" if ws else "")
+             + ("" if job.get("complete") else " — incomplete: see below") + "."]
+    st = job.get("stragglers") or {}
+    if st.get("rank") is not None:
+        parts.append(f"Straggler: rank {st['rank']}, last to arrive at {st['last_count']} of {st['instances']} collectives; "
+                     f"the others waited {ms(st['caused_wait_ns'])} for it ({pct(st.get('share'))} of all the wait, "
+                     f"{ms(st['waited_ns'])})" + (f"; its steps are {st['bound']}-bound ({pct(st.get('bound_share'))})"
+                                                   if st.get("bound") else "") + ".")
+    else:
+        parts.append("No straggler: no collective's arrivals differed by more than "
+                     f"{ms(st.get('min_skew_ns', 0))}.")
+    sp = (job.get("spread") or {}).get("p90")
+    if sp:
+        parts.append(f"Step time P90 ({(job['spread'] or {}).get('figure', 'step').replace('step_', '').upper()}): "
+                     f"{ms(sp['min_ns'])} (rank {sp['fastest_rank']}) to {ms(sp['max_ns'])} (rank {sp['slowest_rank']}), "
+                     f"the slowest {100 * (sp['max_over_median'] - 1):.1f}% over the median.")
+    clock = job.get("clock") or {}
+    offs = [o for o in clock.get("offsets") or [] if o.get("offset_ns") is not None]
+    if offs:
+        worst = max(offs, key=lambda o: abs(o["offset_ns"]))
+        parts.append(("Clocks aligned on collective ends" if clock.get("aligned") else "Clocks NOT aligned")
+                     + f" (largest offset {ms(worst['offset_ns'])}, rank {worst['rank']}).")
+    a2a = job.get("all_to_all") or {}
+    if a2a.get("instances"):
+        parts.append(f"All-to-all: {a2a['instances']} instances; the heaviest rank ({a2a['heaviest_rank']}) received "
+                     f"{a2a['imbalance']:.3f}× the mean.")
+    return " ".join(parts)
+
+
+def job_cells(job: dict) -> pd.DataFrame | None:
+    """Ranks × steps of a job: ``rank, step`` (text), ``step_ms`` (GPU span, else CPU),
+    ``wait_ms`` (the rank's wait at collectives in that step), ``straggler`` (True where the
+    rank was that step's straggler), ``bound``; None without steps."""
+    rows = job.get("steps") or []
+    if not rows:
+        return None
+    strag = {(s["step"], s["straggler"]) for s in (job.get("stragglers") or {}).get("steps") or [] if s.get("straggler") is not None}
+    return pd.DataFrame({
+        "rank": [str(r["rank"]) for r in rows],
+        "step": [str(r["step"]) for r in rows],
+        "step_ms": [(r["gpu_ns"] if r.get("gpu_ns") is not None else r["cpu_ns"]) / NS_PER_MS for r in rows],
+        "wait_ms": [(r.get("wait_ns") or 0) / NS_PER_MS for r in rows],
+        "straggler": [(r["step"], r["rank"]) in strag for r in rows],
+        "bound": [r.get("bound") or "–" for r in rows],
+    })
+
+
+def job_ranks(job: dict) -> pd.DataFrame:
+    """One row per rank of a job: its step time, bound, collectives, wait, how often it was
+    last, the wait it caused, its clock offset and all-to-all bytes, its warnings."""
+    from tracekit.report import fmt_bytes
+
+    ms = lambda ns: np.nan if ns is None else ns / NS_PER_MS  # noqa: E731
+    return pd.DataFrame([{
+        "rank": r["rank"], "step P90 GPU ms": ms(r.get("step_gpu_p90_ns")), "bound": bound_text(r.get("bound"), r.get("bound_share")),
+        "collectives": r.get("collectives"), "wait ms": ms(r.get("wait_ns")), "last to arrive": r.get("last_count"),
+        "wait caused ms": ms(r.get("caused_wait_ns")), "clock offset ms": ms(r.get("clock_offset_ns")),
+        "all-to-all sent": fmt_bytes(r.get("sent_bytes")), "received": fmt_bytes(r.get("received_bytes")),
+        "warnings": "; ".join(r.get("warnings") or []) or "none",
+    } for r in job.get("ranks") or []])
 
 
 # ---- HTA's figures -------------------------------------------------------------------------------

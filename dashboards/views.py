@@ -41,6 +41,7 @@ timeline_lanes = _Lazy("dashboards.timeline")
 TABS = [
     ("overview", "Overview"),
     ("timeline", "Timeline"),
+    ("ranks", "Ranks"),
     ("overlap", "Overlap"),
     ("gaps", "Gaps"),
     ("stalls", "Sync stalls"),
@@ -152,13 +153,19 @@ class Views:
         (``LOADING_POLL_MS``) while that runs in the background: no callback waits for a load."""
         if tab not in VIEWS:
             return html.Div([error(f"No such view: {tab}")], id=f"view-{tab}", className="tk-view")
-        if tab in TRACE_VIEWS and not self._prepared(tab, index, rank):
+        if (tab in TRACE_VIEWS and not self._prepared(tab, index, rank)) or (tab == "ranks" and not self._job_ready(index)):
             source = self.catalog.summary(index)
             return html.Div([html.Div(f"Loading {source.name if source else 'the trace'}: parsing and analysing it (first time "
                                       "this session), then this view is drawn.", id="view-loading", className="tk-lead"),
                              dcc.Interval(id="loading-poll", interval=LOADING_POLL_MS)],
                             id=f"view-{tab}", className="tk-view")
         return html.Div(getattr(self, tab)(index, rank, step), id=f"view-{tab}", className="tk-view")
+
+    def _job_ready(self, index: Any) -> bool:
+        source = self.catalog.summary(index)
+        if source is None or source.error is not None or len(source.ranks) < 2 or source.job is not None:
+            return True
+        return self.catalog.ready((index, "job"), lambda: self.catalog.job(source))
 
     def _prepared(self, tab: str, index: Any, rank: Any) -> bool:
         """Whether what view ``tab`` needs of the source is in memory (started if not)."""
@@ -308,6 +315,35 @@ class Views:
         )
         stored = {"key": [index, trace.rank, step], "window": list(window) if window else None}
         return figures.timeline(lanes, marks), info, stored
+
+    # ---- ranks: one job's ranks side by side -------------------------------------------------------
+    def ranks(self, index, rank, _step=None) -> list:
+        source = self.catalog.summary(index)
+        err = source_error(source)
+        if err is not None:
+            return [err]
+        if len(source.ranks) < 2:
+            return [note(f"{source.name} is one rank: give a directory of a job's rank traces to see them side by side.",
+                         id="ranks-summary")]
+        job = self.catalog.job(source)
+        out: list = [html.Div(results.job_summary(job), className="tk-lead", id="ranks-summary")]
+        for p in job.get("problems") or []:
+            out.append(warning(f"⚠ {p['message']}" + (f" ({p['source']})" if p.get("source") else "")))
+        cells = results.job_cells(job)
+        if cells is not None:
+            out.append(note("Click a cell to open that rank's timeline at that step. ▲ marks the step's straggler "
+                            "(the rank the others waited for most)."))
+            out.append(html.Div([
+                html.Div(dcc.Graph(id={"type": "ranks-heat", "figure": "step-time"}, config=GRAPH_CONFIG,
+                                   figure=figures.ranks_heatmap(cells, "step_ms", "Step time per rank and step (ms)")),
+                         id="ranks-step-time", className="tk-col"),
+                html.Div(dcc.Graph(id={"type": "ranks-heat", "figure": "wait"}, config=GRAPH_CONFIG,
+                                   figure=figures.ranks_heatmap(cells, "wait_ms", "Wait at collectives per rank and step (ms)")),
+                         id="ranks-wait", className="tk-col"),
+            ], className="tk-cols"))
+        out.append(html.Div([html.H4("Per rank"), html_table(results.job_ranks(job), id="ranks-table", text_right=True)],
+                            className="tk-section"))
+        return out
 
     # ---- overlap -------------------------------------------------------------------------------
     def overlap(self, index, rank, _step=None) -> list:

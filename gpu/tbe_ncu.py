@@ -5,8 +5,8 @@ that ``ncu --nvtx --nvtx-include prof/`` profiles exactly those calls.
     python3 gpu/tbe_ncu.py --case zipf_fwd    # D=128, B=65536, Zipf ids: forward only
     python3 gpu/tbe_ncu.py --case d64_train   # D=64, B=16384, uniform ids: fwd+bwd+update (SGD)
 
-Contenders: ours v1 (the first version), ours with every v2 forward variant (zipf_fwd) or the
-default variants and the v2-2rows backward (d64_train), FBGEMM when fbgemm_gpu imports.
+Contenders: ours v1 (the first version), ours with every v2 forward variant (zipf_fwd) or v2
+without and with L2 prefetches (d64_train), FBGEMM when fbgemm_gpu imports.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ CASES = {
     "zipf_fwd": dict(dim=128, batch=65536, dist="zipf", train=False,
                      ours=[(v, kc.DEFAULT_BACKWARD) for v in kc.FORWARD_VARIANTS]),
     "d64_train": dict(dim=64, batch=16384, dist="uniform", train=True,
-                      ours=[("v1", "v1"), (kc.DEFAULT_FORWARD, kc.DEFAULT_BACKWARD), (kc.DEFAULT_FORWARD, "v2-2rows")]),
+                      ours=[("v1", "v1"), ("v2-8", "v2"), (kc.DEFAULT_FORWARD, kc.DEFAULT_BACKWARD)]),
 }
 
 

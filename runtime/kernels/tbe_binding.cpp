@@ -157,8 +157,7 @@ std::vector<torch::Tensor> backward(torch::Tensor weights, torch::Tensor momentu
   a.grad_aligned = grad_aligned;
   a.dim_classes = static_cast<unsigned>(dim_classes);
   a.dim_classes_v2 = static_cast<unsigned>(dim_classes_v2);
-  TORCH_CHECK(variant == tbe::kBwdV1 || variant == tbe::kBwdV2 || variant == tbe::kBwdV2TwoRows,
-              "backward variant must be 1, 2 or 3");
+  TORCH_CHECK(variant >= tbe::kBwdV1 && variant <= tbe::kBwdV2Prefetch, "backward variant must be 1..4");
   a.variant = static_cast<int>(variant);
   a.optimizer = static_cast<int>(optimizer);
   a.lr = static_cast<float>(lr);

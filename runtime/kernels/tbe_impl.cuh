@@ -89,6 +89,16 @@ __device__ __forceinline__ void store4(T* p, const float4& v) {
   }
 }
 
+// L2 prefetch of the 128-byte lines of [p, p + bytes) this lane issues: lines lane0, lane0 + step,
+// ... (prefetch.global.L2: no register, no scoreboard; the later load finds the line in L2).
+__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes, int lane0, int step) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+  for (uintptr_t a = first + 128 * static_cast<uintptr_t>(lane0); a < end; a += 128 * static_cast<uintptr_t>(step)) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+  }
+}
+
 // Lane-to-element mapping shared by every kernel. A lane (index l within a group of G lanes)
 // owns kW "units" u = 0..kW-1. Vector mode: unit u is the float4 at elements 4*(l + G*u) ..+3.
 // Scalar mode (G == 32): component c of unit u is element l + 32*(4*u + c).
@@ -179,8 +189,11 @@ __device__ __forceinline__ void pool_step(const WeightT* __restrict__ table, int
 // kRolled: the step loop is not unrolled, so that kUnroll alone sets the loads in flight (v2).
 template <typename WeightT, int G, int kW, bool kVec, int kUnroll, bool kRolled, typename PosT>
 __device__ __forceinline__ void pool_chunk(const WeightT* __restrict__ table, int dim, PosT my_idx, float my_w,
-                                           int n, int lane, float4 (&acc)[kW]) {
+                                           int n, int lane, float4 (&acc)[kW], bool l2_prefetch) {
   constexpr int kStep = kWarp / G * kUnroll;
+  if (l2_prefetch && lane >= kStep && my_idx >= 0) {  // rows past the first batch: in L2 when reached
+    prefetch_l2(table + static_cast<int64_t>(my_idx) * dim, static_cast<int64_t>(dim) * sizeof(WeightT), 0, 1);
+  }
   if constexpr (kRolled) {
 #pragma unroll 1
     for (int r0 = 0; r0 < n; r0 += kStep) pool_step<WeightT, G, kW, kVec, kUnroll, PosT>(table, dim, my_idx, my_w, n, r0, lane, acc);
@@ -252,7 +265,7 @@ __device__ __forceinline__ void pool_bag(const WeightT* __restrict__ table, int6
                                          const IndexT* __restrict__ indices, const float* __restrict__ psw,
                                          PosT start, PosT end, float* out_row, bool out_vec, bool mean,
                                          unsigned long long* first_bad, int lane, bool have_first, PosT first_idx,
-                                         float first_w, bool first_bad_flag) {
+                                         float first_w, bool first_bad_flag, bool l2_prefetch = false) {
   // rows per group per step: kLoads float4 loads in flight per lane, and no more rows than the
   // 32 whose indices the warp holds
   constexpr int kPerW = kLoads / kW > 0 ? kLoads / kW : 1;
@@ -268,7 +281,7 @@ __device__ __forceinline__ void pool_bag(const WeightT* __restrict__ table, int6
       fetch_index<IndexT, PosT>(indices, psw, base + lane, end, rows, first_bad, my_idx, my_w, bad);
     }
     const int n = static_cast<int>(min_i64(kWarp, end - base));
-    pool_chunk<WeightT, G, kW, kVec, kUnroll, kRolled, PosT>(table, dim, my_idx, my_w, n, lane, acc);
+    pool_chunk<WeightT, G, kW, kVec, kUnroll, kRolled, PosT>(table, dim, my_idx, my_w, n, lane, acc, l2_prefetch);
   }
   finish_bag<G, kW, kVec>(acc, bad, mean, end - start, out_row, dim, out_vec, lane);
 }
@@ -335,6 +348,7 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) pooled_forward_v2_kernel(F
   const IndexT* offsets = static_cast<const IndexT*>(a.offsets);
   const IndexT* indices = static_cast<const IndexT*>(a.indices);
   const bool mean = a.pooling == kPoolMean;
+  const bool l2_prefetch = a.variant >= kFwdV2Configs;
   const int32_t n_idx = static_cast<int32_t>(a.num_indices);
   auto bounds = [&](int32_t q, int32_t& s, int32_t& e) {  // clamped like v1
     s = static_cast<int32_t>(min_i64(max_i64(static_cast<int64_t>(offsets[q]), 0), n_idx));
@@ -367,7 +381,7 @@ __global__ void __launch_bounds__(kBlock, kMinBlocks) pooled_forward_v2_kernel(F
     float* out_row = a.out + static_cast<int64_t>(bag - f * batch) * a.total_dim + col;
     pool_bag<IndexT, WeightT, G, kW, true, kLoads, true, int32_t>(static_cast<const WeightT*>(a.weights) + a.feat_woff[f],
                                                    a.feat_rows[f], dim, indices, a.psw, start, end, out_row, true, mean,
-                                                   a.first_bad, lane, true, cur_idx, cur_w, cur_bad);
+                                                   a.first_bad, lane, true, cur_idx, cur_w, cur_bad, l2_prefetch);
     if (!more) break;
     bag = next;
     f = nf;
@@ -795,14 +809,41 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const Scratch&
   store_units<G, kW, kVec, WeightT>(wrow, dim, l, w, true);
 }
 
+// v2 with L2 prefetches: group g prefetches the weight row (and rowwise-Adagrad state) of the row
+// it will update two rounds from now, the (P + g + 1)-th of the tile's rows still to do (todo).
+template <typename WeightT, int G>
+__device__ __forceinline__ void prefetch_ahead(const BackwardArgs& a, unsigned todo, bool mine, int64_t my_id,
+                                               int32_t my_k, int lane) {
+  constexpr int P = kWarp / G;
+  unsigned t = todo;  // drop the P + g rows before this group's row two rounds ahead
+#pragma unroll
+  for (int i = 0; i < 2 * P; ++i) {
+    if (i < P + lane / G) t &= t - 1;
+  }
+  const unsigned ahead = t != 0 ? static_cast<unsigned>(__ffs(t) - 1) : kWarp;
+  const int src = ahead < kWarp ? static_cast<int>(ahead) : 0;
+  const int64_t id = __shfl_sync(kFull, my_id, src);
+  const int32_t k = __shfl_sync(kFull, my_k, src);
+  if (ahead >= kWarp || !__shfl_sync(kFull, mine, src)) return;
+  const int64_t dim = a.table_dim[k];
+  const WeightT* row = static_cast<const WeightT*>(a.weights) + a.table_woff[k] + (id - a.table_row_off[k]) * dim;
+  prefetch_l2(row, dim * static_cast<int64_t>(sizeof(WeightT)), lane % G, G);
+  if (a.optimizer == kOptRowwiseAdagrad && lane % G == 0) prefetch_l2(a.momentum + id, sizeof(float), 0, 1);
+}
+
 // One warp per tile of 32 unique rows (grid-stride over the device-side unique count): lane i
 // fetches the bookkeeping of row i of the tile, then the warp updates the tile's rows of this
-// dim class, 32/G rows at a time (group g of G lanes takes the g-th next one). kWindow (v2):
-// short rows sum from the group's window of sorted positions (a compile-time switch: v1 keeps
-// its registers, 48 instead of 60 for dims <= 128).
-template <typename IndexT, typename WeightT, int G, int kW, bool kVec, bool kWindow>
-__global__ void __launch_bounds__(kBlock) update_kernel(BackwardArgs a, Scratch s, int policy) {
+// dim class, 32/G rows at a time (group g of G lanes takes the g-th next one). kMode: 0 (v1),
+// 1 (v2: short rows sum from the group's window of sorted positions), 2 (v2 + L2 prefetches of
+// the rows two rounds ahead). Compile-time, so each keeps its own registers (fp32, D <= 128:
+// 48 / 60 / 64; D <= 64: - / 64 / 64, the last held to 4 blocks per SM by its launch bounds,
+// with ~50 bytes of spills, instead of 80 registers).
+template <typename IndexT, typename WeightT, int G, int kW, bool kVec, int kMode>
+__global__ void __launch_bounds__(kBlock, (kMode == 2 && kW == 1 && kVec) ? 4 : 1)
+    update_kernel(BackwardArgs a, Scratch s, int policy) {
   constexpr int P = kWarp / G;
+  constexpr bool kWindow = kMode >= 1;
+  constexpr bool l2_prefetch = kMode == 2;
   const int lane = threadIdx.x % kWarp;
   const int grp = lane / G;
   const int64_t num_seg = *a.num_unique;
@@ -825,6 +866,7 @@ __global__ void __launch_bounds__(kBlock) update_kernel(BackwardArgs a, Scratch 
     }
     unsigned todo = __ballot_sync(kFull, mine);
     Window win{-1, GradRef{0, 1.f, 1.f}};
+    if constexpr (l2_prefetch) prefetch_ahead<WeightT, G>(a, todo, mine, my_id, my_k, lane);
     while (todo != 0) {
       int j = -1;  // the row (lane of the tile) this group updates in this round
 #pragma unroll
@@ -834,6 +876,7 @@ __global__ void __launch_bounds__(kBlock) update_kernel(BackwardArgs a, Scratch 
           todo &= todo - 1;
         }
       }
+      if constexpr (l2_prefetch) prefetch_ahead<WeightT, G>(a, todo, mine, my_id, my_k, lane);
       const int src = j >= 0 ? j : 0;
       const int64_t id = __shfl_sync(kFull, my_id, src);
       const int32_t k = __shfl_sync(kFull, my_k, src);
@@ -879,13 +922,16 @@ struct ChunkSum {
   };
 };
 
-template <typename IndexT, typename WeightT, bool kV2>
+template <typename IndexT, typename WeightT, int kMode>
 struct Update {
   template <int G, int kW, bool kVec>
   struct K {
     static cudaError_t launch(const BackwardArgs& a, const Scratch& s, int grid, int policy, cudaStream_t stream) {
-      if constexpr (kV2 || G == kWarp) {  // v1 has one row per warp only
-        update_kernel<IndexT, WeightT, G, kW, kVec, kV2><<<grid, kBlock, 0, stream>>>(a, s, policy);
+      // prefetches only where they cost no occupancy (one float4 per lane: 64 registers);
+      // wider rows run v2 (their prefetching kernels need ~94-120 registers)
+      constexpr int kM = kMode == 2 && kW > 1 ? 1 : kMode;
+      if constexpr (kM > 0 || G == kWarp) {  // v1 has one row per warp only
+        update_kernel<IndexT, WeightT, G, kW, kVec, kM><<<grid, kBlock, 0, stream>>>(a, s, policy);
         return cudaGetLastError();
       }
       return cudaErrorInvalidValue;
@@ -927,7 +973,8 @@ cudaError_t launch_forward_v2_dim(const ForwardArgs& a, int64_t bags, cudaStream
 template <typename IndexT, typename WeightT>
 cudaError_t launch_forward_pooled(const ForwardArgs& a, int64_t bags, cudaStream_t stream) {
   const bool v2_ok = a.v2_layout && a.out_aligned && a.max_dim > 16 && a.max_dim <= 256 && bags < (int64_t{1} << 31);
-  switch (v2_ok ? a.variant : 0) {
+  // variants 4..6: configs 1..3 with L2 prefetches (the kernel reads a.variant)
+  switch (v2_ok ? (a.variant >= kFwdV2Configs ? a.variant - kFwdV2Configs + 1 : a.variant) : 0) {
     case 1: return launch_forward_v2_dim<IndexT, WeightT, 1>(a, bags, stream);
     case 2: return launch_forward_v2_dim<IndexT, WeightT, 2>(a, bags, stream);
     case 3: return launch_forward_v2_dim<IndexT, WeightT, 3>(a, bags, stream);
@@ -957,21 +1004,21 @@ cudaError_t forward_typed(const ForwardArgs& a, cudaStream_t stream) {
   return launch_forward_pooled<int32_t, WeightT>(a, bags, stream);
 }
 
+template <typename WeightT, int kMode>
+cudaError_t update_mode(unsigned mask, const BackwardArgs& a, const Scratch& s, int grid, int policy,
+                        cudaStream_t stream) {
+  if (a.index_is_64) return for_each_class<Update<int64_t, WeightT, kMode>::template K>(mask, a, s, grid, policy, stream);
+  return for_each_class<Update<int32_t, WeightT, kMode>::template K>(mask, a, s, grid, policy, stream);
+}
+
 // step (5) of the backward for weights of type WeightT: the row updates of every dim class
 // present under the variant's class policy
 template <typename WeightT>
 cudaError_t update_typed(const BackwardArgs& a, const Scratch& s, int grid, cudaStream_t stream) {
-  if (a.variant == kBwdV1) {
-    if (a.index_is_64) {
-      return for_each_class<Update<int64_t, WeightT, false>::template K>(a.dim_classes, a, s, grid, kClassesWarp, stream);
-    }
-    return for_each_class<Update<int32_t, WeightT, false>::template K>(a.dim_classes, a, s, grid, kClassesWarp, stream);
-  }
+  if (a.variant == kBwdV1) return update_mode<WeightT, 0>(a.dim_classes, a, s, grid, kClassesWarp, stream);
   const int policy = a.variant == kBwdV2TwoRows ? kClassesV2TwoRows : kClassesV2;
-  if (a.index_is_64) {
-    return for_each_class<Update<int64_t, WeightT, true>::template K>(a.dim_classes_v2, a, s, grid, policy, stream);
-  }
-  return for_each_class<Update<int32_t, WeightT, true>::template K>(a.dim_classes_v2, a, s, grid, policy, stream);
+  if (a.variant == kBwdV2Prefetch) return update_mode<WeightT, 2>(a.dim_classes_v2, a, s, grid, policy, stream);
+  return update_mode<WeightT, 1>(a.dim_classes_v2, a, s, grid, policy, stream);
 }
 
 extern template cudaError_t forward_typed<float>(const ForwardArgs&, cudaStream_t);

@@ -35,20 +35,27 @@ constexpr int64_t kNoError = INT64_MAX;  // value of first_bad when every index 
 // Forward (ForwardArgs::variant): 0 = v1 (one warp per bag, 12 row loads in flight per lane,
 //   ~127 registers -> 16 warps/SM); 1..3 = v2 (persistent warps that prefetch the next bag's
 //   offsets and first 32 indices while pooling the current one; kFwdV2Loads[v] row loads in
-//   flight per lane at kFwdV2MinBlocks[v] blocks/SM). v2 covers layouts whose dims share v1's
-//   lane split, between 17 and 256 (cuda.py: _v2_forward_layout); others run v1.
-constexpr int kFwdVariants = 4;
-constexpr int kFwdV2Loads[kFwdVariants] = {12, 12, 8, 4};     // [0]: v1's
-constexpr int kFwdV2MinBlocks[kFwdVariants] = {1, 2, 3, 4};  // 16 / 24 / 32 warps per SM
+//   flight per lane at kFwdV2MinBlocks[v] blocks/SM); 4..6 = 1..3 plus L2 prefetches: each lane
+//   prefetches its row of the 32 indices it holds (prefetch.global.L2, no register, no
+//   scoreboard) before the row batches, so a batch rarely waits for DRAM. v2 covers layouts
+//   whose dims share v1's lane split, between 17 and 256 (cuda.py: _v2_forward_layout); others
+//   run v1.
+constexpr int kFwdVariants = 7;
+constexpr int kFwdV2Configs = 4;
+constexpr int kFwdV2Loads[kFwdV2Configs] = {12, 12, 8, 4};     // [0]: v1's
+constexpr int kFwdV2MinBlocks[kFwdV2Configs] = {1, 2, 3, 4};  // 16 / 24 / 32 warps per SM
 // Backward (BackwardArgs::variant): 1 = v1 (sort (linear id, position); per row: position ->
 //   bag_of[position] -> gradient row; one warp per row); 2 = v2 (linear ids written per bag, no
 //   binary search; 32-bit sort keys when the ids fit; the sorted value IS the bag (the bag and
 //   its per-sample weight for weighted pooling), so a row's gradient rows are one dependent load
 //   away; rows of small dim share a warp: G = 4/8/16 lanes per row); 3 = v2 with 16 lanes per
-//   row for 64 < dim <= 256 too (two rows per warp, two float4 per lane per 128 elements).
+//   row for 64 < dim <= 256 too (two rows per warp, two float4 per lane per 128 elements);
+//   4 = v2 plus L2 prefetches of the weight row (and rowwise-Adagrad state) each group updates
+//   two rounds later, for rows of one float4 per lane (dim <= 128); wider rows run v2.
 constexpr int kBwdV1 = 1;
 constexpr int kBwdV2 = 2;
 constexpr int kBwdV2TwoRows = 3;
+constexpr int kBwdV2Prefetch = 4;
 
 struct ForwardArgs {
   const void* weights;         // flat weights of weights_type (accumulation is float)
@@ -98,7 +105,7 @@ struct BackwardArgs {
   unsigned dim_classes;        // bit c set when some table has dim class c (see dim_class() in the .cu):
                                // c = (dim % 4 == 0 && grad_aligned ? 0 : 4) + (dim<=128 ? 0 : <=256 ? 1 : <=512 ? 2 : 3)
   unsigned dim_classes_v2;     // the same for the v2 row update (dim_class_v2() in tbe_impl.cuh), 13 classes
-  int variant;                 // kBwdV1 / kBwdV2 / kBwdV2TwoRows
+  int variant;                 // kBwdV1 / kBwdV2 / kBwdV2TwoRows / kBwdV2Prefetch
   int optimizer;
   float lr, eps;
   int64_t* unique_ids;         // (N) out: sorted unique updated linear ids (entries after them untouched)

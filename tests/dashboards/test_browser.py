@@ -190,6 +190,44 @@ def test_rank_selector(page, dashboard):
     choose_source(page, dashboard, "sample")
 
 
+def test_ranks_side_by_side_and_a_click_opens_that_ranks_timeline(page, dashboard):
+    _, catalog, roles = dashboard
+    if "ranks" not in roles:
+        pytest.skip("no two-rank trace here")
+    s = catalog.sources[roles["ranks"]]
+    from tracekit.api import job_document
+
+    job = job_document(s.path, cache_dir=catalog._cache_dir, workers=1)["jobs"][0]  # what tracekit says of the job
+    choose_source(page, dashboard, "ranks")
+    tab(page, "ranks")
+    st = job["stragglers"]
+    expect_text(page, "#ranks-summary", f"Straggler: rank {st['rank']}")
+    expect_text(page, "#ranks-summary", f"{st['caused_wait_ns'] / 1e6:,.3f} ms")
+    for p in job["problems"]:  # ranks the directory lacks are said, never dropped silently
+        expect_text(page, "#view-ranks", p["message"])
+    heat = plot_data(page, "ranks-step-time")[0]
+    wait = plot_data(page, "ranks-wait")[0]
+    for r in job["steps"]:
+        i, j = heat["y"].index(f"rank {r['rank']}"), heat["x"].index(str(r["step"]))
+        assert heat["z"][i][j] == pytest.approx((r["gpu_ns"] or r["cpu_ns"]) / 1e6)
+        assert wait["z"][i][j] == pytest.approx(r["wait_ns"] / 1e6)
+    for sst in st["steps"]:  # each step's straggler marked
+        i, j = heat["y"].index(f"rank {sst['straggler']}"), heat["x"].index(str(sst["step"]))
+        assert heat["text"][i][j].startswith("▲")
+    screenshot(page, "ranks")
+    # a click on a cell: that rank's timeline at that step
+    target = job["steps"][-1]
+    page.evaluate("([y, x]) => window.dash_clientside.set_props({type: 'ranks-heat', figure: 'step-time'},"
+                  " {clickData: {points: [{x: x, y: y}]}})",
+                  [f"rank {target['rank']}", str(target["step"])])
+    expect_text(page, "#timeline-step", f"step {target['step']}")
+    expect_text(page, "#rank", str(target["rank"]))
+    expect_text(page, "#timeline-info", f"rank {target['rank']} · window")
+    page.wait_for_function("() => location.search.includes('view=timeline')", timeout=TIMEOUT)
+    tab(page, "overview")
+    choose_source(page, dashboard, "sample")
+
+
 def _gpu_detail_bars(data: list[dict]) -> int:
     return sum(
         sum(1 for y in d["y"] if " · stream " in y)

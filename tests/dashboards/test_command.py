@@ -73,7 +73,7 @@ def _source_callback(app, value) -> dict:
                    {"id": "source", "property": "value", "value": value},
                    {"id": "rank", "property": "value", "value": None},
                    {"id": "tabs", "property": "value", "value": "overview"},
-                   []],
+                   [], []],
         "state": [],
         "changedPropIds": ["source.value"],
     }

@@ -97,11 +97,34 @@ def test_variant_from_environment(monkeypatch):
     assert kc._variant_from_env("TBE_FWD_VARIANT", kc.FORWARD_VARIANTS, kc.DEFAULT_FORWARD) == kc.DEFAULT_FORWARD
 
 
+def test_skip_variants_from_environment(monkeypatch):
+    monkeypatch.delenv("TBE_SKIP_VARIANTS", raising=False)
+    assert kc.forward_variants() == list(kc.FORWARD_VARIANTS)
+    assert kc.backward_variants() == list(kc.BACKWARD_VARIANTS)
+    monkeypatch.setenv("TBE_SKIP_VARIANTS", "v2p")
+    assert kc.backward_variants() == ["v1", "v2", "v2-2rows"]
+    assert kc.forward_variants() == list(kc.FORWARD_VARIANTS)
+    monkeypatch.setenv("TBE_SKIP_VARIANTS", " bwd:v1, v2-4p ,")
+    assert kc.backward_variants() == ["v2", "v2-2rows", "v2p"]
+    assert kc.forward_variants() == ["v1", "v2-12", "v2-8", "v2-4", "v2-12p", "v2-8p"]
+    monkeypatch.setenv("TBE_SKIP_VARIANTS", "v1")  # both directions
+    assert "v1" not in kc.forward_variants() and "v1" not in kc.backward_variants()
+    for bad, match in (("v3", "not one of"), ("fwd:v2p", "not one of"), ("up:v1", "prefix"),
+                       (kc.DEFAULT_BACKWARD, "default"), ("fwd:" + kc.DEFAULT_FORWARD, "default")):
+        monkeypatch.setenv("TBE_SKIP_VARIANTS", bad)
+        with pytest.raises(ValueError, match=match):
+            kc.backward_variants()
+
+
 def test_variant_codes_match_the_header():
     # ForwardArgs::variant 0..kFwdVariants-1, BackwardArgs::variant kBwdV1/kBwdV2/kBwdV2TwoRows
     header = (kc.HERE / "tbe_kernels.h").read_text()
-    assert "constexpr int kFwdVariants = 4;" in header and len(kc.FORWARD_VARIANTS) == 4
-    assert sorted(kc.FORWARD_VARIANTS.values()) == [0, 1, 2, 3]
-    for name, code in (("kBwdV1", 1), ("kBwdV2", 2), ("kBwdV2TwoRows", 3)):
+    assert "constexpr int kFwdVariants = 7;" in header and "constexpr int kFwdV2Configs = 4;" in header
+    assert sorted(kc.FORWARD_VARIANTS.values()) == list(range(7))
+    # 4..6: configs 1..3 (v2-12, v2-8, v2-4) with L2 prefetches
+    for name in ("v2-12", "v2-8", "v2-4"):
+        assert kc.FORWARD_VARIANTS[name + "p"] == kc.FORWARD_VARIANTS[name] + 3
+    for name, code in (("kBwdV1", 1), ("kBwdV2", 2), ("kBwdV2TwoRows", 3), ("kBwdV2Prefetch", 4)):
         assert f"constexpr int {name} = {code};" in header
-    assert sorted(kc.BACKWARD_VARIANTS.values()) == [1, 2, 3]
+    assert kc.BACKWARD_VARIANTS == {"v1": 1, "v2": 2, "v2-2rows": 3, "v2p": 4}
+    assert set(kc._BACKWARD_POLICY) == set(kc.BACKWARD_VARIANTS)

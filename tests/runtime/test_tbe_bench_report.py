@@ -51,6 +51,12 @@ def test_ratio_table(bench):
     assert "| 64 | 16384 | uniform | fp32 | error: OOM |" in md
 
 
+def test_best_variant_ratio(bench):
+    md = bench.markdown(_report(bench))
+    # forward: fastest of ours is v2-8 (4.0; 'ours' itself is not a variant): 3.2/4.0; SGD: 15/12 (ours v1 16)
+    assert "| 128 | 65536 | zipf | fp32 | 0.80 (v2-8) | 0.94 (v1) | 0.88 (v1) |" in md
+
+
 def test_agreement_and_variant_verdicts(bench):
     md = bench.markdown(_report(bench))
     row = next(line for line in md.splitlines() if line.startswith("| 128 | 65536 | zipf | fp32 | 3.0e-08"))
