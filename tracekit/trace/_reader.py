@@ -5,8 +5,8 @@ release the GIL, so this overlaps with decoding on the other core). The main thr
 decompressed stream at event boundaries (a ``}`` followed by ``,`` and ``{``) and decodes each
 piece as a JSON array with msgspec. A cut that falls inside an event (a ``},{`` inside its args
 or a string) cannot decode as an array of whole events, so it is retried at an earlier cut; a
-successful decode is therefore always a run of whole events. For big traces a forked helper
-process (``_parallel``) decodes some of the pieces while the main thread decodes others.
+successful decode is therefore always a run of whole events. For big traces forked helper
+processes (``_parallel``) decode most of the pieces while the main thread decodes others.
 
 At the end of the file the rest (last events, ``]``, the keys after the array) is decoded as a
 document. If the data stops early (a crashed job's trace) every complete event before the cut
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from tracekit.errors import EmptyTraceError, InputError, TraceFormatError
-from tracekit.trace._parallel import Helper, HelperFailed
+from tracekit.trace._parallel import Helper, Helpers, HelperFailed
 from tracekit.trace._schema import Event, decode_events as _decode_events
 
 _READ_PLAIN = 16 << 20  # bytes per read of an uncompressed file
@@ -449,7 +449,7 @@ def read(path: str, sink, *, progress=None, threaded: bool = True, parallel: boo
     """``read_events`` (with a helper process when ``parallel``), again without the helper if
     it fails, again replacing bytes that are not UTF-8 if a decode met one, and ``read_whole``
     for layouts that cannot be streamed. JSON nested deeper than msgspec decodes is an error."""
-    helper = Helper.start() if parallel else None
+    helper = Helpers.start() if parallel else None
     try:
         return read_events(path, sink, progress=progress, threaded=threaded, helper=helper,
                            clean_utf8=clean_utf8)
