@@ -632,6 +632,7 @@ def _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes, p_prev, p_next, co
         ev["kind"].to_numpy(), [int(Kind.CPU_OP), int(Kind.ANNOTATION), int(Kind.PYTHON),
                                 int(Kind.RUNTIME), int(Kind.DRIVER)]))
     m_ts = np.sort(ev["ts"].to_numpy(np.int64)[mrows])
+    main_ts = ev_ts[main_ids]
     hs, hd, hn, ov = [], [], [], []
     for ln in others:
         ids = cpu_ids[cl == ln]  # in node order = time order on the thread
@@ -641,34 +642,31 @@ def _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes, p_prev, p_next, co
         b_first, b_last = ids[first], ids[last]
         # trigger: the latest node of another thread that ended before the burst began
         k = np.searchsorted(e_sorted, ev_ts[b_first], side="right") - 1
+        other = np.maximum.accumulate(np.where(lane[by_end] != ln, np.arange(by_end.size), -1))
+        kk = np.where(k >= 0, other[np.maximum(k, 0)], -1)
+        # the main thread blocked while the burst ran (it ran nothing): it resumes after it
+        t0, t1 = ev_ts[b_first], end[b_last]
+        busy = np.searchsorted(m_ts, t1, side="left") - np.searchsorted(m_ts, t0, side="right")
+        nxt = np.searchsorted(main_ts, t1, side="left")
         for j in range(b_first.size):  # per burst (a thread has few)
-            kk = k[j]
-            while kk >= 0 and lane[by_end[kk]] == ln:
-                kk -= 1
-            if kk >= 0:
-                trig = by_end[kk]
+            if kk[j] >= 0:
+                trig = by_end[kk[j]]
                 hs.append(trig)
                 hd.append(b_first[j])
                 hn.append(ev_ts[b_first[j]] - end[trig])
                 if pe_by_next[b_first[j]] >= 0:  # the thread's own order no longer holds it
                     ov.append((int(pe_by_next[b_first[j]]), 0))
-            # the main thread blocked while the burst ran: it resumes after it
-            t0, t1 = ev_ts[b_first[j]], end[b_last[j]]
-            busy = np.searchsorted(m_ts, t1, side="left") - np.searchsorted(m_ts, t0, side="right")
-            if busy:
+            if busy[j] or nxt[j] >= main_ids.size:
                 continue
-            nxt = np.searchsorted(ev_ts[main_ids], t1, side="left")
-            if nxt >= main_ids.size:
-                continue
-            m_next = main_ids[nxt]
+            m_next = main_ids[nxt[j]]
             hs.append(b_last[j])
             hd.append(m_next)
-            hn.append(ev_ts[m_next] - t1)
+            hn.append(ev_ts[m_next] - t1[j])
             if pe_by_next[m_next] >= 0:
                 e_i = int(pe_by_next[m_next])
                 m_prev = p_prev[e_i]
                 obs = ev_ts[m_next] - end[m_prev]
-                ov.append((e_i, max(0, int(obs - (t1 - t0)))))
+                ov.append((e_i, max(0, int(obs - (t1[j] - t0[j])))))
     if not hs:
         return empty
     return (np.array(hs, np.int64), np.array(hd, np.int64), np.array(hn, np.int64),

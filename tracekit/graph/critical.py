@@ -42,7 +42,7 @@ def step_windows(g: Graph, start: np.ndarray | None = None,
         sink = int(np.argmax(end))
         return pd.DataFrame({"step": [-1], "start": [int(start.min())], "end": [int(end[sink])],
                              "sink": [sink]})
-    ids = np.flatnonzero(np.isin(g.step, steps) & completes(g))
+    ids = np.flatnonzero(np.isin(g.step, steps) & g.completing)
     df = pd.DataFrame({"step": g.step[ids], "end": end[ids], "id": ids})
     best = df.sort_values(["step", "end", "id"]).drop_duplicates("step", keep="last")
     best = best.set_index("step").reindex(steps)

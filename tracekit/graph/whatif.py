@@ -148,9 +148,10 @@ def _move(g, move, src, dst, kind, lag, lane, lane_is_cpu):
     return src, dst, kind, lag, new_lane, lane_is_cpu
 
 
-def predict(g: Graph, change: Change) -> Prediction:
-    """Replay the changed graph, contention-free and contention-aware (module docstring)."""
-    obs = step_windows(g)
+def predict(g: Graph, change: Change, *, windows=None) -> Prediction:
+    """Replay the changed graph, contention-free and contention-aware (module docstring).
+    ``windows``: ``step_windows(g)`` when the caller has it."""
+    obs = step_windows(g) if windows is None else windows
     p = plan(g, change)
     s1, e1 = replay(p)
     w1 = step_windows(g, s1, e1)
