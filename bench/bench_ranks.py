@@ -19,8 +19,12 @@
 3. Per-rank cost at scale: one rank of ``--big-copies`` copies of a runtime trace (~14 MB of
    JSON each: 36 copies ~ 500 MB), ``tracekit analyze FILE --no-hta`` cold and warm: the per-rank
    work a worker does for a 500 MB rank (wall, peak RSS).
-4. ``--hta-ranks N``: HTA 0.5.0's ``get_potential_stragglers`` on the first N ranks of the job
-   (the anchor: what HTA names without aligned clocks).
+4. ``--client-ranks N``: the cross-rank part alone (the client's work) on N ranks whose
+   summaries are the job's, each with ``--big-copies`` copies of its collectives (as a rank of
+   that many copies has): time, peak RSS, the size of one rank's result.
+5. ``--hta-ranks N``: HTA 0.5.0's ``get_potential_stragglers`` on the first N ranks of the job
+   (the anchor: what HTA names without aligned clocks), as written and with the NCCL kernels
+   renamed to the ``ncclKernel_`` prefix HTA looks for.
 
 Writes ``bench/results/ranks-<UTC date>.json`` and prints a table. Results and the
 extrapolation to 1,024 ranks: ``bench/NOTES-ranks.md``.
@@ -76,6 +80,58 @@ try:
 except Exception as e:
     got, err = None, f"{type(e).__name__}: {e}"
 print("RESULT " + json.dumps({"load_s": load, "stragglers": got, "error": err}))
+"""
+
+
+TASK_SNIPPET = """
+import json, resource, sys, time
+from tracekit.ranks.work import RankTask
+task = RankTask(cache_dir=sys.argv[2], whole=False)
+t = time.perf_counter()
+r = task(sys.argv[1])
+took = time.perf_counter() - t
+import pickle
+print("RESULT " + json.dumps({"task_s": took, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                              "result_pickle_bytes": len(pickle.dumps(r)),
+                              "kernels": len(r["collectives"]["kernels"])}))
+"""
+
+CLIENT_SNIPPET = """
+import copy, json, pickle, resource, sys, time
+from tracekit.ranks import analyze_job, inputs, job
+n, copies = int(sys.argv[3]), int(sys.argv[4])
+base = analyze_job(sys.argv[1], cache_dir=sys.argv[2], whole=False, workers=1).ranks  # warm
+rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+span = max(k["end"] for r in base for k in r["collectives"]["kernels"]) - min(
+    k["ts"] for r in base for k in r["collectives"]["kernels"]) + 10**6
+ranks = []
+for r in range(n):
+    b = base[r % len(base)]
+    x = copy.deepcopy(b)
+    x["rank"] = r
+    x["source"] = f"trace_rank{r}.json.gz"
+    x["identity"]["distributed_info"].update(rank=r, world_size=n)
+    for g in x["identity"]["distributed_info"].get("pg_config") or []:
+        g.update(pg_size=n, ranks=list(range(n)))
+    for g in x["collectives"]["groups"]:
+        g["ranks"] = list(range(n))
+    ks = x["collectives"]["kernels"]
+    x["collectives"]["kernels"] = [{**k, "step": k["step"] + 2 * c, "ts": k["ts"] + c * span,
+                                    "end": k["end"] + c * span} for c in range(copies) for k in ks]
+    x["steps"]["steps"] = [{**s, "step": s["step"] + 2 * c} for c in range(copies)
+                           for s in b["steps"]["steps"]]
+    ranks.append(x)
+per_rank_pickle = len(pickle.dumps(ranks[0]))
+rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+t = time.perf_counter()
+rs = inputs.assign("d", ranks, other_job_gap_ns=60 * 10**9)
+j = job.build(rs)
+took = time.perf_counter() - t
+rss2 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print("RESULT " + json.dumps({"ranks": n, "kernels_per_rank": len(ranks[0]["collectives"]["kernels"]),
+    "instances": j["matching"]["instances"], "build_s": took, "rss_before_mb": rss0,
+    "rss_with_summaries_mb": rss1, "rss_peak_mb": rss2, "summary_pickle_bytes": per_rank_pickle,
+    "job_json_bytes": len(json.dumps(j)), "straggler": j["stragglers"]["rank"]}))
 """
 
 
@@ -219,6 +275,9 @@ def main() -> None:
     ap.add_argument("--skip-big", action="store_true")
     ap.add_argument("--skip-modes", action="store_true")
     ap.add_argument("--hta-ranks", type=int, default=0)
+    ap.add_argument("--client-ranks", type=int, default=0,
+                    help="time the cross-rank part alone on this many ranks (summaries of the job's "
+                         "ranks, each with --big-copies copies of its collectives)")
     ap.add_argument("--out-dir", default=str(HERE / "results"))
     a = ap.parse_args()
     data = HERE / "data"
@@ -271,25 +330,63 @@ def main() -> None:
             warm = analyze(args)
             for r in (cold, warm):
                 r.pop("stdout", None)
+            print("big rank: the per-rank work alone ...", flush=True)
+            p = subprocess.run([sys.executable, "-c", TASK_SNIPPET, str(f), str(work / "task-cache")],
+                               capture_output=True, text=True, cwd=ROOT)
+            task = {"rc": p.returncode}
+            for line in p.stdout.splitlines():
+                if line.startswith("RESULT "):
+                    task.update(json.loads(line[7:]))
+            if p.returncode:
+                task["stderr_tail"] = p.stderr[-1500:]
             results["big_rank"] = {"file": str(f.relative_to(ROOT)), "gz_bytes": f.stat().st_size,
                                    "json_bytes": json_bytes, "cold": cold, "warm": warm,
+                                   "task": task,
                                    "loadavg": loadavg()}
-        if a.hta_ranks:
-            hdir = work / "hta"
-            hdir.mkdir()
-            for r in range(a.hta_ranks):
-                os.symlink(job / f"trace_rank{r}.json.gz", hdir / f"trace_rank{r}.json.gz")
-            print(f"HTA get_potential_stragglers on {a.hta_ranks} ranks ...", flush=True)
-            t0 = time.perf_counter()
-            p = subprocess.run([sys.executable, "-c", HTA_SNIPPET, str(hdir)], capture_output=True,
-                               text=True, cwd=ROOT)
-            r = {"wall_s": round(time.perf_counter() - t0, 1), "rc": p.returncode}
+        if a.client_ranks:
+            cache = work / "client-cache"
+            print("client part: a warm job first ...", flush=True)
+            analyze(["analyze", str(job), "--cache-dir", str(cache), "--out", os.devnull])
+            print(f"client part: {a.client_ranks} ranks x {a.big_copies} copies of the collectives ...",
+                  flush=True)
+            p = subprocess.run([sys.executable, "-c", CLIENT_SNIPPET, str(job), str(cache),
+                                str(a.client_ranks), str(a.big_copies)],
+                               capture_output=True, text=True, cwd=ROOT)
+            r = {"rc": p.returncode, "loadavg": loadavg()}
             for line in p.stdout.splitlines():
                 if line.startswith("RESULT "):
                     r.update(json.loads(line[7:]))
             if p.returncode:
                 r["stderr_tail"] = p.stderr[-1500:]
-            results["hta"] = r
+            results["client"] = r
+        if a.hta_ranks:
+            results["hta"] = {}
+            for variant in ("as written", "kernels renamed ncclKernel_"):
+                hdir = work / f"hta-{len(results['hta'])}"
+                hdir.mkdir()
+                for r in range(a.hta_ranks):
+                    src = job / f"trace_rank{r}.json.gz"
+                    if variant == "as written":
+                        os.symlink(src, hdir / src.name)
+                    else:  # HTA looks for kernels named ncclKernel*; NCCL >= 2.19 writes ncclDevKernel*
+                        import gzip
+
+                        with gzip.open(src, "rb") as f_in, gzip.open(hdir / src.name, "wb", 1) as f_out:
+                            f_out.write(f_in.read().replace(b"ncclDevKernel_", b"ncclKernel_"))
+                print(f"HTA get_potential_stragglers on {a.hta_ranks} ranks ({variant}) ...",
+                      flush=True)
+                t0 = time.perf_counter()
+                p = subprocess.run([sys.executable, "-c", HTA_SNIPPET, str(hdir)],
+                                   capture_output=True, text=True, cwd=ROOT)
+                r = {"wall_s": round(time.perf_counter() - t0, 1), "rc": p.returncode}
+                for line in p.stdout.splitlines():
+                    if line.startswith("RESULT "):
+                        r.update(json.loads(line[7:]))
+                if p.returncode:
+                    r["stderr_tail"] = p.stderr[-1500:]
+                results["hta"][variant] = r
+            results["hta"]["planted_straggler"] = plan.straggler
+            results["hta"]["clock_offsets_us"] = [plan.offset_us(r) for r in range(a.hta_ranks)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results["loadavg_after"] = loadavg()

@@ -52,16 +52,17 @@ def check_readable(path: str | os.PathLike, what: str = "file", *, directory_ok:
                      "files", path=src)
 
 
-def is_trace_file(path: str) -> bool:
+def is_trace_file(path: str, opener=open) -> bool:
     """Whether a ``.json``/``.json.gz`` file found in a directory is to be read as a trace.
 
     Skipped: a file that is a whole JSON document within its first ``SNIFF_BYTES``
     (decompressed) without a ``"traceEvents"`` key (a run directory's ``metrics.json`` and the
     like). Everything else counts, so nothing that might be a trace is dropped silently: a
     longer file whose ``traceEvents`` comes late is read, and a file that is cut short, is not
-    JSON, or cannot be read or decompressed counts too, so that loading it reports why."""
+    JSON, or cannot be read or decompressed counts too, so that loading it reports why.
+    ``opener``: what opens ``path`` for reading bytes (an fsspec filesystem's ``open`` for a URL)."""
     try:
-        with open(path, "rb") as f:
+        with opener(path, "rb") as f:
             head = f.read(SNIFF_BYTES + 1)
             if head[:2] == b"\x1f\x8b":
                 f.seek(0)

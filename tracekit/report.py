@@ -153,10 +153,12 @@ time is in ns on the reference rank's clock once the offsets are applied; defini
                      "per_rank": [{rank, sent_bytes, received_bytes, received_over_mean}]},
       "steps": [{rank, step, cpu_ns, gpu_ns: int|null, wait_ns, last_count,
                  bound: str|null}],                # ranks x steps: the heatmap's cells
+      "arrivals_everywhere": bool,      # every instance carries "arrivals" (else: worst only)
       "instances": [{instance, group, collective, key, step, ranks, first_arrival,
                      last_arrival, skew_ns, straggler, waited_ns, transfer_ns,
-                     end_spread_ns, imbalance: num|null}],
-      "worst": [<instance>, ...]        # the JobConfig.worst_kept largest skews
+                     end_spread_ns, imbalance: num|null,
+                     "arrivals": [{rank, start, end, wait_ns, in_bytes, out_bytes}]}],
+      "worst": [<instance>, ...]        # the JobConfig.worst_kept largest skews, with arrivals
     }
 
 In ``stragglers``: ``rank`` is the rank that caused the most wait (null when no instance has a

@@ -822,9 +822,14 @@ __device__ __forceinline__ void prefetch_ahead(const BackwardArgs& a, unsigned t
   }
   const unsigned ahead = t != 0 ? static_cast<unsigned>(__ffs(t) - 1) : kWarp;
   const int src = ahead < kWarp ? static_cast<int>(ahead) : 0;
+  // every lane runs all three full-warp shuffles before any returns: with G < 32, groups differ
+  // in whether a row lies two rounds ahead, and a `ahead >= kWarp || !__shfl_sync(...)` short
+  // circuit let some lanes skip a shuffle the others waited in (undefined: the warp's next
+  // shuffles, of the row to update, paired up wrongly -> an illegal address on the H200)
   const int64_t id = __shfl_sync(kFull, my_id, src);
   const int32_t k = __shfl_sync(kFull, my_k, src);
-  if (ahead >= kWarp || !__shfl_sync(kFull, mine, src)) return;
+  const bool src_mine = __shfl_sync(kFull, mine, src);
+  if (ahead >= kWarp || !src_mine) return;
   const int64_t dim = a.table_dim[k];
   const WeightT* row = static_cast<const WeightT*>(a.weights) + a.table_woff[k] + (id - a.table_row_off[k]) * dim;
   prefetch_l2(row, dim * static_cast<int64_t>(sizeof(WeightT)), lane % G, G);

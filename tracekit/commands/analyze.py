@@ -136,6 +136,7 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
     """
     from tracekit.api import report_for_path
     from tracekit.ranks import JobConfig, analyze_job
+    from tracekit.ranks.sources import is_url
     from tracekit.report import document, render_job, render_rank
 
     check_out(out, paths, rules_path=rules_path, snapshot_path=snapshot_path)
@@ -146,7 +147,7 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
     texts: list[str] = []
     problems: list[tuple] = []
     for p in paths:
-        if not os.path.isdir(p):
+        if not (os.path.isdir(p) or is_url(p)):
             got = report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
                                   use_cache=not no_cache, prefetch=True, with_hta=hta)
             ranks += select_rank(got, rank, p)

@@ -54,6 +54,7 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, schedule
     from tracekit.api import report_for_path
     from tracekit.checks import parse, evaluate
     from tracekit.errors import InputError
+    from tracekit.ranks.sources import is_url
     from tracekit.report import table
 
     thresholds = [parse(s, upper=True) for s in maxima] + [parse(s, upper=False) for s in minima]
@@ -63,7 +64,7 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, schedule
     warn_cache(no_cache, cache_dir)
     results, failed = [], 0
     for p in paths:
-        if os.path.isdir(p):
+        if os.path.isdir(p) or is_url(p):
             from tracekit.ranks import analyze_job
 
             rep = analyze_job(p, rules_path=rules_path, cache_dir=cache_dir,

@@ -51,9 +51,11 @@ def analyze_job(
 ) -> JobReport:
     """Analyse every rank trace in ``directory`` and the job they form.
 
-    ``rules_path``: a phase-rules TOML file (else the defaults). ``with_hta``: include the HTA
-    section in each rank's object (None: for traces of at most 500,000 events). ``whole``:
-    return whole rank objects (False: only what the job needs, much smaller).
+    ``directory``: a local directory, or a URL fsspec reads (``s3://bucket/job/``: each rank's
+    work fetches its file, ``sources``). ``rules_path``: a phase-rules TOML file (else the
+    defaults). ``with_hta``: include the HTA section in each rank's object (None: for traces of
+    at most 500,000 events). ``whole``: return whole rank objects (False: only what the job
+    needs, much smaller).
     ``workers``: local processes (default: one per CPU; 1: this process only). ``scheduler``:
     ``tcp://HOST:PORT`` of a Dask scheduler to run the per-rank work on instead; its workers read
     the files at the same absolute paths and keep their own caches; ``scheduler_timeout_s``:
@@ -67,30 +69,35 @@ def analyze_job(
     from tracekit._files import trace_files_in
     from tracekit.errors import InputError
     from tracekit.phases import load_rules
-    from tracekit.ranks import executors, inputs, job
+    from tracekit.ranks import executors, inputs, job, sources
     from tracekit.ranks.work import RankTask
 
     src = os.fspath(directory)
-    if not os.path.isdir(src):
+    url = sources.is_url(src)
+    if url:
+        files = sources.list_url(src)
+    elif not os.path.isdir(src):
         raise InputError("not a directory", path=src)
-    try:
-        files = trace_files_in(src)
-    except OSError as exc:
-        raise InputError(f"cannot list directory: {exc.strerror or exc}", path=src) from None
+    else:
+        try:
+            files = trace_files_in(src)
+        except OSError as exc:
+            raise InputError(f"cannot list directory: {exc.strerror or exc}", path=src) from None
     if not files:
         raise InputError("no trace files (*.json, *.json.gz holding traceEvents) in this "
                          "directory", path=src)
     if rules_path is not None:
         load_rules(rules_path)  # a bad rules file is one error, before any rank's work
     remote = scheduler is not None
-    task = RankTask(
-        rules_path=os.path.abspath(rules_path) if rules_path is not None and remote
-        else (os.fspath(rules_path) if rules_path is not None else None),
-        cache_dir=None if remote or cache_dir is None else os.fspath(cache_dir),
-        use_cache=use_cache, with_hta=with_hta, whole=whole)
-    paths = [os.path.abspath(f) for f in files] if remote else files
+    rules = None if rules_path is None else os.fspath(rules_path)
+    if rules is not None and remote:
+        rules = os.path.abspath(rules)  # the workers' working directory is not ours
+    task = RankTask(rules_path=rules,
+                    cache_dir=None if remote or cache_dir is None else os.fspath(cache_dir),
+                    use_cache=use_cache, with_hta=with_hta, whole=whole)
+    paths = [os.path.abspath(f) for f in files] if remote and not url else files
     results: list = [None] * len(files)
-    if use_cache and not remote:  # reports already cached here need no worker
+    if use_cache and not remote and not url:  # reports already cached here need no worker
         from tracekit.api import cached_report
         from tracekit.ranks.work import summary
 

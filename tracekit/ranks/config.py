@@ -29,12 +29,16 @@ class JobConfig:
     another run (clocks of hosts in one job differ by far less)."""
     worst_kept: int = 20
     """Instances listed under ``worst`` (largest arrival skew first)."""
+    arrivals_kept: int = 100_000
+    """Every instance lists each rank's arrival (start, end, wait, sizes) when there are at most
+    this many (rank, instance) pairs; beyond, only the ``worst`` instances do (a job of 1,024
+    ranks with 864 collectives each has 884,736)."""
     min_alignment_samples: int = 3
     """A clock offset estimated from fewer shared collectives than this comes with a warning."""
 
     def __post_init__(self) -> None:
         for name in ("straggler_min_skew_ns", "other_job_gap_ns", "worst_kept",
-                     "min_alignment_samples"):
+                     "arrivals_kept", "min_alignment_samples"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise JobConfigError(f"JobConfig.{name} must be an integer >= 0, not {v!r}")

@@ -10,13 +10,15 @@ process: out of memory, say) gets a ``Failed`` once the executor has tried it ag
   a fresh pool.
 - ``scheduler="tcp://HOST:PORT"``: the tasks go to that Dask ``distributed`` scheduler (the
   ``[cluster]`` extra); its workers must see the paths (a shared file system) and import
-  tracekit. The scheduler re-runs a task whose worker dies on another worker
+  tracekit. Each path goes first to the worker it went to before (``_homes``), where its
+  caches are. The scheduler re-runs a task whose worker dies on another worker
   (``distributed.scheduler.allowed-failures`` times, 3 by default), then it is ``Failed``.
   An unreachable scheduler, or one without workers, is a ``ClusterError``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -87,6 +89,17 @@ def _local(task, paths: Sequence[str], n: int) -> list:
     return results
 
 
+def _homes(client, paths: Sequence[str]) -> list[str]:
+    """The worker each path goes to first: the same one every run while the cluster's workers
+    stay the same (by a hash of the path over the workers sorted by name), so that a rank finds
+    its parsed trace and report in the cache of the worker that analysed it before. Any worker
+    may still take it (``allow_other_workers``): an idle one steals, a dead one is replaced."""
+    info = client.scheduler_info()["workers"]
+    workers = sorted(info, key=lambda a: (str(info[a].get("name", a)), a))
+    return [workers[int(hashlib.sha1(os.fsencode(p)).hexdigest(), 16) % len(workers)]
+            for p in paths]
+
+
 def _dask(task, paths: Sequence[str], address: str, timeout: float) -> list:
     try:
         import distributed
@@ -104,7 +117,9 @@ def _dask(task, paths: Sequence[str], address: str, timeout: float) -> list:
         except (TimeoutError, OSError):
             raise ClusterError(f"the Dask scheduler at {address} has no workers "
                                f"(none joined within {timeout:g} s)") from None
-        futures = client.map(task, list(paths), pure=False)
+        homes = _homes(client, paths)
+        futures = [client.submit(task, p, pure=False, workers=[h], allow_other_workers=True)
+                   for p, h in zip(paths, homes)]
         index = {f.key: i for i, f in enumerate(futures)}
         results: list = [None] * len(paths)
         for fut in distributed.as_completed(futures, loop=client.loop):

@@ -85,16 +85,11 @@ class RankSet:
 
 
 def declared_rank(rank: dict) -> int | None:
-    """``distributedInfo.rank`` of a rank object, None when absent or not an integer."""
-    info = (rank.get("identity") or {}).get("distributed_info") or {}
-    r = info.get("rank")
-    if isinstance(r, bool):
-        return None
-    if isinstance(r, int):
-        return r
-    if isinstance(r, str) and re.fullmatch(r"\s*-?\d+\s*", r):
-        return int(r)
-    return None
+    """``distributedInfo.rank`` of a rank object, None when absent or not an integer (the
+    loader's reading of it)."""
+    from tracekit.trace.loader import _declared_rank
+
+    return _declared_rank({"distributedInfo": (rank.get("identity") or {}).get("distributed_info")})
 
 
 def _fingerprint(rank: dict) -> str | None:

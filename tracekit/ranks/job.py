@@ -11,6 +11,8 @@ Definitions (every time is on the reference rank's clock once offsets are applie
 - a rank's *arrival* at an instance is the start of its collective kernel (the GPU reaching the
   collective); the instance's *arrival skew* is last arrival - first arrival; its *straggler*
   is the last rank to arrive (the lowest rank on a tie);
+- each instance lists its ranks' ``arrivals`` (start, end, wait, sizes): every instance's when
+  ranks x instances is at most ``JobConfig.arrivals_kept``, else only the worst instances';
 - a rank's *wait* at an instance is last arrival - its arrival: the time its kernel spends
   waiting for the others before data can move; the instance's *waited* time is the sum over
   its ranks: what all ranks lose to the straggler;
@@ -137,13 +139,15 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
     counted = table["skew_ns"] >= config.straggler_min_skew_ns
 
     # per rank
-    wait_r = arr.groupby("rank")["wait"].sum()
-    last_r = table.loc[counted, "straggler"].value_counts()
-    caused_r = table.groupby("straggler")["waited_ns"].sum()
+    wait_r = arr.groupby("rank")["wait"].sum().to_dict()
+    last_r = table.loc[counted, "straggler"].value_counts().to_dict()
+    caused = table.groupby("straggler")["waited_ns"].sum()
+    caused_r = caused.to_dict()
     a2a_arr = arr[arr["instance"].isin(table.loc[a2a, "instance"])]
-    sizes_known = a2a_arr.groupby("rank")[["in_bytes", "out_bytes"]].min().min(axis=1) >= 0
-    sent = a2a_arr.groupby("rank")["in_bytes"].sum()
-    recv = a2a_arr.groupby("rank")["out_bytes"].sum()
+    sizes_known = (a2a_arr.groupby("rank")[["in_bytes", "out_bytes"]].min().min(axis=1)
+                   >= 0).to_dict()
+    sent = a2a_arr.groupby("rank")["in_bytes"].sum().to_dict()
+    recv = a2a_arr.groupby("rank")["out_bytes"].sum().to_dict()
     rank_rows = []
     for r in ranks:
         k = int(r["rank"])
@@ -180,9 +184,8 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
 
     # stragglers
     job_straggler = None
-    if len(caused_r) and caused_r.max() > 0 and counted.any():
-        top = caused_r[caused_r == caused_r.max()]
-        job_straggler = int(top.index.min())
+    if len(caused) and caused.max() > 0 and counted.any():
+        job_straggler = int(caused[caused == caused.max()].index.min())
     bounds = {int(r["rank"]): _explain_steps(r) for r in ranks}
     per_step = []
     if len(table):
@@ -231,9 +234,9 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
     }
 
     # ranks x steps
-    wait_rs = arr.groupby(["rank", "step"])["wait"].sum()
+    wait_rs = arr.groupby(["rank", "step"])["wait"].sum().to_dict()
     s_arr = arr.merge(table.loc[counted, ["instance", "straggler"]], on="instance")
-    last_rs = s_arr[s_arr["rank"] == s_arr["straggler"]].groupby(["rank", "step"]).size()
+    last_rs = s_arr[s_arr["rank"] == s_arr["straggler"]].groupby(["rank", "step"]).size().to_dict()
     step_rows = []
     for r in ranks:
         k = int(r["rank"])
@@ -253,6 +256,17 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
                   "straggler", "waited_ns", "transfer_ns", "end_spread_ns"):
             rec[k] = int(rec[k])
     worst = sorted(rows, key=lambda x: (-x["skew_ns"], x["instance"]))[: config.worst_kept]
+    # each rank's start, end, wait and sizes: for every instance when there are few enough
+    # rows, else for the worst instances only
+    every = len(arr) <= config.arrivals_kept
+    keep = arr if every else arr[arr["instance"].isin([w["instance"] for w in worst])]
+    per: dict[int, list] = {}
+    for i, rk, a, z, w, ib, ob in zip(*(keep[c].to_numpy().tolist() for c in (
+            "instance", "rank", "ts", "end", "wait", "in_bytes", "out_bytes"))):
+        per.setdefault(i, []).append({"rank": rk, "start": a, "end": z, "wait_ns": w,
+                                      "in_bytes": ib, "out_bytes": ob})
+    for rec in (rows if every else worst):
+        rec["arrivals"] = per.get(rec["instance"], [])
     offs = [{"rank": int(t.rank), "offset_ns": _int(round(t.offset_ns)) if t.aligned else None,
              "spread_ns": _num(t.spread_ns), "samples": int(t.samples), "aligned": bool(t.aligned)}
             for t in offsets.table.itertuples()]
@@ -271,6 +285,7 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
         "stragglers": stragglers,
         "all_to_all": all_to_all,
         "steps": step_rows,
+        "arrivals_everywhere": every,
         "instances": rows,
         "worst": worst,
     }

@@ -49,25 +49,26 @@ class Matched:
 def kernel_table(ranks: list[dict]) -> tuple[pd.DataFrame, dict[str, dict]]:
     """All ranks' collective kernels in one table (``rank`` added) and the groups' metadata
     (``desc``, ``ranks``) merged over the ranks."""
-    frames, meta = [], {}
+    rows, owner, meta = [], [], {}
     for r in ranks:
         c = r.get("collectives") or {}
-        rows = c.get("kernels") or []
-        if rows:
-            f = pd.DataFrame.from_records(rows)
-            f.insert(0, "rank", int(r["rank"]))
-            frames.append(f)
+        got = c.get("kernels") or []
+        rows += got
+        owner.append(np.full(len(got), int(r["rank"]), np.int64))
         for g in c.get("groups") or []:
             m = meta.setdefault(g["group"], {"desc": g.get("desc") or "", "ranks": None})
             if m["ranks"] is None and g.get("ranks"):
                 m["ranks"] = list(g["ranks"])
-    cols = ["rank", "group", "collective", "seq", "index", "step", "stream", "ts", "end",
-            "in_bytes", "out_bytes"]
-    if not frames:
+    cols = ["group", "collective", "seq", "index", "step", "stream", "ts", "end", "in_bytes",
+            "out_bytes"]
+    if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object if c in ("group", "collective")
-                                          else np.int64) for c in cols}), meta
-    k = pd.concat(frames, ignore_index=True)
-    return k[cols], meta
+                                          else np.int64) for c in ["rank", *cols]}), meta
+    data = {"rank": np.concatenate(owner)}
+    for c in cols:  # column by column: much quicker than from_records on a million rows
+        data[c] = ([row[c] for row in rows] if c in ("group", "collective")
+                   else np.fromiter((row[c] for row in rows), np.int64, len(rows)))
+    return pd.DataFrame(data), meta
 
 
 def match(ranks: list[dict]) -> Matched:

@@ -1,11 +1,13 @@
 """The per-rank work: one trace file -> its rank object (whole, or its ``summary``), or a
 ``Failed`` saying why the file cannot be read. It runs wherever the executor puts it (this
 process, a local worker process, a Dask worker) and returns only that small picklable value,
-never the parsed trace. Caches (parsed trace, report) are those of the machine it runs on.
+never the parsed trace. Caches (parsed trace, report) are those of the machine it runs on; a
+rank given as a URL is fetched there first (``sources.local_copy``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -58,16 +60,28 @@ class RankTask:
 
     def _work(self, path: str) -> dict | Failed:
         from tracekit.api import report_for_path
+        from tracekit.ranks import sources
 
+        local = None
         try:
-            got = report_for_path(path, rules_path=self.rules_path, cache_dir=self.cache_dir,
-                                  use_cache=self.use_cache, progress=False,
-                                  with_hta=self.with_hta)
+            if sources.is_url(path):
+                from tracekit._files import cache_dir
+
+                local = sources.local_copy(
+                    path, cache_dir(self.cache_dir) if self.use_cache else None)
+            got = report_for_path(local or path, rules_path=self.rules_path,
+                                  cache_dir=self.cache_dir, use_cache=self.use_cache,
+                                  progress=False, with_hta=self.with_hta)
         except TracekitError as exc:
             msg = str(exc)
-            prefix = f"{path}: "
-            return Failed(path, msg[len(prefix):] if msg.startswith(prefix) else msg)
+            for prefix in (f"{path}: ", f"{local}: "):
+                msg = msg[len(prefix):] if msg.startswith(prefix) else msg
+            return Failed(path, msg)
+        finally:
+            if local is not None and not self.use_cache:
+                os.unlink(local)  # a temporary copy
         rank = got[0]
+        rank["source"] = path
         return rank if self.whole else summary(rank)
 
 

@@ -129,3 +129,18 @@ def test_bound_comes_from_the_explain_section():
                                            "bound": "host"}]
     assert job["matching"]["groups"][0]["matched_by"] == "seq"
     assert {(c["rank"], c["bound"]) for c in job["steps"]} == {(0, "compute"), (1, "host")}
+
+
+def test_each_ranks_arrival_per_instance(job, job_dir, tmp_path):
+    a = next(i for i in job["instances"] if (i["group"], i["key"]) == ("0", "1:0"))
+    got = [(x["rank"], x["wait_ns"], x["out_bytes"]) for x in a["arrivals"]]
+    assert got == [(0, 80 * US, 80), (1, 50 * US, 80), (2, 0, 320)]
+    assert [x["start"] for x in a["arrivals"]] == [a["first_arrival"], a["first_arrival"] + 30 * US,
+                                                  a["last_arrival"]]
+    assert job["arrivals_everywhere"]
+    # beyond JobConfig.arrivals_kept (rank, instance) pairs only the worst instances list them
+    few = analyze_job(job_dir, cache_dir=tmp_path, workers=1,
+                      config=JobConfig(arrivals_kept=5, worst_kept=1)).job
+    assert not few["arrivals_everywhere"] and all("arrivals" not in i for i in few["instances"]
+                                                  if i["instance"] != few["worst"][0]["instance"])
+    assert len(few["worst"][0]["arrivals"]) == 3 and few["worst"][0]["skew_ns"] == 150 * US
