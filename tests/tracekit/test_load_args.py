@@ -96,3 +96,26 @@ def test_a_trace_without_such_events_has_an_empty_args_table(tmp_path):
     p = b.write(tmp_path / "plain.json")
     t = load(p, use_cache=False).traces[0]
     assert len(t.args) == 0 and "wait_stream" in t.args.columns
+
+
+def test_thread_names_from_kineto_metadata(tmp_path):
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 10)
+    b.kernel("gemm", 1, 2, launch_at=0.5)
+    doc = b.to_dict()
+    pid, tid = doc["traceEvents"][0]["pid"], doc["traceEvents"][0]["tid"]
+    meta = [
+        {"name": "thread_name", "ph": "M", "ts": 0, "pid": pid, "tid": 77, "args": {"name": "thread 77 (pt_autograd_0)"}},
+        {"name": "thread_name", "ph": "M", "ts": 0, "pid": pid, "tid": 77, "args": {"name": "thread 77 (python3)"}},
+        {"name": "thread_name", "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": {"name": "main"}},
+        {"name": "thread_name", "ph": "M", "ts": 0, "pid": b.device, "tid": 7, "args": {"name": "stream 7 "}},
+        {"name": "process_name", "ph": "M", "ts": 0, "pid": pid, "tid": 0, "args": {"name": "python3"}},
+    ]
+    doc["traceEvents"] = meta + doc["traceEvents"]
+    p = tmp_path / "named.json"
+    p.write_text(json.dumps(doc))
+    for kw in ({"use_cache": False}, {"cache_dir": tmp_path / "c"}, {"cache_dir": tmp_path / "c"}):
+        t = load(p, **kw).traces[0]
+        wait_for_cache_writes()
+        # the first name of a thread wins; the GPU's stream lanes are not host threads
+        assert t.thread_names == {77: "thread 77 (pt_autograd_0)", tid: "main"}

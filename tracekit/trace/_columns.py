@@ -35,6 +35,7 @@ _aget = {
 _ARG_NAME = re.compile(r"^record_param_comms$|(?i:nccl|rccl)")
 """Names of the events (besides every cuda_sync event) whose args go into ``Trace.args``."""
 _ARG_FIELDS = tuple(c for c in ARG_COLUMNS if c != "event")
+_THREAD_NAME = "thread_name"
 _ARG_GET = {f: attrgetter(f) for f in _ARG_FIELDS}
 _LEGACY_ANNOTATION = re.compile(r"ProfilerStep#\d+$|## .* ##$|Optimizer\.(step|zero_grad)#")
 _GPU_SIDE = np.array(sorted(int(k) for k in GPU_SIDE_KINDS), dtype=np.int8)
@@ -148,6 +149,7 @@ class Columns:
         self._wants_args = np.zeros(0, dtype=bool)  # name code -> its events' args are kept
         self._arg_parts: list[dict] = []
         self._order: np.ndarray | None = None  # file order -> ts order, set by event_arrays
+        self._thread_names: list[tuple[int, int, int, str]] = []  # (piece, pid, tid, name)
 
     def reset(self) -> None:
         self.__init__()
@@ -162,6 +164,10 @@ class Columns:
             mem = [e for e in chunk if e.ph == "i" and e.name == "[memory]"]
             if mem:
                 self._add_memory(mem, index)
+            self._thread_names += [
+                (index, pid, tid, e.args.label) for e in chunk
+                if e.ph == "M" and e.name == _THREAD_NAME and e.args.label
+                and isinstance(pid := e.pid, int) and isinstance(tid := e.tid, int)]
         if xs:
             self._add_events(xs, index)
 
@@ -176,6 +182,7 @@ class Columns:
             "problems": self.problems,
             "dropped": self.dropped,
             "dropped_names": self.dropped_names,
+            "thread_names": self._thread_names,
         }
 
     def add_part(self, index: int, part: dict) -> None:
@@ -193,6 +200,7 @@ class Columns:
             self.kind_of[cat]  # noqa: B018 - registers the category
         self.negative_durations += part["neg"]
         self.problems.update(part["problems"])
+        self._thread_names += [(index, *t[1:]) for t in part["thread_names"]]
         self.dropped.update(part["dropped"])
         self.dropped_names += part["dropped_names"][: _NAMES_SHOWN - len(self.dropped_names)]
 
@@ -402,6 +410,19 @@ class Columns:
         cols = {c: _cat([p[c] for p in parts], t) for c, t in MEMORY_COLUMNS.items()}
         self._mem = []
         return _sorted_by_ts(cols)[0]
+
+    def thread_names(self, events: dict[str, np.ndarray]) -> list[list]:
+        """``[pid, tid, name]`` of the host threads Kineto named (``thread_name`` metadata), in
+        file order, first name of a thread only; the GPU's stream lanes (pids that are the
+        device of GPU-side events) are left out."""
+        gpu = np.isin(events["kind"], _GPU_SIDE)
+        gpu_pids = set(np.unique(events["pid"][gpu]).tolist())
+        out, seen = [], set()
+        for _, pid, tid, name in sorted(self._thread_names, key=lambda t: t[0]):
+            if pid not in gpu_pids and (pid, tid) not in seen:
+                seen.add((pid, tid))
+                out.append([pid, tid, name])
+        return out
 
     @property
     def schema(self) -> str:

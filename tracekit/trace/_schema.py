@@ -44,6 +44,7 @@ class Args(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, rename={
     "comm_rank": "Rank",
     "src_rank": "Src Rank",
     "dst_rank": "Dst Rank",
+    "label": "name",
 }):
     """The ``args`` keys tracekit reads; absent ones are -1 (the tables' sentinel) or "".
 
@@ -81,6 +82,7 @@ class Args(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, rename={
     comm_rank: int = -1
     src_rank: int = -1
     dst_rank: int = -1
+    label: str = ""  # a metadata event's name (``thread_name``: the thread's name)
 
 
 NO_ARGS = Args()

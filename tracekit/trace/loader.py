@@ -120,6 +120,7 @@ def _assign_ranks(parsed: list[dict], *, many: bool) -> list[Trace]:
                 platform=p["platform"],
                 warnings=tuple(p["warnings"]),
                 args=p["args"],
+                thread_names=p["thread_names"],
             )
         )
     return out
@@ -183,6 +184,7 @@ def _load_file(path: str, directory: str | None, progress: bool | None) -> dict:
         "schema": info["schema"],
         "platform": info["platform"],
         "warnings": list(info["warnings"]),
+        "thread_names": {tid: name for _, tid, name in reversed(info.get("thread_names", []))},
     }
 
 
@@ -241,6 +243,7 @@ def parse_file(path: str, *, progress: bool | None = None, threaded: bool = True
         "schema": cols.schema,
         "platform": platform_of(events, names),
         "warnings": warnings,
+        "thread_names": cols.thread_names(events),
     }
     return cache.Entry(events=events, memory=memory, names=names, info=info, args=args,
                        arg_strings=arg_strings)

@@ -189,6 +189,9 @@ class Trace:
     sentence each, without the file name (``source`` says which file)."""
     args: pd.DataFrame = field(default_factory=empty_args)
     """Extra args of cuda_sync events and collectives, see the module docstring."""
+    thread_names: dict[int, str] = field(default_factory=dict)
+    """Host thread id -> the name Kineto gave it (``thread_name`` metadata, e.g.
+    ``thread 3170 (pt_autograd_0)``); threads it did not name are absent."""
 
     @property
     def world_size(self) -> int | None:
