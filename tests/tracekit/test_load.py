@@ -501,3 +501,27 @@ def test_helper_failure_falls_back_to_one_process(tmp_path):
     out = _run_check("fallback", p, tmp_path)
     assert "OK fallback" in out
     assert f"events {sum(1 for e in doc['traceEvents'] if e.get('ph') == 'X')}" in out
+
+
+@pytest.mark.parametrize("hold", ["buffer", "view"])
+def test_a_decoded_event_held_elsewhere_does_not_break_the_reader(tmp_path, monkeypatch, hold):
+    # A stack sampler (Dask's worker profiler) may hold a frame whose locals point into the
+    # piece being decoded in place: releasing the view then raises BufferError. The reader goes
+    # on in a copy and reads the same tables.
+    from tracekit.trace import _reader
+
+    p = _big_builder(400).write(tmp_path / "held.json")
+    whole = load(p, use_cache=False).traces[0]
+    monkeypatch.setattr(_reader, "_CHUNK", 4096)
+    held: list = []
+    real = _reader._decode_events
+
+    def decode_and_hold(data):
+        # an export of the bytearray itself (resizing it fails), or of the view (releasing it fails)
+        held.append(memoryview(data) if hold == "buffer" else np.frombuffer(data, dtype=np.uint8))
+        return real(data)
+
+    monkeypatch.setattr(_reader, "_decode_events", decode_and_hold)
+    chunked = load(p, use_cache=False).traces[0]
+    assert len(held) > 1
+    assert chunked.events.equals(whole.events) and chunked.args.equals(whole.args)

@@ -255,7 +255,10 @@ def _read_events(path: str, blocks, sink, helper: Helper | None, header: Header)
             consumed = m.end() - 1
             pre = bytearray()
         else:
-            pending += block
+            try:
+                pending += block
+            except BufferError:  # a decoded event is still held elsewhere (see _cut): a copy
+                pending = pending + block
         # Phase 2: cut whole events off the front, ~_CHUNK bytes at a time.
         if len(pending) >= next_cut:
             pending, consumed = _cut(pending, consumed, run, path)
@@ -289,7 +292,13 @@ def _cut(pending: bytearray, consumed: int, run: Callable[[memoryview], bool], p
             pending[end] = 0x5D  # ']'
             view = memoryview(pending)[pos - 1 : end + 1]
             ok = run(view)
-            view.release()  # run() dropped the events (their raw ts values point in here)
+            try:
+                view.release()  # run() dropped the events (their raw ts values point in here)
+            except BufferError:
+                # Something still holds a decoded event of this piece (a stack sampler such as
+                # a Dask worker's profiler keeps the frames it sampled): leave this buffer to it
+                # and go on in a copy, which can then be cut and grown.
+                pending = bytearray(pending)
             pending[end] = saved
             if ok:
                 break
@@ -306,7 +315,10 @@ def _cut(pending: bytearray, consumed: int, run: Callable[[memoryview], bool], p
         return pending, consumed
     # The byte before the next piece becomes the new spare byte. Deleting a bytearray's front
     # only moves its start pointer: no copy.
-    del pending[: pos - 1]
+    try:
+        del pending[: pos - 1]
+    except BufferError:  # a decoded event is still held elsewhere (see above): a copy
+        pending = pending[pos - 1 :]
     return pending, consumed + pos - 1
 
 
