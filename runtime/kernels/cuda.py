@@ -11,7 +11,7 @@ must match the reference), SASS + PTX for the GPU present (sm_90a on H100/H200),
 
 Kernel variants (``tbe_kernels.h`` describes them; all give bit-identical results): the forward
 ``v1`` / ``v2-12`` / ``v2-8`` / ``v2-4`` (``p``: with L2 prefetches) / ``v3-4`` / ``v3-2`` and
-the backward ``v1`` / ``v2`` / ``v2-2rows`` / ``v2p`` (v2 with L2 prefetches) / ``v3``. Which
+the backward ``v1`` / ``v2`` / ``v2-2rows`` / ``v2p`` (v2 with L2 prefetches) / ``v3`` / ``v3s``. Which
 ones a call uses: ``$TBE_FWD_VARIANT`` / ``$TBE_BWD_VARIANT`` when set, else ``auto``: the
 :data:`DISPATCH` table's choice for the call's shape class (weights type, largest table dim),
 picked from measured times. :func:`use_variants` changes them for a block of code (benchmarks
@@ -42,7 +42,7 @@ NO_ERROR = 2**63 - 1  # first_bad when every index was in range (kNoError)
 # variant name -> the code the kernels take (ForwardArgs::variant / BackwardArgs::variant)
 FORWARD_VARIANTS = {"v1": 0, "v2-12": 1, "v2-8": 2, "v2-4": 3, "v2-12p": 4, "v2-8p": 5, "v2-4p": 6, "v3-4": 7,
                     "v3-2": 8}
-BACKWARD_VARIANTS = {"v1": 1, "v2": 2, "v2-2rows": 3, "v2p": 4, "v3": 5}
+BACKWARD_VARIANTS = {"v1": 1, "v2": 2, "v2-2rows": 3, "v2p": 4, "v3": 5, "v3s": 6}
 AUTO = "auto"  # the DISPATCH table's choice for the call's shape class
 
 # The variants an "auto" call uses, per shape class: (weights, dim bucket) -> (forward, backward).
@@ -322,7 +322,7 @@ def dim_classes(dims, grad_aligned: bool, policy: int = _CLASSES_WARP) -> int:
 
 
 _BACKWARD_POLICY = {"v1": _CLASSES_WARP, "v2": _CLASSES_V2, "v2-2rows": _CLASSES_V2_TWO_ROWS, "v2p": _CLASSES_V2,
-                    "v3": _CLASSES_V2}
+                    "v3": _CLASSES_V2, "v3s": _CLASSES_V2}
 
 
 def backward_update(

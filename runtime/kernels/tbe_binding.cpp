@@ -157,8 +157,8 @@ std::vector<torch::Tensor> backward(torch::Tensor weights, torch::Tensor momentu
   a.grad_aligned = grad_aligned;
   a.dim_classes = static_cast<unsigned>(dim_classes);
   a.dim_classes_v2 = static_cast<unsigned>(dim_classes_v2);
-  TORCH_CHECK(variant >= tbe::kBwdV1 && variant <= tbe::kBwdV3, "backward variant must be ", tbe::kBwdV1, "..",
-              tbe::kBwdV3);
+  TORCH_CHECK(variant >= tbe::kBwdV1 && variant <= tbe::kBwdV3Stream, "backward variant must be ", tbe::kBwdV1,
+              "..", tbe::kBwdV3Stream);
   a.variant = static_cast<int>(variant);
   a.optimizer = static_cast<int>(optimizer);
   a.lr = static_cast<float>(lr);

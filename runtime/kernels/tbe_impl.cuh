@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <type_traits>
 
 namespace tbe {
@@ -83,12 +84,20 @@ __device__ __forceinline__ Raw4<T> zero_raw4() {
   if constexpr (sizeof(T) == 4) return make_float4(0.f, 0.f, 0.f, 0.f); else return make_uint2(0u, 0u);
 }
 
-// 4 consecutive elements at p (16-byte aligned for float, 8-byte for 16-bit types), raw;
-// kLdg: through the read-only cache (only for data no kernel of this launch writes)
-template <bool kLdg, typename T>
+// Cache policy of a load (the kLdg parameter of the loads below): kPlain; kLdg: through the
+// read-only cache (only for data no kernel of this launch writes); kStream: "evict first"
+// (ld.global.cs), for data used once, so that it does not push reused lines out of L2.
+constexpr int kPlain = 0;
+constexpr int kLdgCache = 1;
+constexpr int kStream = 2;
+
+// 4 consecutive elements at p (16-byte aligned for float, 8-byte for 16-bit types), raw
+template <int kLdg, typename T>
 __device__ __forceinline__ Raw4<T> load_raw4(const T* p) {
   const Raw4<T>* q = reinterpret_cast<const Raw4<T>*>(p);
-  if constexpr (kLdg) return __ldg(q); else return *q;
+  if constexpr (kLdg == kLdgCache) return __ldg(q);
+  else if constexpr (kLdg == kStream) return __ldcs(q);
+  else return *q;
 }
 
 template <typename T>
@@ -101,24 +110,25 @@ __device__ __forceinline__ float4 to_float4(const Raw4<T>& r) {
   }
 }
 
-template <bool kLdg, typename T>
+template <int kLdg, typename T>
 __device__ __forceinline__ float4 load4(const T* p) {
   return to_float4<T>(load_raw4<kLdg>(p));
 }
 
-template <bool kLdg, typename T>
+template <int kLdg, typename T>
 __device__ __forceinline__ float load1(const T* p) {
-  if constexpr (kLdg) return Cvt<T>::to(__ldg(p)); else return Cvt<T>::to(*p);
+  if constexpr (kLdg == kLdgCache) return Cvt<T>::to(__ldg(p)); else return Cvt<T>::to(*p);
 }
 
-// round to nearest even when T is a 16-bit type
-template <typename T>
+// round to nearest even when T is a 16-bit type; kStream: st.global.cs (evict first)
+template <typename T, bool kStreamStore = false>
 __device__ __forceinline__ void store4(T* p, const float4& v) {
   if constexpr (sizeof(T) == 4) {
-    *reinterpret_cast<float4*>(p) = v;
+    if constexpr (kStreamStore) __stcs(reinterpret_cast<float4*>(p), v); else *reinterpret_cast<float4*>(p) = v;
   } else {
     alignas(8) T h[4] = {Cvt<T>::from(v.x), Cvt<T>::from(v.y), Cvt<T>::from(v.z), Cvt<T>::from(v.w)};
-    *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(h);
+    const uint2 raw = *reinterpret_cast<const uint2*>(h);
+    if constexpr (kStreamStore) __stcs(reinterpret_cast<uint2*>(p), raw); else *reinterpret_cast<uint2*>(p) = raw;
   }
 }
 
@@ -140,7 +150,7 @@ __device__ __forceinline__ int elem(int l, int u, int c) {
   return kVec ? 4 * (l + G * u) + c : l + kWarp * (4 * u + c);
 }
 
-template <int G, int kW, bool kVec, bool kLdg = true, typename T = float>
+template <int G, int kW, bool kVec, int kLdg = kLdgCache, typename T = float>
 __device__ __forceinline__ void load_units(const T* __restrict__ row, int dim, int l, float4 (&v)[kW]) {
 #pragma unroll
   for (int u = 0; u < kW; ++u) {
@@ -158,7 +168,7 @@ __device__ __forceinline__ void load_units(const T* __restrict__ row, int dim, i
 }
 
 // A row's units in the raw form (vector mode only); elements past dim read as zeros.
-template <int G, int kW, bool kLdg, typename T>
+template <int G, int kW, int kLdg, typename T>
 __device__ __forceinline__ void load_units_raw(const T* __restrict__ row, int dim, int l, Raw4<T> (&r)[kW]) {
 #pragma unroll
   for (int u = 0; u < kW; ++u) {
@@ -181,17 +191,17 @@ __device__ __forceinline__ float4 unit_to_float4(const Unit<kVec, T>& x) {
   if constexpr (kVec) return to_float4<T>(x); else return x;
 }
 
-template <int G, int kW, bool kVec, bool kLdg, typename T>
+template <int G, int kW, bool kVec, int kLdg, typename T>
 __device__ __forceinline__ void load_units_any(const T* __restrict__ row, int dim, int l, Unit<kVec, T> (&r)[kW]) {
   if constexpr (kVec) load_units_raw<G, kW, kLdg, T>(row, dim, l, r); else load_units<G, kW, kVec, kLdg, T>(row, dim, l, r);
 }
 
-template <int G, int kW, bool kVec, typename T = float>
+template <int G, int kW, bool kVec, typename T = float, bool kStreamStore = false>
 __device__ __forceinline__ void store_units(T* row, int dim, int l, const float4 (&v)[kW], bool vec_store) {
 #pragma unroll
   for (int u = 0; u < kW; ++u) {
     if (kVec && vec_store) {
-      if (elem<G, kVec>(l, u, 0) < dim) store4(row + elem<G, kVec>(l, u, 0), v[u]);
+      if (elem<G, kVec>(l, u, 0) < dim) store4<T, kStreamStore>(row + elem<G, kVec>(l, u, 0), v[u]);
     } else {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
@@ -227,7 +237,7 @@ __device__ __forceinline__ void pool_step(const WeightT* __restrict__ table, int
 #pragma unroll
   for (int r = 0; r < kUnroll; ++r) {
     if (ridx[r] >= 0) {
-      load_units_any<G, kW, kVec, true, WeightT>(table + static_cast<int64_t>(ridx[r]) * dim, dim, l, v[r]);
+      load_units_any<G, kW, kVec, kLdgCache, WeightT>(table + static_cast<int64_t>(ridx[r]) * dim, dim, l, v[r]);
     } else {
 #pragma unroll
       for (int u = 0; u < kW; ++u) v[r][u] = zero_unit<kVec, WeightT>();
@@ -509,14 +519,14 @@ __global__ void __launch_bounds__(kBlock) nobag_forward_kernel(ForwardArgs a, in
     if (vec) {
       float4 v = make_float4(nan, nan, nan, nan);
       if (!bad) {
-        v = load4<true>(weights + a.feat_woff[lo] + idx * dim + 4 * u);
+        v = load4<kLdgCache>(weights + a.feat_woff[lo] + idx * dim + 4 * u);
         if (a.psw != nullptr) { v.x *= w; v.y *= w; v.z *= w; v.w *= w; }
       }
       reinterpret_cast<float4*>(a.out + p * dim)[u] = v;
     } else {
       float v = nan;
       if (!bad) {
-        v = load1<true>(weights + a.feat_woff[lo] + idx * dim + u);
+        v = load1<kLdgCache>(weights + a.feat_woff[lo] + idx * dim + u);
         if (a.psw != nullptr) v *= w;
       }
       a.out[p * dim + u] = v;
@@ -878,7 +888,9 @@ __device__ __forceinline__ void add_partials(const Scratch& s, int64_t c0, int32
 
 // Sum the gradient of one unique row per group of G lanes (its positions, or its chunk sums)
 // and apply the optimizer (active == false: the group only takes part in the shuffles).
-template <typename IndexT, typename WeightT, int G, int kW, bool kVec, bool kWindow, int kB>
+// kStreamRows: the weight row and its state are read and written "evict first" (each is used
+// once per step), so that the gradient rows, read ~N/U times each, keep their place in L2.
+template <typename IndexT, typename WeightT, int G, int kW, bool kVec, bool kWindow, int kB, bool kStreamRows = false>
 __device__ __forceinline__ void update_row(const BackwardArgs& a, const Scratch& s, bool active, int64_t seg,
                                            int64_t linear_id, int64_t k, int32_t count, int32_t start, int lane,
                                            Window& win) {
@@ -890,9 +902,10 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const Scratch&
   // (plain loads, not __ldg: these rows are written below); 16-bit rows stay raw until the
   // gradient is summed, so that nothing waits for them before the gradient loads are issued
   Unit<kVec, WeightT> w_raw[kW];
-  load_units_any<G, kW, kVec, false, WeightT>(wrow, dim, l, w_raw);
+  load_units_any<G, kW, kVec, kStreamRows ? kStream : kPlain, WeightT>(wrow, dim, l, w_raw);
   const bool adagrad = a.optimizer == kOptRowwiseAdagrad;
-  const float m_old = adagrad && active ? a.momentum[linear_id] : 0.f;
+  float m_old = 0.f;
+  if (adagrad && active) m_old = kStreamRows ? __ldcs(a.momentum + linear_id) : a.momentum[linear_id];
 
   float4 g[kW];
 #pragma unroll
@@ -945,7 +958,9 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const Scratch&
     for (int off = G / 2; off >= 1; off >>= 1) sq += __shfl_xor_sync(kFull, sq, off);
     const float m = __fadd_rn(m_old, __fdiv_rn(sq, static_cast<float>(dim)));
     scale = __fdiv_rn(a.lr, __fadd_rn(sqrtf(m), a.eps));
-    if (active && l == 0) a.momentum[linear_id] = m;
+    if (active && l == 0) {
+      if constexpr (kStreamRows) __stcs(a.momentum + linear_id, m); else a.momentum[linear_id] = m;
+    }
   }
   float4 w[kW];
 #pragma unroll
@@ -954,7 +969,7 @@ __device__ __forceinline__ void update_row(const BackwardArgs& a, const Scratch&
     w[u].x = __fsub_rn(w[u].x, __fmul_rn(scale, g[u].x)); w[u].y = __fsub_rn(w[u].y, __fmul_rn(scale, g[u].y));
     w[u].z = __fsub_rn(w[u].z, __fmul_rn(scale, g[u].z)); w[u].w = __fsub_rn(w[u].w, __fmul_rn(scale, g[u].w));
   }
-  store_units<G, kW, kVec, WeightT>(wrow, dim, l, w, true);
+  store_units<G, kW, kVec, WeightT, kStreamRows>(wrow, dim, l, w, true);
 }
 
 // v2 with L2 prefetches: group g prefetches the weight row (and rowwise-Adagrad state) of the row
@@ -989,7 +1004,10 @@ __device__ __forceinline__ void prefetch_ahead(const BackwardArgs& a, unsigned t
 // dim class, 32/G rows at a time (group g of G lanes takes the g-th next one). kMode: 0 (v1),
 // 1 (v2: short rows sum from the group's window of sorted positions), 2 (v2 + L2 prefetches of
 // the rows two rounds ahead), 3 (v3: v2 with the gradient rows loaded in batches, see
-// grad_batch, at 4 blocks per SM). Compile-time, so each keeps its own registers
+// grad_batch, at 4 blocks per SM), 4 (v3s: v3 with the weight rows and state streamed, see
+// update_row's kStreamRows, and a grid of one wave, so that the warps sweep the sorted rows
+// once, all in the same few tables at a time: the gradient rows of those tables' features
+// (33.5 MB per feature at D=128, B=65536) are what L2 holds). Compile-time, so each keeps its own registers
 // (fp32, D <= 128: 48 / 60 / 64; D <= 64: - / 64 / 64, the prefetching ones held to 4 blocks
 // per SM by their launch bounds, with ~50 bytes of spills, instead of 80 registers).
 // v3 (mode 3) is held to 4 blocks of 8 warps per SM (<= 64 registers; unbounded, v2's kernels
@@ -1000,6 +1018,7 @@ __host__ __device__ constexpr bool mode_prefetches(int mode) { return mode == 2;
 __host__ __device__ constexpr int update_min_blocks(int mode, int kw, bool vec) {
   return (mode == 2 && kw == 1 && vec) || (mode >= 3 && vec && kw <= 2) ? 4 : 1;
 }
+__host__ __device__ constexpr bool mode_streams(int mode) { return mode == 4; }
 
 template <typename IndexT, typename WeightT, int G, int kW, bool kVec, int kMode>
 __global__ void __launch_bounds__(kBlock, update_min_blocks(kMode, kW, kVec))
@@ -1007,7 +1026,7 @@ __global__ void __launch_bounds__(kBlock, update_min_blocks(kMode, kW, kVec))
   constexpr int P = kWarp / G;
   constexpr bool kWindow = kMode >= 1;
   constexpr bool l2_prefetch = mode_prefetches(kMode);
-  constexpr int kB = kMode == 3 ? grad_batch<G, kW>() : 1;
+  constexpr int kB = kMode >= 3 ? grad_batch<G, kW>() : 1;
   const int lane = threadIdx.x % kWarp;
   const int grp = lane / G;
   const int64_t num_seg = *a.num_unique;
@@ -1047,8 +1066,8 @@ __global__ void __launch_bounds__(kBlock, update_min_blocks(kMode, kW, kVec))
       const int32_t count = __shfl_sync(kFull, my_count, src);
       const int32_t start = __shfl_sync(kFull, my_start, src);
       // (one row per warp: j >= 0 always; a constant lets the compiler drop the predicates)
-      update_row<IndexT, WeightT, G, kW, kVec, kWindow, kB>(a, s, P == 1 || j >= 0, tile * kWarp + src, id, k,
-                                                            count, start, lane, win);
+      update_row<IndexT, WeightT, G, kW, kVec, kWindow, kB, mode_streams(kMode)>(
+          a, s, P == 1 || j >= 0, tile * kWarp + src, id, k, count, start, lane, win);
     }
   }
 }
@@ -1070,6 +1089,14 @@ cudaError_t for_each_class(unsigned mask, const BackwardArgs& a, const Scratch& 
     }
   }
   return cudaSuccess;
+}
+
+// Blocks of a kernel resident per SM (the v2 forward's and v3s update's grids are one wave).
+template <typename K>
+int resident_blocks(K kernel) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kBlock, 0) != cudaSuccess || n < 1) n = 1;
+  return n;
 }
 
 template <typename IndexT, bool kBatch>  // kBatch: gradient rows in batches (v3)
@@ -1095,9 +1122,15 @@ struct Update {
       // wider rows run v2 (their prefetching kernels need ~94-120 registers); v3 only for one
       // float4 per lane or 32 lanes x 2 (see update_min_blocks), else v2
       constexpr bool kV3Class = kVec && (kW == 1 || (G == kWarp && kW == 2));
-      constexpr int kM = (kMode == 3 && !kV3Class) || (kMode == 2 && kW > 1) ? 1 : kMode;
+      constexpr int kM = (kMode >= 3 && !kV3Class) || (kMode == 2 && kW > 1) ? 1 : kMode;
       if constexpr (kM > 0 || G == kWarp) {  // v1 has one row per warp only
-        update_kernel<IndexT, WeightT, G, kW, kVec, kM><<<grid, kBlock, 0, stream>>>(a, s, policy);
+        const auto kernel = update_kernel<IndexT, WeightT, G, kW, kVec, kM>;
+        int g = grid;
+        if constexpr (mode_streams(kM)) {  // v3s: one wave
+          static const int per_sm = resident_blocks(kernel);  // per instantiation, once per process
+          g = std::min(grid, (a.num_sms > 0 ? a.num_sms : 132) * per_sm);
+        }
+        kernel<<<g, kBlock, 0, stream>>>(a, s, policy);
         return cudaGetLastError();
       }
       return cudaErrorInvalidValue;
@@ -1106,14 +1139,6 @@ struct Update {
 };
 
 // ---- per weight type entry points (explicitly instantiated in tbe_kernels[_f16|_bf16].cu) ----
-
-// Blocks of the v2 forward kernel resident per SM (its persistent grid is one wave).
-template <typename K>
-int resident_blocks(K kernel) {
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kBlock, 0) != cudaSuccess || n < 1) n = 1;
-  return n;
-}
 
 template <typename IndexT, typename WeightT, int V, int G, int kW>
 cudaError_t launch_forward_v2(const ForwardArgs& a, int64_t bags, cudaStream_t stream) {
@@ -1193,6 +1218,7 @@ cudaError_t update_typed(const BackwardArgs& a, const Scratch& s, int grid, cuda
   switch (a.variant) {
     case kBwdV2Prefetch: return update_mode<WeightT, 2>(a.dim_classes_v2, a, s, grid, policy, stream);
     case kBwdV3: return update_mode<WeightT, 3>(a.dim_classes_v2, a, s, grid, policy, stream);
+    case kBwdV3Stream: return update_mode<WeightT, 4>(a.dim_classes_v2, a, s, grid, policy, stream);
     default: return update_mode<WeightT, 1>(a.dim_classes_v2, a, s, grid, policy, stream);
   }
 }

@@ -256,7 +256,7 @@ cudaError_t backward(const BackwardArgs& a, void* workspace, size_t workspace_by
   if (err != cudaSuccess) return err;
   // (5) one warp per tile of 32 unique rows: sum, optimizer, write back (per dim class)
   const int grid_w = grid_for(n, kWarpsPerBlock, a.num_sms);  // warps: up to 32 blocks of 8 per SM
-  if (a.variant == kBwdV3) {  // gradient rows in batches (grad_batch)
+  if (a.variant == kBwdV3 || a.variant == kBwdV3Stream) {  // gradient rows in batches (grad_batch)
     err = a.index_is_64 ? for_each_class<ChunkSum<int64_t, true>::template K>(a.dim_classes, a, s, grid_w, kClassesWarp, stream)
                         : for_each_class<ChunkSum<int32_t, true>::template K>(a.dim_classes, a, s, grid_w, kClassesWarp, stream);
   } else {

@@ -63,12 +63,15 @@ __host__ __device__ constexpr bool fwd_l2_prefetch(int variant) { return variant
 //   5 = v3: v2 with a row's gradient rows (and chunk sums) loaded in batches of 4 / 2 (one /
 //   two float4 per lane) issued back to back, then added in order, and held to 4 blocks of 8
 //   warps per SM (v2's update took 78-94 registers: 24 / 16 warps per SM), for rows of one
-//   float4 per lane and D <= 256; other rows run v2.
+//   float4 per lane and D <= 256; other rows run v2; 6 = v3s: v3 with the weight rows and
+//   rowwise-Adagrad state read and written "evict first" (ld/st.global.cs: used once a step)
+//   and a grid of one wave, so that L2 keeps the gradient rows of the tables being updated.
 constexpr int kBwdV1 = 1;
 constexpr int kBwdV2 = 2;
 constexpr int kBwdV2TwoRows = 3;
 constexpr int kBwdV2Prefetch = 4;
 constexpr int kBwdV3 = 5;
+constexpr int kBwdV3Stream = 6;
 
 struct ForwardArgs {
   const void* weights;         // flat weights of weights_type (accumulation is float)
@@ -118,7 +121,7 @@ struct BackwardArgs {
   unsigned dim_classes;        // bit c set when some table has dim class c (see dim_class() in the .cu):
                                // c = (dim % 4 == 0 && grad_aligned ? 0 : 4) + (dim<=128 ? 0 : <=256 ? 1 : <=512 ? 2 : 3)
   unsigned dim_classes_v2;     // the same for the v2 row update (dim_class_v2() in tbe_impl.cuh), 13 classes
-  int variant;                 // kBwdV1 .. kBwdV3
+  int variant;                 // kBwdV1 .. kBwdV3Stream
   int optimizer;
   float lr, eps;
   int64_t* unique_ids;         // (N) out: sorted unique updated linear ids (entries after them untouched)

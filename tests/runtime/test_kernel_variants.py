@@ -104,10 +104,10 @@ def test_skip_variants_from_environment(monkeypatch):
     assert kc.forward_variants() == list(kc.FORWARD_VARIANTS)
     assert kc.backward_variants() == list(kc.BACKWARD_VARIANTS)
     monkeypatch.setenv("TBE_SKIP_VARIANTS", "v2p")
-    assert kc.backward_variants() == ["v1", "v2", "v2-2rows", "v3"]
+    assert kc.backward_variants() == ["v1", "v2", "v2-2rows", "v3", "v3s"]
     assert kc.forward_variants() == list(kc.FORWARD_VARIANTS)
     monkeypatch.setenv("TBE_SKIP_VARIANTS", " bwd:v1, v2-4p ,v3-2")
-    assert kc.backward_variants() == ["v2", "v2-2rows", "v2p", "v3"]
+    assert kc.backward_variants() == ["v2", "v2-2rows", "v2p", "v3", "v3s"]
     assert kc.forward_variants() == ["v1", "v2-12", "v2-8", "v2-4", "v2-12p", "v2-8p", "v3-4"]
     monkeypatch.setenv("TBE_SKIP_VARIANTS", "v1")  # both directions
     assert "v1" not in kc.forward_variants() and "v1" not in kc.backward_variants()
@@ -155,7 +155,7 @@ def test_dispatch_follows_the_table_the_overrides_and_the_skips(monkeypatch):
 
 
 def test_variant_codes_match_the_header():
-    # ForwardArgs::variant 0..kFwdVariants-1, BackwardArgs::variant kBwdV1 .. kBwdV3
+    # ForwardArgs::variant 0..kFwdVariants-1, BackwardArgs::variant kBwdV1 .. kBwdV3Stream
     header = (kc.HERE / "tbe_kernels.h").read_text()
     assert "constexpr int kFwdVariants = 9;" in header and "constexpr int kFwdV2Configs = 6;" in header
     assert sorted(kc.FORWARD_VARIANTS.values()) == list(range(9))
@@ -164,7 +164,8 @@ def test_variant_codes_match_the_header():
         assert kc.FORWARD_VARIANTS[name + "p"] == kc.FORWARD_VARIANTS[name] + 3
     assert (kc.FORWARD_VARIANTS["v3-4"], kc.FORWARD_VARIANTS["v3-2"]) == (7, 8)
     assert "kFwdV2Loads[kFwdV2Configs] = {12, 12, 8, 4, 4, 2};" in header
-    for name, code in (("kBwdV1", 1), ("kBwdV2", 2), ("kBwdV2TwoRows", 3), ("kBwdV2Prefetch", 4), ("kBwdV3", 5)):
+    for name, code in (("kBwdV1", 1), ("kBwdV2", 2), ("kBwdV2TwoRows", 3), ("kBwdV2Prefetch", 4), ("kBwdV3", 5),
+                       ("kBwdV3Stream", 6)):
         assert f"constexpr int {name} = {code};" in header
-    assert kc.BACKWARD_VARIANTS == {"v1": 1, "v2": 2, "v2-2rows": 3, "v2p": 4, "v3": 5}
+    assert kc.BACKWARD_VARIANTS == {"v1": 1, "v2": 2, "v2-2rows": 3, "v2p": 4, "v3": 5, "v3s": 6}
     assert set(kc._BACKWARD_POLICY) == set(kc.BACKWARD_VARIANTS)
