@@ -120,7 +120,7 @@ PRESETS: dict[str, dict] = {
     # 2026-11-23 machine, for the time budget only; rounds: the timed rounds planned (fewer if
     # the budget is short, never fewer than --min-rounds).
     "multitask_b32k": dict(_BIG, batch=32768, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=55,
-                           rounds=20, **_RUN),
+                           rounds=16, **_RUN),
     "multitask": dict(_BIG, batch=16384, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=45,
                       rounds=48, **_RUN),
     # the same model at 4096 samples: the host issuing ~1900 optimizer launches per step takes
@@ -130,7 +130,7 @@ PRESETS: dict[str, dict] = {
     # the 16k model on torch's default stream (priority 0, below the side streams: the long
     # lookup and embedding-backward grids then hold the GPU until their last wave)
     "multitask_p0": dict(_BIG, batch=16384, task_heads=128, adam_foreach=False, main_priority=0, est_step_ms=45,
-                         rounds=30, **_RUN),
+                         rounds=36, **_RUN),
     # the first run's model: one head, foreach Adam over ~44M parameters (a bandwidth-bound
     # optimizer), torch's default stream; 7 ms steps whose first few still grow the allocator
     "dense_heavy": dict(_BIG, batch=4096, task_heads=1, adam_foreach=True, main_priority=0, est_step_ms=7,
@@ -244,7 +244,8 @@ class Bench:
         self.device_name = torch.cuda.get_device_name() if self.gpu else (platform.processor() or "cpu")
         self.tag = f"{info.world_size}gpu-{proof_manifest.device_slug(self.device_name)}-{self.date}" + (f"-{label}" if label else "")
         # the host: the main thread alone on one CPU (GPU runs; bench/host.py)
-        self.pin = HostPin(enabled=args.pin and self.gpu, why_not="--no-pin" if self.gpu else "a CPU smoke run")
+        self.pin = HostPin(enabled=args.pin and self.gpu, why_not="--no-pin" if self.gpu else "a CPU smoke run",
+                           rank=int(os.environ.get("LOCAL_RANK", 0)), ranks=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         self.last_clock_sample = -1e9
         self.samples_dir = f"sample_traces/pipelines_{info.world_size}gpu"
         self.commit = self.out / "commit"

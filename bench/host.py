@@ -63,15 +63,26 @@ def parse_interrupts(text: str) -> dict[int, int]:
     return totals
 
 
-def choose_cpus(allowed: set[int], interrupts: dict[int, int], siblings: dict[int, set[int]]) -> tuple[int, set[int]]:
-    """(the main thread's CPU, the CPUs for everything else). The main CPU: not CPU 0 (where
-    interrupts and housekeeping land first) unless it is the only one, the fewest interrupts
-    served, then the highest number. Its SMT siblings are left out of the others' set (a busy
-    sibling takes a share of the core), unless that would leave the others no CPU."""
-    pool = sorted(allowed - {0}) or sorted(allowed)
-    main = min(pool, key=lambda c: (interrupts.get(c, 0), -c))
-    others = allowed - {main} - siblings.get(main, set())
-    return main, (others or (allowed - {main}) or {main})
+def choose_cpus(
+    allowed: set[int], interrupts: dict[int, int], siblings: dict[int, set[int]], *, rank: int = 0, ranks: int = 1
+) -> tuple[int, set[int]]:
+    """(this rank's main-thread CPU, the CPUs for everything else), for ``ranks`` processes on one
+    host (each calls this with its local rank and gets its own CPU). Main CPUs: not CPU 0 (where
+    interrupts and housekeeping land first) unless nothing else is left, the fewest interrupts
+    served first, then the highest number, never two on one core (SMT siblings). Every main CPU
+    and its siblings are left out of the others' set (a busy sibling takes a share of the
+    core), unless that would leave the others no CPU."""
+    pool = sorted(allowed - {0}, key=lambda c: (interrupts.get(c, 0), -c)) + ([0] if 0 in allowed else [])
+    mains: list[int] = []
+    for c in pool:
+        if len(mains) == ranks:
+            break
+        if not any(c in siblings.get(m, set()) for m in mains):
+            mains.append(c)
+    mains += [c for c in pool if c not in mains][: ranks - len(mains)]  # more ranks than cores
+    main = mains[rank % len(mains)]
+    taken = set(mains).union(*(siblings.get(m, set()) for m in mains))
+    return main, (allowed - taken) or (allowed - set(mains)) or (allowed - {main}) or {main}
 
 
 def _read(path: str) -> str | None:
@@ -90,7 +101,11 @@ class HostPin:
     why_not: str = "disabled"
     """The status's reason when not ``enabled``."""
     min_cpus: int = 4
-    """Pin only when the process may use at least this many CPUs."""
+    """Pin only when the process may use at least this many CPUs (per rank)."""
+    rank: int = 0
+    """This process's rank among the ``ranks`` benchmark processes on this host (LOCAL_RANK)."""
+    ranks: int = 1
+    """Benchmark processes on this host (LOCAL_WORLD_SIZE): each gets its own main CPU."""
     main_cpu: int | None = field(default=None, init=False)
     """The main thread's CPU (None: not pinned)."""
     others: tuple[int, ...] = field(default=(), init=False)
@@ -101,6 +116,8 @@ class HostPin:
     def __post_init__(self) -> None:
         if self.min_cpus < 2:
             raise ValueError(f"min_cpus must be >= 2, got {self.min_cpus}")
+        if not 0 <= self.rank < self.ranks:
+            raise ValueError(f"need 0 <= rank < ranks, got rank {self.rank} of {self.ranks}")
         if not self.enabled:
             self.status = f"off: {self.why_not}"
             return
@@ -108,13 +125,13 @@ class HostPin:
             self.status = "off: no sched_setaffinity on this platform"
             return
         allowed = os.sched_getaffinity(0)
-        if len(allowed) < self.min_cpus:
-            self.status = f"off: {len(allowed)} CPU(s) allowed (< {self.min_cpus})"
+        if len(allowed) < self.min_cpus * self.ranks:
+            self.status = f"off: {len(allowed)} CPU(s) allowed for {self.ranks} process(es) (< {self.min_cpus} each)"
             return
         irq = parse_interrupts(_read("/proc/interrupts") or "")
         sib = {c: parse_cpu_list(t) - {c} for c in allowed
                if (t := _read(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list")) is not None}
-        main, others = choose_cpus(allowed, irq, sib)
+        main, others = choose_cpus(allowed, irq, sib, rank=self.rank, ranks=self.ranks)
         self.main_cpu, self.others = main, tuple(sorted(others))
         self.status = (f"on: main thread on CPU {main} (siblings {sorted(sib.get(main, set())) or 'none'} left empty), "
                        f"other threads on {len(others)} CPUs")
@@ -160,7 +177,7 @@ def quiet_gc() -> Iterator[None]:
             gc.enable()
 
 
-def host_probe(ops: int = 2000) -> float:
+def host_probe(ops: int = 500) -> float:
     """Microseconds per ``x.add_(1)`` on a one-element CPU tensor, over ``ops`` calls: Python,
     the dispatcher and the CPU kernel, the same kind of host work as a step's launches; no GPU
     and no allocation. Best of three passes (a probe measures the host's speed, not its

@@ -13,6 +13,16 @@ from dataclasses import dataclass
 PIPELINES = {"base": "Base", "sparse": "SparseDist", "fused": "FusedSparseDist", "semi": "SemiSync"}
 """``metrics.json``'s ``pipeline`` -> the name TorchRec gives the pipeline (TrainPipeline<name>)."""
 
+FUSED_OPTIONS = {
+    ("lookup_stream", "new"): "new lookup stream",
+    ("lookup_stream", "current"): "lookup on the main stream",
+    ("lookup_placement", "step_start"): "lookup at step start",
+    ("lookup_placement", "after_data_dist"): "lookup after data dist",
+}
+"""FusedSparseDist's non-default options in ``metrics.json``'s ``config`` (the runtime's
+TrainConfig fields) -> the words the variant's name carries; the defaults (lookup stream
+``data_dist``, placement ``before_optimizer``) and a config without the field add none."""
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -49,10 +59,14 @@ def variant(path: str, label: str) -> Variant:
         pipe = m["pipeline"]
         name = PIPELINES.get(pipe, pipe)
         cfg = m.get("config") if isinstance(m.get("config"), dict) else {}
-        if pipe == "fused" and cfg.get("lookup_stream") == "new":
-            name += " (new lookup stream)"
+        options = [FUSED_OPTIONS[(k, cfg.get(k))] for k in ("lookup_stream", "lookup_placement")
+                   if pipe == "fused" and (k, cfg.get(k)) in FUSED_OPTIONS]
+        if pipe == "semi" and isinstance(cfg.get("start_batch"), int) and cfg["start_batch"] > 0:
+            options.append(f"exact until batch {cfg['start_batch']}")
         if cfg.get("inplace_copy_batch_to_gpu"):
-            name += " (in-place copy)"
+            options.append("in-place copy")
+        if options:
+            name += f" ({', '.join(options)})"
         ws = m.get("world_size")
         if isinstance(ws, int) and ws > 0:
             name += f" · {ws} GPU" + ("s" if ws > 1 else "")

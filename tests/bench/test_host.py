@@ -45,6 +45,12 @@ def test_the_main_cpu_is_the_quietest_but_cpu0_and_its_sibling_is_left_empty():
     assert choose_cpus({0, 1}, {}, {1: {0}}) == (1, {0})
     # only CPU 0 allowed: there is no other choice
     assert choose_cpus({0}, {}, {}) == (0, {0})
+    # two ranks on one host: each its own main CPU, never two on one core, both cores left empty
+    sib = {1: {5}, 5: {1}, 2: {6}, 6: {2}, 3: {7}, 7: {3}}
+    irq = {c: 10 for c in range(8)} | {3: 1, 7: 2}
+    cpus = set(range(8))
+    assert choose_cpus(cpus, irq, sib, rank=0, ranks=2) == (3, {0, 1, 4, 5})  # 3 and 7 share a core: 7 is skipped
+    assert choose_cpus(cpus, irq, sib, rank=1, ranks=2) == (6, {0, 1, 4, 5})  # then the highest of the rest; 2 and 7 left empty
 
 
 PIN_CHILD = textwrap.dedent("""
