@@ -30,6 +30,8 @@ def test_variant_from_metrics_json(tmp_path):
          "FusedSparseDist (new lookup stream, lookup after data dist) · 2 GPUs"),
         ("fused_current", "fused", {"lookup_stream": "current"}, "FusedSparseDist (lookup on the main stream) · 2 GPUs"),
         ("semi_exact", "semi", {"start_batch": 5, "lookup_placement": "step_start"}, "SemiSync (exact until batch 5) · 2 GPUs"),
+        ("semi_after_backward", "semi", {"start_batch": 0, "semi_lookup_placement": "after_backward"},
+         "SemiSync (lookup after backward) · 2 GPUs"),
         ("sparse_inplace", "sparse", {"inplace_copy_batch_to_gpu": True, "lookup_placement": "step_start"},
          "SparseDist (in-place copy) · 2 GPUs"),
     ):
