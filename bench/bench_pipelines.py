@@ -431,8 +431,6 @@ class Bench:
             b.numel() * b.element_size() for b in session.model.buffers())
         self.say(f"{name}: loader {pdoc['setup']['loader_s']} s, model {pdoc['setup']['model_build_s']} s, "
                  f"runs of {warmup} + {timed} steps")
-        gc.collect()
-        gc.freeze()  # the model, data and results so far: no collection walks them again (unfrozen below)
 
         def one_round(r: int, order: list[str]) -> None:
             # between rounds, every few seconds: a clock sample and the GEMM / lookup probes
@@ -481,7 +479,7 @@ class Bench:
         diagnose = self.gpu and args.diagnostics
         if diagnose:
             self.old_method(name, variants, pdoc, session, loader, cfgs, share_s - (self.now() - t_preset))
-        gc.unfreeze()
+        gc.unfreeze()  # every run froze what survived it (bench/host.py's quiet_gc): the model can go now
         del session
         gc.collect()
         if self.gpu:
