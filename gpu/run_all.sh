@@ -16,7 +16,9 @@
 # batch type), pipelines (the 1-GPU pipeline benchmark, every preset, interleaved rounds, traces:
 # ~5 min, <= 7; bench/bench_pipelines.py; two calls compared by bench/compare_results.py), pipelines2 (the same on 2 GPUs through
 # torchrun), issue5 (delta tracking / writeback / in-place copy: GPU tests, benchmark, traces,
-# snapshots and the explain proof's pairs: <= 9 min), snapshot (sample allocator snapshots).
+# snapshots and the explain proof's pairs: <= 9 min), snapshot (sample allocator snapshots),
+# ranks2 (2 GPUs, not in the default: gpu/ranks_straggler.py, two ranks on real NCCL with a
+# planted straggler and an imbalanced all-to-all, for tracekit analyze DIR to find; ~1 min).
 # Each part runs with its own time limit and its own output folder; one failing part does not
 # stop the others. The device tool brings back at most 8 files of at most 16 MiB, so each part's
 # folder is packed into $OUT/<part>.tar.gz (split into <part>.tar.gz.part-aa, -ab, ... when larger
@@ -63,6 +65,7 @@ for p in "${parts[@]}"; do
     tbe_ncu) part tbe_ncu 180 bash gpu/tbe_ncu.sh ;;
     pipelines) part pipelines 420 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s 300 --out "$OUT"' ;;
     pipelines2) part pipelines2 540 bash -c 'python3 bench/bench_pipelines.py --gpus 2 --budget-s 450 --out "$OUT"' ;;
+    ranks2) part ranks2 240 bash -c 'torchrun --nproc_per_node 2 --master_port 29531 gpu/ranks_straggler.py --out "$OUT/job"' ;;
     pipetests) part pipetests 420 python3 -m pytest -q -p no:cacheprovider -o addopts= tests/runtime/test_pipelines_gpu.py tests/runtime/test_batch.py ;;
     issue5) part issue5 540 python3 gpu/issue5_run.py ;;
     largetrace) part largetrace 420 bash -c 'python3 bench/make_large_trace.py --out "$OUT"' ;;

@@ -85,3 +85,22 @@ def test_public_sampled_ranks_without_metadata(public_traces, tmp_path, cache):
     r = _run("analyze", d, cache=cache)
     assert r.returncode == 2
     assert "ranks without a trace file: 2-127" in r.stdout
+
+
+STRAGGLER_JOB = SAMPLE_TRACES / "ranks_2gpu_straggler"
+
+
+@pytest.mark.skipif(not STRAGGLER_JOB.is_dir(), reason="gpu/run_all.sh ranks2's traces not committed")
+def test_planted_straggler_on_real_nccl(cache):
+    """gpu/ranks_straggler.py on 2 GPUs: rank 1 sleeps 2 ms before its collectives, rank 0
+    receives 4x the all-to-all data (its defaults)."""
+    job = analyze_job(STRAGGLER_JOB, cache_dir=cache, whole=False).job
+    assert job["complete"]
+    s = job["stragglers"]
+    assert s["rank"] == 1 and s["last_count"] == s["instances"] == job["matching"]["instances"]
+    skews = [i["skew_ns"] for i in job["instances"]]
+    assert min(skews) > 1_500_000  # ~2 ms on the host, less what the launches overlap
+    a = job["all_to_all"]
+    assert a["heaviest_rank"] == 0 and a["imbalance"] == pytest.approx(4 * 2 / (2 - 1 + 4))
+    off = next(o for o in job["clock"]["offsets"] if o["rank"] == 1)
+    assert abs(off["offset_ns"]) < 20_000  # one host, one clock
