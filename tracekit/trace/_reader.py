@@ -1,9 +1,9 @@
 """Streams a Kineto JSON(.gz) file as decoded chunks of events, with bounded memory.
 
 The file is read and gunzipped in a background thread (ISA-L's inflate, else zlib: both
-release the GIL, so this overlaps with decoding on the other core). The main thread finds the ``traceEvents`` array, cuts the
-decompressed stream at event boundaries (a ``}`` followed by ``,`` and ``{``) and decodes each
-piece as a JSON array with msgspec. A cut that falls inside an event (a ``},{`` inside its args
+release the GIL, so this overlaps with decoding on the other core). The main thread finds the
+``traceEvents`` array, cuts the decompressed stream at event boundaries (a ``}`` followed by
+``,`` and ``{``) and decodes each piece as a JSON array with msgspec. A cut that falls inside an event (a ``},{`` inside its args
 or a string) cannot decode as an array of whole events, so it is retried at an earlier cut; a
 successful decode is therefore always a run of whole events. For big traces forked helper
 processes (``_parallel``) decode most of the pieces while the main thread decodes others.
