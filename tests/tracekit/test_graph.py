@@ -411,3 +411,44 @@ def test_full_launch_queue(tmp_path):
     assert e[call] == ns(31)  # 30 + its own 1 us after the wait
     s0, e0 = replay(wi.plan(g, wi.Change()))
     assert e0[call] == ns(101)
+    assert g.queue_depth == 3  # k4 waited for k1: three launches back on its stream
+
+
+def queue_trace(tmp_path):
+    """A slow host (1 us calls) launches three 30 us kernels (k0 at 0, k1 at 10, k2 at 40: the
+    GPU runs them 2..92), then works 1 ms before launching a 2 us kernel at 1100; the step ends
+    at 1200. With a launch queue of 2, k2's launch (at 40) had to wait for k0's end (32): the
+    trace honours it."""
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 1200)
+    for i, (call, start, d) in enumerate([(0, 2, 30), (10, 32, 30), (40, 62, 30), (1100, 1102, 2)]):
+        b.kernel(f"k{i}", start, d, launched_by=b.runtime("cudaLaunchKernel", call, 1))
+    return load_built(b, tmp_path)
+
+
+def test_launch_queue_holds_a_faster_host(tmp_path):
+    """The host 10x faster (worked by hand, us): calls take 0.1, the host time between them
+    0.9, 2.9, 105.9, then 9.9 to the step's end; launch latency 1. Without a queue limit:
+    calls at 0, 1, 4, 110, the step's end at 120 (k0..k2 run 1.1..91.1, k3 111.1..113.1).
+    With a queue of 2 launches, k2's launch waits for k0's end at 31.1: the host after it
+    moves 27.1 later, calls at 31.1 and 137.1, the step ends at 147.1."""
+    t = queue_trace(tmp_path)
+    free = build_graph(t, RULES, GraphConfig(launch_queue_depth=0))
+    two = build_graph(t, RULES, GraphConfig(launch_queue_depth=2))
+    assert build_graph(t, RULES).queue_depth == 1021  # no full queue in the trace: the default
+    for g in (free, two):  # the unchanged graph replays the trace either way
+        assert wi.predict(g, wi.Change()).predicted_ns == 1200 * US
+    fast = wi.with_host(free, wi.Change(), 10)
+    assert wi.predict(free, fast).predicted_ns == 120 * US
+    p = wi.predict(two, wi.with_host(two, wi.Change(), 10))
+    assert p.predicted_ns == 147_100 and p.predicted_contention_ns == 147_100  # ns
+    # k1 moved to a stream of its own (what FusedSparseDist does to the embedding backward):
+    # k2 is then second on its stream and its launch does not wait: the 27.1 us are saved
+    # (none in the trace itself, where the host was slower than the queue)
+    move = two.name == "k1"
+    assert wi.predict(two, wi.Change(move=move)).saving_ns == 0
+    p = wi.predict(two, wi.with_host(two, wi.Change(move=move), 10))
+    assert p.predicted_ns == 120 * US and p.predicted_contention_ns == 120 * US
+    a, c = wi.queue_pairs(two, two.lane.astype(np.int64))
+    assert [(str(two.name[x]), int(two.start[y])) for x, y in zip(a, c)] == [("k0", ns(40)),
+                                                                             ("k1", ns(1100))]

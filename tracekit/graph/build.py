@@ -57,6 +57,13 @@ class GraphConfig:
     activity ended at most this long before the call returned (beyond that the call's own
     time, not the GPU, is what kept it)."""
 
+    launch_queue_depth: int | None = None
+    """How many launches a stream's launch queue holds: a launch cannot return before the
+    activity launched that many launches earlier on its stream has ended (a what-if whose host
+    runs further ahead of the GPU than the trace's fills it). None: measured from the trace's
+    ``Command Buffer Full`` events where it has them, else ``DEFAULT_QUEUE_DEPTH``; 0: no
+    limit."""
+
     def __post_init__(self) -> None:
         for f in ("wait_ready_ns", "wait_match_ns", "handoff_idle_ns", "host_wait_tolerance_ns"):
             v = getattr(self, f)
@@ -64,11 +71,45 @@ class GraphConfig:
                 raise ValueError(f"GraphConfig.{f} must be a non-negative int, got {v!r}")
         if self.launch_latency_ns is not None and not isinstance(self.launch_latency_ns, int):
             raise ValueError("GraphConfig.launch_latency_ns must be an int or None")
+        if self.launch_queue_depth is not None and (
+                not isinstance(self.launch_queue_depth, int) or self.launch_queue_depth < 0):
+            raise ValueError("GraphConfig.launch_queue_depth must be a non-negative int or None")
         if self.infer_waits not in (None, True, False):
             raise ValueError("GraphConfig.infer_waits must be None, True or False")
 
 
 DEFAULT_CONFIG = GraphConfig()
+DEFAULT_QUEUE_DEPTH = 1021
+"""A stream's launch queue depth when the trace does not show it: the runtime's H200 traces
+(torch 2.11, CUDA 13) block a launch on the activity launched 1,020-1,022 launches earlier."""
+
+
+def lane_positions(lane: np.ndarray) -> np.ndarray:
+    """Each node's position in its lane (node id order)."""
+    order = np.lexsort((np.arange(lane.size), lane))
+    ln = lane[order]
+    start = np.r_[0, np.flatnonzero(ln[1:] != ln[:-1]) + 1]
+    first = np.repeat(start, np.diff(np.r_[start, ln.size]))
+    pos = np.empty(lane.size, np.int64)
+    pos[order] = np.arange(lane.size) - first
+    return pos
+
+
+def _queue_depth(src, dst, ekind, launched, lane) -> int | None:
+    """The launch queue's depth the trace shows: over the launches that blocked on a full queue,
+    the median of (position of the activity launched) - (position of the one it waited for) on
+    their stream; None without such launches."""
+    q = np.flatnonzero(ekind == int(EdgeKind.QUEUE))
+    if not q.size:
+        return None
+    a, w = launched[dst[q]], src[q]
+    ok = (a >= 0) & (lane[np.maximum(a, 0)] == lane[w])
+    if not ok.any():
+        return None
+    pos = lane_positions(lane.astype(np.int64))
+    d = pos[a[ok]] - pos[w[ok]]
+    d = d[d > 0]
+    return int(np.median(d)) if d.size else None
 
 
 def _pairs(lane: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -410,6 +451,9 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
 
     launched = np.full(kind.size, -1, np.int64)
     launched[c_id[act_call[linked]]] = a_id[linked]
+    depth = config.launch_queue_depth
+    if depth is None:
+        depth = _queue_depth(src, dst, ekind, launched, lane) or DEFAULT_QUEUE_DEPTH
     steps_t = pd.DataFrame({
         "step": st["step"].to_numpy(np.int64) if n_st else np.zeros(0, np.int64),
         "cpu_start": st["cpu_start"].to_numpy(np.int64) if n_st else np.zeros(0, np.int64),
@@ -421,7 +465,8 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
                  category=category, name=name, phase=phase, batch=batch, lanes=lanes,
                  src=src, dst=dst, edge_kind=ekind, lag=lag, binding=binding, steps=steps_t,
                  wait_ns=wait, launched=launched, launch_latency_ns=lat,
-                 wait_consumers=wait_consumers, warnings=tuple(warnings))
+                 wait_consumers=wait_consumers, queue_depth=int(depth),
+                 warnings=tuple(warnings))
 
 
 _PRIORITY = {EdgeKind.HOST_WAIT: 6, EdgeKind.QUEUE: 6, EdgeKind.WAIT_RECORDED: 5, EdgeKind.WAIT_INFERRED: 4,

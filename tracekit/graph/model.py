@@ -162,6 +162,9 @@ class Graph:
     wait preceded (whether or not they also say on what), sorted."""
     launch_latency_ns: int = 0
     """The nominal launch latency used (launch call end -> activity start)."""
+    queue_depth: int = 0
+    """A stream's launch queue depth the what-ifs keep (``GraphConfig.launch_queue_depth``; 0:
+    no limit)."""
     warnings: tuple[str, ...] = ()
     """What the graph could not see (no correlation ids, edges dropped...)."""
 
