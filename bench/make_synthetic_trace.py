@@ -4,8 +4,11 @@ The events of a real trace (default: ../shared/traces/public/hta_ns_resolution_r
 PyTorch 2.x, ns-resolution) are replicated ``--copies`` times, each copy shifted in time past
 the previous one, correlation and External ids offset so they stay unique. To look like a
 trace recorded with ``record_shapes`` and ``profile_memory`` it can add, per copy, shape args
-to every cpu_op and a ``[memory]`` alloc/free pair per kernel. Written in Kineto's own layout
-(one event per block of lines, ns timestamps with three decimals), gzipped.
+to every cpu_op and a ``[memory]`` alloc/free pair per kernel. Step and batch numbers in names
+(``ProfilerStep#N``, TorchRec's ``## forward N ##``) go on from copy to copy, as if training had
+continued: each copy's numbers are shifted by the number of steps in the source, so every step
+of every copy is a step of its own. Written in Kineto's own layout (one event per block of
+lines, ns timestamps with three decimals), gzipped.
 
     python bench/make_synthetic_trace.py --out bench/data/synthetic_rank0.json.gz [--copies 24]
 
@@ -18,6 +21,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -42,6 +46,30 @@ def _plain(v):
     if isinstance(v, dict):
         return {k: _plain(x) for k, x in v.items()}
     return v
+
+
+_NUMBERED = re.compile(r"^(ProfilerStep#)(\d+)$|^(## .*? )(\d+)( ##)$")
+
+
+def _step_span(events: list[dict]) -> int:
+    """How far each copy's step and batch numbers are shifted: the source's ProfilerStep count
+    (max - min + 1), else the span of its ``## ... N ##`` batch indices."""
+    steps, batches = [], []
+    for e in events:
+        m = _NUMBERED.match(str(e.get("name", "")))
+        if m:
+            (steps if m.group(2) else batches).append(int(m.group(2) or m.group(4)))
+    got = steps or batches
+    return max(got) - min(got) + 1 if got else 0
+
+
+def _renumbered(name: str, shift: int) -> str:
+    m = _NUMBERED.match(name) if shift else None
+    if m is None:
+        return name
+    if m.group(2):
+        return f"{m.group(1)}{int(m.group(2)) + shift}"
+    return f"{m.group(3)}{int(m.group(4)) + shift}{m.group(5)}"
 
 
 def _event_text(e: dict, ts_ns: int, dur_ns: int | None) -> str:
@@ -80,6 +108,7 @@ def main() -> None:
     max_corr = max((e.get("args", {}).get("correlation", 0) for e in events), default=0) + 1
     max_ext = max((e.get("args", {}).get("External id", 0) for e in events), default=0) + 1
     max_flow = max((e.get("id", 0) for e in events if e.get("ph") in ("s", "f")), default=0) + 1
+    span_steps = _step_span(events)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
@@ -98,6 +127,8 @@ def main() -> None:
             shift = c * span
             for e in events:
                 e2 = {k: _plain(v) for k, v in e.items() if not k.startswith("_") and k not in ("ts", "dur")}
+                if isinstance(e2.get("name"), str):
+                    e2["name"] = _renumbered(e2["name"], c * span_steps)
                 args = dict(e2.get("args", {}))
                 if "correlation" in args:
                     args["correlation"] += c * max_corr

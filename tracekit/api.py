@@ -199,7 +199,9 @@ def _resolve_rules(rules: Any) -> tuple[Rules, bytes]:
 def _analyze(path: str, rules: Any, cache_dir, use_cache: bool, progress,
              with_hta: bool | None = True, prefetch: bool = False) -> tuple[list, bytes]:
     """Load and analyse ``path``. ``prefetch``: parse it in a forked child while this process
-    imports the analyses (``tracekit.trace.prefetch``; the CLI's cold path)."""
+    imports the analyses (``tracekit.trace.prefetch``), and compute explain in another while
+    this process computes the other sections (``tracekit.analyses.forked``): the CLI's cold
+    path."""
     pre = None
     if prefetch:
         from tracekit.trace import prefetch as pf
@@ -227,7 +229,7 @@ def _analyze(path: str, rules: Any, cache_dir, use_cache: bool, progress,
 
         snap = compute_snapshot(snap_path)
     out = [(t, analyze_trace(t, r, with_hta=with_hta,
-                             snapshot=snap if len(ts.traces) == 1 else None))
+                             snapshot=snap if len(ts.traces) == 1 else None, parallel=prefetch))
            for t in ts.traces]
     return out, rules_id
 

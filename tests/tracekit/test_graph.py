@@ -288,6 +288,31 @@ def test_edges_by_kind(tmp_path):
     assert set(np.unique(g.edge_kind)) <= {int(k) for k in EdgeKind}
 
 
+@pytest.mark.parametrize("path", ["sample_traces/pipelines_1gpu/sparse/trace_rank0.json.gz",
+                                  "sample_traces/issue5/issue5_writeback_legacy.json.gz",
+                                  "sample_traces/public/hta_sampled_rank0.json.gz"])
+def test_walks_in_numpy_as_in_python(path, monkeypatch):
+    """step_paths walks every step back at once in numpy, the last few in Python: whichever
+    does how much of it, the segments are the same, in the same order."""
+    from tracekit.trace import load
+
+    t = load(path, use_cache=False).traces[0]
+    g = build_graph(t, RULES)
+    got = {}
+    for lockstep_min in (1, 2, 10**9):  # numpy to the end; the last one in Python; all Python
+        monkeypatch.setattr(cr, "_LOCKSTEP_MIN", lockstep_min)
+        got[lockstep_min] = cr.step_paths(g)
+    assert len(got[1]) > 100
+    assert got[1].equals(got[10**9]) and got[2].equals(got[10**9])
+    # and each step's own walk gives its segments
+    win = cr.step_windows(g)
+    w = win.iloc[-1]
+    segs = cr.walk(g, int(w.sink), int(w.start))[::-1]
+    mine = got[1][got[1]["step"] == w.step]
+    assert [tuple(x) for x in mine[["start", "end", "node"]].to_numpy()] == \
+        [s[:3] for s in segs]
+
+
 def many_waits(tmp_path, n=60, seed=1):
     """Two streams that wait on each other (7 on 8 before every main kernel; 8 on 7 before some
     side kernels), recorded as Kineto does with enable_cuda_sync_events; a third stream (9)

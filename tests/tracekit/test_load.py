@@ -294,6 +294,34 @@ def test_gzip_with_bad_checksum(tmp_path):
         load(p, use_cache=False)
 
 
+@pytest.mark.parametrize("inflate", ["isal", "zlib"])
+def test_gzip_read_alike_with_isal_or_zlib(tmp_path, monkeypatch, inflate):
+    """ISA-L inflates .gz traces; zlib where isal is missing: the same tables either way, and
+    the same errors for a corrupt stream and a bad checksum."""
+    import zlib
+
+    from tracekit.trace import _reader
+    from tracekit.trace.loader import parse_file
+
+    if inflate == "zlib":
+        monkeypatch.setattr(_reader, "_inflate", zlib)
+    else:  # a dependency: a venv made before it came in lacks it until `pip install -e .`
+        pytest.importorskip("isal")
+        assert _reader._inflate is not zlib
+    got = parse_file("sample_traces/issue5/issue5_delta_blocking.json.gz")
+    monkeypatch.undo()
+    want = parse_file("sample_traces/issue5/issue5_delta_blocking.json.gz")
+    assert got.names == want.names and len(got.events["ts"]) > 1000
+    for c in want.events:
+        assert np.array_equal(got.events[c], want.events[c])
+    if inflate == "zlib":
+        monkeypatch.setattr(_reader, "_inflate", zlib)
+    test_gzip_with_bad_checksum(tmp_path)
+    test_bad_input_raises_naming_the_file(
+        tmp_path, b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage-garbage",
+        TraceFormatError, "corrupt gzip")
+
+
 def test_multi_member_gzip(tmp_path):
     text = json.dumps({"traceEvents": [x("cpu_op", f"op{i}", i, 1) for i in range(10)]}).encode()
     p = tmp_path / "multi.json.gz"
@@ -474,3 +502,27 @@ def test_helper_failure_falls_back_to_one_process(tmp_path):
     out = _run_check("fallback", p, tmp_path)
     assert "OK fallback" in out
     assert f"events {sum(1 for e in doc['traceEvents'] if e.get('ph') == 'X')}" in out
+
+
+@pytest.mark.parametrize("hold", ["buffer", "view"])
+def test_a_decoded_event_held_elsewhere_does_not_break_the_reader(tmp_path, monkeypatch, hold):
+    # A stack sampler (Dask's worker profiler) may hold a frame whose locals point into the
+    # piece being decoded in place: releasing the view then raises BufferError. The reader goes
+    # on in a copy and reads the same tables.
+    from tracekit.trace import _reader
+
+    p = _big_builder(400).write(tmp_path / "held.json")
+    whole = load(p, use_cache=False).traces[0]
+    monkeypatch.setattr(_reader, "_CHUNK", 4096)
+    held: list = []
+    real = _reader._decode_events
+
+    def decode_and_hold(data):
+        # an export of the bytearray itself (resizing it fails), or of the view (releasing it fails)
+        held.append(memoryview(data) if hold == "buffer" else np.frombuffer(data, dtype=np.uint8))
+        return real(data)
+
+    monkeypatch.setattr(_reader, "_decode_events", decode_and_hold)
+    chunked = load(p, use_cache=False).traces[0]
+    assert len(held) > 1
+    assert chunked.events.equals(whole.events) and chunked.args.equals(whole.args)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tracekit.analyses import allocator, collectives, gaps, overlap, steps, syncs
+from tracekit.analyses.forked import Forked
 from tracekit.phases import Rules, default_rules
 from tracekit.trace.model import Trace
 
@@ -87,6 +88,7 @@ def analyze_trace(
     with_hta: bool | None = True,
     snapshot: object | None = None,
     with_explain: bool = True,
+    parallel: bool = False,
 ) -> Analysis:
     """Run every section on ``trace`` (rules default to ``default_rules()``).
 
@@ -95,9 +97,14 @@ def analyze_trace(
     ``snapshot``: a result of ``tracekit.analyses.snapshot`` to carry along (explain uses it
     for the in-place batch copy's predicted peak reserved).
     ``with_explain``: also run ``explain`` (critical path, bound, findings).
+    ``parallel``: compute explain in a forked child meanwhile (``tracekit.analyses.forked``;
+    the same result, on two cores).
     """
     rules = default_rules() if rules is None else rules
     steps_result = steps.compute(trace, rules)
+    # forked after steps (and the phases they memoise): the child inherits them
+    explained = Forked(lambda: _explain(trace, rules, snapshot), fork=parallel) \
+        if with_explain else None
     hta = None
     if with_hta is not False and trace.has_gpu:
         from tracekit.analyses import hta as hta_mod
@@ -122,9 +129,9 @@ def analyze_trace(
         allocator=allocator.compute(trace, rules),
         hta=hta,
         snapshot=snapshot,
-        explain=_explain(trace, rules, snapshot) if with_explain else None,
         collectives=collectives.compute(trace, rules, steps=steps_result),
         identity=trace_identity(trace),
+        explain=explained.result() if explained is not None else None,
     )
 
 

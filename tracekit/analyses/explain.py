@@ -162,8 +162,8 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     config = ExplainConfig() if config is None else config
     g = build_graph(trace, rules, config.graph)
     warnings = list(g.warnings)
-    path = cr.step_paths(g)
     win = cr.step_windows(g)
+    path = cr.step_paths(g, windows=win)
     rows = []
     total_bd: dict[str, int] = {}
     bds, tops = _breakdowns(path), _tops(g, path)
@@ -194,7 +194,8 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     chains = _chains(trace, g)
 
     def run(fid, title, applies, evidence, change) -> wi.Prediction | None:
-        pred = wi.predict(g, change) if applies and change is not None and len(win) else None
+        pred = wi.predict(g, change, windows=win) if applies and change is not None and len(win) \
+            else None
         obs = pred.observed_ns if pred else None
         wrows.append((fid, title, applies, evidence, obs, pred.predicted_ns if pred else None,
                       pred.predicted_contention_ns if pred else None,

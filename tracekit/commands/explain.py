@@ -100,7 +100,7 @@ def command(path, step, what_ifs, annotate, fmt, out, rules_path, rank, limit, n
         from tracekit.api import report_for_path
 
         got = report_for_path(path, rules_path=rules_path, cache_dir=cache_dir,
-                              use_cache=not no_cache, with_hta=None)
+                              use_cache=not no_cache, with_hta=None, prefetch=True)
         ranks = select_rank(got, rank, path)
     else:
         from tracekit.api import explain_path

@@ -250,7 +250,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     k_end = kept["end"].to_numpy(np.int64)
     k_tid = kept["tid"].to_numpy(np.int64)
     blocking = phases.name_matches(ncodes[k_rows], ncats, BLOCKING)
-    pageable = acts["name"].str.contains("Pageable", regex=False).to_numpy(bool) & \
+    pageable = np.array(["Pageable" in str(u) for u in uniq], bool)[inv] & \
         (a_kind == int(Kind.MEMCPY))
     # correlation of every call (nested ones belong to their outer call)
     c_outer = calls["outer"].to_numpy(np.int64)
@@ -347,7 +347,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     step = np.r_[a_step, c_step, m_step][order]
     c_cat = np.where(blocking, SYNC, HOST).astype(object)
     category = np.r_[a_cat, c_cat, np.full(nm, HOST, dtype=object)][order]
-    name = np.r_[acts["name"].to_numpy(object), np.asarray(names.array[k_rows], dtype=object).astype(str)
+    name = np.r_[acts["name"].to_numpy(object), phases.name_strings(ncodes[k_rows], ncats)
                  if nc else np.zeros(0, object), m_name][order]
     phase = np.r_[a_phase, c_phase, np.full(nm, phases.OTHER, dtype=object)][order]
     batch = np.r_[acts["batch"].to_numpy(np.int64), c_batch, np.full(nm, -1)][order]
@@ -721,8 +721,9 @@ def _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes, p_prev, p_next, co
     others = np.unique(cl[cl != main_lane])
     if not others.size:
         return empty
-    # program edges by destination / source node
-    pe_by_next = pd.Series(np.arange(p_next.size), index=p_next)
+    # program edge into each node (-1: none; a node has at most one)
+    pe_by_next = np.full(lane.size, -1, np.int64)
+    pe_by_next[p_next] = np.arange(p_next.size)
     # every CPU node by end, for "latest node of another thread before t"
     by_end = cpu_ids[np.argsort(end[cpu_ids], kind="stable")]
     e_sorted = end[by_end]
@@ -734,6 +735,7 @@ def _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes, p_prev, p_next, co
         ev["kind"].to_numpy(), [int(Kind.CPU_OP), int(Kind.ANNOTATION), int(Kind.PYTHON),
                                 int(Kind.RUNTIME), int(Kind.DRIVER)]))
     m_ts = np.sort(ev["ts"].to_numpy(np.int64)[mrows])
+    main_ts = ev_ts[main_ids]
     hs, hd, hn, ov = [], [], [], []
     for ln in others:
         ids = cpu_ids[cl == ln]  # in node order = time order on the thread
@@ -743,34 +745,31 @@ def _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes, p_prev, p_next, co
         b_first, b_last = ids[first], ids[last]
         # trigger: the latest node of another thread that ended before the burst began
         k = np.searchsorted(e_sorted, ev_ts[b_first], side="right") - 1
+        other = np.maximum.accumulate(np.where(lane[by_end] != ln, np.arange(by_end.size), -1))
+        kk = np.where(k >= 0, other[np.maximum(k, 0)], -1)
+        # the main thread blocked while the burst ran (it ran nothing): it resumes after it
+        t0, t1 = ev_ts[b_first], end[b_last]
+        busy = np.searchsorted(m_ts, t1, side="left") - np.searchsorted(m_ts, t0, side="right")
+        nxt = np.searchsorted(main_ts, t1, side="left")
         for j in range(b_first.size):  # per burst (a thread has few)
-            kk = k[j]
-            while kk >= 0 and lane[by_end[kk]] == ln:
-                kk -= 1
-            if kk >= 0:
-                trig = by_end[kk]
+            if kk[j] >= 0:
+                trig = by_end[kk[j]]
                 hs.append(trig)
                 hd.append(b_first[j])
                 hn.append(ev_ts[b_first[j]] - end[trig])
-                if b_first[j] in pe_by_next.index:  # the thread's own order no longer holds it
+                if pe_by_next[b_first[j]] >= 0:  # the thread's own order no longer holds it
                     ov.append((int(pe_by_next[b_first[j]]), 0))
-            # the main thread blocked while the burst ran: it resumes after it
-            t0, t1 = ev_ts[b_first[j]], end[b_last[j]]
-            busy = np.searchsorted(m_ts, t1, side="left") - np.searchsorted(m_ts, t0, side="right")
-            if busy:
+            if busy[j] or nxt[j] >= main_ids.size:
                 continue
-            nxt = np.searchsorted(ev_ts[main_ids], t1, side="left")
-            if nxt >= main_ids.size:
-                continue
-            m_next = main_ids[nxt]
+            m_next = main_ids[nxt[j]]
             hs.append(b_last[j])
             hd.append(m_next)
-            hn.append(ev_ts[m_next] - t1)
-            if m_next in pe_by_next.index:
+            hn.append(ev_ts[m_next] - t1[j])
+            if pe_by_next[m_next] >= 0:
                 e_i = int(pe_by_next[m_next])
                 m_prev = p_prev[e_i]
                 obs = ev_ts[m_next] - end[m_prev]
-                ov.append((e_i, max(0, int(obs - (t1 - t0)))))
+                ov.append((e_i, max(0, int(obs - (t1[j] - t0[j])))))
     if not hs:
         return empty
     return (np.array(hs, np.int64), np.array(hd, np.int64), np.array(hn, np.int64),

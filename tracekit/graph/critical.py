@@ -42,7 +42,7 @@ def step_windows(g: Graph, start: np.ndarray | None = None,
         sink = int(np.argmax(end))
         return pd.DataFrame({"step": [-1], "start": [int(start.min())], "end": [int(end[sink])],
                              "sink": [sink]})
-    ids = np.flatnonzero(np.isin(g.step, steps) & completes(g))
+    ids = np.flatnonzero(np.isin(g.step, steps) & g.completing)
     df = pd.DataFrame({"step": g.step[ids], "end": end[ids], "id": ids})
     best = df.sort_values(["step", "end", "id"]).drop_duplicates("step", keep="last")
     best = best.set_index("step").reindex(steps)
@@ -90,7 +90,8 @@ def walk(g: Graph, sink: int, t_from: int, *, start: np.ndarray | None = None,
     latest first; ``edge`` is -1 for a node's own time, -2 for time before a node nothing
     precedes, else the edge whose lag it is. ``start/end/binding/src`` default to the observed
     schedule and the graph's edges (a replay passes its own)."""
-    return _Walker(g, start, end, binding, src).walk(int(sink), int(t_from))
+    w = _Walker(g, start, end, binding, src)
+    return w.walk(int(sink), w.end[int(sink)], int(t_from))
 
 
 class _Walker:
@@ -102,10 +103,11 @@ class _Walker:
         self.binding = (g.binding if binding is None else binding).tolist()
         self.src = (g.src if src is None else src).tolist()
 
-    def walk(self, v: int, t_from: int) -> list[tuple]:
+    def walk(self, v: int, t: int, t_from: int) -> list[tuple]:
+        """The walk from node ``v`` at time ``t`` (``end[v]`` for a sink; ``_walks`` hands
+        over walks it began at the loop's top)."""
         start, end_l, binding_l, src = self.start, self.end, self.binding, self.src
         out = []
-        t = end_l[v]
         while t > t_from:
             s = max(start[v], t_from)
             if t > s:
@@ -126,6 +128,68 @@ class _Walker:
         return out
 
 
+_LOCKSTEP_MIN = 16
+"""``_walks`` advances the walks together, one node per numpy pass, while at least this many
+are still going; the last few (a long step, or a trace without steps: one walk) finish in
+``_Walker.walk``'s Python loop, which is faster for a handful."""
+
+
+def _walks(start: np.ndarray, end: np.ndarray, binding: np.ndarray, src: np.ndarray,
+           sinks: np.ndarray, t_from: np.ndarray, python=None) -> tuple[np.ndarray, ...]:
+    """``walk`` from every ``sinks[i]`` back to ``t_from[i]`` at once: the segments as arrays
+    ``(walk, start, end, node, edge)``, walk by walk in the order given, each latest first
+    (exactly ``walk``'s segments, concatenated). The walks advance together (the same steps
+    as ``walk``'s loop, one node per pass for every walk still going); ``python``: a function
+    returning the ``_Walker`` that finishes the last few (None: all in numpy)."""
+    n = sinks.size
+    v = sinks.astype(np.int64)
+    t = end[v]
+    tf = t_from.astype(np.int64)
+    live = np.flatnonzero(t > tf)
+    parts: list[tuple] = []  # (walk, pass, sub, start, end, node, edge) per emitted group
+    k = 0
+    while live.size >= _LOCKSTEP_MIN or (python is None and live.size):
+        vi, ti, fi = v[live], t[live], tf[live]
+        s = np.maximum(start[vi], fi)
+        own = ti > s
+        if own.any():
+            parts.append((live[own], k, 0, s[own], ti[own], vi[own], -1))
+        ti = np.minimum(ti, s)
+        go = ti > fi
+        e = binding[vi]
+        none = go & (e < 0)  # nothing precedes it: the rest of the window is unexplained
+        if none.any():
+            parts.append((live[none], k, 1, fi[none], ti[none], vi[none], -2))
+        go &= e >= 0
+        live, vi, ti, fi, e = live[go], vi[go], ti[go], fi[go], e[go]
+        u = src[e]
+        eu = end[u]
+        lagged = eu < ti
+        if lagged.any():
+            lo = np.maximum(eu[lagged], fi[lagged])
+            parts.append((live[lagged], k, 1, lo, ti[lagged], vi[lagged], e[lagged]))
+            ti = np.where(lagged, np.maximum(eu, fi), ti)
+        ti = np.minimum(ti, eu)
+        v[live], t[live] = u, ti
+        live = live[ti > fi]
+        k += 1
+    walker = python() if live.size else None
+    for i in live.tolist():  # the last few, in Python
+        segs = walker.walk(int(v[i]), int(t[i]), int(tf[i]))
+        if segs:
+            a = np.array(segs, dtype=np.int64).reshape(-1, 4)
+            parts.append((np.full(len(segs), i), k + np.arange(len(segs)), 0,
+                          a[:, 0], a[:, 1], a[:, 2], a[:, 3]))
+    if not parts:
+        z = np.zeros(0, np.int64)
+        return z, z, z, z, z
+    sizes = [p[0].size for p in parts]
+    col = [np.concatenate([np.broadcast_to(np.asarray(p[j], np.int64), (m,))
+                           for p, m in zip(parts, sizes)]) for j in range(7)]
+    o = np.lexsort((col[2], col[1], col[0]))
+    return tuple(c[o] for c in (col[0], col[3], col[4], col[5], col[6]))
+
+
 def segments_frame(g: Graph, step, segs: list[tuple],
                    edge_kind: np.ndarray | None = None) -> pd.DataFrame:
     """The walk's segments (latest first, as ``walk`` gives them) as a table, earliest first
@@ -134,9 +198,15 @@ def segments_frame(g: Graph, step, segs: list[tuple],
     if not segs:
         return pd.DataFrame({c: [] for c in SEGMENT_COLUMNS})
     a = np.array(segs[::-1], dtype=np.int64).reshape(-1, 4)
-    s, e, v, edge = a[:, 0], a[:, 1], a[:, 2], a[:, 3]
     step = np.broadcast_to(np.asarray(step, np.int64)[::-1] if np.ndim(step) else
-                           np.asarray(step, np.int64), s.shape)
+                           np.asarray(step, np.int64), (a.shape[0],))
+    return _segments(g, step, a[:, 0], a[:, 1], a[:, 2], a[:, 3], edge_kind)
+
+
+def _segments(g: Graph, step, s, e, v, edge, edge_kind) -> pd.DataFrame:
+    """``segments_frame`` of segments given as arrays, earliest first."""
+    if not s.size:
+        return pd.DataFrame({c: [] for c in SEGMENT_COLUMNS})
     own = edge == -1
     cat = np.where(own, g.category[v], IDLE).astype(object)
     kinds = g.edge_kind if edge_kind is None else edge_kind
@@ -179,15 +249,18 @@ def step_paths(g: Graph, *, start=None, end=None, binding=None, src=None, edge_k
     """The critical path of every step as one segments table (earliest first per step); a
     replay passes its times, binding edges and edges (``src``, ``edge_kind``)."""
     win = step_windows(g, start, end) if windows is None else windows
-    w = _Walker(g, start, end, binding, src)
-    segs: list[tuple] = []
-    steps: list[int] = []
-    for st, sink, t0 in zip(win["step"].tolist()[::-1], win["sink"].tolist()[::-1],
-                            win["start"].tolist()[::-1]):  # latest step first: one reversal
-        got = w.walk(int(sink), int(t0))
-        segs += got
-        steps += [st] * len(got)
-    return segments_frame(g, np.array(steps, np.int64), segs, edge_kind)
+    start = g.start if start is None else start
+    end = g.end if end is None else end
+    binding = g.binding if binding is None else binding
+    src = g.src if src is None else src
+    sinks = win["sink"].to_numpy(np.int64)
+    t_from = win["start"].to_numpy(np.int64)
+    i, s, e, v, edge = _walks(start, end, binding, src, sinks[::-1], t_from[::-1],
+                              lambda: _Walker(g, start, end, binding, src))
+    # latest step first, each latest first: reversed once, earliest first
+    step = win["step"].to_numpy(np.int64)[::-1][i]
+    r = slice(None, None, -1)
+    return _segments(g, step[r], s[r], e[r], v[r], edge[r], edge_kind)
 
 
 def breakdown(segs: pd.DataFrame) -> dict[str, int]:

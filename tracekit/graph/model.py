@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -171,6 +172,14 @@ class Graph:
     @property
     def end(self) -> np.ndarray:
         return self.start + self.dur
+
+    @cached_property
+    def completing(self) -> np.ndarray:
+        """``tracekit.graph.critical.completes`` (bool per node), computed once: every
+        replay's step windows ask for it."""
+        from tracekit.graph.critical import completes
+
+        return completes(self)
 
     @property
     def n(self) -> int:

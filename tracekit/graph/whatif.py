@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from tracekit import intervals
 from tracekit.errors import TracekitError
@@ -148,9 +149,10 @@ def _move(g, move, src, dst, kind, lag, lane, lane_is_cpu):
     return src, dst, kind, lag, new_lane, lane_is_cpu
 
 
-def predict(g: Graph, change: Change) -> Prediction:
-    """Replay the changed graph, contention-free and contention-aware (module docstring)."""
-    obs = step_windows(g)
+def predict(g: Graph, change: Change, *, windows=None) -> Prediction:
+    """Replay the changed graph, contention-free and contention-aware (module docstring).
+    ``windows``: ``step_windows(g)`` when the caller has it."""
+    obs = step_windows(g) if windows is None else windows
     p = plan(g, change)
     s1, e1 = replay_queued(g, p)
     w1 = step_windows(g, s1, e1)
@@ -266,9 +268,10 @@ def _aligned(obs, w) -> np.ndarray:
 def _contention_durations(g: Graph, p: Plan, start, end) -> np.ndarray | None:
     """Kernel durations lengthened by ``CONTENTION_SHARE`` of the overlap with other streams'
     kernels that each gained in the replay; None when no kernel gained any."""
-    uniq, inv = np.unique(g.category.astype(str), return_inverse=True)
-    is_kernel = np.array([c == COMMUNICATION or c.startswith(COMPUTE) for c in uniq], bool)
-    kern = (g.kind == NodeKind.GPU) & is_kernel[inv.reshape(-1)]
+    inv, uniq = pd.factorize(g.category)  # per distinct category (a few), not per node
+    is_kernel = np.array([str(c) == COMMUNICATION or str(c).startswith(COMPUTE) for c in uniq],
+                         bool)
+    kern = (g.kind == NodeKind.GPU) & is_kernel[inv]
     if not kern.any():
         return None
     lanes = g.lanes

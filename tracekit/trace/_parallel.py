@@ -1,11 +1,12 @@
-"""A helper process that decodes pieces of the trace while the main process decodes others.
+"""Helper processes that decode pieces of the trace while the main process decodes others.
 
 Decoding (msgspec) and column extraction hold the GIL, so on one core they are the loader's
 bottleneck while gunzip (which releases it) leaves the second core mostly idle. The helper is
 forked (never spawned: it must start in milliseconds and share the imported modules), so it is
 used only where fork is safe: Linux, and no other thread running in the process at the time.
 
-Pieces travel through an anonymous shared mapping of two slots (no copy through a pipe); the
+``N_HELPERS`` of them (``Helpers``), each with its own slots. Pieces travel through an
+anonymous shared mapping of two slots per helper (no copy through a pipe); the
 helper answers each with the piece's columns (small numpy arrays) and its own name list, which
 ``Columns.add_part`` maps onto the main process's codes. If the helper cannot decode a piece
 (the main process cut it inside an event, which it would have retried at an earlier cut) or
@@ -22,7 +23,8 @@ import threading
 import msgspec
 
 ENV_DISABLE = "TRACEKIT_LOAD_PARALLEL"
-"""Set to ``0`` to never start the helper."""
+"""Set to ``0`` to never start the helper (nor any other forked child: the prefetch, the
+explain child of ``tracekit.analyses.forked``)."""
 SLOT_BYTES = (8 << 20) + (1 << 16)
 """A piece bigger than this is decoded in the main process."""
 N_SLOTS = 2
@@ -32,13 +34,16 @@ class HelperFailed(Exception):
     """The helper could not decode a piece or went away: read again without it."""
 
 
-def available() -> bool:
-    """Whether a helper can be forked safely here and is worth it (more than one CPU)."""
+def available(allow_threads: tuple[str, ...] = ()) -> bool:
+    """Whether a helper can be forked safely here and is worth it (more than one CPU): no
+    thread running but this one (and threads named in ``allow_threads``, which the caller
+    knows the child does not need)."""
     if os.environ.get(ENV_DISABLE, "1") == "0":
         return False
     if not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2:
         return False
-    return threading.active_count() == 1
+    me = threading.current_thread()
+    return all(t is me or t.name in allow_threads for t in threading.enumerate())
 
 
 class Helper:
@@ -115,6 +120,58 @@ class Helper:
         self.buf.close()
 
 
+N_HELPERS = 2
+"""Helper processes a big trace is decoded by. With one, the main process (which also cuts the
+pieces, copies them out and merges the results) took ~60% of the work and set the wall time
+(508 MB stand-in: main thread 2.8-3.3 CPU-s, helper 1.7-1.9); with two, the main process
+decodes a piece only when all four slots are taken, and the two cores share the work."""
+
+
+class Helpers:
+    """Several helpers behind one ``Helper``'s interface: a piece goes to the one with the
+    most free slots."""
+
+    def __init__(self, helpers: list[Helper]) -> None:
+        self.helpers = helpers
+
+    @classmethod
+    def start(cls, n: int = N_HELPERS) -> Helpers | None:
+        helpers = []
+        for _ in range(n):
+            h = Helper.start()
+            if h is None:
+                break
+            helpers.append(h)
+        return cls(helpers) if helpers else None
+
+    @property
+    def n_elements(self) -> int:
+        return sum(h.n_elements for h in self.helpers)
+
+    @property
+    def pieces(self) -> int:
+        return sum(h.pieces for h in self.helpers)
+
+    def submit(self, index: int, view: memoryview) -> bool:
+        h = max(self.helpers, key=lambda h: len(h.free))
+        return h.submit(index, view)
+
+    def collect(self, sink, *, wait: bool = False) -> None:
+        for h in self.helpers:
+            h.collect(sink, wait=wait)
+
+    def finish(self, sink) -> None:
+        for h in self.helpers:
+            h.finish(sink)
+
+    def close(self) -> None:
+        for h in self.helpers:  # every one, even when closing another failed
+            try:
+                h.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
+
 def _serve(conn, buf: mmap.mmap) -> None:
     """The helper's loop: decode the piece in a slot, answer with its columns."""
     import signal
@@ -157,4 +214,4 @@ def _serve(conn, buf: mmap.mmap) -> None:
             return
 
 
-__all__ = ["Helper", "HelperFailed", "available", "ENV_DISABLE"]
+__all__ = ["Helper", "Helpers", "HelperFailed", "available", "ENV_DISABLE", "N_HELPERS"]
