@@ -154,13 +154,14 @@ def predict(g: Graph, change: Change, *, windows=None) -> Prediction:
     ``windows``: ``step_windows(g)`` when the caller has it."""
     obs = step_windows(g) if windows is None else windows
     p = plan(g, change)
-    s1, e1 = replay_queued(g, p)
+    queue = queue_pairs(g, p.lane)
+    s1, e1 = replay_queued(g, p, queue)
     w1 = step_windows(g, s1, e1)
     dur2 = _contention_durations(g, p, s1, e1)
     if dur2 is not None:
         p2 = Plan(start=p.start, dur=dur2, lane=p.lane, lane_is_cpu=p.lane_is_cpu, src=p.src,
                   dst=p.dst, kind=p.kind, lag=p.lag)
-        s2, e2 = replay_queued(g, p2)
+        s2, e2 = replay_queued(g, p2, queue)
         w2 = step_windows(g, s2, e2)
     else:
         w2 = w1
@@ -227,14 +228,16 @@ def queue_pairs(g: Graph, lane: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a[held], c[held]
 
 
-def replay_queued(g: Graph, p: Plan) -> tuple[np.ndarray, np.ndarray]:
+def replay_queued(g: Graph, p: Plan, queue: tuple[np.ndarray, np.ndarray] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """``replay`` with each stream's launch queue held to ``g.queue_depth``: a host that the
     change lets run further ahead of the GPU than the trace's blocks when a stream's queue is
     full (the launch waits for the activity ``depth`` launches earlier on that stream). The
     replay is repeated with an edge for every constraint it broke until none is (a launch
-    pushed later can only push later launches later)."""
+    pushed later can only push later launches later). ``queue``: ``queue_pairs(g, p.lane)``
+    when the caller has it."""
     s, e = replay(p)
-    a, c = queue_pairs(g, p.lane)
+    a, c = queue_pairs(g, p.lane) if queue is None else queue
     if not a.size:
         return s, e
     added = np.zeros(a.size, bool)
