@@ -1,9 +1,10 @@
 """Benchmark of the training pipelines, measured so that two runs agree (bench/method.py).
 
-    python3 bench/bench_pipelines.py --gpus 1 --out $OUT            # the plan on one GPU (~6-7 min on an H200)
+    python3 bench/bench_pipelines.py --gpus 1 --out $OUT            # the plan on one GPU (~4.5 min on an H200)
     python3 bench/bench_pipelines.py --gpus 2 --out $OUT            # 2 GPUs (relaunches itself under torchrun)
     python bench/bench_pipelines.py --device cpu --plan tiny:sparse+fused --rounds 2 --min-rounds 2 --out /tmp/b
                                                                     # smoke test of the script, CPU (gloo)
+    python3 bench/compare_results.py A/results.json B/results.json  # do two calls agree?
 
 A *plan* is a list of presets (model, data, dense optimizer, main-stream priority), each with the
 variants to compare (Base, SparseDist, FusedSparseDist with each lookup stream and placement,
@@ -13,37 +14,44 @@ SemiSync, SparseDist with the in-place copy); SparseDist is the reference. For e
    Session``: 26 tables of 1M x 128 are 13 GB) are built once and reused by every run of every
    variant; each run puts the model back to its initial state in place. Their cost is recorded.
 2. **Rounds**: a warm-up round (every variant once, discarded), then R timed rounds (R even,
-   ``--min-rounds`` <= R <= ``--rounds``, as many as the time budget allows). In each round every
-   variant runs once, in mirrored pairs of rotated orders (bench/method.py); one run =
-   ``--warmup-steps`` steps (pipeline fill, allocator growth after ``empty_cache``) + ``--steps``
-   timed steps (CUDA events on the main stream). The round's figure of a variant is the median of its timed steps and its peak
-   memory; ratios to SparseDist are taken within the round. Reported: the median over rounds
-   with a 95 % bootstrap interval over rounds, of the step time, the ratio, peak reserved and
-   allocated memory and their ratios (bench/method.py).
-3. **Traces**: then one more run of each variant the plan traces (the headline's main variants,
+   ``--min-rounds`` <= R <= the preset's plan, as many as the time budget allows). In each round
+   every variant runs once, in mirrored pairs of rotated orders (bench/method.py); one run = a few
+   warm-up steps (pipeline fill, allocator growth after ``empty_cache``) + a few timed steps (CUDA
+   events on the main stream): 3 + 4 on the multitask presets, short so that the runs compared
+   within a round are close in time. The round's figure of a variant is the median of its timed
+   steps and its peak memory; ratios to SparseDist are taken within the round. Reported: the
+   median over rounds with a 95 % bootstrap interval over rounds, of the step time, the ratio,
+   peak reserved and allocated memory and their ratios (bench/method.py).
+3. **The host** (bench/host.py): the main thread alone on one CPU (other threads and processes of
+   ours elsewhere), the cyclic GC off during each run, a host probe (us per tiny CPU op) right
+   before each run and the main thread's counters over it (involuntary context switches, its
+   CPU's steal and interrupt time): on the host-bound presets the step time is the host's speed,
+   and the results say how much the host moved (bench/NOTES-pipelines.md, issue 13 part 2).
+4. **Traces**: then one more run of each variant the plan traces (the headline's main variants,
    and what the 16k question and the explain proof need) with ``--profile-steps`` profiled steps (Kineto with ``[memory]`` and ``cuda_sync`` events:
    ``runtime.profiling``), written in the repository's layout under ``<out>/commit/`` so the lead
    can copy them in: ``sample_traces/pipelines_{N}gpu/<variant>/`` for the headline preset,
    ``.../<preset>/<variant>/`` for the others.
-4. **Diagnostics** (GPU; skipped when the budget is short): why the old method's first run of
-   a call was slow and its ratios moved from run to run. ``old_method``: the GPU left idle for
+5. **Diagnostics** (``--diagnostics``, GPU, ~60 s more): why the old method's first run of a call
+   was slow and its ratios moved from run to run. ``old_method``: the GPU left idle for
    ``--idle-s`` seconds, then SparseDist, FusedSparseDist and SemiSync back to back, 10 warm-up +
    40 timed steps each, P90 (the method before this one); ``fresh_tables``: the model built a
-   second time (new 13 GB allocation) and SparseDist and FusedSparseDist run once more.
+   second time (new 13 GB allocation) and SparseDist and FusedSparseDist run once more. The
+   2026-11-23 run answered both (bench/NOTES-pipelines.md); off by default.
 
-Throughout, for the "first run is slow" question: SM/memory clocks, temperature, power and
-clock-event reasons sampled by nvidia-smi every 200 ms (bench/gpu_clocks.py) and summarised
-per run; per run the first step's time, the caching allocator's device allocations during the
-timed steps, the share of steps in which the GPU had finished the previous step before the host
-finished issuing the next (the host bounds the step); per round a GEMM probe (clock-bound) and a
-lookup probe (memory-bound, on the preset's tables); per process the CUDA context start and the
-TBE extension's load (or build) time.
+Throughout: SM/memory clocks, temperature, power and clock-event reasons from nvidia-smi (one query
+between rounds at most every ``--clock-every-s``; ``--clock-log-ms`` for a sampling loop beside
+the run, as the first call had), a GEMM probe (clock-bound) and a lookup probe (memory-bound, on
+the preset's tables) at the same moments; per run the first step's time, the caching allocator's
+device allocations during the timed steps; per process the CUDA context start, the TBE
+extension's load (or build) time, the CPU model and the pinning.
 
-Writes (rank 0) after every round: ``<out>/results.json`` (everything), ``<out>/results.md``,
-``<out>/clocks.csv``; at the end ``<out>/commit/`` with ``bench/results/pipelines-{N}gpu-<gpu>-
-<date>.{json,md}``, the sample traces and their README, ``README-rows.md`` (the README's
-"Measured" rows) and ``bench/results/proof-pipelines-{N}gpu-<gpu>-<date>.json`` (the explain
-proof's pairs: bench/proof_manifest.py).
+Writes (rank 0) every ~15 s and at each preset's end: ``<out>/results.json`` (everything),
+``<out>/results.md``, ``<out>/clocks.csv``; at the end ``<out>/commit/`` with
+``bench/results/pipelines-{N}gpu-<gpu>-<date>-<HHMM>.{json,md}``, the sample traces and their
+README, ``README-rows.md`` (the README's "Measured" rows) and
+``bench/results/proof-pipelines-{N}gpu-<gpu>-<date>-<HHMM>.json`` (the explain proof's pairs:
+bench/proof_manifest.py).
 """
 from __future__ import annotations
 
@@ -52,6 +60,7 @@ import dataclasses
 import datetime
 import gc
 import json
+import math
 import os
 import platform
 import shutil
@@ -64,11 +73,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from bench import method, proof_manifest  # noqa: E402
 from bench.gpu_clocks import ClockLog, reason_names  # noqa: E402
+from bench.host import HostPin, ThreadCounters, host_probe, quiet_gc  # noqa: E402
 from runtime.data import DataConfig, SyntheticLoader  # noqa: E402
 from runtime.dist import init_from_env  # noqa: E402
 from runtime.model import DenseOptimizerConfig, ModelConfig  # noqa: E402
@@ -87,6 +98,7 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "fused_lookup_after_dist": ("fused", {"lookup_stream": "data_dist", "lookup_placement": "after_data_dist"}),
     "fused_current_stream": ("fused", {"lookup_stream": "current"}),
     "sparse_inplace_copy": ("sparse", {"inplace_copy_batch_to_gpu": True}),
+    "semi_after_backward": ("semi", {"start_batch": 0, "semi_lookup_placement": "after_backward"}),
 }
 REFERENCE = "sparse"
 TRACED = ("sparse", "fused", "semi", "base", "fused_step_start")
@@ -94,27 +106,42 @@ TRACED = ("sparse", "fused", "semi", "base", "fused_step_start")
 
 _BIG = dict(tables=26, rows=1_000_000, dim=128, pooling=20.0, dense_arch=(1024, 1024), over_arch=(4096, 4096, 4096, 2048))
 
+_RUN = dict(warmup=3, timed=4)
+"""The shape of one run: 3 warm-up steps (pipeline fill; the allocator's growth after
+``empty_cache`` is over by the second step) and 4 timed steps. Short runs, many rounds: on a host
+whose speed moves within seconds, two runs next to each other see nearly the same host, and more
+rounds narrow the interval (bench/NOTES-pipelines.md, "Issue 13, part 2", with the simulation on
+the noise of the 2026-11-23 run)."""
+
 PRESETS: dict[str, dict] = {
     # 26 tables of 1M x 128 (13 GB), pooling 20, a multi-task over arch: 128 task heads (256
     # small parameters) on the 4096-wide MLP, Adam with per-parameter kernels (foreach off): a
     # dense optimizer of ~1900 short kernels that leaves most of the GPU idle, stepped on a main
-    # stream of priority -2 (above the side streams). est_step_ms: the H200's step, for the
-    # time budget only.
-    "multitask_b32k": dict(_BIG, batch=32768, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=50),
-    "multitask": dict(_BIG, batch=16384, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=30),
+    # stream of priority -2 (above the side streams). est_step_ms: the H200's step on the
+    # 2026-11-23 machine, for the time budget only; rounds: the timed rounds planned (fewer if
+    # the budget is short, never fewer than --min-rounds).
+    "multitask_b32k": dict(_BIG, batch=32768, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=55,
+                           rounds=16, **_RUN),
+    "multitask": dict(_BIG, batch=16384, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=45,
+                      rounds=48, **_RUN),
     # the same model at 4096 samples: the host issuing ~1900 optimizer launches per step takes
     # longer than the GPU's work, so the step is bound by the host and no overlap can help
-    "multitask_b4k": dict(_BIG, batch=4096, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=20),
+    "multitask_b4k": dict(_BIG, batch=4096, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=45,
+                          rounds=60, **_RUN),
     # the 16k model on torch's default stream (priority 0, below the side streams: the long
     # lookup and embedding-backward grids then hold the GPU until their last wave)
-    "multitask_p0": dict(_BIG, batch=16384, task_heads=128, adam_foreach=False, main_priority=0, est_step_ms=30),
+    "multitask_p0": dict(_BIG, batch=16384, task_heads=128, adam_foreach=False, main_priority=0, est_step_ms=45,
+                         rounds=36, **_RUN),
     # the first run's model: one head, foreach Adam over ~44M parameters (a bandwidth-bound
-    # optimizer), torch's default stream
-    "dense_heavy": dict(_BIG, batch=4096, task_heads=1, adam_foreach=True, main_priority=0, est_step_ms=7),
+    # optimizer), torch's default stream; 7 ms steps whose first few still grow the allocator
+    "dense_heavy": dict(_BIG, batch=4096, task_heads=1, adam_foreach=True, main_priority=0, est_step_ms=7,
+                        rounds=40, warmup=6, timed=8),
     # the CI-sized smoke preset (seconds on any GPU; the CPU smoke test)
     "tiny": dict(tables=8, rows=10_000, dim=32, batch=256, pooling=4.0, dense_arch=(64,), over_arch=(256, 128),
-                 task_heads=4, adam_foreach=False, main_priority=-2, est_step_ms=5),
+                 task_heads=4, adam_foreach=False, main_priority=-2, est_step_ms=5, rounds=10, **_RUN),
 }
+SPEC_ONLY = ("est_step_ms", "rounds", "warmup", "timed")
+"""PRESETS keys about the measurement, not the model (left out of the results' ``spec``)."""
 
 MAIN = ("sparse", "fused", "semi")
 # (preset, variants, traced variants); the first preset is the headline (every variant; its
@@ -129,7 +156,8 @@ PLAN = (
     ("dense_heavy", MAIN, ()),
 )
 OLD_METHOD_PRESETS = ("multitask_b32k", "multitask")
-"""Presets whose ``old_method`` diagnostic runs (the issue's two disagreeing presets)."""
+"""Presets whose ``old_method`` diagnostic runs (``--diagnostics``; the issue's two disagreeing
+presets)."""
 
 # the explain proof (issue 9 section 4): (before, after, fix, presets)
 PROOF_PAIRS = (("sparse", "fused", "fused_sparse_dist", ("multitask_b32k", "multitask_b4k", "tiny")),)
@@ -209,9 +237,17 @@ class Bench:
         self.gpu = args.device == "cuda"
         self.t0 = time.perf_counter()
         self.out = Path(args.out)
-        self.date = args.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self.date = args.date or now.strftime("%Y%m%d")
+        # two calls on one day must not write the same file names: the hour and minute of the
+        # start, unless the caller names the run (--label) or the date (--date, the tests)
+        label = args.label if args.label is not None else ("" if args.date else now.strftime("%H%M"))
         self.device_name = torch.cuda.get_device_name() if self.gpu else (platform.processor() or "cpu")
-        self.tag = f"{info.world_size}gpu-{proof_manifest.device_slug(self.device_name)}-{self.date}"
+        self.tag = f"{info.world_size}gpu-{proof_manifest.device_slug(self.device_name)}-{self.date}" + (f"-{label}" if label else "")
+        # the host: the main thread alone on one CPU (GPU runs; bench/host.py)
+        self.pin = HostPin(enabled=args.pin and self.gpu, why_not="--no-pin" if self.gpu else "a CPU smoke run",
+                           rank=int(os.environ.get("LOCAL_RANK", 0)), ranks=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        self.last_clock_sample = -1e9
         self.samples_dir = f"sample_traces/pipelines_{info.world_size}gpu"
         self.commit = self.out / "commit"
         self.clocks = None
@@ -225,10 +261,13 @@ class Bench:
             "method": {
                 "warmup_rounds": 1, "min_rounds": args.min_rounds, "max_rounds": args.rounds,
                 "warmup_steps": args.warmup_steps, "timed_steps": args.steps,
+                "run_shape": "per preset (warm-up steps, timed steps, rounds planned) unless the command sets them",
                 "order": "warm-up round in plan order; timed rounds in mirrored pairs of rotated orders",
                 "figure": "per round: median of the timed steps (GPU time between CUDA events on the main stream); "
                           "ratios within the round; median over rounds with a 95 % percentile bootstrap interval "
                           f"({method.RESAMPLES} resamples, bench/method.py)",
+                "host": "main thread pinned alone to one CPU, the cyclic GC off during each run, a host probe and the "
+                        "main thread's counters around each run (bench/host.py)",
                 "reference": REFERENCE,
             },
             "process": {},
@@ -264,9 +303,11 @@ class Bench:
             return None
         return self.clocks.window(t0 + self.t0, t1 + self.t0)
 
-    def publish(self) -> None:
-        if not self.rank0:
+    def publish(self, *, every_s: float = 0.0) -> None:
+        """Writes results.json/.md (rank 0); with ``every_s``, only if the last write is older."""
+        if not self.rank0 or self.now() - getattr(self, "_published", -1e9) < every_s:
             return
+        self._published = self.now()
         self.doc["total_s"] = round(self.now(), 1)
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "results.json").write_text(json.dumps(self.doc, indent=1, default=str))
@@ -284,6 +325,8 @@ class Bench:
         proc["env"] = {k: os.environ.get(k) for k in ("CUDA_MODULE_LOADING", "PYTORCH_CUDA_ALLOC_CONF", "TBE_KERNELS_BUILD_DIR",
                                                     "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")}
         proc["cpu_count"] = os.cpu_count()
+        proc["cpu_model"] = _cpu_model()
+        proc["pin"] = self.pin.status
         proc["cuda_sync_events"] = cuda_sync_events()
         if not self.gpu:
             return
@@ -293,8 +336,9 @@ class Bench:
         proc["cuda_first_alloc_s"] = round(time.perf_counter() - t, 3)
         if self.rank0:
             uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", "") or "") or None
-            self.clocks = ClockLog(uuid=uuid)
-            proc["clock_log"] = self.clocks.status
+            self.clocks = ClockLog(uuid=uuid, interval_ms=self.args.clock_log_ms)
+            proc["clock_log"] = self.clocks.status + ("" if self.args.clock_log_ms > 0 else
+                                                      f" (one query every >= {self.args.clock_every_s:g} s, between rounds)")
             q = subprocess.run(
                 ["nvidia-smi", "--query-gpu=name,driver_version,persistence_mode,power.limit,clocks.max.sm,clocks.max.mem,"
                  "clocks.applications.graphics", "--format=csv"], capture_output=True, text=True, timeout=30,
@@ -310,8 +354,10 @@ class Bench:
         except Exception as e:  # noqa: BLE001 - the runs then use the reference (said in the table)
             proc["tbe_extension"] = f"unavailable: {e}"[:300]
         proc["tbe_extension_load_s"] = round(time.perf_counter() - t, 2)
+        proc["host_probe_us"] = round(host_probe(), 3)
         self.say(f"CUDA start {proc['cuda_first_alloc_s']} s, TBE extension {proc['tbe_extension']} in "
-                 f"{proc['tbe_extension_load_s']} s, clock log {proc.get('clock_log')}")
+                 f"{proc['tbe_extension_load_s']} s, clock log {proc.get('clock_log')}, pin {self.pin.status}, "
+                 f"host probe {proc['host_probe_us']} us/op")
 
     # ---- probes (per round) ----------------------------------------------------------------
     def probes(self, session: Session, loader: SyntheticLoader) -> dict:
@@ -334,10 +380,20 @@ class Bench:
 
     # ---- one run of one variant ------------------------------------------------------------
     def run(self, session: Session, loader: SyntheticLoader, cfg: TrainConfig) -> dict:
-        t0 = self.now()
-        run = session.run(cfg, loader.first(cfg.total_steps), progress=False)
-        t1 = self.now()
-        seg = _combine(self.gather(_run_summary(run)))
+        """One run of ``cfg`` with the host kept steady (threads pinned, GC off) and measured
+        (the host probe right before, the main thread's counters over the run)."""
+        batches = loader.first(cfg.total_steps)
+        self.pin.apply(children=[pid] if (pid := getattr(self.clocks, "pid", None)) else [])
+        probe = host_probe()
+        with quiet_gc():
+            c0 = ThreadCounters.now(self.pin.main_cpu)
+            t0 = self.now()
+            run = session.run(cfg, batches, progress=False)
+            t1 = self.now()
+            counters = ThreadCounters.now(self.pin.main_cpu).since(c0)
+        mine = _run_summary(run)
+        mine.update(host_probe_us=round(probe, 3), host=counters)
+        seg = _combine(self.gather(mine))
         seg["t"] = [round(t0, 3), round(t1, 3)]
         seg["clocks"] = self.clocks_in(t0, t1)
         if run.trace:
@@ -347,14 +403,16 @@ class Bench:
     # ---- a preset ----------------------------------------------------------------------------
     def preset(self, name: str, variants: list[str], *, traced: tuple[str, ...], headline: bool, share_s: float) -> None:
         args, spec = self.args, PRESETS[name]
+        warmup, timed, planned = run_shape(args, spec)
         folder = self.commit / self.samples_dir / ("" if headline else name)
         pdoc: dict = {
-            "preset": name, "headline": headline, "spec": {k: v for k, v in spec.items() if k != "est_step_ms"},
+            "preset": name, "headline": headline, "spec": {k: v for k, v in spec.items() if k not in SPEC_ONLY},
+            "run_shape": {"warmup_steps": warmup, "timed_steps": timed, "rounds_planned": planned},
             "variants": variants, "rounds": [], "summary": {}, "targets": {}, "traces": {}, "diagnostics": {},
             "setup": {}, "budget_s": round(share_s, 1),
         }
         self.doc["presets"].append(pdoc)
-        cfgs = {v: _config(spec, v, device=args.device, warmup=args.warmup_steps, timed=args.steps, profile=0,
+        cfgs = {v: _config(spec, v, device=args.device, warmup=warmup, timed=timed, profile=0,
                            out=folder / v, seed=args.seed) for v in variants}
         trace_cfgs = {v: dataclasses.replace(cfgs[v], timed_steps=3, profile_steps=args.profile_steps)
                       for v in variants if v in traced and args.profile_steps}
@@ -371,28 +429,37 @@ class Bench:
         pdoc["setup"]["model_build_s"] = round(session.build_s, 2)
         pdoc["setup"]["model_bytes"] = sum(p.numel() * p.element_size() for p in session.model.parameters()) + sum(
             b.numel() * b.element_size() for b in session.model.buffers())
-        self.say(f"{name}: loader {pdoc['setup']['loader_s']} s, model {pdoc['setup']['model_build_s']} s")
+        self.say(f"{name}: loader {pdoc['setup']['loader_s']} s, model {pdoc['setup']['model_build_s']} s, "
+                 f"runs of {warmup} + {timed} steps")
 
         def one_round(r: int, order: list[str]) -> None:
-            rd = {"round": r, "warmup": r == 0, "order": order, "t": [round(self.now(), 3)], "probes": self.probes(session, loader),
-                  "runs": {}}
+            # between rounds, every few seconds: a clock sample and the GEMM / lookup probes
+            due = r == 0 or self.now() - self.last_clock_sample >= args.clock_every_s
+            if due:
+                self.last_clock_sample = self.now()
+                if self.clocks is not None:
+                    self.clocks.sample()
+            rd = {"round": r, "warmup": r == 0, "order": order, "t": [round(self.now(), 3)],
+                  "probes": self.probes(session, loader) if due else {}, "runs": {}}
             pdoc["rounds"].append(rd)
             for v in order:
                 rd["runs"][v] = self.run(session, loader, cfgs[v])
             rd["t"].append(round(self.now(), 3))
-            rd["clocks"] = self.clocks_in(*rd["t"])
-            self.publish()  # the figures are made at the preset's end: no host work between rounds
+            rd["clocks"] = self.clocks_in(rd["t"][0] - 0.5, rd["t"][1])  # the sample taken just before it
+            self.publish(every_s=15.0)  # the figures are made at the preset's end
+            ref = rd["runs"].get(REFERENCE, {}).get("step_ms_median")
             self.say(f"{name} round {r}{' (warm-up)' if r == 0 else ''}: " + ", ".join(
-                f"{v} {rd['runs'][v]['step_ms_median']:.3f}" for v in variants) + f" ms  ({rd['t'][1] - rd['t'][0]:.1f} s)")
+                f"{v} {rd['runs'][v]['step_ms_median']:.3f}" + (f" ({rd['runs'][v]['step_ms_median'] / ref:.3f})" if ref and v != REFERENCE else "")
+                for v in variants) + f" ms  ({rd['t'][1] - rd['t'][0]:.1f} s)")
 
         one_round(0, list(variants))
         per_round = pdoc["rounds"][0]["t"][1] - pdoc["rounds"][0]["t"][0]
         traces_s = len(trace_cfgs) * (4.0 + 0.002 * spec["est_step_ms"] * 13) if self.gpu else 2.0 * len(trace_cfgs)
         diag_s = 0.0
-        if self.gpu and not args.no_diagnostics:
+        if self.gpu and args.diagnostics:
             diag_s += self.old_method_s(name, variants) + (15.0 if headline else 0.0)
         left = share_s - (self.now() - t_preset) - traces_s - diag_s
-        n_rounds = self.decide(method.rounds_that_fit(per_round_s=per_round, left_s=left, least=args.min_rounds, most=args.rounds))
+        n_rounds = self.decide(method.rounds_that_fit(per_round_s=per_round, left_s=left, least=args.min_rounds, most=planned))
         pdoc["timed_rounds_planned"] = n_rounds
         for r, order in enumerate(method.round_orders(variants, n_rounds), start=1):
             one_round(r, order)
@@ -409,9 +476,10 @@ class Bench:
                      f"events {seg.get('trace_counts')}")
         self.publish()
 
-        diagnose = self.gpu and not args.no_diagnostics
+        diagnose = self.gpu and args.diagnostics
         if diagnose:
             self.old_method(name, variants, pdoc, session, loader, cfgs, share_s - (self.now() - t_preset))
+        gc.unfreeze()  # every run froze what survived it (bench/host.py's quiet_gc): the model can go now
         del session
         gc.collect()
         if self.gpu:
@@ -512,6 +580,55 @@ class Bench:
         pdoc["summary"] = summary
         pdoc["timed_rounds"] = len(timed)
         pdoc["targets"] = targets(pdoc)
+        pdoc["host"] = host_summary(timed)
+
+
+def host_summary(timed: list[dict]) -> dict:
+    """What the host did over a preset's timed runs: the host probe (us/op: median, P10, P90),
+    how much of the runs' step-time spread the probe accounts for (Pearson r between the logs of
+    each run's step over its variant's median and of its probe over the median probe), the main
+    thread's involuntary context switches per run (median, max) and CPU(s), and the steal and
+    interrupt share of that CPU's time (ticks summed over the runs)."""
+    runs = [(v, run) for rd in timed for v, run in rd["runs"].items()]
+    probes = [run["host_probe_us"] for _, run in runs if run.get("host_probe_us")]
+    out: dict = {"runs": len(runs)}
+    if probes:
+        out["probe_us"] = {"median": method.median(probes), "p10": method.percentile(probes, 0.1), "p90": method.percentile(probes, 0.9)}
+        med_v = {v: method.median([r["step_ms_median"] for vv, r in runs if vv == v]) for v, _ in runs}
+        pairs = [(math.log(r["step_ms_median"] / med_v[v]), math.log(r["host_probe_us"] / out["probe_us"]["median"]))
+                 for v, r in runs if r.get("host_probe_us") and r.get("step_ms_median") and med_v[v]]
+        if len(pairs) >= 3:
+            xs, ys = zip(*pairs)
+            out["step_vs_probe_r"] = None if min(np.std(xs), np.std(ys)) == 0 else round(float(np.corrcoef(xs, ys)[0, 1]), 3)
+    hosts = [run["host"] for _, run in runs if run.get("host")]
+    if hosts:
+        inv = [h["involuntary_switches"] for h in hosts]
+        out["involuntary_switches"] = {"median": method.median(inv), "max": max(inv)}
+        out["thread_cpu_share"] = _r(method.median([h["thread_cpu_share"] for h in hosts]))
+        out["cpus"] = sorted({h["cpu"] for h in hosts if h.get("cpu") is not None})
+        ticks = [h for h in hosts if "all_ticks" in h]
+        total = sum(h["all_ticks"] for h in ticks)
+        if total:
+            out["steal_share"] = round(sum(h["steal_ticks"] for h in ticks) / total, 4)
+            out["irq_share"] = round(sum(h["irq_ticks"] for h in ticks) / total, 4)
+    return out
+
+
+def run_shape(args, spec: dict) -> tuple[int, int, int]:  # noqa: ANN001
+    """(warm-up steps, timed steps, timed rounds planned) of a preset's runs: the preset's, unless
+    the command sets them (--warmup-steps, --steps, --rounds)."""
+    pick = lambda given, own: own if given is None else given  # noqa: E731
+    return pick(args.warmup_steps, spec["warmup"]), pick(args.steps, spec["timed"]), max(pick(args.rounds, spec["rounds"]), args.min_rounds)
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def _median_ms(fn, reps: int) -> float:  # noqa: ANN001
@@ -613,6 +730,14 @@ def _cell(x) -> str:  # noqa: ANN001
     return "-" if x is None else str(x)
 
 
+def _r(x, nd: int = 3):  # noqa: ANN001, ANN202
+    return None if x is None else round(x, nd)
+
+
+def _pct(x) -> str:  # noqa: ANN001
+    return "-" if x is None else f"{100 * x:.2f} %"
+
+
 def _est(e: dict | None, fmt: str = "{:.3f}", scale: float = 1.0) -> str:
     if not e:
         return "-"
@@ -637,20 +762,24 @@ def markdown(doc: dict) -> list[str]:
              f"{doc['date_utc']}, `{doc['command']}`, torch {doc['versions'].get('torch')} (CUDA {doc['versions'].get('cuda')}); "
              f"{doc['total_s']} s in all.", "",
              "Method (bench/method.py): a warm-up round (discarded), then timed rounds; every variant once per round, in "
-             "mirrored pairs of rotated orders; a round's figure is the median of the variant's timed steps; ratios to SparseDist "
-             "within each round; reported: median over rounds [95 % bootstrap interval over rounds].", ""]
+             "mirrored pairs of rotated orders; one run = a few warm-up steps + a few timed steps (per preset, below); a "
+             "round's figure is the median of the variant's timed steps; ratios to SparseDist within each round; reported: "
+             "median over rounds [95 % bootstrap interval over rounds]. Host (bench/host.py): the main thread alone on one "
+             "CPU, the cyclic GC off during each run, a host probe (us per tiny CPU op) right before each run.", ""]
     proc = doc.get("process", {})
     if proc:
         lines += [f"Process: CUDA context + first allocation {proc.get('cuda_first_alloc_s')} s; TBE extension "
                   f"{proc.get('tbe_extension')} in {proc.get('tbe_extension_load_s')} s; clock log {proc.get('clock_log')}; "
-                  f"cuda_sync events {proc.get('cuda_sync_events')}.", ""]
+                  f"cuda_sync events {proc.get('cuda_sync_events')}; CPU {proc.get('cpu_model')} x {proc.get('cpu_count')}; "
+                  f"pinning {proc.get('pin')}; host probe at the start {proc.get('host_probe_us')} us/op.", ""]
     for p in doc["presets"]:
         spec = p["spec"]
         lines += [f"## {p['preset']}{' (headline)' if p['headline'] else ''}", "",
                   f"batch {spec['batch']}/GPU, {spec['tables']} tables x {spec['rows']} x {spec['dim']}, pooling {spec['pooling']}, "
                   f"over arch {tuple(spec['over_arch'])}, {spec['task_heads']} task head(s), Adam foreach={spec['adam_foreach']}, "
-                  f"main stream priority {spec['main_priority']}. Timed rounds: {p.get('timed_rounds', 0)} (+1 warm-up); setup: "
-                  f"batches {p['setup'].get('loader_s')} s, model {p['setup'].get('model_build_s')} s.", "",
+                  f"main stream priority {spec['main_priority']}. Timed rounds: {p.get('timed_rounds', 0)} (+1 warm-up) of "
+                  f"runs of {(p.get('run_shape') or {}).get('warmup_steps')} warm-up + {(p.get('run_shape') or {}).get('timed_steps')} "
+                  f"timed steps; setup: batches {p['setup'].get('loader_s')} s, model {p['setup'].get('model_build_s')} s.", "",
                   "| variant | step ms | / SparseDist | peak reserved GB | / SparseDist | peak alloc GB | GPU waited for host "
                   "| device allocs in timed steps | warm-up round / median |",
                   "|---|---|---|---|---|---|---|---|---|"]
@@ -673,15 +802,29 @@ def markdown(doc: dict) -> list[str]:
         same = [v for v, s in p["summary"].items() if s.get("final_loss_equals_sparse") is False]
         if same:
             lines += ["", f"Final loss differs from SparseDist's: {', '.join(same)}"]
-        lines += ["", "Per round (step ms, median of the timed steps; SM MHz mean; probes):", "",
-                  "| round | order | " + " | ".join(p["variants"]) + " | SM MHz | temp C | reasons | GEMM ms | lookup ms |",
-                  "|---|---|" + "---|" * (len(p["variants"]) + 5)]
+        host = p.get("host") or {}
+        if host.get("probe_us") or host.get("involuntary_switches"):
+            pr, inv = host.get("probe_us") or {}, host.get("involuntary_switches") or {}
+            lines += ["", f"Host over the {host.get('runs')} timed runs: probe {_cell(_r(pr.get('median')))} us/op (P10 "
+                      f"{_cell(_r(pr.get('p10')))}, P90 {_cell(_r(pr.get('p90')))}); run step / variant median against run probe / "
+                      f"median probe: r = {_cell(host.get('step_vs_probe_r'))}; main thread: {_cell(inv.get('median'))} involuntary "
+                      f"context switches per run (max {_cell(inv.get('max'))}), CPU share {_cell(host.get('thread_cpu_share'))}, on "
+                      f"CPU(s) {host.get('cpus')}; steal {_pct(host.get('steal_share'))} and interrupts {_pct(host.get('irq_share'))} "
+                      "of that CPU's time."]
+        lines += ["", "Per round (step ms, median of the timed steps, and its ratio to SparseDist's in the round; host probe "
+                  "us/op, median of the round's runs; SM MHz and GEMM / lookup probes where sampled before the round):", "",
+                  "| round | order | " + " | ".join(p["variants"]) + " | host us/op | SM MHz | temp C | reasons | GEMM ms | lookup ms |",
+                  "|---|---|" + "---|" * (len(p["variants"]) + 6)]
         for rd in p["rounds"]:
             ck = rd.get("clocks") or {}
-            cells = [f"{rd['runs'][v]['step_ms_median']:.3f}" if v in rd["runs"] else "-" for v in p["variants"]]
+            ref = (rd["runs"].get(REFERENCE) or {}).get("step_ms_median")
+            cells = [("-" if v not in rd["runs"] else f"{rd['runs'][v]['step_ms_median']:.3f}"
+                      + (f" ({rd['runs'][v]['step_ms_median'] / ref:.3f})" if ref and v != REFERENCE else "")) for v in p["variants"]]
+            probe = method.median([r.get("host_probe_us") for r in rd["runs"].values()])
             lines.append(f"| {rd['round']}{' (warm-up)' if rd['warmup'] else ''} | {rd['order'][0]} first | " + " | ".join(cells)
-                         + f" | {ck.get('sm_mhz', '-')} | {ck.get('temp_c_max', '-')} | {','.join(reason_names(ck.get('reasons'))) or '-'}"
-                         f" | {rd['probes'].get('gemm_ms', '-')} | {rd['probes'].get('lookup_ms', '-')} |")
+                         + f" | {_cell(_r(probe))} | {ck.get('sm_mhz') or '-'} | {ck.get('temp_c_max') or '-'} | "
+                         f"{','.join(reason_names(ck.get('reasons'))) or '-'} | {rd['probes'].get('gemm_ms', '-')} | "
+                         f"{rd['probes'].get('lookup_ms', '-')} |")
         warm = next((rd for rd in p["rounds"] if rd["warmup"]), None)
         if warm is not None:
             lines += ["", "First use (the warm-up round against the timed rounds; a run's first step includes the pipeline "
@@ -740,24 +883,39 @@ def main() -> int:
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a smoke test of the script (gloo)")
     ap.add_argument("--plan", default=None, help="PRESET[:VARIANT+VARIANT...],... (default: the built-in plan, headline "
                     "first; sparse is added where missing)")
-    ap.add_argument("--warmup-steps", type=int, default=4, help="steps before the timed ones in every run")
-    ap.add_argument("--steps", type=int, default=12, help="timed steps per run")
-    ap.add_argument("--rounds", type=int, default=10, help="timed rounds at most (after the warm-up round)")
+    ap.add_argument("--warmup-steps", type=int, default=None, help="steps before the timed ones in every run "
+                    "(default: the preset's, 3 on the multitask presets)")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per run (default: the preset's, 4 on the multitask presets)")
+    ap.add_argument("--rounds", type=int, default=None, help="timed rounds at most, after the warm-up round "
+                    "(default: the preset's plan, fewer when the budget is short)")
     ap.add_argument("--min-rounds", type=int, default=6, help="timed rounds at least, whatever the budget "
                     "(even: whole mirrored pairs of orders, bench/method.py)")
     ap.add_argument("--profile-steps", type=int, default=2, help="profiled steps of each trace run (0: no traces)")
     ap.add_argument("--idle-s", type=float, default=20.0, help="diagnostics: GPU idle before the old method's runs")
-    ap.add_argument("--no-diagnostics", action="store_true")
+    ap.add_argument("--diagnostics", action="store_true", help="also the old method after an idle GPU and the "
+                    "model built afresh (the first call's questions, answered in bench/NOTES-pipelines.md: ~60 s)")
+    ap.add_argument("--no-pin", dest="pin", action="store_false", help="leave the threads where the scheduler puts "
+                    "them (default: the main thread alone on one CPU, bench/host.py)")
+    ap.add_argument("--clock-log-ms", type=int, default=0, help="nvidia-smi's clock log: a sampling loop at this "
+                    "interval throughout (a process beside the benchmark); 0: one query between rounds")
+    ap.add_argument("--clock-every-s", type=float, default=15.0, help="clock sample and GEMM/lookup probes between "
+                    "rounds at most this often")
+    ap.add_argument("--label", default=None, help="suffix of the results' file names (default: the start's UTC HHMM, "
+                    "none with --date)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--date", default=None, help="YYYYMMDD for the file names (default: today, UTC)")
-    ap.add_argument("--budget-s", type=float, default=480.0,
+    ap.add_argument("--budget-s", type=float, default=280.0,
                     help="seconds for the whole benchmark: the timed rounds of each preset are as many as fit its share")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench_pipelines: error: needs a CUDA GPU (or --device cpu)", file=sys.stderr)
         return 2
-    if args.min_rounds < 1 or args.rounds < args.min_rounds or args.steps < 1 or args.warmup_steps < 0:
+    if (args.min_rounds < 1 or (args.rounds is not None and args.rounds < args.min_rounds)
+            or (args.steps is not None and args.steps < 1) or (args.warmup_steps is not None and args.warmup_steps < 0)):
         print("bench_pipelines: error: need 1 <= --min-rounds <= --rounds, --steps >= 1, --warmup-steps >= 0", file=sys.stderr)
+        return 2
+    if args.label is not None and not args.label.replace("-", "").replace("_", "").isalnum():
+        print("bench_pipelines: error: --label takes letters, digits, '-' and '_'", file=sys.stderr)
         return 2
     if args.gpus > 1 and "RANK" not in os.environ:
         if args.device == "cuda" and torch.cuda.device_count() < args.gpus:
@@ -776,7 +934,9 @@ def main() -> int:
     bench = Bench(args, info)
     try:
         bench.start_process()
-        weights = [PRESETS[p]["est_step_ms"] * len(vs) for p, vs, _ in plans]
+        # each preset's share of the budget: its planned time (step x runs per round x steps per run x rounds)
+        weights = [PRESETS[p]["est_step_ms"] * len(vs) * (lambda w, t, r: (w + t) * r)(*run_shape(args, PRESETS[p]))
+                   for p, vs, _ in plans]
         for k, (preset, names, traced) in enumerate(plans):
             left = args.budget_s - bench.now()
             share = left * weights[k] / sum(weights[k:])

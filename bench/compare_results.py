@@ -30,10 +30,28 @@ def _load(path: str) -> dict:
     return doc
 
 
+def _host(doc: dict, preset: str | None = None) -> float | None:
+    """The host probe (us per tiny CPU op) of a run: a preset's median over its runs, or the
+    process's at its start."""
+    if preset is None:
+        return (doc.get("process") or {}).get("host_probe_us")
+    p = next((p for p in doc.get("presets", []) if p.get("preset") == preset), None)
+    return (((p or {}).get("host") or {}).get("probe_us") or {}).get("median")
+
+
+def _fmt(x: float | None, spec: str = ".3f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
 def compare(a: dict, b: dict, *, memory: bool = False) -> tuple[list[str], bool]:
     figures = ("ratio", "reserved_ratio") if memory else ("ratio",)
     rows = agreement(a, b, figures=figures)
-    lines = [f"A: {a.get('device')} {a.get('date_utc')}   B: {b.get('device')} {b.get('date_utc')}", ""]
+    lines = []
+    for name, d in (("A", a), ("B", b)):
+        proc = d.get("process") or {}
+        lines.append(f"{name}: {d.get('device')} {d.get('date_utc')}, CPU {proc.get('cpu_model', '-')}, pinning "
+                     f"{str(proc.get('pin', '-')).split(':')[0]}, host probe {_fmt(_host(d))} us/op")
+    lines.append("")
     for r in rows:
         lines.append(f"{'ok ' if r.ok else 'NO '} {r.preset:16s} {r.variant:24s} {r.figure:14s} "
                      f"A {r.a.median:.4f} [{r.a.lo:.4f}, {r.a.hi:.4f}]  B {r.b.median:.4f} [{r.b.lo:.4f}, {r.b.hi:.4f}]")
@@ -41,6 +59,16 @@ def compare(a: dict, b: dict, *, memory: bool = False) -> tuple[list[str], bool]
     if not rows:
         lines.append("no figure in common")
     verdict = bool(rows) and not bad
+    lines += ["", "Targets (each run):"]
+    for name, d in (("A", a), ("B", b)):
+        for p in d.get("presets", []):
+            for t, ok in (p.get("targets") or {}).items():
+                lines.append(f"  {name} {p['preset']:16s} {t}: {'met' if ok else 'NOT met'}")
+    presets = sorted({r.preset for r in bad})
+    if presets:
+        lines += ["", "Host probe (median us/op over the preset's runs) where they disagree: " + "; ".join(
+            f"{p} A {_fmt(_host(a, p))} / B {_fmt(_host(b, p))}" for p in presets)
+            + " (a host slower in one call moves a host-bound preset's ratios: bench/NOTES-pipelines.md)"]
     lines += ["", f"{'AGREE' if verdict else 'DISAGREE'}: {len(rows) - len(bad)} of {len(rows)} figures within the other run's interval"]
     return lines, verdict
 

@@ -5,9 +5,13 @@
     log.window(t0, t1)             # {"sm_mhz": mean, "mem_mhz": mean, "temp_c_max": .., ...}
     log.stop(); log.samples        # every sample of every GPU: (perf_counter, {field: value})
 
-A separate process does the sampling, so the benchmark's own process spends nothing on it;
-each line is stamped with ``time.perf_counter()`` when it is read (a few ms after nvidia-smi
-wrote it: fine at 200 ms sampling). ``clocks_event_reasons.active`` (``clocks_throttle_reasons``
+    log = ClockLog(uuid=..., interval_ms=0)   # no loop: one query each time
+    log.sample()                               # ... the caller asks (between timed segments)
+
+A separate process does the sampling (its pid: ``log.pid``), so the benchmark's own process
+spends nothing on it; each line is stamped with ``time.perf_counter()`` when it is read (a few ms
+after nvidia-smi wrote it: fine at 200 ms sampling). On a host-bound benchmark even that process
+competes for the host (and nvidia-smi's queries for the driver), hence the on-demand mode. ``clocks_event_reasons.active`` (``clocks_throttle_reasons``
 on older drivers) is the bit mask of why the clocks are below their maximum (power cap,
 thermal, idle...). Where nvidia-smi is missing or refuses the query, the log stays empty and
 ``status`` says why: a benchmark never fails for want of it.
@@ -59,6 +63,7 @@ class ClockLog:
 
     def __init__(self, *, uuid: str | None = None, interval_ms: int = 200, command: str = "nvidia-smi") -> None:
         self.samples: list[tuple[float, dict]] = []
+        self._command = command
         self.fields: tuple[str, ...] = ()
         self.status = "not started"
         self._uuid = uuid.lower() if uuid else None
@@ -80,6 +85,10 @@ class ClockLog:
             self.status = f"off: {command} exit {probe.returncode}: {(probe.stderr or probe.stdout).strip()[:200]}"
         if not self.fields:
             return
+        if interval_ms <= 0:
+            self.status = "on demand"
+            self._add(probe.stdout.splitlines())
+            return
         self._proc = subprocess.Popen(
             [command, f"--query-gpu={','.join(self.fields)}", "--format=csv,noheader,nounits", f"--loop-ms={interval_ms}"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
@@ -88,12 +97,32 @@ class ClockLog:
         self._thread = threading.Thread(target=self._read, name="clock-log", daemon=True)
         self._thread.start()
 
-    def _read(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        for line in self._proc.stdout:
+    @property
+    def pid(self) -> int | None:
+        """The sampling process's pid while it runs (None on demand or off)."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def _add(self, lines) -> None:  # noqa: ANN001 - lines of nvidia-smi's output
+        for line in lines:
             s = parse_line(line, self.fields)
             if s is not None:
                 self.samples.append((time.perf_counter(), s))
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        self._add(self._proc.stdout)
+
+    def sample(self) -> None:
+        """One query now (on demand; the loop mode samples by itself and this does nothing)."""
+        if self.status != "on demand":
+            return
+        try:
+            q = subprocess.run([self._command, f"--query-gpu={','.join(self.fields)}", "--format=csv,noheader,nounits"],
+                               capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.SubprocessError):
+            return
+        if q.returncode == 0:
+            self._add(q.stdout.splitlines())
 
     def _mine(self) -> list[tuple[float, dict]]:
         """The samples of the GPU asked for; every sample if none carries its uuid (a name

@@ -13,6 +13,18 @@ from dataclasses import dataclass
 PIPELINES = {"base": "Base", "sparse": "SparseDist", "fused": "FusedSparseDist", "semi": "SemiSync"}
 """``metrics.json``'s ``pipeline`` -> the name TorchRec gives the pipeline (TrainPipeline<name>)."""
 
+OPTIONS = {
+    ("fused", "lookup_stream", "new"): "new lookup stream",
+    ("fused", "lookup_stream", "current"): "lookup on the main stream",
+    ("fused", "lookup_placement", "step_start"): "lookup at step start",
+    ("fused", "lookup_placement", "after_data_dist"): "lookup after data dist",
+    ("semi", "semi_lookup_placement", "after_backward"): "lookup after backward",
+}
+"""A pipeline's non-default options in ``metrics.json``'s ``config`` (the runtime's TrainConfig
+fields: pipeline, field, value) -> the words the variant's name carries; the defaults (lookup
+stream ``data_dist``, placements ``before_optimizer`` and ``after_forward``) and a config without
+the field add none."""
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -49,10 +61,13 @@ def variant(path: str, label: str) -> Variant:
         pipe = m["pipeline"]
         name = PIPELINES.get(pipe, pipe)
         cfg = m.get("config") if isinstance(m.get("config"), dict) else {}
-        if pipe == "fused" and cfg.get("lookup_stream") == "new":
-            name += " (new lookup stream)"
+        options = [words for (p, k, v), words in OPTIONS.items() if p == pipe and cfg.get(k) == v]
+        if pipe == "semi" and isinstance(cfg.get("start_batch"), int) and cfg["start_batch"] > 0:
+            options.append(f"exact until batch {cfg['start_batch']}")
         if cfg.get("inplace_copy_batch_to_gpu"):
-            name += " (in-place copy)"
+            options.append("in-place copy")
+        if options:
+            name += f" ({', '.join(options)})"
         ws = m.get("world_size")
         if isinstance(ws, int) and ws > 0:
             name += f" · {ws} GPU" + ("s" if ws > 1 else "")

@@ -259,7 +259,7 @@ class Session:
         if cfg.pipeline == "fused":
             kwargs.update(lookup_stream=cfg.lookup_stream, lookup_placement=cfg.lookup_placement)
         if cfg.pipeline == "semi":
-            kwargs["start_batch"] = cfg.start_batch
+            kwargs.update(start_batch=cfg.start_batch, lookup_placement=cfg.semi_lookup_placement)
         main_ctx = contextlib.nullcontext()
         if self.main_stream is not None:
             self.main_stream.wait_stream(torch.cuda.current_stream(device))  # the reset above

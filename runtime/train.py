@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from runtime.data import DataConfig, SyntheticLoader
 from runtime.model import DenseOptimizerConfig, ModelConfig
-from runtime.pipelines import LOOKUP_PLACEMENTS, LOOKUP_STREAMS, PIPELINES
+from runtime.pipelines import LOOKUP_PLACEMENTS, LOOKUP_STREAMS, PIPELINES, SEMI_LOOKUP_PLACEMENTS
 from runtime.profiling import cuda_sync_events
 from runtime.session import ConfigError, Session
 
@@ -66,6 +66,9 @@ class TrainConfig:
     the next step) or ``after_data_dist`` (after the next batch's data dist)."""
     start_batch: int = 0
     """SemiSync: batches before this one are trained exactly."""
+    semi_lookup_placement: str = "after_forward"
+    """SemiSync: where batch i+1's stale lookup runs on the GPU: ``after_forward`` (TorchRec's:
+    beside batch i's backward) or ``after_backward`` (beside batch i's optimizer); same numerics."""
     inplace_copy_batch_to_gpu: bool = False
     """Allocate each device batch on the main stream and fill it from the memcpy stream."""
     memory_snapshot: bool = False
@@ -99,6 +102,8 @@ class TrainConfig:
             raise ConfigError(f"lookup_placement must be one of {LOOKUP_PLACEMENTS}, got {self.lookup_placement!r}")
         if self.start_batch < 0:
             raise ConfigError("start_batch must be >= 0")
+        if self.semi_lookup_placement not in SEMI_LOOKUP_PLACEMENTS:
+            raise ConfigError(f"semi_lookup_placement must be one of {SEMI_LOOKUP_PLACEMENTS}, got {self.semi_lookup_placement!r}")
         if not -3 <= self.main_stream_priority <= 0:
             raise ConfigError(f"main_stream_priority must be in -3..0, got {self.main_stream_priority}")
         if self.model.num_embeddings != self.data.num_embeddings or self.model.num_dense != self.data.num_dense:
@@ -226,6 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--lookup-placement", choices=list(LOOKUP_PLACEMENTS), default="before_optimizer",
       help="fused: where the host issues the next batch's lookup")
     a("--start-batch", type=int, default=0, help="semi: exact batches before semi-sync")
+    a("--semi-lookup-placement", choices=list(SEMI_LOOKUP_PLACEMENTS), default="after_forward",
+      help="semi: the stale lookup beside the backward (after_forward) or the optimizer (after_backward)")
     a("--inplace-copy", action="store_true")
     a("--memory-snapshot", action="store_true")
     a("--tf32", action="store_true", help="TF32 dense matmuls (CUDA)")
@@ -275,6 +282,7 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
             pipeline=ns.pipeline, device=ns.device, warmup_steps=ns.warmup_steps, timed_steps=ns.steps,
             profile_steps=ns.profile_steps, lookup_stream=ns.lookup_stream,
             lookup_placement=ns.lookup_placement, start_batch=ns.start_batch,
+            semi_lookup_placement=ns.semi_lookup_placement,
             inplace_copy_batch_to_gpu=ns.inplace_copy, memory_snapshot=ns.memory_snapshot, allow_tf32=ns.tf32,
             main_stream_priority=ns.main_stream_priority, out=ns.out,
             model=model, data=data, dense_optimizer=DenseOptimizerConfig(kind=ns.dense_optimizer, lr=ns.dense_lr, foreach=ns.dense_foreach),

@@ -265,16 +265,20 @@ class TraceBuilder:
         stream: int,
         gpu_at: float,
         tid: int | None = None,
+        producer_known: bool = True,
     ) -> tuple[int, int]:
         """``event.record(on_stream)`` then ``stream.wait_event(event)`` as PyTorch issues them:
         a ``cudaEventRecord`` call at ``record_at``, a ``cudaStreamWaitEvent`` call at
         ``wait_at`` (1 us each, on ``tid``), and the ``Stream Wait Event`` cuda_sync event on
         ``stream`` at GPU time ``gpu_at`` that Kineto writes with ``enable_cuda_sync_events``.
-        Returns the correlation ids of the record and the wait calls."""
+        ``producer_known=False``: ``wait_on_stream`` and ``wait_on_cuda_event_record_corr_id``
+        are -1, as torch 2.11 with CUDA 13 writes them. Returns the correlation ids of the record
+        and the wait calls."""
         rec = self.runtime("cudaEventRecord", record_at, 1.0, tid=tid)
         wait = self.runtime("cudaStreamWaitEvent", wait_at, 1.0, tid=tid)
         self.cuda_sync(gpu_at, 0.5, kind="stream_wait_event", stream=stream, correlation=wait,
-                       wait_stream=on_stream, wait_correlation=rec)
+                       wait_stream=on_stream if producer_known else -1,
+                       wait_correlation=rec if producer_known else -1)
         return rec, wait
 
     def overhead(self, name: str, ts: float, dur: float) -> None:

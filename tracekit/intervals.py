@@ -94,18 +94,22 @@ def covered_in_windows(u: Union, ws: np.ndarray, we: np.ndarray) -> np.ndarray:
     we = np.asarray(we, dtype=np.int64)
     if u[0].size == 0 or ws.size == 0:
         return np.zeros(ws.size, np.int64)
+    return np.maximum(covered_upto(u, we) - covered_upto(u, ws), 0)
+
+
+def covered_upto(u: Union, t: np.ndarray) -> np.ndarray:
+    """For each time t, how much of ``(-inf, t)`` the union covers (int64 array, non-decreasing
+    in t)."""
+    t = np.asarray(t, dtype=np.int64)
     s, e = u
+    if s.size == 0:
+        return np.zeros(t.size, np.int64)
     cum = np.concatenate([[0], np.cumsum(e - s)])  # cum[k] = length of intervals 0..k-1
-
-    def upto(t: np.ndarray) -> np.ndarray:
-        # covered length of (-inf, t)
-        k = np.searchsorted(s, t, side="right")  # intervals starting at or before t
-        full = cum[np.maximum(k - 1, 0)]
-        last = np.where(k > 0, np.clip(t - s[np.maximum(k - 1, 0)], 0,
-                                       (e - s)[np.maximum(k - 1, 0)]), 0)
-        return np.where(k > 0, full + last, 0)
-
-    return np.maximum(upto(we) - upto(ws), 0)
+    k = np.searchsorted(s, t, side="right")  # intervals starting at or before t
+    full = cum[np.maximum(k - 1, 0)]
+    last = np.where(k > 0, np.clip(t - s[np.maximum(k - 1, 0)], 0,
+                                   (e - s)[np.maximum(k - 1, 0)]), 0)
+    return np.where(k > 0, full + last, 0).astype(np.int64)
 
 
 def next_free_start(u: Union, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -596,6 +596,10 @@ def _text_snapshot(s: dict, limit: int) -> str:
     return out
 
 
+NO_HELP_FRACTION = 0.01
+"""A finding whose predicted saving is below this share of the step "would not help here"."""
+
+
 def _saving(f: dict) -> str:
     """A finding's predicted saving as text."""
     if f.get("kind") == "memory":
@@ -611,7 +615,7 @@ def _saving(f: dict) -> str:
     c = f.get("saving_contention_ns")
     if c is not None and abs(c - ns) >= 1000:
         out += f", {_ms(c)} ms with contention ({_pct(f.get('saving_contention_fraction'))})"
-    if f.get("saving_fraction") is not None and f["saving_fraction"] < 0.01:
+    if f.get("saving_fraction") is not None and f["saving_fraction"] < NO_HELP_FRACTION:
         out += ": would not help here"
     return out
 

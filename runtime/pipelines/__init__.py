@@ -8,14 +8,15 @@
                embedding backward, overlapping the dense optimizer (issued before the optimizer
                by default: ``lookup_placement``)
 ``semi``       SemiSync: the lookup of batch i+1 runs before batch i's embedding backward
-               (embeddings one step stale), exact for the first ``start_batch`` steps
+               (embeddings one step stale), exact for the first ``start_batch`` steps; beside
+               batch i's backward or its optimizer (``lookup_placement``)
 =============  ============================================================================
 """
 
 from __future__ import annotations
 
 from runtime.pipelines.base import train_base
-from runtime.pipelines.common import LOOKUP_PLACEMENTS, LOOKUP_STREAMS, PipelineResult
+from runtime.pipelines.common import LOOKUP_PLACEMENTS, LOOKUP_STREAMS, SEMI_LOOKUP_PLACEMENTS, PipelineResult
 from runtime.pipelines.fused_sparse_dist import train_fused_sparse_dist
 from runtime.pipelines.semi_sync import train_semi_sync
 from runtime.pipelines.sparse_dist import train_sparse_dist
@@ -31,6 +32,7 @@ __all__ = [
     "PIPELINES",
     "LOOKUP_STREAMS",
     "LOOKUP_PLACEMENTS",
+    "SEMI_LOOKUP_PLACEMENTS",
     "PipelineResult",
     "train_base",
     "train_sparse_dist",

@@ -15,6 +15,16 @@ Step i, by stream:
                     table update)
 * main stream:      dense forward of batch i on its (already looked-up) embeddings, dense
                     backward, dense optimizer
+
+Where batch i+1's stale lookup runs (``lookup_placement``; both read the tables before batch i's
+update, so the numerics are the same):
+
+* ``after_forward`` (default; TorchRec's): issued right after batch i's forward, it runs beside
+  batch i's backward on the GPU.
+* ``after_backward``: issued after batch i's backward and held on the data-dist stream until that
+  backward is done on the GPU, then run ahead of batch i's embedding backward: beside the dense
+  optimizer, whose ~1900 short kernels (the multitask presets) leave the GPU mostly idle, instead
+  of taking SMs from the backward.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from torch.profiler import record_function
 
 from runtime.batch import Batch
 from runtime.pipelines.common import (
+    SEMI_LOOKUP_PLACEMENTS,
     Feeder,
     InFlight,
     PipelineResult,
@@ -35,6 +46,7 @@ from runtime.pipelines.common import (
     embedding_backward,
     embeddings_for_forward,
     new_stream,
+    record_event,
     sparse_arch_of,
     start_embedding_lookup,
     start_sparse_data_dist,
@@ -51,12 +63,15 @@ def train_semi_sync(
     *,
     device: torch.device | str,
     start_batch: int = 0,
+    lookup_placement: str = "after_forward",
     inplace_copy_batch_to_gpu: bool = False,
     on_step: StepCallback | None = None,
 ) -> PipelineResult:
     """Trains on every batch once; lookups one step stale from batch ``start_batch`` on."""
     if start_batch < 0:
         raise ValueError(f"start_batch must be >= 0, got {start_batch}")
+    if lookup_placement not in SEMI_LOOKUP_PLACEMENTS:
+        raise ValueError(f"lookup_placement must be one of {SEMI_LOOKUP_PLACEMENTS}, got {lookup_placement!r}")
     device = torch.device(device)
     arch = sparse_arch_of(model)
     main = current_stream(device)
@@ -95,11 +110,14 @@ def train_semi_sync(
         # memcpy stream: batch i+3
         feeder.copy_next_into(queue)
         # data-dist stream: batch i+1's lookup BEFORE batch i's embedding backward (stale)
-        if stale and queue:
+        if stale and queue and lookup_placement == "after_forward":
             start_embedding_lookup(queue[0], arch=arch, stream=data_dist)
         # main stream: dense backward, stopping at the embeddings
         with record_function(f"## backward {i} ##"):
             loss.backward()
+        # data-dist stream (after_backward): the same stale lookup, after batch i's backward on the GPU
+        if stale and queue and lookup_placement == "after_backward":
+            start_embedding_lookup(queue[0], arch=arch, stream=data_dist, after=record_event(main))
         # data-dist stream: lengths/values all-to-alls of batch i+2. Issued after the backward:
         # the host reads batch i+2's splits here (on several ranks), and the host should not
         # wait before the main stream has the backward queued (the read waits only for the

@@ -52,7 +52,14 @@ def test_rounds_and_figures(bench_out):
     assert f["final_loss_equals_sparse"] and f["final_loss_same_every_round"]
     assert set(p["targets"]) == {"fused: median <= 0.95 and upper end <= 0.97", "semi: median <= 0.92 and upper end <= 0.95",
                                  "fused: upper end <= 1.02"}
-    assert "Per round" in (bench_out / "results.md").read_text()
+    md = (bench_out / "results.md").read_text()
+    assert "Per round" in md and "Host over the 6 timed runs" in md
+    # every run: the host probe right before it and the main thread's counters over it
+    for r in rounds:
+        for run in r["runs"].values():
+            assert run["host_probe_us"] > 0 and run["host"]["involuntary_switches"] >= 0
+    assert p["run_shape"] == {"warmup_steps": 1, "timed_steps": 2, "rounds_planned": 2}
+    assert doc["process"]["pin"] == "off: a CPU smoke run" and p["host"]["runs"] == 6
 
 
 def test_commit_folder_traces_and_proof_manifest(bench_out):
@@ -100,3 +107,25 @@ def test_compare_results_agrees_with_itself_and_not_with_a_shifted_run(bench_out
     assert compare_main([str(path), str(shifted)]) == 1
     assert "DISAGREE: 1 of 2" in capsys.readouterr().out
     assert compare_main([str(path), str(tmp_path / "missing.json")]) == 2
+
+
+def test_host_summary_by_hand():
+    from bench.bench_pipelines import host_summary
+
+    def run(step, probe, steal=0, irq=1, inv=0):
+        return {"step_ms_median": step, "host_probe_us": probe, "host": {
+            "involuntary_switches": inv, "voluntary_switches": 0, "thread_cpu_share": 1.0, "cpu": 7,
+            "steal_ticks": steal, "irq_ticks": irq, "all_ticks": 100}}
+
+    # every run's step is its variant's median times its probe over the median probe: r = 1
+    timed = [{"runs": {"sparse": run(40.0, 2.0), "fused": run(36.0, 2.0)}},
+             {"runs": {"sparse": run(50.0, 2.5, steal=10, inv=3), "fused": run(45.0, 2.5)}},
+             {"runs": {"sparse": run(30.0, 1.5), "fused": run(27.0, 1.5)}}]
+    h = host_summary(timed)
+    assert h["runs"] == 6 and h["probe_us"]["median"] == 2.0 and h["probe_us"]["p10"] == pytest.approx(1.5)
+    assert h["step_vs_probe_r"] == pytest.approx(1.0)
+    assert h["involuntary_switches"] == {"median": 0, "max": 3} and h["cpus"] == [7]
+    assert h["steal_share"] == pytest.approx(10 / 600, abs=1e-4) and h["irq_share"] == pytest.approx(6 / 600, abs=1e-4)
+    # a probe that does not move: no correlation to give
+    flat = [{"runs": {"sparse": run(40.0 + k, 2.0)}} for k in range(3)]
+    assert host_summary(flat)["step_vs_probe_r"] is None

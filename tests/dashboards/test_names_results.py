@@ -21,6 +21,23 @@ def test_variant_from_metrics_json(tmp_path):
     assert f.name == "FusedSparseDist (new lookup stream) · 2 GPUs" and f.pipeline == "fused"
     assert s.name == "SparseDist · 2 GPUs"
     assert f.group == s.group == str(run)  # one run: compared together by default
+    # every non-default option of a variant in its name (bench_pipelines' fused_step_start beside fused)
+    for folder, pipe, cfg, want in (
+        ("fused_step_start", "fused", {"lookup_stream": "data_dist", "lookup_placement": "step_start"},
+         "FusedSparseDist (lookup at step start) · 2 GPUs"),
+        ("fused_default", "fused", {"lookup_stream": "data_dist", "lookup_placement": "before_optimizer"}, "FusedSparseDist · 2 GPUs"),
+        ("fused_both", "fused", {"lookup_stream": "new", "lookup_placement": "after_data_dist"},
+         "FusedSparseDist (new lookup stream, lookup after data dist) · 2 GPUs"),
+        ("fused_current", "fused", {"lookup_stream": "current"}, "FusedSparseDist (lookup on the main stream) · 2 GPUs"),
+        ("semi_exact", "semi", {"start_batch": 5, "lookup_placement": "step_start"}, "SemiSync (exact until batch 5) · 2 GPUs"),
+        ("semi_after_backward", "semi", {"start_batch": 0, "semi_lookup_placement": "after_backward"},
+         "SemiSync (lookup after backward) · 2 GPUs"),
+        ("sparse_inplace", "sparse", {"inplace_copy_batch_to_gpu": True, "lookup_placement": "step_start"},
+         "SparseDist (in-place copy) · 2 GPUs"),
+    ):
+        (run / folder).mkdir()
+        (run / folder / "metrics.json").write_text(json.dumps({"pipeline": pipe, "world_size": 2, "config": cfg}))
+        assert names.variant(str(run / folder), folder).name == want
     # no metrics.json: the label, grouped by folder and the name's first two words
     a = names.variant(str(tmp_path / "issue5_delta_async.json.gz"), "issue5_delta_async")
     b = names.variant(str(tmp_path / "issue5_delta_none.json.gz"), "issue5_delta_none")

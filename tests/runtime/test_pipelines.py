@@ -35,6 +35,7 @@ VARIANTS = [
     ("semi", {"start_batch": STEPS}),  # never stale: must equal base
     ("semi", {"start_batch": 2}),
     ("semi", {"start_batch": 2, "inplace_copy_batch_to_gpu": True}),
+    ("semi", {"start_batch": 2, "lookup_placement": "after_backward"}),  # same numerics, lookup beside the optimizer
 ]
 
 
@@ -171,6 +172,24 @@ def test_fused_lookup_placement_host_order(placement):
             assert before_dist == (placement != "after_data_dist"), (placement, i)
     with pytest.raises(ValueError, match="lookup_placement"):
         PIPELINES["fused"](model, opt, SyntheticLoader(data), device="cpu", lookup_placement="later")
+
+
+@pytest.mark.parametrize("placement", ["after_forward", "after_backward"])
+def test_semi_lookup_placement_host_order(placement):
+    """SemiSync issues batch i+1's stale lookup after batch i's forward, or after its backward;
+    either way before batch i's embedding backward (the tables without batch i's update)."""
+    n = 4
+    data = DataConfig(**{**DATA.__dict__, "num_batches": n})
+    model, opt = _build(None)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        PIPELINES["semi"](model, opt, SyntheticLoader(data), device="cpu", lookup_placement=placement)
+    start = {e.name: e.time_range.start for e in prof.events() if e.name.startswith("## ")}
+    for i in range(n - 1):
+        lookup = start[f"## start_embedding_lookup {i + 1} ##"]
+        assert start[f"## forward {i} ##"] < lookup < start[f"## emb_backward {i} ##"]
+        assert (lookup < start[f"## backward {i} ##"]) == (placement == "after_forward"), (placement, i)
+    with pytest.raises(ValueError, match="lookup_placement"):
+        PIPELINES["semi"](model, opt, SyntheticLoader(data), device="cpu", lookup_placement="later")
 
 
 class _Boom(RuntimeError):

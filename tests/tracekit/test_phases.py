@@ -161,6 +161,11 @@ def test_assignment_is_vectorised_at_scale(tmp_path):
      "emb_backward"),
     ("void tbe::(anonymous namespace)::update_kernel(tbe::(anonymous namespace)::BackwardArgs)",
      "emb_backward"),
+    # the variants runtime/kernels/tbe_kernels.h picks (H200 traces of 2026-11-23)
+    ("void tbe::detail::pooled_forward_v2_kernel<long, float, 8, 3, 32, 1>(tbe::ForwardArgs)",
+     "lookup"),
+    ("void tbe::detail::linearize_v2_kernel<long, unsigned int>(tbe::BackwardArgs, unsigned int*, "
+     "int*, unsigned long*)", "emb_backward"),
     ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*)", "communication"),
     ("void at::native::update_kernel(float*)", None),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >()", None),

@@ -134,7 +134,7 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
     lookup gap, sync stalls, allocator (every figure is defined in docs/metrics.md). Exit 2
     when a rank of a directory cannot be read (the others are still analysed).
     """
-    from tracekit.api import report_for_path
+    from tracekit.api import report_for_path, trace_files
     from tracekit.ranks import JobConfig, analyze_job
     from tracekit.ranks.sources import is_url
     from tracekit.report import document, render_job, render_rank
@@ -153,7 +153,9 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
             ranks += select_rank(got, rank, p)
             texts += [("rank", r) for r in select_rank(got, rank, p)]
             continue
-        whole = fmt == "json" or detail or rank is not None
+        # a directory of one trace is shown as that rank: its whole report is needed
+        whole = fmt == "json" or detail or rank is not None or (
+            not is_url(p) and len(trace_files(p)) == 1)
         rep = analyze_job(p, rules_path=rules_path, cache_dir=cache_dir, use_cache=not no_cache,
                           with_hta=hta if whole else False, whole=whole, workers=workers,
                           scheduler=scheduler, scheduler_timeout_s=scheduler_timeout,

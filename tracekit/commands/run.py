@@ -40,7 +40,8 @@ def build_argv(opts: dict) -> list[str]:
         "--profile-steps", str(opts["profile_steps"]),
         "--lookup-stream", opts["lookup_stream"],
         "--lookup-placement", opts["lookup_placement"],
-        "--start-batch", str(opts["start_batch"]), "--main-stream-priority", str(opts["main_stream_priority"]),
+        "--start-batch", str(opts["start_batch"]), "--semi-lookup-placement", opts["semi_lookup_placement"],
+        "--main-stream-priority", str(opts["main_stream_priority"]),
         "--tables", str(opts["tables"]), "--rows", str(opts["rows"]), "--dim", str(opts["dim"]),
         "--dense-arch", opts["dense_arch"], "--over-arch", opts["over_arch"], "--task-heads", str(opts["task_heads"]),
         "--embedding-optimizer", opts["embedding_optimizer"],
@@ -93,6 +94,9 @@ def _check_widths(ctx, param, value: str) -> str:
                    "next batch's input dist.")
 @click.option("--start-batch", type=click.IntRange(min=0), default=0, show_default=True,
               help="semi: batches trained exactly before semi-sync starts.")
+@click.option("--semi-lookup-placement", type=click.Choice(["after_forward", "after_backward"]), default="after_forward",
+              show_default=True, help="semi: the stale lookup of the next batch beside this batch's backward "
+                                      "(after_forward, TorchRec's) or beside its optimizer (after_backward).")
 @click.option("--inplace-copy", is_flag=True, help="Allocate device batches on the main stream (in-place copy).")
 @click.option("--memory-snapshot", is_flag=True, help="Write the allocator snapshot beside the trace (CUDA).")
 @click.option("--tf32", is_flag=True, help="TF32 dense matmuls (CUDA).")

@@ -40,11 +40,14 @@ class GraphConfig:
     free) was held by something: a cross-stream wait is looked for."""
     wait_match_ns: int = 10_000
     """The inferred wait's source is the activity of another stream of the device that ended
-    latest, at most this long before the held activity started."""
+    latest before the held activity started, if the other streams sat idle at most this long
+    in between (time they ran kernels holding the GPU does not count)."""
     infer_waits: bool | None = None
-    """Infer cross-stream waits: None = only when the trace records none (no ``cuda_sync``
-    ``Stream Wait Event`` with its args); True = always (recorded ones are then dropped, as the
-    precision/recall test does); False = never."""
+    """Infer cross-stream waits: None = where the trace does not record them: every held
+    activity when it records none (no ``cuda_sync`` ``Stream Wait Event``), else the producers
+    of the recorded waits that name only their consumer; True = always, from timing and the
+    ``cudaStreamWaitEvent`` calls (recorded ones are dropped, as the precision/recall test
+    does); False = never."""
     handoff_idle_ns: int = 200_000
     """A secondary CPU thread idle this long before running again was woken by another thread
     (a handoff edge from the latest call on another thread); when the thread holding the steps
@@ -54,6 +57,13 @@ class GraphConfig:
     activity ended at most this long before the call returned (beyond that the call's own
     time, not the GPU, is what kept it)."""
 
+    launch_queue_depth: int | None = None
+    """How many launches a stream's launch queue holds: a launch cannot return before the
+    activity launched that many launches earlier on its stream has ended (a what-if whose host
+    runs further ahead of the GPU than the trace's fills it). None: measured from the trace's
+    ``Command Buffer Full`` events where it has them, else ``DEFAULT_QUEUE_DEPTH``; 0: no
+    limit."""
+
     def __post_init__(self) -> None:
         for f in ("wait_ready_ns", "wait_match_ns", "handoff_idle_ns", "host_wait_tolerance_ns"):
             v = getattr(self, f)
@@ -61,11 +71,45 @@ class GraphConfig:
                 raise ValueError(f"GraphConfig.{f} must be a non-negative int, got {v!r}")
         if self.launch_latency_ns is not None and not isinstance(self.launch_latency_ns, int):
             raise ValueError("GraphConfig.launch_latency_ns must be an int or None")
+        if self.launch_queue_depth is not None and (
+                not isinstance(self.launch_queue_depth, int) or self.launch_queue_depth < 0):
+            raise ValueError("GraphConfig.launch_queue_depth must be a non-negative int or None")
         if self.infer_waits not in (None, True, False):
             raise ValueError("GraphConfig.infer_waits must be None, True or False")
 
 
 DEFAULT_CONFIG = GraphConfig()
+DEFAULT_QUEUE_DEPTH = 1021
+"""A stream's launch queue depth when the trace does not show it: the runtime's H200 traces
+(torch 2.11, CUDA 13) block a launch on the activity launched 1,020-1,022 launches earlier."""
+
+
+def lane_positions(lane: np.ndarray) -> np.ndarray:
+    """Each node's position in its lane (node id order)."""
+    order = np.lexsort((np.arange(lane.size), lane))
+    ln = lane[order]
+    start = np.r_[0, np.flatnonzero(ln[1:] != ln[:-1]) + 1]
+    first = np.repeat(start, np.diff(np.r_[start, ln.size]))
+    pos = np.empty(lane.size, np.int64)
+    pos[order] = np.arange(lane.size) - first
+    return pos
+
+
+def _queue_depth(src, dst, ekind, launched, lane) -> int | None:
+    """The launch queue's depth the trace shows: over the launches that blocked on a full queue,
+    the median of (position of the activity launched) - (position of the one it waited for) on
+    their stream; None without such launches."""
+    q = np.flatnonzero(ekind == int(EdgeKind.QUEUE))
+    if not q.size:
+        return None
+    a, w = launched[dst[q]], src[q]
+    ok = (a >= 0) & (lane[np.maximum(a, 0)] == lane[w])
+    if not ok.any():
+        return None
+    pos = lane_positions(lane.astype(np.int64))
+    d = pos[a[ok]] - pos[w[ok]]
+    d = d[d > 0]
+    return int(np.median(d)) if d.size else None
 
 
 def _pairs(lane: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -363,17 +407,26 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     add(a_id[hw_src[~qw]], c_id[hw_dst[~qw]], EdgeKind.HOST_WAIT, 0)
     add(a_id[hw_src[qw]], c_id[hw_dst[qw]], EdgeKind.QUEUE, 0)
     # cross-stream waits: recorded, else inferred
-    rec = _recorded_waits(trace, acts, a_id, a_lane, kept, c_node_of_call, calls, ev)
-    infer = config.infer_waits if config.infer_waits is not None else rec[0].size == 0
-    if rec[0].size and config.infer_waits is not True:
-        add(rec[0], rec[1], EdgeKind.WAIT_RECORDED, 0)
-    if infer and na:
+    rec_s, rec_d, rec_cons = _recorded_waits(trace, acts, calls, ev)
+    recorded = rec_s.size + rec_cons.size > 0
+    use_rec = config.infer_waits is not True
+    if use_rec and rec_s.size:
+        add(a_id[rec_s], a_id[rec_d], EdgeKind.WAIT_RECORDED, 0)
+    hint = None
+    if use_rec and recorded:
+        # the trace says which activities waited (the consumers); where it does not say on
+        # what (no producer recorded), the producer is inferred for those consumers only
+        hint = np.zeros(na, bool)
+        hint[rec_cons] = True
+    elif config.infer_waits is True or (config.infer_waits is None and not recorded):
         sw = phases.name_matches(ncodes[k_rows], ncats, STREAM_WAIT)
+        hint = _wait_hints(a_launch, acts["launch_tid"].to_numpy(np.int64), a_lane,
+                           k_ts[sw], k_tid[sw])
+    if hint is not None and na and hint.any():
         w_src, w_dst = _inferred_waits(a_start, a_end, a_lane, acts["device"].to_numpy(np.int64),
-                                       launch_end, lat, config, a_launch,
-                                       acts["launch_tid"].to_numpy(np.int64),
-                                       k_ts[sw], k_tid[sw])
+                                       launch_end, lat, config, hint)
         add(a_id[w_src], a_id[w_dst], EdgeKind.WAIT_INFERRED, 0)
+    wait_consumers = np.unique(a_id[np.r_[rec_d, rec_cons].astype(np.int64)])
     # handoffs between CPU threads
     h_src, h_dst, h_nom, p_override = _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes,
                                                 p_prev, p_next, config)
@@ -398,6 +451,9 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
 
     launched = np.full(kind.size, -1, np.int64)
     launched[c_id[act_call[linked]]] = a_id[linked]
+    depth = config.launch_queue_depth
+    if depth is None:
+        depth = _queue_depth(src, dst, ekind, launched, lane) or DEFAULT_QUEUE_DEPTH
     steps_t = pd.DataFrame({
         "step": st["step"].to_numpy(np.int64) if n_st else np.zeros(0, np.int64),
         "cpu_start": st["cpu_start"].to_numpy(np.int64) if n_st else np.zeros(0, np.int64),
@@ -409,6 +465,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
                  category=category, name=name, phase=phase, batch=batch, lanes=lanes,
                  src=src, dst=dst, edge_kind=ekind, lag=lag, binding=binding, steps=steps_t,
                  wait_ns=wait, launched=launched, launch_latency_ns=lat,
+                 wait_consumers=wait_consumers, queue_depth=int(depth),
                  warnings=tuple(warnings))
 
 
@@ -484,34 +541,63 @@ def _host_waits(calls_idx, c_ts, c_end, device_sync, a_start, a_end, a_launch, a
     return df["a"].to_numpy(np.int64), df["c"].to_numpy(np.int64)
 
 
+def _wait_hints(a_launch, a_tid, a_lane, wait_ts, wait_tid) -> np.ndarray:
+    """bool per activity: a ``cudaStreamWaitEvent`` call may precede it (the trace records no
+    waits, only the runtime calls, which do not say which stream waits). PyTorch makes a stream
+    wait right before it launches onto it: a wait call on the launching thread since that
+    thread's previous launch (onto any stream), or on another thread since the previous launch
+    onto the activity's stream (``stream.wait_stream(main)`` on the main thread, then autograd's
+    thread launching the backward onto that stream). Without wait calls in the trace (an old
+    one, another runtime): every activity."""
+    n = a_launch.size
+    if not wait_ts.size:
+        return np.ones(n, bool)
+    has = a_launch >= 0
+    lo = np.iinfo(np.int64).min
+    hinted = np.zeros(n, bool)
+    o = np.argsort(wait_ts, kind="stable")
+    w_ts, w_tid = wait_ts[o], wait_tid[o]
+    # the previous launch by the same thread (onto any stream), and onto the same stream
+    prev_thread = _prev_in_group(a_launch, a_tid, has, lo)
+    prev_stream = _prev_in_group(a_launch, a_lane, has, lo)
+    for t in np.unique(a_tid[has]):
+        sel = np.flatnonzero(has & (a_tid == t))
+        mine = np.sort(w_ts[w_tid == t])
+        other = np.sort(w_ts[w_tid != t])
+        same = (np.searchsorted(mine, a_launch[sel], side="left")
+                - np.searchsorted(mine, prev_thread[sel], side="right")) > 0
+        cross = (np.searchsorted(other, a_launch[sel], side="left")
+                 - np.searchsorted(other, prev_stream[sel], side="right")) > 0
+        hinted[sel] = same | cross
+    return hinted
+
+
+def _prev_in_group(t, group, valid, missing) -> np.ndarray:
+    """Per element: the largest ``t`` before it among the valid elements of its group
+    (``missing`` for the first)."""
+    out = np.full(t.size, missing, np.int64)
+    idx = np.flatnonzero(valid)
+    o = idx[np.lexsort((t[idx], group[idx]))]
+    same = np.r_[False, group[o][1:] == group[o][:-1]]
+    out[o] = np.where(same, np.r_[missing, t[o][:-1]], missing)
+    return out
+
+
 def _inferred_waits(a_start, a_end, a_lane, a_dev, launch_end, lat, config: GraphConfig,
-                    a_launch, a_tid, wait_ts, wait_tid):
-    """Cross-stream waits from timing: an activity that started ``wait_ready_ns`` after it was
-    ready (its launch + the launch latency, its stream's previous activity) waited for the
-    activity of another stream of its device that ended last, at most ``wait_match_ns`` before
-    it started (and after it was ready); when several streams ended an activity in that window,
-    the stream it was seen to wait on when only one did. When the trace has ``cudaStreamWaitEvent`` calls, the
-    thread that launched it must have made one since its previous launch (PyTorch waits right
-    before it launches on the waiting stream; a stream held without one waited for something
-    else: the GPU's resources, say)."""
-    n = a_start.size
+                    hint: np.ndarray):
+    """Cross-stream waits from timing: an activity ``hint`` allows (a wait may precede it:
+    ``_wait_hints``, or the trace recorded that it waited without saying on what) that started
+    ``wait_ready_ns`` after it was ready (its launch + the launch latency, its stream's previous
+    activity) waited for the activity of another stream of its device that ended last before it
+    started (and after it was ready), if the other streams sat idle at most ``wait_match_ns``
+    in between: a consumer whose wait is satisfied starts within a few us, or, while kernels of
+    other streams hold the GPU (the producer's stream going on to its next kernel, say), when
+    they let it in. When several streams ended an activity within ``wait_match_ns`` of that
+    latest end, the stream this one was seen to wait on when only one did."""
     prev_end = stream_prev_end(a_start, a_end, a_lane)
     ready = np.maximum(prev_end, np.where(launch_end >= 0, launch_end + lat, NONE))
     has_ready = ready > NONE
-    held = has_ready & (a_start - ready > config.wait_ready_ns)
-    if wait_ts.size and held.any():
-        # the thread's previous launch (onto any stream)
-        o = np.lexsort((a_launch, a_tid))
-        same = np.r_[False, a_tid[o][1:] == a_tid[o][:-1]]
-        prev_launch = np.full(n, np.iinfo(np.int64).min)
-        prev_launch[o] = np.where(same, np.r_[0, a_launch[o][:-1]], np.iinfo(np.int64).min)
-        hinted = np.zeros(n, bool)
-        for t in np.unique(a_tid[held]):
-            w = np.sort(wait_ts[wait_tid == t])
-            sel = np.flatnonzero(held & (a_tid == t))
-            hinted[sel] = (np.searchsorted(w, a_launch[sel], side="left")
-                           - np.searchsorted(w, prev_launch[sel], side="right")) > 0
-        held &= hinted
+    held = hint & has_ready & (a_start - ready > config.wait_ready_ns)
     out_s, out_d = [], []
     for dev in np.unique(a_dev):
         for ln in np.unique(a_lane[a_dev == dev]):
@@ -521,18 +607,22 @@ def _inferred_waits(a_start, a_end, a_lane, a_dev, launch_end, lat, config: Grap
             other = np.flatnonzero((a_dev == dev) & (a_lane != ln))
             if not other.size:
                 continue
+            busy = intervals.union(a_start[other], a_end[other])
             other = other[np.argsort(a_end[other], kind="stable")]
             e = a_end[other]
-            lo = np.searchsorted(e, np.maximum(a_start[d] - config.wait_match_ns, ready[d] + 1),
-                                 side="left")
+            # idle time of the other streams up to t (non-decreasing in t)
+            idle_e = e - intervals.covered_upto(busy, e)
+            idle_s = a_start[d] - intervals.covered_upto(busy, a_start[d])
+            lo = np.maximum(np.searchsorted(idle_e, idle_s - config.wait_match_ns, side="left"),
+                            np.searchsorted(e, ready[d] + 1, side="left"))
             hi = np.searchsorted(e, a_start[d], side="right")
             ok = hi > lo
             d, lo, hi = d[ok], lo[ok], hi[ok]
             if not d.size:
                 continue
             pick = hi - 1  # the latest end
-            # several streams ended in the window: the one this stream waited on when only
-            # one did, else the latest
+            # several streams ended near it: the one this stream waited on when only one did
+            lo = np.maximum(lo, np.searchsorted(e, e[pick] - config.wait_match_ns, side="left"))
             changes = np.r_[0, np.cumsum(a_lane[other][1:] != a_lane[other][:-1])]
             one = changes[hi - 1] == changes[lo]
             if not one.all():
@@ -549,24 +639,30 @@ def _inferred_waits(a_start, a_end, a_lane, a_dev, launch_end, lat, config: Grap
     return np.concatenate(out_s), np.concatenate(out_d)
 
 
-def _recorded_waits(trace, acts, a_id, a_lane, kept, c_node_of_call, calls, ev):
+def _recorded_waits(trace, acts, calls, ev):
     """Waits recorded by Kineto's ``cuda_sync`` ``Stream Wait Event`` events (with
-    ``Trace.args``): the last activity launched on the waited-on stream before the
-    ``cudaEventRecord`` -> the first activity launched on the waiting stream after the
-    ``cudaStreamWaitEvent``. Returns (source node ids, destination node ids)."""
-    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    ``Trace.args``). The consumer: the first activity launched on the waiting stream (the
+    event's ``stream``) after the ``cudaStreamWaitEvent`` call (its correlation). The producer:
+    the last activity launched on the stream the event was recorded on (``wait_on_stream``)
+    before the ``cudaEventRecord`` call (``wait_on_cuda_event_record_corr_id``; without it,
+    before the wait call). Kineto leaves both -1 when it did not see the record (torch 2.11 with
+    CUDA 13 does for every wait): such a wait names its consumer only.
+
+    Returns activity indexes: (producers, consumers) of the waits that name both, and the
+    consumers of those that name only their consumer."""
+    e = np.zeros(0, np.int64)
     args = getattr(trace, "args", None)
     if args is None or len(args) == 0 or not len(acts):
-        return empty
+        return e, e, e
     sy = _event_rows(trace, (Kind.SYNC,))
     if not sy.size:
-        return empty
+        return e, e, e
     nm = np.asarray(ev["name"].array[sy]).astype(str)
     sy = sy[nm == STREAM_WAIT_EVENT]
     a = args.set_index("event")
     sy = sy[np.isin(sy, a.index.to_numpy())]
     if not sy.size:
-        return empty
+        return e, e, e
     wstream = a.loc[sy, "wait_stream"].to_numpy(np.int64)
     wcorr = a.loc[sy, "wait_correlation"].to_numpy(np.int64)
     stream = ev["stream"].to_numpy(np.int64)[sy]
@@ -575,14 +671,14 @@ def _recorded_waits(trace, acts, a_id, a_lane, kept, c_node_of_call, calls, ev):
     # the runtime calls by correlation: record call and wait call times
     cc = calls["corr"].to_numpy(np.int64)
     cts = calls["ts"].to_numpy(np.int64)
-    ctid = calls["tid"].to_numpy(np.int64)
     o = np.argsort(cc, kind="stable")
-    cc, cts, ctid = cc[o], cts[o], ctid[o]
+    cc, cts = cc[o], cts[o]
 
     def call_ts(c):
-        k = np.minimum(np.searchsorted(cc, c), max(cc.size - 1, 0))
-        ok = (c >= 0) & (cc.size > 0) & (cc[k] == c) if cc.size else np.zeros(c.size, bool)
-        return np.where(ok, cts[k], -1)
+        if not cc.size:
+            return np.full(c.size, -1, np.int64)
+        k = np.minimum(np.searchsorted(cc, c), cc.size - 1)
+        return np.where((c >= 0) & (cc[k] == c), cts[k], -1)
 
     rec_ts = call_ts(wcorr)
     wait_ts = call_ts(corr)
@@ -590,21 +686,28 @@ def _recorded_waits(trace, acts, a_id, a_lane, kept, c_node_of_call, calls, ev):
     st = acts["stream"].to_numpy(np.int64)
     launch = acts["launch_ts"].to_numpy(np.int64)
     launch = np.where(launch >= 0, launch, acts["ts"].to_numpy(np.int64))
-    out_s, out_d = [], []
+    out_s, out_d, only = [], [], []
     for i in range(sy.size):  # one per recorded wait: a trace has few
-        if rec_ts[i] < 0 or wait_ts[i] < 0:
+        if wait_ts[i] < 0:
             continue
-        prod = np.flatnonzero((dev == device[i]) & (st == wstream[i]) & (launch < rec_ts[i]))
         cons = np.flatnonzero((dev == device[i]) & (st == stream[i]) & (launch > wait_ts[i]))
-        if not prod.size or not cons.size:
+        if not cons.size:
             continue
-        out_s.append(a_id[prod[np.argmax(launch[prod])]])
-        out_d.append(a_id[cons[np.argmin(launch[cons])]])
-    if not out_s:
-        return empty
+        c = int(cons[np.argmin(launch[cons])])
+        if wstream[i] == stream[i]:  # a stream waiting on itself: stream order already
+            continue
+        if wstream[i] < 0:
+            only.append(c)
+            continue
+        before = rec_ts[i] if rec_ts[i] >= 0 else wait_ts[i]
+        prod = np.flatnonzero((dev == device[i]) & (st == wstream[i]) & (launch < before))
+        if not prod.size:  # nothing recorded on that stream yet: nothing to wait for
+            continue
+        out_s.append(int(prod[np.argmax(launch[prod])]))
+        out_d.append(c)
     s, d = np.array(out_s, np.int64), np.array(out_d, np.int64)
-    keep = s != d
-    return s[keep], d[keep]
+    cons_only = np.setdiff1d(np.array(only, np.int64), d)
+    return s, d, cons_only
 
 
 def _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes, p_prev, p_next, config):
@@ -673,27 +776,73 @@ def _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes, p_prev, p_next, co
             np.array(ov, np.int64).reshape(-1, 2))
 
 
+def ready_times(g: Graph) -> np.ndarray:
+    """Per node: when a GPU activity could have started without a cross-stream wait (its
+    stream's previous activity ended, and its launch call returned + the launch latency; a
+    blocking call's own launch gives no time), ``NONE`` for other nodes and where neither."""
+    ready = np.full(g.n, NONE, np.int64)
+    end = g.end
+    st = g.edge_kind == int(EdgeKind.STREAM)
+    np.maximum.at(ready, g.dst[st], end[g.src[st]])
+    calls = np.flatnonzero((g.launched >= 0) & (g.wait_ns <= 0)) if g.launched.size else \
+        np.zeros(0, np.int64)
+    np.maximum.at(ready, g.launched[calls], end[calls] + g.launch_latency_ns)
+    return ready
+
+
+def held_by_a_wait(g: Graph, ids: np.ndarray, ready_ns: int) -> np.ndarray:
+    """The GPU activities of ``ids`` that a cross-stream wait can have held: they started more
+    than ``ready_ns`` after they were ready (``ready_times``), and an activity of another stream
+    of their device ended in between (a wait ends when its producer, an activity of another
+    stream, ends: without such an end, the wait was satisfied before they were ready)."""
+    ids = np.asarray(ids, np.int64)
+    ready = ready_times(g)[ids]
+    ids, ready = ids[g.start[ids] - ready > ready_ns], ready[g.start[ids] - ready > ready_ns]
+    if not ids.size:
+        return ids
+    gpu = np.flatnonzero(g.kind == NodeKind.GPU)
+    dev = g.lanes["device"].to_numpy(np.int64)
+    keep = np.zeros(ids.size, bool)
+    for i, (v, r) in enumerate(zip(ids.tolist(), ready.tolist())):  # a trace records few
+        o = gpu[(g.lane[gpu] != g.lane[v]) & (dev[g.lane[gpu]] == dev[g.lane[v]])]
+        keep[i] = bool(((g.end[o] > r) & (g.end[o] <= g.start[v])).any())
+    return ids[keep]
+
+
 def wait_agreement(trace: Trace, rules: Rules, config: GraphConfig | None = None) -> dict | None:
     """Inferred cross-stream waits against the recorded ones of the same trace (None when it
-    records none): the graph is built twice, once with the recorded waits and once inferring
-    them (recorded ones dropped). A recorded wait counts when it is *binding* (it decided when
-    its consumer started; a wait already satisfied leaves no trace in the timing to infer it
-    from, and changes nothing on the critical path). ``precision`` = inferred edges that are
-    recorded binding ones / inferred edges; ``recall`` = recorded binding edges inferred /
-    recorded binding edges."""
+    records none): the graph is built with the recorded waits, then with every wait inferred
+    from timing and the runtime's ``cudaStreamWaitEvent`` calls (the recorded ones dropped, as
+    for a trace without ``cuda_sync`` events).
+
+    A recorded wait counts when it held its consumer: when it names its producer, it is the
+    edge that decided when the consumer started (a wait already satisfied leaves no trace in
+    the timing to infer it from, and changes nothing on the critical path); when it names only
+    its consumer (``wait_on_stream`` -1), a wait can have held the consumer
+    (``held_by_a_wait``), and an inferred wait matches it by its consumer.
+    ``precision`` = inferred waits that match a counted recorded one / inferred waits;
+    ``recall`` = counted recorded waits inferred / counted recorded waits (None when there is
+    nothing to divide by). ``recorded_producer``: how many recorded waits name their producer
+    (only those check the inferred producer)."""
     base = DEFAULT_CONFIG if config is None else config
     rec_cfg = GraphConfig(**{**base.__dict__, "infer_waits": False})
     inf_cfg = GraphConfig(**{**base.__dict__, "infer_waits": True})
     g = build_graph(trace, rules, rec_cfg)
     rec = np.flatnonzero(g.edge_kind == int(EdgeKind.WAIT_RECORDED))
-    if not rec.size:
+    cons_only = np.setdiff1d(g.wait_consumers, g.dst[rec])
+    if not rec.size and not cons_only.size:
         return None
     binding = rec[g.binding[g.dst[rec]] == rec]
     truth = set(zip(g.src[binding].tolist(), g.dst[binding].tolist()))
+    truth_cons = set(held_by_a_wait(g, cons_only, base.wait_ready_ns).tolist())
     h = build_graph(trace, rules, inf_cfg)
     inf = np.flatnonzero(h.edge_kind == int(EdgeKind.WAIT_INFERRED))
     got = set(zip(h.src[inf].tolist(), h.dst[inf].tolist()))
-    hit = len(truth & got)
-    return {"recorded": int(rec.size), "recorded_binding": len(truth), "inferred": len(got),
-            "matched": hit, "precision": hit / len(got) if got else None,
-            "recall": hit / len(truth) if truth else None}
+    got_dst = {d for _, d in got}
+    right = sum(1 for p in got if p in truth or p[1] in truth_cons)
+    found = len(truth & got) + len(truth_cons & got_dst)
+    n_truth = len(truth) + len(truth_cons)
+    return {"recorded": int(rec.size + cons_only.size), "recorded_producer": int(rec.size),
+            "recorded_binding": n_truth, "inferred": len(got), "matched": found,
+            "precision": right / len(got) if got else None,
+            "recall": found / n_truth if n_truth else None}

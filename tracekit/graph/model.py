@@ -14,7 +14,10 @@ launch    the runtime call -> the GPU activity it launched (correlation id); lag
 stream    consecutive activities of one GPU stream
 wait      a stream waiting on another stream's work (``cudaStreamWaitEvent``): recorded from
           the trace's ``cuda_sync`` events, else inferred (a stream that sat idle with its work
-          launched and started within a few us of another stream's activity ending)
+          launched and started within a few us of another stream's activity ending, or of the
+          GPU letting it in). Where the events name the waiting activity but not what it waited
+          on (torch 2.11 with CUDA 13 writes ``wait_on_stream`` -1), that activity's producer is
+          inferred
 host_wait the GPU work a blocking call waited for (stream/device/event synchronize, a blocking
           copy) -> the call
 queue     a launch that blocked on its stream's full launch queue (Kineto's ``Command Buffer
@@ -155,8 +158,14 @@ class Graph:
     """int64 per node: how long a blocking call waited before ``start`` (0 for others)."""
     launched: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     """int64 per node: for a call, a GPU activity it launched (-1 for none and other nodes)."""
+    wait_consumers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """int64 node ids: the GPU activities the trace's ``cuda_sync`` events say a cross-stream
+    wait preceded (whether or not they also say on what), sorted."""
     launch_latency_ns: int = 0
     """The nominal launch latency used (launch call end -> activity start)."""
+    queue_depth: int = 0
+    """A stream's launch queue depth the what-ifs keep (``GraphConfig.launch_queue_depth``; 0:
+    no limit)."""
     warnings: tuple[str, ...] = ()
     """What the graph could not see (no correlation ids, edges dropped...)."""
 

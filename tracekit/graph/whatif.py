@@ -34,6 +34,7 @@ import pandas as pd
 
 from tracekit import intervals
 from tracekit.errors import TracekitError
+from tracekit.graph.build import lane_positions
 from tracekit.graph.critical import step_windows
 from tracekit.graph.model import COMMUNICATION, COMPUTE, EdgeKind, Graph, NodeKind
 from tracekit.graph.replay import Plan, replay
@@ -153,13 +154,14 @@ def predict(g: Graph, change: Change, *, windows=None) -> Prediction:
     ``windows``: ``step_windows(g)`` when the caller has it."""
     obs = step_windows(g) if windows is None else windows
     p = plan(g, change)
-    s1, e1 = replay(p)
+    queue = queue_pairs(g, p.lane)
+    s1, e1 = replay_queued(g, p, queue)
     w1 = step_windows(g, s1, e1)
     dur2 = _contention_durations(g, p, s1, e1)
     if dur2 is not None:
         p2 = Plan(start=p.start, dur=dur2, lane=p.lane, lane_is_cpu=p.lane_is_cpu, src=p.src,
                   dst=p.dst, kind=p.kind, lag=p.lag)
-        s2, e2 = replay(p2)
+        s2, e2 = replay_queued(g, p2, queue)
         w2 = step_windows(g, s2, e2)
     else:
         w2 = w1
@@ -184,8 +186,8 @@ def _requeue(g: Graph, src, dst, kind, new_lane) -> np.ndarray:
     a = g.launched[dst[q]]
     w = src[q]
     same = g.lane[w] == g.lane[a]
-    old_pos = _lane_positions(g.lane.astype(np.int64))
-    new_pos = _lane_positions(new_lane)
+    old_pos = lane_positions(g.lane.astype(np.int64))
+    new_pos = lane_positions(new_lane)
     depth = old_pos[a] - old_pos[w]
     by_lane = {int(ln): np.flatnonzero(new_lane == ln) for ln in np.unique(new_lane[a])}
     for i in np.flatnonzero(same & (depth > 0)):
@@ -196,15 +198,61 @@ def _requeue(g: Graph, src, dst, kind, new_lane) -> np.ndarray:
     return src
 
 
-def _lane_positions(lane: np.ndarray) -> np.ndarray:
-    """Each node's position in its lane (node id order)."""
-    order = np.lexsort((np.arange(lane.size), lane))
-    ln = lane[order]
-    start = np.r_[0, np.flatnonzero(ln[1:] != ln[:-1]) + 1]
-    first = np.repeat(start, np.diff(np.r_[start, ln.size]))
-    pos = np.empty(lane.size, np.int64)
-    pos[order] = np.arange(lane.size) - first
-    return pos
+QUEUE_ROUNDS = 50
+"""At most this many replays to settle the launch queues (``replay_queued``)."""
+
+
+def queue_pairs(g: Graph, lane: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The launch queues' constraints on lanes ``lane`` (a plan's): for each GPU activity
+    launched ``g.queue_depth`` or more activities after the first of its lane, (the activity
+    that many before it, the call that launched it): the call cannot start before that activity
+    ends. Only constraints the trace honoured are kept (a queue that held slightly more than
+    the depth, or launches the trace does not show, do not make the unchanged graph move)."""
+    e = np.zeros(0, np.int64)
+    depth = g.queue_depth
+    gpu = np.flatnonzero(g.kind == NodeKind.GPU)
+    if depth <= 0 or not gpu.size or not (g.launched >= 0).any():
+        return e, e
+    call_of = np.full(g.n, -1, np.int64)
+    calls = np.flatnonzero(g.launched >= 0)
+    call_of[g.launched[calls]] = calls
+    gl = lane[gpu]
+    order = np.lexsort((gpu, gl))
+    ids, gl = gpu[order], gl[order]
+    pos = np.arange(ids.size) - np.searchsorted(gl, gl, side="left")
+    k = np.flatnonzero(pos >= depth)
+    a, c = ids[k - depth], call_of[ids[k]]
+    ok = (c >= 0) & (a < c)
+    a, c = a[ok], c[ok]
+    held = g.start[c] >= g.end[a]
+    return a[held], c[held]
+
+
+def replay_queued(g: Graph, p: Plan, queue: tuple[np.ndarray, np.ndarray] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``replay`` with each stream's launch queue held to ``g.queue_depth``: a host that the
+    change lets run further ahead of the GPU than the trace's blocks when a stream's queue is
+    full (the launch waits for the activity ``depth`` launches earlier on that stream). The
+    replay is repeated with an edge for every constraint it broke until none is (a launch
+    pushed later can only push later launches later). ``queue``: ``queue_pairs(g, p.lane)``
+    when the caller has it."""
+    s, e = replay(p)
+    a, c = queue_pairs(g, p.lane) if queue is None else queue
+    if not a.size:
+        return s, e
+    added = np.zeros(a.size, bool)
+    for _ in range(QUEUE_ROUNDS):
+        broke = ~added & (s[c] < e[a])
+        if not broke.any():
+            break
+        added |= broke
+        n = int(broke.sum())
+        p = Plan(start=p.start, dur=p.dur, lane=p.lane, lane_is_cpu=p.lane_is_cpu,
+                 src=np.r_[p.src, a[broke]], dst=np.r_[p.dst, c[broke]],
+                 kind=np.r_[p.kind, np.full(n, int(EdgeKind.QUEUE), np.int8)],
+                 lag=np.r_[p.lag, np.zeros(n, np.int64)])
+        s, e = replay(p)
+    return s, e
 
 
 def counted_steps(windows) -> np.ndarray:

@@ -1,9 +1,9 @@
 """Streams a Kineto JSON(.gz) file as decoded chunks of events, with bounded memory.
 
 The file is read and gunzipped in a background thread (ISA-L's inflate, else zlib: both
-release the GIL, so this overlaps with decoding on the other core). The main thread finds the ``traceEvents`` array, cuts the
-decompressed stream at event boundaries (a ``}`` followed by ``,`` and ``{``) and decodes each
-piece as a JSON array with msgspec. A cut that falls inside an event (a ``},{`` inside its args
+release the GIL, so this overlaps with decoding on the other core). The main thread finds the
+``traceEvents`` array, cuts the decompressed stream at event boundaries (a ``}`` followed by
+``,`` and ``{``) and decodes each piece as a JSON array with msgspec. A cut that falls inside an event (a ``},{`` inside its args
 or a string) cannot decode as an array of whole events, so it is retried at an earlier cut; a
 successful decode is therefore always a run of whole events. For big traces forked helper
 processes (``_parallel``) decode most of the pieces while the main thread decodes others.
@@ -188,12 +188,12 @@ def read_events(
     *,
     progress: Callable[[int], None] | None = None,
     threaded: bool = True,
-    helper: Helper | None = None,
+    helper: Helper | Helpers | None = None,
     clean_utf8: bool = False,
 ) -> Header:
     """Decodes ``path``'s events piece by piece into ``sink(events, piece_index)``.
 
-    With a ``helper`` (a second process), pieces are handed to it whenever it has a free slot
+    With a ``helper`` (helper processes), pieces are handed to it whenever it has a free slot
     and decoded here otherwise; its results reach the sink through ``helper.collect``.
     ``clean_utf8``: replace bytes that are not UTF-8 first (slower; ``read`` asks for it after
     a decode met one).
@@ -208,7 +208,7 @@ def read_events(
         src.close()
 
 
-def _read_events(path: str, blocks, sink, helper: Helper | None, header: Header) -> Header:
+def _read_events(path: str, blocks, sink, helper: Helper | Helpers | None, header: Header) -> Header:
     gz_truncated: str | None = None
     index = 0  # pieces cut so far: their order in the file
 

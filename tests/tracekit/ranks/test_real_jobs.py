@@ -69,6 +69,15 @@ def test_cli_job_summary_first_and_rank_detail(cache):
     assert j["jobs"][0]["ranks"][1]["collectives"] == 24
 
 
+def test_cli_directory_of_one_trace_is_that_rank(cache):
+    """A run's folder with one trace (1 GPU, metrics.json beside it) reads as that trace."""
+    d = SAMPLE_TRACES / "pipelines_1gpu" / "fused"
+    r = _run("analyze", d, "--no-hta", cache=cache)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"== {d}/trace_rank0.json.gz  (rank 0,")
+    assert "2. Stream overlap" in r.stdout and "Traceback" not in r.stderr
+
+
 def test_public_sampled_ranks_without_metadata(public_traces, tmp_path, cache):
     """Two of 128 ranks: matched by stream and order; the 126 others are missing."""
     d = tmp_path / "sampled"
