@@ -50,17 +50,19 @@ AUTO = "auto"  # the DISPATCH table's choice for the call's shape class
 # dim rounded up to 32, 64, 128 or 256, else 1024 (the v2/v3 forward takes dims <= 256; other
 # layouts run v1 whatever is asked). Chosen from the fastest measured variant of each class
 # (bench/bench_tbe.py prints the table its run measured; bench/NOTES-tbe.md has the figures);
-# buckets no run measured copy a neighbour. H200, 2026-11-23 (fbgemm_gpu 1.6.0 as the yardstick):
+# buckets no run measured copy a neighbour. H200, 2026-11-23 22:43 UTC (fbgemm_gpu 1.6.0 as the
+# yardstick; FBGEMM's time / ours on the 14 cases of bench/bench_tbe.py, worst case over uniform
+# and Zipf ids and both batches: bench/results/tbe-h200-20261123-2243.md):
 DISPATCH: dict[tuple[str, int], tuple[str, str]] = {
-    ("fp32", 32): ("v2-8", "v2"),  # not measured: as D=64
-    ("fp32", 64): ("v2-8", "v2"),  # fwd 0.63-3.5 ms: v2-8 best or within 2%; v2p 8-10% slower (spills)
-    ("fp32", 128): ("v2-8", "v2p"),  # fwd v2-8 best on 3 of 4 cases; v2p ~1-2% ahead of v2 on SGD
-    ("fp32", 256): ("v2-8", "v2"),  # the prefetching forwards lose 15-30% at D=256; v2p = v2 there
-    ("fp32", 1024): ("v1", "v2"),  # not measured
-    ("16-bit", 32): ("v2-4p", "v2"),  # not measured: as D=128
-    ("16-bit", 64): ("v2-4p", "v2"),  # not measured: as D=128
-    ("16-bit", 128): ("v2-4p", "v2"),  # fwd v2-4p best (before the raw-load fix); v2 best on 3 of 4
-    ("16-bit", 256): ("v2-4p", "v2"),  # not measured: as D=128
+    ("fp32", 32): ("v3-2", "v3s"),  # not measured: as D=64
+    ("fp32", 64): ("v3-2", "v3s"),  # fwd v3-2 worst 1.14 (v3-4 1.08, v2-8 0.87); bwd v3s ~ v3, both > v2
+    ("fp32", 128): ("v3-2", "v3s"),  # fwd v3-2 worst 1.12 (v3-4 1.04); bwd v3s worst 1.08 (v3 1.02, v2p 0.91)
+    ("fp32", 256): ("v3-4", "v3s"),  # fwd v3-4 worst 1.07 (v3-2 1.03); bwd v3s worst 1.05 (v3 0.99)
+    ("fp32", 1024): ("v1", "v2"),  # not measured (v3/v3s take rows of D <= 256; wider rows run v2)
+    ("16-bit", 32): ("v3-2", "v3s"),  # not measured: as D=128
+    ("16-bit", 64): ("v3-2", "v3s"),  # not measured: as D=128
+    ("16-bit", 128): ("v3-2", "v3s"),  # fp16 fwd v3-2 worst 1.09 (v3-4 1.00, v2-4p 0.84); bwd v3s 1.22
+    ("16-bit", 256): ("v3-2", "v3s"),  # not measured: rows of the bytes of fp32 D=128
     ("16-bit", 1024): ("v1", "v2"),  # not measured
 }
 # Used where $TBE_SKIP_VARIANTS leaves out the table's choice (these cannot be left out).
