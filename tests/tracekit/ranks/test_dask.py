@@ -61,6 +61,7 @@ def test_a_worker_killed_mid_run_is_survived(job8, cluster, tmp_path):
 
 
 def test_unreachable_scheduler_is_one_line_and_exit_2(job8, tmp_path):
+    pytest.importorskip("distributed")  # without it the CLI says to install tracekit[cluster] (tested elsewhere)
     d, _ = job8
     addr = f"tcp://127.0.0.1:{free_port()}"
     r = subprocess.run([sys.executable, "-m", "tracekit.cli", "analyze", str(d), "--scheduler",
