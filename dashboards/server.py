@@ -17,10 +17,49 @@ from tracekit.errors import InputError
 def answer_not_found(app) -> None:
     """A request for a file the app does not serve (``/_dash-component-suites/../../etc/passwd``,
     an unknown asset) is a plain 404, not a 500 with a traceback in the log: Dash raises its
-    ``DependencyException`` for those."""
+    ``DependencyException`` for those; a malformed callback request is a plain 400."""
     from dash.exceptions import DependencyException
 
     app.server.register_error_handler(DependencyException, lambda exc: ("Not found", 404, {"Content-Type": "text/plain"}))
+    app.server.before_request(lambda: _refuse_malformed_update(app))
+
+
+_BAD_REQUEST = ("Bad request", 400, {"Content-Type": "text/plain"})
+
+
+def _is_prop(x) -> bool:
+    """One input or state of a callback request: ``{"id": ..., "property": ...}`` (a pattern-matching
+    one is a list of those)."""
+    if isinstance(x, list):
+        return all(_is_prop(y) for y in x)
+    return isinstance(x, dict) and "id" in x and isinstance(x.get("property"), str)
+
+
+def _refuse_malformed_update(app):
+    """A callback request the page never sends (not a JSON object, no known output, inputs that are
+    not ``{"id", "property"}`` pairs, or not as many as the callback takes) is a plain 400, not a 500 with a traceback in the log: Dash's
+    dispatch assumes the shape its own front end writes. A well-formed request goes on to Dash."""
+    from flask import request
+
+    if request.method != "POST" or not request.path.endswith("/_dash-update-component"):
+        return None
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        return _BAD_REQUEST
+    output = body.get("output")
+    if not isinstance(output, str) or output not in app.callback_map:
+        return _BAD_REQUEST
+    callback = app.callback_map[output]
+    for key in ("inputs", "state"):
+        given = body.get(key, [])
+        if not isinstance(given, list) or not all(_is_prop(x) for x in given):
+            return _BAD_REQUEST
+        if len(given) != len(callback.get(key, [])):  # one per input (state) of that callback
+            return _BAD_REQUEST
+    outputs = body.get("outputs")
+    if not (isinstance(outputs, dict) or (isinstance(outputs, list) and all(isinstance(o, (dict, list)) for o in outputs))):
+        return _BAD_REQUEST
+    return None
 
 
 class Server:

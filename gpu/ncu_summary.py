@@ -14,8 +14,11 @@ import re
 import sys
 from pathlib import Path
 
-TIME_SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+# to microseconds; ncu 2025.3 writes "ms" / "us" / "ns" (older versions "msecond" ...)
+TIME_SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 BYTE_SCALE = {"byte": 1e-9, "Kbyte": 1e-6, "Mbyte": 1e-3, "Gbyte": 1.0, "Tbyte": 1e3}
+# DRAM throughput, % of peak: ncu 2025.3's name first
+DRAM_PCT = ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "dram__throughput.avg.pct_of_peak_sustained_elapsed")
 STALL = re.compile(r"smsp__average_warps?_(?:latency_)?issue_stalled_(\w+?)_per_issue_active\.ratio$")
 
 
@@ -65,7 +68,7 @@ def summarize(path: Path) -> list[str]:
         out.append("| " + " | ".join([
             short(r[col["Kernel Name"]]),
             fmt(get(r, "gpu__time_duration.sum", TIME_SCALE)),
-            fmt(get(r, "dram__throughput.avg.pct_of_peak_sustained_elapsed")),
+            fmt(next((v for m in DRAM_PCT if (v := get(r, m)) is not None), None)),
             fmt(rd + wr if rd is not None and wr is not None else None, "{:.2f}"),
             fmt(get(r, "lts__t_sector_hit_rate.pct")),
             fmt(get(r, "l1tex__t_sector_hit_rate.pct")),

@@ -11,7 +11,8 @@ must match the reference), SASS + PTX for the GPU present (sm_90a on H100/H200),
 
 Kernel variants (``tbe_kernels.h`` describes them; all give bit-identical results): the forward
 ``v1`` / ``v2-12`` / ``v2-8`` / ``v2-4`` (``p``: with L2 prefetches) / ``v3-4`` / ``v3-2`` and
-the backward ``v1`` / ``v2`` / ``v2-2rows`` / ``v2p`` (v2 with L2 prefetches) / ``v3`` / ``v3s``. Which
+the backward ``v1`` / ``v2`` / ``v2-2rows`` / ``v2p`` (v2 with L2 prefetches) / ``v3`` / ``v3s`` (v3
+with weight rows and Adagrad state streamed evict-first, ``ld/st.global.cs``, on a one-wave grid). Which
 ones a call uses: ``$TBE_FWD_VARIANT`` / ``$TBE_BWD_VARIANT`` when set, else ``auto``: the
 :data:`DISPATCH` table's choice for the call's shape class (weights type, largest table dim),
 picked from measured times. :func:`use_variants` changes them for a block of code (benchmarks
@@ -48,14 +49,19 @@ AUTO = "auto"  # the DISPATCH table's choice for the call's shape class
 # The variants an "auto" call uses, per shape class: (weights, dim bucket) -> (forward, backward).
 # weights: "fp32", or "16-bit" (fp16 and bf16 rows are read alike); dim bucket: the largest table
 # dim rounded up to 32, 64, 128 or 256, else 1024 (the v2/v3 forward takes dims <= 256; other
-# layouts run v1 whatever is asked). Chosen from the fastest measured variant of each class
-# (bench/bench_tbe.py prints the table its run measured; bench/NOTES-tbe.md has the figures);
-# buckets no run measured copy a neighbour. H200, 2026-11-23 22:43 UTC (fbgemm_gpu 1.6.0 as the
-# yardstick; FBGEMM's time / ours on the 14 cases of bench/bench_tbe.py, worst case over uniform
-# and Zipf ids and both batches: bench/results/tbe-h200-20261123-2243.md):
+# layouts run v1 whatever is asked). Chosen per class as the variant with the best worst-case
+# ratio FBGEMM's time / ours over the class's cases of bench/bench_tbe.py (uniform and Zipf ids,
+# both batches, both optimizers; the bench itself prints a table by geometric mean, which agrees
+# but for ties); buckets no run measured copy a neighbour. From the H200 run of 2026-11-23
+# 22:43 UTC, every variant timed in one process (fbgemm_gpu 1.6.0; the worst ratios below:
+# bench/results/tbe-h200-20261123-2243.md/.json, bench/NOTES-tbe.md section 4; "bwd" ratios are
+# steps with that run's v2-8 / v2-4p forward). Checked by the run of 23:02 UTC with this table:
+# every case >= 1.03 forward, SGD and rowwise Adagrad (bench/results/tbe-h200-20261123-2302.md).
 DISPATCH: dict[tuple[str, int], tuple[str, str]] = {
     ("fp32", 32): ("v3-2", "v3s"),  # not measured: as D=64
-    ("fp32", 64): ("v3-2", "v3s"),  # fwd v3-2 worst 1.14 (v3-4 1.08, v2-8 0.87); bwd v3s ~ v3, both > v2
+    # fp32 D=64, bwd: v3 0.99, v3s 0.97, v2 0.93 at 22:43; v3s as in the other classes (23:02: update
+    # kernel v3 2149.6 us, v3s 2158.0; worst step v3s 1.03, v3 1.00)
+    ("fp32", 64): ("v3-2", "v3s"),  # fwd v3-2 worst 1.14 (v3-4 1.08, v2-8 0.93)
     ("fp32", 128): ("v3-2", "v3s"),  # fwd v3-2 worst 1.12 (v3-4 1.04); bwd v3s worst 1.08 (v3 1.02, v2p 0.91)
     ("fp32", 256): ("v3-4", "v3s"),  # fwd v3-4 worst 1.07 (v3-2 1.03); bwd v3s worst 1.05 (v3 0.99)
     ("fp32", 1024): ("v1", "v2"),  # not measured (v3/v3s take rows of D <= 256; wider rows run v2)

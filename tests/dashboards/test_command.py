@@ -132,6 +132,33 @@ def test_a_path_out_of_the_component_suites_is_a_404_without_a_traceback(tmp_pat
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
+def test_a_malformed_callback_request_is_a_400_without_a_traceback(tmp_path, caplog):
+    import logging
+
+    from dashboards.app import create_app
+    from dashboards.catalog import Catalog
+
+    app = create_app(Catalog([str(SAMPLE)], cache_dir=str(tmp_path)))
+    client = app.server.test_client()
+    caplog.set_level(logging.INFO)
+    for body in [b"not json", b"{}", b"[1, 2]", b'{"output": 5}', b'{"output": "nope.children", "inputs": []}',
+                 b'{"output": "view.children", "outputs": {"id": "view", "property": "children"}, "inputs": [5]}']:
+        r = client.post("/_dash-update-component", data=body, content_type="application/json")
+        assert (r.status_code, r.data) == (400, b"Bad request"), body
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    # a request of the shape the page sends still reaches Dash (here: an unknown trace is answered, not refused)
+    out = next(k for k in app.callback_map if k.startswith("..url.search"))
+    spec = [dict(zip(("id", "property"), o.split("."))) for o in out.strip(".").split("...")]
+    short = {"output": out, "outputs": spec, "changedPropIds": ["url.search"],
+             "inputs": [{"id": "url", "property": "search", "value": "?trace=nope"}]}
+    assert client.post("/_dash-update-component", json=short).status_code == 400  # one input of six
+    inputs = [[] if i["id"].startswith("{") else dict(i, value=None) for i in app.callback_map[out]["inputs"]]
+    inputs[0]["value"] = "?trace=nope"
+    r = client.post("/_dash-update-component", json=dict(short, inputs=inputs))
+    assert r.status_code == 200, r.data[:200]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
 def test_a_link_names_traces_by_label_only(tmp_path):
     from dashboards.app import make_link, parse_link
     from dashboards.catalog import Catalog

@@ -79,13 +79,13 @@ def test_ncu_summary(tmp_path):
     summary = _load("gpu/ncu_summary.py")
     raw = tmp_path / "zipf_fwd.raw.csv"
     raw.write_text(
-        '"ID","Kernel Name","gpu__time_duration.sum","dram__throughput.avg.pct_of_peak_sustained_elapsed",'
+        '"ID","Kernel Name","gpu__time_duration.sum","gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",'
         '"dram__bytes_read.sum","dram__bytes_write.sum","lts__t_sector_hit_rate.pct",'
         '"sm__warps_active.avg.pct_of_peak_sustained_active","launch__registers_per_thread",'
         '"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",'
         '"smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",'
         '"smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio"\n'
-        '"","","msecond","%","Gbyte","Mbyte","%","%","register/thread","ratio","ratio","ratio"\n'
+        '"","","ms","%","Gbyte","Mbyte","%","%","register/thread","ratio","ratio","ratio"\n'
         '"0","void tbe::detail::pooled_forward_kernel<long, float>(tbe::ForwardArgs)","5.1","55.3","9.5","870",'
         '"71.2","24.9","127","40.2","1.5","3,000.5"\n')
     lines = summary.summarize(raw)

@@ -169,6 +169,12 @@ def test_assignment_is_vectorised_at_scale(tmp_path):
      "lookup"),
     ("void tbe::detail::linearize_v2_kernel<long, unsigned int>(tbe::BackwardArgs, unsigned int*, "
      "int*, unsigned long*)", "emb_backward"),
+    # the v3 dispatch's forward (H200 traces of 2026-11-23 22:57): missed, the FusedSparseDist
+    # what-if moved no lookup
+    ("void tbe::detail::pooled_forward_lite_kernel<long, float, 2, 8, 32, 1>(tbe::ForwardArgs)",
+     "lookup"),
+    ("void tbe::detail::update_kernel<long, float, 32, 1, true, 4>(tbe::BackwardArgs, "
+     "tbe::detail::Scratch)", "emb_backward"),
     ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*)", "communication"),
     ("void at::native::update_kernel(float*)", None),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >()", None),
