@@ -164,9 +164,6 @@ def test_assignment_is_vectorised_at_scale(tmp_path):
     # the variants runtime/kernels/tbe_kernels.h picks (H200 traces of 2026-11-23)
     ("void tbe::detail::pooled_forward_v2_kernel<long, float, 8, 3, 32, 1>(tbe::ForwardArgs)",
      "lookup"),
-    # the v3 forward of the TBE DISPATCH of 2026-11-23 22:43 (sample_traces/pipelines_1gpu)
-    ("void tbe::detail::pooled_forward_lite_kernel<long, float, 2, 8, 32, 1>(tbe::ForwardArgs)",
-     "lookup"),
     ("void tbe::detail::linearize_v2_kernel<long, unsigned int>(tbe::BackwardArgs, unsigned int*, "
      "int*, unsigned long*)", "emb_backward"),
     # the v3 dispatch's forward (H200 traces of 2026-11-23 22:57): missed, the FusedSparseDist
