@@ -11,7 +11,7 @@
 # the tests and of part tbe), GPU correctness tests of the TBE kernels, every kernel variant, and
 # the agreement with FBGEMM when fbgemm_gpu imports), tbe (kernel benchmark: ours (every variant)
 # vs FBGEMM vs torch, <= 5 min), tbe_ncu (Nsight Compute profiles of ours and FBGEMM's kernels on
-# the two shapes issue 12 attacks first, <= 3 min), largetrace (bench/make_large_trace.py: the
+# the two shapes issue 12 attacks first, <= 4 min), largetrace (bench/make_large_trace.py: the
 # ~780 MB-JSON DLRM trace the loader, explain and many-ranks benchmarks read, ~53 MB gzipped, so
 # it comes back split in parts: give it a call with little else), pipetests (GPU tests of the pipelines and the
 # batch type), pipelines (the 1-GPU pipeline benchmark, every preset, interleaved rounds, traces:
@@ -69,7 +69,7 @@ for p in "${parts[@]}"; do
                                [ -f $SKIP_FILE ] || python3 gpu/tbe_smoke.py --out $SKIP_FILE;
                                echo \"TBE_SKIP_VARIANTS=\$(cat $SKIP_FILE)\";
                                TBE_SKIP_VARIANTS=\$(cat $SKIP_FILE) python3 bench/bench_tbe.py --budget-s 240 --out \"\$OUT\"" ;;
-    tbe_ncu) part tbe_ncu 180 bash gpu/tbe_ncu.sh ;;
+    tbe_ncu) part tbe_ncu 240 bash gpu/tbe_ncu.sh ;;
     pipelines) part pipelines 420 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s 300 --out "$OUT"' ;;
     pipelines2) part pipelines2 540 bash -c 'python3 bench/bench_pipelines.py --gpus 2 --budget-s 450 --out "$OUT"' ;;
     ranks2) part ranks2 240 bash -c 'torchrun --nproc_per_node 2 --master_port 29531 gpu/ranks_straggler.py --out "$OUT/job"' ;;
