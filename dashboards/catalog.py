@@ -17,6 +17,7 @@ other sources are unaffected.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import traceback
@@ -177,11 +178,27 @@ class Catalog:
 
             for with_hta in (False, None, True):  # `tracekit analyze` caches with HTA's section when the trace is small
                 hit = cached_report(source.path, rules_path=self._rules_path, cache_dir=self._cache_dir, with_hta=with_hta)
+                if not hit and os.path.isdir(source.path):
+                    hit = self._cached_ranks(source.path, with_hta)
                 if hit:
                     source.reports = tuple(sorted(hit, key=lambda r: r["rank"]))
                     return source
         self._load(source)
         return source
+
+    def _cached_ranks(self, path: str, with_hta: bool | None) -> list[dict] | None:
+        """A directory's report objects from its rank files' own cache entries (``tracekit analyze
+        DIR`` caches each rank on its own; the directory's entry is written only by a full load),
+        or None unless every rank file has one."""
+        from tracekit.api import cached_report, trace_files
+
+        reports: list[dict] = []
+        for f in trace_files(path):
+            hit = cached_report(f, rules_path=self._rules_path, cache_dir=self._cache_dir, with_hta=with_hta)
+            if not hit:
+                return None
+            reports.extend(hit)
+        return reports or None
 
     def _load(self, source: Source) -> None:
         if source.loaded:

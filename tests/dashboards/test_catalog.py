@@ -23,6 +23,21 @@ def test_summary_comes_from_the_report_cache_without_loading_the_trace(tmp_path)
     assert catalog.get(0).results is not None  # the full load still works afterwards
 
 
+def test_a_directory_analysed_rank_by_rank_is_summarised_from_the_ranks_cache_entries(tmp_path):
+    from tracekit.api import analyze_path, cached_report
+    from tracekit.ranks import analyze_job
+
+    job = str(REPO / "sample_traces" / "pipelines_2gpu" / "sparse")
+    analyze_job(job, cache_dir=str(tmp_path), workers=1, with_hta=False)  # "tracekit analyze DIR" ran before
+    assert cached_report(job, cache_dir=str(tmp_path), with_hta=False) is None  # it cached the ranks, not the directory
+    s = Catalog([job], cache_dir=str(tmp_path)).summary(0)
+    assert s.results is None and s.error is None  # no parse, no analysis
+    assert s.ranks == [0, 1]
+    whole = {r["rank"]: r for r in analyze_path(job, cache_dir=str(tmp_path / "other"), with_hta=False) and
+             cached_report(job, cache_dir=str(tmp_path / "other"), with_hta=False)}
+    assert s.report(1)["headline"] == whole[1]["headline"] and s.report(0)["steps"] == whole[0]["steps"]
+
+
 def test_summary_without_a_cache_loads_and_reports(tmp_path):
     catalog = Catalog([SAMPLE], cache_dir=str(tmp_path), use_cache=False)
     s = catalog.summary(0)
