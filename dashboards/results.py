@@ -18,6 +18,7 @@ import pandas as pd
 
 from dashboards import names, timeline
 from dashboards.reports import bound_text, category_name, pct
+from tracekit.analyses.snapshot_streams import DEFAULT_STREAM_CUPTI
 from tracekit.trace.model import Kind, Trace
 
 NS_PER_MS = 1e6
@@ -321,22 +322,21 @@ def memory(trace: Trace, analysis: Any) -> dict | None:
     return {"unit": unit, "series": series, "peaks": pd.DataFrame(rows, columns=["what", "value", "at ms"]), "marks": marks}
 
 
-DEFAULT_STREAM_CUPTI = 7
-"""The stream id CUPTI (and so Kineto's trace) gives the CUDA default stream, which a memory
-snapshot calls handle 0."""
-
-
 def snapshot(trace: Trace, analysis: Any, stream_names: dict[tuple[int, int], str]) -> tuple[str, pd.DataFrame] | None:
     """(unit, per stream of the snapshot beside the trace: ``stream`` (the allocator's handle),
-    ``on the timeline`` (the timeline's name of that stream where the files tell: the default
-    stream, handle 0, is CUPTI's stream 7; other handles are not in the trace), reserved /
-    allocated / free in that unit); None without a snapshot."""
+    ``on the timeline`` (the timeline's name of the CUPTI stream that handle was matched to,
+    ``tracekit.analyses.snapshot_streams``: the default stream, handle 0, is CUPTI's stream 7;
+    another handle by the allocations both files record, or why it cannot be told), ``votes``
+    (allocations for that stream / allocations that voted), reserved / allocated / free in that
+    unit); None without a snapshot."""
     snap = getattr(analysis, "snapshot", None)
     if snap is None or snap.streams.empty:
         return None
     st = snap.streams
     unit, scale = bytes_unit(float(st["reserved"].max()))
     n_dev = st["device"].nunique()
+    match = getattr(analysis, "snapshot_streams", None)
+    rows = {} if match is None else {(int(r.device), int(r.handle)): r for r in match.streams.itertuples(index=False)}
 
     def handle(d, s, main):
         text = "default stream (handle 0)" if int(s) == 0 else f"side stream (handle {int(s):#x})"
@@ -344,17 +344,41 @@ def snapshot(trace: Trace, analysis: Any, stream_names: dict[tuple[int, int], st
         return text if n_dev <= 1 else f"GPU {d} · {text}"
 
     def on_timeline(d, s):
-        if int(s) != 0:
-            return "not named in the trace"
-        return stream_names.get((int(d), DEFAULT_STREAM_CUPTI), "no activity in the trace")
+        r = rows.get((int(d), int(s)))
+        cupti = DEFAULT_STREAM_CUPTI if int(s) == 0 else (r.cupti_stream if r is not None else -1)
+        if cupti < 0:
+            return "cannot be told" + (f" ({r.how})" if r is not None else "")
+        return stream_names.get((int(d), int(cupti)), f"stream {cupti} (no activity in the trace)")
+
+    def votes(d, s):
+        r = rows.get((int(d), int(s)))
+        if r is None or not r.matched:
+            return "no allocation matched"
+        return f"{r.votes} of {r.matched} ({pct(float(r.share))})"
 
     return unit, pd.DataFrame({
         "stream": [handle(d, s, m) for d, s, m in zip(st["device"], st["stream"], st["is_main"])],
         "on the timeline": [on_timeline(d, s) for d, s in zip(st["device"], st["stream"])],
+        "votes": [votes(d, s) for d, s in zip(st["device"], st["stream"])],
         f"reserved {unit}": st["reserved"].to_numpy(np.float64) / scale,
         f"allocated {unit}": st["allocated"].to_numpy(np.float64) / scale,
         f"free {unit}": st["free"].to_numpy(np.float64) / scale,
     })
+
+
+def snapshot_note(analysis: Any) -> str:
+    """How the snapshot's streams were matched to the timeline's (under the snapshot table)."""
+    text = ("The snapshot names streams by their cudaStream_t handle, the trace by CUPTI's stream id. The default "
+            "stream (handle 0) is CUPTI's stream 7. Another handle is matched by the allocations both files record: "
+            "the snapshot's history gives each address its handle; the trace's [memory] event at that address sits "
+            "in the CPU op that allocated, and the GPU work that op launched names a CUPTI stream. Each such "
+            "allocation is a vote; a handle is named with ")
+    match = getattr(analysis, "snapshot_streams", None)
+    if match is None:
+        return text + "enough votes and a clear majority (none were counted here)."
+    return text + (f"at least {match.min_votes} votes and {pct(match.min_share)} of them for one stream, else it "
+                   f"cannot be told. {match.voting:,} of the trace's {match.allocations:,} allocations at an address "
+                   "the snapshot knows voted.")
 
 
 # ---- a job of many ranks (tracekit.ranks' job object) ---------------------------------------------

@@ -430,9 +430,7 @@ class Views:
             unit, table = snap
             out.append(html.Div([html.H4("Memory snapshot: reserved per stream"),
                                  html_table(table, id="memory-snapshot-table", text_right=True),
-                                 note("The snapshot names streams by their cudaStream_t handle, the trace by CUPTI's stream id: "
-                                      "the default stream (handle 0) is CUPTI's stream 7; the files do not say which CUPTI id "
-                                      "another handle has.")],
+                                 note(results.snapshot_note(analysis), id="memory-snapshot-note")],
                                 className="tk-section"))
             out.append(dcc.Graph(id="memory-snapshot", figure=figures.snapshot_streams(table, unit), config=GRAPH_CONFIG))
         else:

@@ -293,6 +293,16 @@ def headline(a: Any) -> dict:
     }
 
 
+def snapshot_dict(s: Any) -> dict | None:
+    """A ``SnapshotResult`` as JSON, without its per-address table (only the stream matching
+    reads it)."""
+    if s is None:
+        return None
+    d = jsonable(dataclasses.replace(s, addresses=None))
+    d.pop("addresses", None)
+    return d
+
+
 def to_dict(a: Any) -> dict:
     """One rank's ``Analysis`` as the JSON object documented in the module docstring."""
     # the full series is never turned into rows: only its downsampled points are written
@@ -314,7 +324,7 @@ def to_dict(a: Any) -> dict:
         "syncs": jsonable(a.syncs),
         "allocator": alloc,
         "hta": jsonable(a.hta),
-        "snapshot": jsonable(a.snapshot),
+        "snapshot": snapshot_dict(a.snapshot),
         "collectives": jsonable(a.collectives),
         "identity": jsonable(a.identity),
     }

@@ -410,6 +410,10 @@ def test_memory_peaks_and_snapshot(page, dashboard):
     names = stream_names(trace, catalog.rules)
     if (0, 7) in names:
         expect_text(page, "#memory-snapshot-table", names[(0, 7)])
+    # this snapshot has no history and no address the trace allocated: the side stream cannot be told
+    expect_text(page, "#memory-snapshot-table", "cannot be told (too few votes)")
+    expect_text(page, "#memory-snapshot-table", "no allocation matched")
+    expect_text(page, "#memory-snapshot-note", "Each such allocation is a vote")
     screenshot(page, "memory")
     # the same trace's first step on the timeline: our runtime's labels, batch copy on a side stream
     tab(page, "timeline")

@@ -183,3 +183,25 @@ def test_compare_a_lookup_that_runs_ahead_does_not_wait():
     assert wait.loc["sparse", "value"] == pytest.approx(0.65)
     assert wait.loc["semi", "value"] == pytest.approx(0.05)  # (0 + 0.1) / 2
     assert wait.loc["semi", "verdict"] == "better" and wait.loc["semi", "diff_pct"] == pytest.approx(-92.3, abs=0.1)
+
+
+def test_snapshot_streams_named_as_on_the_timeline():
+    """The issue-5 run with a snapshot beside it: the side stream's handle gets the timeline's
+    name of CUPTI stream 14 and its votes; the note says how streams are matched."""
+    from pathlib import Path
+
+    from tracekit.api import analyze_path
+    from tracekit.phases import default_rules
+
+    path = Path(__file__).resolve().parents[2] / "sample_traces" / "issue5" / "issue5_inplace_standard.json.gz"
+    if not path.exists() or not path.with_suffix("").with_suffix(".pickle").exists():
+        pytest.skip("sample_traces/issue5 not present")
+    [(trace, a)] = analyze_path(path, use_cache=False, with_hta=False)
+    lanes = results.stream_names(trace, default_rules())
+    unit, table = results.snapshot(trace, a, lanes)
+    rows = dict(zip(table["stream"], zip(table["on the timeline"], table["votes"])))
+    assert rows["default stream (handle 0) · main"] == (lanes[(0, 7)], "365 of 365 (100.0%)")
+    assert rows[f"side stream (handle {591794080:#x})"] == (lanes[(0, 14)], "12 of 12 (100.0%)")
+    assert lanes[(0, 14)].startswith("memcpy")
+    text = results.snapshot_note(a)
+    assert "at least 3 votes and 80.0%" in text and "377 of the trace's 377 allocations" in text

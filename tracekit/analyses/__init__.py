@@ -9,7 +9,8 @@ stalls), ``allocator`` (``[memory]`` events). Optional sections:
 ``hta`` (``tracekit.analyses.hta.compute(trace, rules)``, HTA's own figures on the
 already-parsed trace; it says so when HolisticTraceAnalysis is not installed) and
 ``snapshot`` (``tracekit.analyses.snapshot``: a memory-snapshot pickle, which is not part of
-the trace, so the caller attaches it). ``collectives`` (the rank's communication kernels) and
+the trace, so the caller attaches it; ``snapshot_streams`` then matches its stream handles to the
+trace's CUPTI streams). ``collectives`` (the rank's communication kernels) and
 ``identity`` (which job and clock the trace comes from) are what ``tracekit.ranks`` combines
 across the ranks of a job.
 """
@@ -48,6 +49,9 @@ class Analysis:
     """``tracekit.analyses.hta``'s result, when it ran (None: not asked for, or no GPU activity)."""
     snapshot: object | None = None
     """``tracekit.analyses.snapshot.SnapshotResult`` of a snapshot beside the trace, if any."""
+    snapshot_streams: object | None = None
+    """``tracekit.analyses.snapshot_streams.StreamMatch``: the snapshot's stream handles matched
+    to the trace's CUPTI streams (None without a snapshot). Not part of the JSON report."""
     explain: object | None = None
     """``tracekit.analyses.explain.ExplainResult``: critical path, bound, findings (None: not
     asked for)."""
@@ -129,10 +133,21 @@ def analyze_trace(
         allocator=allocator.compute(trace, rules),
         hta=hta,
         snapshot=snapshot,
+        snapshot_streams=_match_streams(trace, snapshot),
         collectives=collectives.compute(trace, rules, steps=steps_result),
         identity=trace_identity(trace),
         explain=explained.result() if explained is not None else None,
     )
+
+
+def _match_streams(trace: Trace, snapshot: object | None):
+    addresses = getattr(snapshot, "addresses", None)
+    if addresses is None:
+        return None
+    from tracekit.analyses import snapshot_streams
+
+    st = snapshot.streams
+    return snapshot_streams.compute(trace, addresses, list(zip(st["device"].tolist(), st["stream"].tolist())))
 
 
 def _explain(trace: Trace, rules: Rules, snapshot: object | None):

@@ -60,6 +60,7 @@ from typing import Any
 import pandas as pd
 
 from tracekit._files import find_snapshot, snapshot_candidates  # noqa: F401 (part of this module's API)
+from tracekit.analyses.snapshot_streams import address_handles
 from tracekit.errors import SnapshotError
 
 BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
@@ -166,6 +167,10 @@ class SnapshotResult:
     than the main one (per device; summed over devices); None without history."""
     allocator_settings: dict = field(default_factory=dict)
     """``allocator_settings`` as written by torch (empty for older snapshots)."""
+    addresses: pd.DataFrame | None = None
+    """Per (device, address) the handle its history entries and blocks name
+    (``tracekit.analyses.snapshot_streams.address_handles``): what matches the snapshot's
+    streams to a trace's. Not part of the JSON report."""
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
@@ -349,6 +354,7 @@ def summarize_snapshot(data: dict, *, source: str = "", main_stream: int = 0) ->
         history=history,
         peak_reserved_off_main=peak_off,
         allocator_settings=dict(settings) if isinstance(settings, dict) else {},
+        addresses=address_handles(data),
     )
 
 

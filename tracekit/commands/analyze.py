@@ -60,9 +60,9 @@ def with_snapshot(ranks: list[dict], snapshot_path: str) -> dict:
                          "(choose one with --rank)", path=snapshot_path)
     check_readable(snapshot_path, "memory-snapshot pickle")
     from tracekit.analyses.snapshot import compute_snapshot
-    from tracekit.report import jsonable
+    from tracekit.report import snapshot_dict
 
-    return {**ranks[0], "snapshot": jsonable(compute_snapshot(snapshot_path))}
+    return {**ranks[0], "snapshot": snapshot_dict(compute_snapshot(snapshot_path))}
 
 
 def job_options(f):
