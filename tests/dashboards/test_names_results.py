@@ -172,6 +172,12 @@ def test_explain_section_ready_to_draw():
     assert [x["saving"] for x in mem["findings"]] == ["saves 2.000 ms (10.0% of the step) · 1.500 ms with contention",
                                                       "3.00 GiB less peak reserved"]
     assert all(x["predicted"] for x in mem["findings"]) and not ex["findings"][2]["predicted"]
+    # under 1% of the step: the CLI's "would not help here", drawn as no saving
+    none = reports.explain({"explain": {"findings": [{"kind": "time", "title": "t", "saving_ns": 0.0, "saving_fraction": 0.0},
+                                                      {"kind": "time", "title": "u", "saving_ns": 1e6, "saving_fraction": 0.0101}]}})
+    assert [x["saving"] for x in none["findings"]] == ["saves 1.000 ms (1.0% of the step)",
+                                                       "saves 0.000 ms (0.0% of the step): would not help here"]
+    assert [x["predicted"] for x in none["findings"]] == [True, False]
 
 
 def test_compare_a_lookup_that_runs_ahead_does_not_wait():
