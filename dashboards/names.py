@@ -18,12 +18,13 @@ OPTIONS = {
     ("fused", "lookup_stream", "current"): "lookup on the main stream",
     ("fused", "lookup_placement", "step_start"): "lookup at step start",
     ("fused", "lookup_placement", "after_data_dist"): "lookup after data dist",
-    ("semi", "semi_lookup_placement", "after_backward"): "lookup after backward",
+    ("semi", "semi_lookup_placement", "after_forward"): "lookup after forward",
 }
 """A pipeline's non-default options in ``metrics.json``'s ``config`` (the runtime's TrainConfig
 fields: pipeline, field, value) -> the words the variant's name carries; the defaults (lookup
-stream ``data_dist``, placements ``before_optimizer`` and ``after_forward``) and a config without
-the field add none."""
+stream ``data_dist``, placements ``before_optimizer`` and ``after_backward``) and a config without
+the field add none (but SemiSync's: runs from before that option placed the lookup after the
+forward)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,9 @@ def variant(path: str, label: str) -> Variant:
     if m is not None and isinstance(m.get("pipeline"), str):
         pipe = m["pipeline"]
         name = PIPELINES.get(pipe, pipe)
-        cfg = m.get("config") if isinstance(m.get("config"), dict) else {}
+        cfg = dict(m["config"]) if isinstance(m.get("config"), dict) else {}
+        if pipe == "semi":  # runs from before the option had TorchRec's placement
+            cfg.setdefault("semi_lookup_placement", "after_forward")
         options = [words for (p, k, v), words in OPTIONS.items() if p == pipe and cfg.get(k) == v]
         if pipe == "semi" and isinstance(cfg.get("start_batch"), int) and cfg["start_batch"] > 0:
             options.append(f"exact until batch {cfg['start_batch']}")

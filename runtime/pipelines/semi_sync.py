@@ -19,12 +19,14 @@ Step i, by stream:
 Where batch i+1's stale lookup runs (``lookup_placement``; both read the tables before batch i's
 update, so the numerics are the same):
 
-* ``after_forward`` (default; TorchRec's): issued right after batch i's forward, it runs beside
-  batch i's backward on the GPU.
-* ``after_backward``: issued after batch i's backward and held on the data-dist stream until that
-  backward is done on the GPU, then run ahead of batch i's embedding backward: beside the dense
-  optimizer, whose ~1900 short kernels (the multitask presets) leave the GPU mostly idle, instead
-  of taking SMs from the backward.
+* ``after_backward`` (default): issued after batch i's backward and held on the data-dist stream
+  until that backward is done on the GPU, then run ahead of batch i's embedding backward: beside
+  the dense optimizer, whose ~1900 short kernels (the multitask presets) leave the GPU mostly
+  idle, instead of taking SMs from the backward. Measured on one H200 (bench/NOTES-pipelines.md,
+  four runs of 2026-11-23): 0.908-0.920x SparseDist's step on the headline preset, against
+  0.919-0.946x for ``after_forward``.
+* ``after_forward`` (TorchRec's): issued right after batch i's forward, it runs beside batch i's
+  backward on the GPU.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def train_semi_sync(
     *,
     device: torch.device | str,
     start_batch: int = 0,
-    lookup_placement: str = "after_forward",
+    lookup_placement: str = "after_backward",
     inplace_copy_batch_to_gpu: bool = False,
     on_step: StepCallback | None = None,
 ) -> PipelineResult:

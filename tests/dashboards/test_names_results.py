@@ -29,9 +29,13 @@ def test_variant_from_metrics_json(tmp_path):
         ("fused_both", "fused", {"lookup_stream": "new", "lookup_placement": "after_data_dist"},
          "FusedSparseDist (new lookup stream, lookup after data dist) · 2 GPUs"),
         ("fused_current", "fused", {"lookup_stream": "current"}, "FusedSparseDist (lookup on the main stream) · 2 GPUs"),
-        ("semi_exact", "semi", {"start_batch": 5, "lookup_placement": "step_start"}, "SemiSync (exact until batch 5) · 2 GPUs"),
-        ("semi_after_backward", "semi", {"start_batch": 0, "semi_lookup_placement": "after_backward"},
-         "SemiSync (lookup after backward) · 2 GPUs"),
+        ("semi_exact", "semi", {"start_batch": 5, "lookup_placement": "step_start", "semi_lookup_placement": "after_backward"},
+         "SemiSync (exact until batch 5) · 2 GPUs"),
+        ("semi_default", "semi", {"start_batch": 0, "semi_lookup_placement": "after_backward"}, "SemiSync · 2 GPUs"),
+        ("semi_after_forward", "semi", {"start_batch": 0, "semi_lookup_placement": "after_forward"},
+         "SemiSync (lookup after forward) · 2 GPUs"),
+        # a run from before the option: TorchRec's placement, which it had
+        ("semi_legacy", "semi", {"start_batch": 0}, "SemiSync (lookup after forward) · 2 GPUs"),
         ("sparse_inplace", "sparse", {"inplace_copy_batch_to_gpu": True, "lookup_placement": "step_start"},
          "SparseDist (in-place copy) · 2 GPUs"),
     ):

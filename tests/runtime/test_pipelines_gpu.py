@@ -70,8 +70,8 @@ def _all(rank: int, world: int):
     out["fused_prio"] = _run("fused", {"lookup_stream": "new"}, pg, device, rank, main_priority=-2)
     out["sparse_prio"] = _run("sparse", {}, pg, device, rank, main_priority=-2)
     out["semi"] = _run("semi", {"start_batch": 2}, pg, device, rank)
-    out["semi_after_backward"] = _run("semi", {"start_batch": 2, "lookup_placement": "after_backward"}, pg, device, rank,
-                                      main_priority=-2)
+    out["semi_after_forward"] = _run("semi", {"start_batch": 2, "lookup_placement": "after_forward"}, pg, device, rank,
+                                     main_priority=-2)
     out["semi_ref"] = _semi_reference(pg, device, rank, 2)
     return out
 
@@ -83,7 +83,7 @@ def _check(out: dict) -> None:
     for k, (name, kw) in enumerate(VARIANTS):
         assert same(out[k], out["base"]), (name, kw)
     assert same(out["fused_prio"], out["base"]) and same(out["sparse_prio"], out["base"])
-    assert same(out["semi"], out["semi_ref"]) and same(out["semi_after_backward"], out["semi_ref"])
+    assert same(out["semi"], out["semi_ref"]) and same(out["semi_after_forward"], out["semi_ref"])
     assert not same(out["semi"], out["base"])
 
 

@@ -94,9 +94,9 @@ def _check_widths(ctx, param, value: str) -> str:
                    "next batch's input dist.")
 @click.option("--start-batch", type=click.IntRange(min=0), default=0, show_default=True,
               help="semi: batches trained exactly before semi-sync starts.")
-@click.option("--semi-lookup-placement", type=click.Choice(["after_forward", "after_backward"]), default="after_forward",
-              show_default=True, help="semi: the stale lookup of the next batch beside this batch's backward "
-                                      "(after_forward, TorchRec's) or beside its optimizer (after_backward).")
+@click.option("--semi-lookup-placement", type=click.Choice(["after_backward", "after_forward"]), default="after_backward",
+              show_default=True, help="semi: the stale lookup of the next batch beside this batch's optimizer "
+                                      "(after_backward) or beside its backward (after_forward, TorchRec's).")
 @click.option("--inplace-copy", is_flag=True, help="Allocate device batches on the main stream (in-place copy).")
 @click.option("--memory-snapshot", is_flag=True, help="Write the allocator snapshot beside the trace (CUDA).")
 @click.option("--tf32", is_flag=True, help="TF32 dense matmuls (CUDA).")
