@@ -189,15 +189,22 @@ class Catalog:
     def _cached_ranks(self, path: str, with_hta: bool | None) -> list[dict] | None:
         """A directory's report objects from its rank files' own cache entries (``tracekit analyze
         DIR`` caches each rank on its own; the directory's entry is written only by a full load),
-        or None unless every rank file has one."""
+        or None unless every rank file has one and each declares its own, distinct rank: only then
+        does loading the directory give each file the rank it has alone, with no warning (a file
+        without ``distributedInfo.rank``, or a clash, is renumbered by the loader: a full load)."""
         from tracekit.api import cached_report, trace_files
 
         reports: list[dict] = []
         for f in trace_files(path):
             hit = cached_report(f, rules_path=self._rules_path, cache_dir=self._cache_dir, with_hta=with_hta)
-            if not hit:
+            if not hit or len(hit) != 1:
                 return None
-            reports.extend(hit)
+            declared = ((hit[0].get("identity") or {}).get("distributed_info") or {}).get("rank")
+            if type(declared) is not int or declared != hit[0].get("rank"):
+                return None
+            reports.append(hit[0])
+        if len({r["rank"] for r in reports}) != len(reports):
+            return None
         return reports or None
 
     def _load(self, source: Source) -> None:

@@ -38,6 +38,29 @@ def test_a_directory_analysed_rank_by_rank_is_summarised_from_the_ranks_cache_en
     assert s.report(1)["headline"] == whole[1]["headline"] and s.report(0)["steps"] == whole[0]["steps"]
 
 
+def test_rank_files_without_their_own_ranks_are_loaded_in_full(tmp_path):
+    """Two rank files that do not declare a rank are rank 0 each alone; the directory's loader
+    numbers them 0 and 1 with a warning: their cache entries cannot stand in for that."""
+    import gzip
+    import json
+
+    from tracekit.api import cached_report
+    from tracekit.ranks import analyze_job
+
+    job = tmp_path / "job"
+    job.mkdir()
+    src = REPO / "sample_traces" / "pipelines_2gpu" / "sparse"
+    for k in (0, 1):
+        doc = json.loads(gzip.open(src / f"trace_rank{k}.json.gz").read())
+        doc.pop("distributedInfo", None)
+        (job / f"part{k}.json").write_text(json.dumps(doc))
+    analyze_job(str(job), cache_dir=str(tmp_path / "c"), workers=1, with_hta=False)
+    assert [cached_report(str(f), cache_dir=str(tmp_path / "c"), with_hta=False)[0]["rank"]
+            for f in sorted(job.iterdir())] == [0, 0]
+    s = Catalog([str(job)], cache_dir=str(tmp_path / "c")).summary(0)
+    assert s.results is not None and s.ranks == [0, 1]  # the loader's numbering, from a full load
+
+
 def test_summary_without_a_cache_loads_and_reports(tmp_path):
     catalog = Catalog([SAMPLE], cache_dir=str(tmp_path), use_cache=False)
     s = catalog.summary(0)
