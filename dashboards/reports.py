@@ -65,15 +65,9 @@ def _saving(f: dict) -> str:
     text = f"saves {ns / NS_PER_MS:,.3f} ms" + (f" ({pct(f['saving_fraction'])} of the step)" if f.get("saving_fraction") is not None else "")
     if f.get("saving_contention_ns") is not None and f["saving_contention_ns"] != ns:
         text += f" · {f['saving_contention_ns'] / NS_PER_MS:,.3f} ms with contention"
-    if _no_help(f):
+    if tk_report.would_not_help(f):
         text += ": would not help here"
     return text
-
-
-def _no_help(f: dict) -> bool:
-    """A time finding predicted to save under ``tk_report.NO_HELP_FRACTION`` of the step (the CLI's
-    "would not help here")."""
-    return f.get("kind") != "memory" and f.get("saving_fraction") is not None and f["saving_fraction"] < tk_report.NO_HELP_FRACTION
 
 
 def explain(report: dict) -> dict | None:
@@ -99,7 +93,7 @@ def explain(report: dict) -> dict | None:
     return {"bound": bound_text(ex.get("bound"), ex.get("bound_share")), "categories": cats, "steps": steps,
             "findings": [{"title": f.get("title", ""), "fix": f.get("fix", ""), "evidence": f.get("evidence", ""),
                           "saving": _saving(f),
-                          "predicted": f.get("saving_bytes" if f.get("kind") == "memory" else "saving_ns") is not None and not _no_help(f)}
+                          "predicted": f.get("saving_bytes" if f.get("kind") == "memory" else "saving_ns") is not None and not tk_report.would_not_help(f)}
                          for f in findings]}
 
 

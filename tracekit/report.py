@@ -610,6 +610,11 @@ NO_HELP_FRACTION = 0.01
 """A finding whose predicted saving is below this share of the step "would not help here"."""
 
 
+def would_not_help(f: dict) -> bool:
+    """A time finding predicted to save under ``NO_HELP_FRACTION`` of the step."""
+    return f.get("kind") != "memory" and f.get("saving_fraction") is not None and f["saving_fraction"] < NO_HELP_FRACTION
+
+
 def _saving(f: dict) -> str:
     """A finding's predicted saving as text."""
     if f.get("kind") == "memory":
@@ -625,7 +630,7 @@ def _saving(f: dict) -> str:
     c = f.get("saving_contention_ns")
     if c is not None and abs(c - ns) >= 1000:
         out += f", {_ms(c)} ms with contention ({_pct(f.get('saving_contention_fraction'))})"
-    if f.get("saving_fraction") is not None and f["saving_fraction"] < NO_HELP_FRACTION:
+    if would_not_help(f):
         out += ": would not help here"
     return out
 
