@@ -515,14 +515,14 @@ def test_a_decoded_event_held_elsewhere_does_not_break_the_reader(tmp_path, monk
     whole = load(p, use_cache=False).traces[0]
     monkeypatch.setattr(_reader, "_CHUNK", 4096)
     held: list = []
-    real = _reader._decode_events
+    real = _reader.decode_into
 
-    def decode_and_hold(data):
+    def decode_and_hold(sink, data, index=None):
         # an export of the bytearray itself (resizing it fails), or of the view (releasing it fails)
         held.append(memoryview(data) if hold == "buffer" else np.frombuffer(data, dtype=np.uint8))
-        return real(data)
+        return real(sink, data, index)
 
-    monkeypatch.setattr(_reader, "_decode_events", decode_and_hold)
+    monkeypatch.setattr(_reader, "decode_into", decode_and_hold)
     chunked = load(p, use_cache=False).traces[0]
     assert len(held) > 1
     assert chunked.events.equals(whole.events) and chunked.args.equals(whole.args)

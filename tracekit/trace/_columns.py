@@ -13,6 +13,7 @@ from operator import attrgetter, itemgetter
 
 from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
 
 if TYPE_CHECKING:  # imported where the tables are built: parsing needs only numpy
@@ -20,8 +21,14 @@ if TYPE_CHECKING:  # imported where the tables are built: parsing needs only num
 
 from tracekit.trace._numbers import BAD, us_float_to_ns, us_text_to_ns
 from tracekit.trace._schema import (
-    CATEGORY_KIND, GPU_SIDE_KINDS, LEGACY_CATEGORIES, NO_CAT, STR_ARGS, Event, str_id,
+    CATEGORY_KIND, GPU_SIDE_KINDS, LEGACY_CATEGORIES, NO_ARGS, NO_CAT, STR_ARGS, Args, Event,
+    str_id,
 )
+
+try:  # the compiled scanner (setup.py builds it; optional: msgspec alone reads the same)
+    from tracekit.trace import _fastscan
+except ImportError:  # pragma: no cover - no compiler where tracekit was installed
+    _fastscan = None
 from tracekit.trace.model import ARG_COLUMNS, EVENT_COLUMNS, GPU_ACTIVITY_KINDS, MEMORY_COLUMNS, Kind
 
 _get = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")}
@@ -32,6 +39,15 @@ _aget = {
         "total_allocated", "total_reserved", "addr", "device_type", "device_id",
     )
 }
+_ARGS = msgspec.json.Decoder(Args)
+# the column order of _fastscan's rows (see its header comment)
+_X_COLS, _M_COLS = 14, 8
+_X_FIELD = {"external_id": 6, "external_id_legacy": 7, "correlation": 8, "stream": 9,
+            "device": 10, "nbytes": 11}
+_M_FIELD = {"device_type": 2, "device_id": 3, "mem_bytes": 4, "total_allocated": 5,
+            "total_reserved": 6, "addr": 7}
+if _fastscan is not None and _fastscan.COLS != (_X_COLS, _M_COLS):  # pragma: no cover - stale build
+    _fastscan = None
 _ARG_NAME = re.compile(r"^record_param_comms$|(?i:nccl|rccl)")
 """Names of the events (besides every cuda_sync event) whose args go into ``Trace.args``."""
 _ARG_FIELDS = tuple(c for c in ARG_COLUMNS if c != "event")
@@ -125,6 +141,21 @@ def _ints(get, items: list, n: int, dtype=np.int64) -> np.ndarray:
             (v if isinstance(v, int) and lo <= v <= hi else -1 for v in values),
             dtype=dtype, count=n,
         )
+
+
+def _pick(items: list, rows: np.ndarray) -> list:
+    """``items`` at ``rows``."""
+    if len(rows) < 2:
+        return [items[i] for i in rows.tolist()]
+    return list(itemgetter(*rows.tolist())(items))
+
+
+def _narrow(a: np.ndarray, dtype) -> np.ndarray:
+    """int64 values as ``dtype``, those that do not fit it as -1 (as ``_ints`` reads them)."""
+    if dtype == np.int64:
+        return a.copy()
+    info = np.iinfo(dtype)
+    return np.where((a < info.min) | (a > info.max), -1, a).astype(dtype)
 
 
 class Columns:
@@ -225,44 +256,52 @@ class Columns:
                 return
         n = len(xs)
         kind = np.fromiter(map(self.kind_of.__getitem__, map(_get["cat"], xs)), dtype=np.int8, count=n)
+        name = np.fromiter(map(self.names.__getitem__, map(_get["name"], xs)), dtype=np.int32, count=n)
+        args = list(map(_get["args"], xs))
+
+        def fields(fs: tuple[str, ...], rows: np.ndarray | None = None) -> list[np.ndarray]:
+            sub = args if rows is None else _pick(args, rows)
+            return [_ints(_aget[f], sub, len(sub)) for f in fs]
+
+        self._event_columns(index, kind, name, ts, dur, _ints(_get["pid"], xs, n),
+                            _ints(_get["tid"], xs, n), fields, lambda rows: _pick(args, rows))
+
+    def _event_columns(self, index: int, kind: np.ndarray, name: np.ndarray, ts: np.ndarray,
+                       dur: np.ndarray, pid: np.ndarray, tid: np.ndarray, fields, args_at) -> None:
+        """Adds a piece's complete events, every one readable (``ts``, ``dur`` in ns). ``kind``
+        may hold -1 (no cat); ``fields(names, rows=None)`` gives those ``Args`` integer fields
+        (of the rows, or of every event) as int64 arrays; ``args_at(rows)`` the rows' ``Args``."""
+        n = len(ts)
         if kind.min() < 0:  # complete events without a cat (or not a string): Kind.OTHER
             self.problems["cat"] += int((kind < 0).sum())
             kind[kind < 0] = int(Kind.OTHER)
-        name = np.fromiter(map(self.names.__getitem__, map(_get["name"], xs)), dtype=np.int32, count=n)
-        pid = _ints(_get["pid"], xs, n)
-        tid = _ints(_get["tid"], xs, n)
         if dur.min(initial=0) < 0:
             self.negative_durations += int((dur < 0).sum())
             np.maximum(dur, 0, out=dur)
-        args = list(map(_get["args"], xs))
-        ext = _ints(_aget["external_id"], args, n)
+        ext, s_all = fields(("external_id", "stream"))
         if (ext == -1).any():
-            legacy = _ints(_aget["external_id_legacy"], args, n)
+            legacy, = fields(("external_id_legacy",))
             ext = np.where(ext == -1, legacy, ext)
         # correlation/device/bytes mean something only for runtime/driver calls and GPU-side
         # events: the host's ops, annotations and Python frames (three quarters of a big trace)
         # are not asked for them. The stream is read for every event in one pass: a cpu_op that
         # names one (Triton's launcher writes "stream": 0) keeps it, as HTA's parser does (which
         # counts the op as a kernel), with its correlation.
-        s_all = _ints(_aget["stream"], args, n)
         corr = np.full(n, -1, dtype=np.int64)
         stream = np.full(n, -1, dtype=np.int64)
         device = np.full(n, -1, dtype=np.int64)
         nbytes = np.full(n, -1, dtype=np.int64)
         sel = np.flatnonzero(~np.isin(kind, _HOST_ONLY))
         if len(sel):
-            sub = [args[i] for i in sel.tolist()] if len(sel) < 2 else list(itemgetter(*sel.tolist())(args))
-            m = len(sub)
-            corr[sel] = _ints(_aget["correlation"], sub, m)
+            corr[sel], d_args, nb = fields(("correlation", "device", "nbytes"), sel)
             # GPU-side events: the stream is the tid and the device the pid when args do not say.
             k = kind[sel]
             gpu = np.isin(k, _GPU_SIDE)
             s_args = s_all[sel]
-            d_args = _ints(_aget["device"], sub, m)
             stream[sel] = np.where(gpu, np.where(s_args >= 0, s_args, tid[sel]), -1)
             device[sel] = np.where(gpu, np.where(d_args >= 0, d_args, pid[sel]), -1)
             copies = np.isin(k, _COPIES)  # memcpy/memset carry bytes
-            nbytes[sel] = np.where(copies, _ints(_aget["nbytes"], sub, m), -1)
+            nbytes[sel] = np.where(copies, nb, -1)
             # Kineto links every runtime call and GPU activity by correlation id: without one,
             # an activity's launch (so its phase) is unknown
             unlinked = int((np.isin(k, _LINKED) & (corr[sel] == -1)).sum())
@@ -271,9 +310,9 @@ class Columns:
         ops = np.flatnonzero((kind == int(Kind.CPU_OP)) & (s_all >= 0))
         if len(ops):
             stream[ops] = s_all[ops]
-            corr[ops] = _ints(_aget["correlation"], [args[i] for i in ops.tolist()], len(ops))
+            corr[ops], = fields(("correlation",), ops)
         cols = {
-            "_args": self._extra_args(kind, name, args),
+            "_args": self._extra_args(kind, name, args_at),
             "kind": kind,
             "name": name,
             "ts": ts,
@@ -289,7 +328,7 @@ class Columns:
         self._ev.append((index, cols))
         self.n_events += n
 
-    def _extra_args(self, kind: np.ndarray, name: np.ndarray, args: list) -> dict | None:
+    def _extra_args(self, kind: np.ndarray, name: np.ndarray, args_at) -> dict | None:
         """The ``Trace.args`` fields of this piece's events that carry them (``row``: the
         event's row in the piece), None when none does."""
         known = len(self._wants_args)
@@ -299,7 +338,7 @@ class Columns:
         rows = np.flatnonzero(self._wants_args[name] | (kind == int(Kind.SYNC)))
         if not len(rows):
             return None
-        sub = [args[i] for i in rows.tolist()]
+        sub = args_at(rows)
         out: dict = {"row": rows}
         for f in _ARG_FIELDS:
             if f == "group":  # the name; older traces wrote a numeric "Process Group ID"
@@ -330,10 +369,12 @@ class Columns:
                 return
         n = len(mem)
         args = list(map(_get["args"], mem))
+        self._memory_columns(index, ts, _ints(_get["tid"], mem, n),
+                             lambda f, dtype=np.int64: _ints(_aget[f], args, n, dtype))
 
-        def col(f: str, dtype=np.int64) -> np.ndarray:
-            return _ints(_aget[f], args, n, dtype)
-
+    def _memory_columns(self, index: int, ts: np.ndarray, tid: np.ndarray, col) -> None:
+        """Adds a piece's ``[memory]`` events; ``col(field, dtype)``: that ``Args`` field of
+        every event, values that do not fit ``dtype`` as -1."""
         device_type = col("device_type", np.int8)
         if (device_type == -1).any():  # torch writes it on every [memory] event
             self.problems["args.Device Type"] += int((device_type == -1).sum())
@@ -345,10 +386,68 @@ class Columns:
             "total_allocated": col("total_allocated"),
             "total_reserved": col("total_reserved"),
             "addr": col("addr"),
-            "tid": _ints(_get["tid"], mem, n),
+            "tid": tid,
         }
         self._mem.append((index, cols))
-        self.n_memory += n
+        self.n_memory += len(ts)
+
+    def add_raw(self, data, index: int = 0) -> int | None:
+        """Adds a piece given as its JSON text (an array of events), read by the compiled
+        scanner (``_fastscan``) without one Python object per event; the number of elements
+        read, or None (nothing added) where the scanner does not read this piece: the caller
+        then decodes it with msgspec (``_schema.decode_events``) and calls ``self(events)``.
+        Both ways give the same columns (tests/tracekit/test_fastscan.py)."""
+        if _fastscan is None:
+            return None
+        got = _fastscan.scan(data)
+        if got is None:
+            return None
+        n_elements, strings, x, mem, threads, fixups = got
+        x = np.frombuffer(x, dtype=np.int64).reshape(-1, _X_COLS)
+        mem = np.frombuffer(mem, dtype=np.int64).reshape(-1, _M_COLS)
+        dur = us_float_to_ns(x[:, 5].view(np.float64))
+        if (dur == BAD).any():  # beyond int64 ns: msgspec's path counts these events
+            return None
+        fix: dict[int, list] = {}
+        for col, row, s in fixups:  # string pids/tids: read as ids, as ``_ints`` does
+            fix.setdefault(col, []).append((row, str_id(s)))
+
+        def fixed(a: np.ndarray, col: int) -> np.ndarray:
+            a = a.copy()
+            for row, v in fix.get(col, ()):
+                a[row] = v
+            return a
+
+        if len(mem):
+            def mcol(f: str, dtype=np.int64) -> np.ndarray:
+                return _narrow(mem[:, _M_FIELD[f]], dtype)
+
+            self._memory_columns(index, mem[:, 0].copy(), fixed(mem[:, 1], 2), mcol)
+        self._thread_names += [(index, pid, tid, label) for pid, tid, label in threads]
+        if len(x):
+            codes = x[:, 0].astype(np.int32)
+            lut = np.zeros(len(strings), dtype=np.int32)
+            used = np.unique(codes).tolist()
+            lut[used] = [self.names[strings[c]] for c in used]
+            cats = x[:, 1]
+            klut = np.full(len(strings) + 1, -1, dtype=np.int8)  # the last: no cat
+            ucats = np.unique(cats).tolist()
+            klut[ucats] = [self.kind_of[strings[c] if c >= 0 else NO_CAT] for c in ucats]
+            spans = x[:, 12:14]
+
+            def fields(fs: tuple[str, ...], rows: np.ndarray | None = None) -> list[np.ndarray]:
+                return [x[:, _X_FIELD[f]].copy() if rows is None else x[rows, _X_FIELD[f]]
+                        for f in fs]
+
+            def args_at(rows: np.ndarray) -> list:
+                with memoryview(data) as text:  # released at once: the reader reuses the buffer
+                    return [NO_ARGS if s < 0 else _ARGS.decode(text[s:e])
+                            for s, e in spans[rows].tolist()]
+
+            self._event_columns(index, klut[cats], lut[codes], x[:, 4].copy(),
+                                dur, fixed(x[:, 2], 0),
+                                fixed(x[:, 3], 1), fields, args_at)
+        return n_elements
 
     # ---- building the tables -------------------------------------------------------------
 

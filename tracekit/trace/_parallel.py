@@ -177,7 +177,7 @@ def _serve(conn, buf: mmap.mmap) -> None:
     import signal
 
     from tracekit.trace._columns import Columns
-    from tracekit.trace._schema import decode_events
+    from tracekit.trace._reader import decode_into
 
     # Ctrl-C goes to the whole process group: the main process handles it and stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -192,22 +192,15 @@ def _serve(conn, buf: mmap.mmap) -> None:
         index, slot, length = msg
         off = slot * SLOT_BYTES
         piece = mv[off : off + length]
+        cols = Columns()
         try:
-            events = decode_events(piece)
+            n = decode_into(cols, piece, 0)
         except msgspec.DecodeError:
-            events = None
+            n = None
         except Exception as exc:  # handed back; the main process reads again without us
-            events = exc
-        if events is None or isinstance(events, Exception):
-            piece.release()
-            reply = (index, slot, events)
-        else:
-            cols = Columns()
-            cols(events, 0)
-            n = len(events)
-            del events
-            piece.release()
-            reply = (index, slot, (n, cols.export()))
+            n = exc
+        piece.release()
+        reply = (index, slot, (n, cols.export()) if isinstance(n, int) else n)
         try:
             conn.send(reply)
         except OSError:  # the main process went away

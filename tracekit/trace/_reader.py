@@ -3,7 +3,8 @@
 The file is read and gunzipped in a background thread (ISA-L's inflate, else zlib: both
 release the GIL, so this overlaps with decoding on the other core). The main thread finds the
 ``traceEvents`` array, cuts the decompressed stream at event boundaries (a ``}`` followed by
-``,`` and ``{``) and decodes each piece as a JSON array with msgspec. A cut that falls inside an event (a ``},{`` inside its args
+``,`` and ``{``) and decodes each piece as a JSON array: with the compiled scanner
+(``_fastscan``, through ``Columns.add_raw``) where it reads the piece, else with msgspec. A cut that falls inside an event (a ``},{`` inside its args
 or a string) cannot decode as an array of whole events, so it is retried at an earlier cut; a
 successful decode is therefore always a run of whole events. For big traces forked helper
 processes (``_parallel``) decode most of the pieces while the main thread decodes others.
@@ -222,11 +223,9 @@ def _read_events(path: str, blocks, sink, helper: Helper | Helpers | None, heade
                 index += 1
                 return True
         try:
-            events = _decode_events(view)
+            header.n_elements += decode_into(sink, view, index)
         except msgspec.DecodeError:
             return False
-        header.n_elements += len(events)
-        sink(events, index)
         index += 1
         return True
 
@@ -269,10 +268,29 @@ def _read_events(path: str, blocks, sink, helper: Helper | Helpers | None, heade
     if helper is not None:
         helper.finish(sink)
     # Phase 3: the rest is the last events, ']' and the keys that follow the array.
-    _finish(pending, consumed, lambda ev: sink(ev, index), header, path, gz_truncated)
+    _finish(pending, consumed, sink, index, header, path, gz_truncated)
     if helper is not None:
         header.n_elements += helper.n_elements
     return header
+
+
+def decode_into(sink, data, index: int | None = None) -> int:
+    """Decodes ``data`` (a JSON array of events) into ``sink``: by its compiled scanner
+    (``sink.add_raw``) where that reads it, else with msgspec (``sink(events[, index])``; an
+    empty piece is not passed). Returns the number of elements; raises ``msgspec.DecodeError``
+    if ``data`` is not a JSON array."""
+    add_raw = getattr(sink, "add_raw", None)
+    if add_raw is not None:
+        n = add_raw(data, 0 if index is None else index)
+        if n is not None:
+            return n
+    events = _decode_events(data)
+    if events or getattr(events, "problems", None):
+        if index is None:
+            sink(events)
+        else:
+            sink(events, index)
+    return len(events)
 
 
 def _cut(pending: bytearray, consumed: int, run: Callable[[memoryview], bool], path: str) -> tuple[bytearray, int]:
@@ -361,7 +379,8 @@ class _Fallback(Exception):
     """The streaming reader cannot handle this layout; decode the whole document."""
 
 
-def _finish(pending: bytearray, consumed: int, sink, header: Header, path: str, gz_truncated: str | None) -> None:
+def _finish(pending: bytearray, consumed: int, sink, index: int, header: Header, path: str,
+            gz_truncated: str | None) -> None:
     rest = bytes(pending[1:])
     doc = b'{"traceEvents":[' + rest
     try:
@@ -372,16 +391,13 @@ def _finish(pending: bytearray, consumed: int, sink, header: Header, path: str, 
             off = _BYTE.search(msg)
             where = f" near byte {consumed + int(off.group(1)) - 15}" if off else ""
             raise TraceFormatError(f"not valid JSON{where}: {msg.split(' (byte')[0]}", path=path) from None
-        _repair(rest, consumed, sink, header, path)
+        _repair(rest, consumed, lambda ev: sink(ev, index), header, path)
         return
     events_raw = tail.pop("traceEvents")
     try:
-        events = _decode_events(events_raw)
+        header.n_elements += decode_into(sink, events_raw, index)
     except msgspec.DecodeError as exc:  # pragma: no cover - the document decoded above
         raise TraceFormatError(f"not valid JSON: {exc}", path=path) from None
-    header.n_elements += len(events)
-    if events or getattr(events, "problems", None):
-        sink(events)
     for k, v in tail.items():
         header.metadata[k] = msgspec.json.decode(v)
     if gz_truncated:

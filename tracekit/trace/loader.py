@@ -1,8 +1,8 @@
 """``load``: a Kineto trace file or a directory of per-rank traces -> ``TraceSet``.
 
 Per file: look the file up in the cache (``tracekit.trace.cache``); on a miss stream it through
-the reader (``_reader``: gunzip in a thread, msgspec decode by piece, for big files part of the
-pieces in a forked helper process, ``_parallel``) into numpy columns (``_columns``), build the
+the reader (``_reader``: gunzip in a thread, pieces decoded by the compiled scanner or msgspec,
+for big files part of the pieces in forked helper processes, ``_parallel``) into numpy columns (``_columns``), build the
 ``Trace``, and store the columns in the cache from a background thread.
 
 Environment: ``TRACEKIT_CACHE_DIR`` (cache location), ``TRACEKIT_LOAD_PARALLEL=0`` (never fork
