@@ -5,7 +5,8 @@
 unchanged graph that gives back the observed times exactly (``tracekit.graph.model``); a
 what-if changes durations, edges or lanes first (``tracekit.graph.whatif``).
 
-How it stays fast without a Python loop per node: most edges join consecutive nodes of one
+Where the compiled ``_replaycore`` is built, the recurrence below runs as one pass over the nodes
+in id order (a topological order). Otherwise, how it stays fast without a Python loop per node: most edges join consecutive nodes of one
 lane (program and stream order) or go from a CPU lane to a GPU lane (launches). Along one
 lane, ``s[j] = max(s[j-1] + d[j-1] + lag[j], x[j])`` (``x``: the latest input from other lanes)
 has the closed form ``s[j] = C[j] + max_{k<=j}(x[k] - C[k])`` with ``C`` the cumulative sum of
@@ -21,6 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracekit.graph.model import EdgeKind, Graph
+
+try:  # setup.py builds it; optional: the numpy blocks below give the same times
+    from tracekit.graph import _replaycore as _core
+except ImportError:  # pragma: no cover - no compiler where tracekit was installed
+    _core = None
 
 NEG = np.iinfo(np.int64).min // 4
 """Minus infinity for times (far from overflow when lags are added)."""
@@ -82,6 +88,14 @@ def replay(p: Plan) -> tuple[np.ndarray, np.ndarray]:
     has_cross = np.zeros(n, bool)
     has_cross[cd] = True
     release = np.where(~has_pred & ~has_cross, p.start, NEG)
+    if _core is not None:  # the same recurrence in one compiled pass over the nodes
+        start = np.empty(n, np.int64)
+        end = np.empty(n, np.int64)
+        i64 = np.int64
+        _core.run(np.ascontiguousarray(release, i64), np.ascontiguousarray(p.dur, i64), lane_prev,
+                  has_pred.view(np.uint8), ilag, np.searchsorted(cd, np.arange(n + 1)).astype(i64),
+                  np.ascontiguousarray(cs, i64), np.ascontiguousarray(cl, i64), start, end)
+        return start, end
     # rare edges: everything but a launch from a CPU lane into a GPU lane
     cpu_src = p.lane_is_cpu[lane[cs]]
     cpu_dst = p.lane_is_cpu[lane[cd]]
