@@ -1,6 +1,7 @@
-"""Run by test_load.py in a fresh interpreter: the two-process decode against the one-process one.
+"""Run by test_load.py in a fresh interpreter: the decode with helpers (forked processes, or the
+compiled scanner's thread) against the one without.
 
-    python tests/tracekit/_helper_check.py same|fallback TRACE
+    python tests/tracekit/_helper_check.py same|fallback TRACE procs|thread
 
 Prints ``OK <which> ...`` (or ``SKIP ...`` where no helper can be forked); exits non-zero on a
 mismatch.
@@ -12,19 +13,27 @@ import sys
 
 
 def main() -> None:
-    which, path = sys.argv[1], sys.argv[2]
-    from tracekit.trace import _parallel, _reader, load, loader
+    which, path, kind = sys.argv[1], sys.argv[2], sys.argv[3]
+    from tracekit.trace import _columns, _parallel, _reader, _scanthread, load, loader
 
-    if not _parallel.available():
-        print("SKIP: no fork-safe helper process here")
-        return
+    if kind == "procs":
+        if not _parallel.available():
+            print("SKIP: no fork-safe helper process here")
+            return
+        _scanthread.ScanThread.start = classmethod(lambda cls: None)  # the fallback's helpers
+        helper = _parallel.Helper
+    else:
+        if _columns._fastscan is None:
+            print("SKIP: the compiled scanner is not built here")
+            return
+        helper = _scanthread.ScanThread
     serial = load(path, use_cache=False).traces[0]  # small file: one process
     loader.PARALLEL_MIN_BYTES = 0
     _reader._CHUNK = 4096
     _reader._READ_GZ = 2048
     pieces: list[int] = []
     failures: list[str] = []
-    real_finish, real_collect = _parallel.Helper.finish, _parallel.Helper.collect
+    real_finish, real_collect = helper.finish, helper.collect
 
     def finish(self, sink):
         real_finish(self, sink)
@@ -37,8 +46,8 @@ def main() -> None:
             failures.append(str(exc))
             raise
 
-    _parallel.Helper.finish = finish
-    _parallel.Helper.collect = collect
+    helper.finish = finish
+    helper.collect = collect
     par = load(path, use_cache=False).traces[0]
     assert par.events.equals(serial.events), "events differ"
     assert par.memory.equals(serial.memory), "memory differs"

@@ -470,14 +470,14 @@ def _big_builder(n: int = 3000) -> TraceBuilder:
     return b
 
 
-def _run_check(which: str, trace, tmp_path) -> str:
+def _run_check(which: str, trace, tmp_path, kind: str) -> str:
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
     r = subprocess.run(
-        [sys.executable, str(root / "tests" / "tracekit" / "_helper_check.py"), which, str(trace)],
+        [sys.executable, str(root / "tests" / "tracekit" / "_helper_check.py"), which, str(trace), kind],
         capture_output=True, text=True, cwd=root, timeout=120,
     )
     if "SKIP" in r.stdout:
@@ -486,20 +486,22 @@ def _run_check(which: str, trace, tmp_path) -> str:
     return r.stdout
 
 
-def test_helper_process_gives_the_same_tables(tmp_path):
+@pytest.mark.parametrize("kind", ["procs", "thread"])
+def test_helper_process_gives_the_same_tables(tmp_path, kind):
     p = _big_builder().write(tmp_path / "big.json.gz")
-    out = _run_check("same", p, tmp_path)
+    out = _run_check("same", p, tmp_path, kind)
     assert "OK same" in out
 
 
-def test_helper_failure_falls_back_to_one_process(tmp_path):
+@pytest.mark.parametrize("kind", ["procs", "thread"])
+def test_helper_failure_falls_back_to_one_process(tmp_path, kind):
     # the first event's args hold a long list of objects that look like events: the first cut
     # (~4 KiB in) falls inside it, the helper gets that piece and cannot decode it
     doc = _big_builder(300).to_dict()
     doc["traceEvents"].insert(0, x("cpu_op", "huge", 1_000_000, 1, inputs=[{"name": i} for i in range(2000)]))
     p = tmp_path / "nested.json"
     p.write_text(json.dumps(doc))
-    out = _run_check("fallback", p, tmp_path)
+    out = _run_check("fallback", p, tmp_path, kind)
     assert "OK fallback" in out
     assert f"events {sum(1 for e in doc['traceEvents'] if e.get('ph') == 'X')}" in out
 

@@ -400,8 +400,11 @@ class Columns:
         if _fastscan is None:
             return None
         got = _fastscan.scan(data)
-        if got is None:
-            return None
+        return None if got is None else self.add_scanned(data, index, got)
+
+    def add_scanned(self, data, index: int, got: tuple) -> int | None:
+        """``add_raw`` for a piece ``data`` that ``_fastscan.scan`` already read into ``got``
+        (elsewhere: ``_scanthread``)."""
         n_elements, strings, x, mem, threads, fixups = got
         x = np.frombuffer(x, dtype=np.int64).reshape(-1, _X_COLS)
         mem = np.frombuffer(mem, dtype=np.int64).reshape(-1, _M_COLS)

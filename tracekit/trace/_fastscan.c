@@ -381,6 +381,16 @@ static int ts_ns(const unsigned char *s, const unsigned char *end, int64_t *v) {
     return 0;
 }
 
+/* after a member of an object or an array: 0 if a ',' follows (another member), 1 if
+ * ``close`` does (the container ends), BAIL otherwise */
+static int next_member(P *p, unsigned char close) {
+    ws(p);
+    if (p->s >= p->end) return BAIL;
+    if (*p->s == ',') { p->s++; return 0; }
+    if (*p->s == close) { p->s++; return 1; }
+    return BAIL;
+}
+
 static int skip(P *p, int depth);
 
 static int skip_container(P *p, int depth, unsigned char close) {
@@ -401,11 +411,7 @@ static int skip_container(P *p, int depth, unsigned char close) {
         }
         int r = skip(p, depth + 1);
         if (r) return r;
-        ws(p);
-        if (p->s >= p->end) return BAIL;
-        if (*p->s == ',') { p->s++; continue; }
-        if (*p->s == close) { p->s++; return 0; }
-        return BAIL;
+        if ((r = next_member(p, close))) return r == 1 ? 0 : r;
     }
 }
 
@@ -480,11 +486,8 @@ static int args_object(P *p, Ev *e) {
             }
         }
         if (!done && (r = skip(p, 2))) return r;
-        ws(p);
-        if (p->s >= p->end) return BAIL;
-        if (*p->s == ',') { p->s++; continue; }
-        if (*p->s == '}') { p->s++; e->aend = p->s - p->base; return 0; }
-        return BAIL;
+        if ((r = next_member(p, '}')) == 1) { e->aend = p->s - p->base; return 0; }
+        if (r) return r;
     }
 }
 
@@ -567,11 +570,8 @@ static int event(P *p) {
         }
         if (r == -3) r = skip(p, 1);
         if (r) return r;
-        ws(p);
-        if (p->s >= p->end) return BAIL;
-        if (*p->s == ',') { p->s++; continue; }
-        if (*p->s == '}') { p->s++; break; }
-        return BAIL;
+        if ((r = next_member(p, '}')) == 1) break;
+        if (r) return r;
     }
     if (!(e.has_ph && e.has_name && e.has_pid && e.has_tid && e.has_ts)) return BAIL;
     if (!e.has_args) e.astart = e.aend = -1;
@@ -618,11 +618,8 @@ static int piece(P *p) {
             if (p->s >= p->end || *p->s != '{') return BAIL; /* not an object: the lenient path */
             int r = event(p);
             if (r) return r;
-            ws(p);
-            if (p->s >= p->end) return BAIL;
-            if (*p->s == ',') { p->s++; continue; }
-            if (*p->s == ']') { p->s++; break; }
-            return BAIL;
+            if ((r = next_member(p, ']')) == 1) break;
+            if (r) return r;
         }
     }
     ws(p);
@@ -638,7 +635,27 @@ static PyObject *decoded(P *p, int64_t off, int64_t len) {
     return PyUnicode_DecodeUTF8(p->arena.p + off, (Py_ssize_t)len, "strict");
 }
 
+/* [(a, b, str)] from rows of four int64 (a, b, offset and length of the string in the arena);
+ * NULL with an exception (UnicodeDecodeError: the string is not UTF-8) */
+static PyObject *triples(P *p, Buf *rows) {
+    Py_ssize_t n = rows->n / 32;
+    PyObject *out = PyList_New(n);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int64_t *r = (const int64_t *)rows->p + 4 * i;
+        PyObject *u = decoded(p, r[2], r[3]);
+        PyObject *t = u ? Py_BuildValue("(LLN)", (long long)r[0], (long long)r[1], u) : NULL;
+        if (!t) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, t);
+    }
+    return out;
+}
+
 static PyObject *scan(PyObject *self, PyObject *arg) {
+    (void)self;
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     P p;
@@ -657,37 +674,19 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     for (Py_ssize_t i = 0; i < p.nstr; i++) {
         const int64_t *sp = (const int64_t *)p.strs.p + 2 * i;
         PyObject *u = decoded(&p, sp[0], sp[1]);
-        if (!u) goto bail_clear; /* not UTF-8: msgspec says so, and the reader cleans it */
+        if (!u) goto fail; /* not UTF-8: msgspec says so, and the reader cleans it */
         PyList_SET_ITEM(strings, i, u);
     }
-    Py_ssize_t nt = p.threads.n / 32;
-    threads = PyList_New(nt);
-    if (!threads) goto done;
-    for (Py_ssize_t i = 0; i < nt; i++) {
-        const int64_t *t = (const int64_t *)p.threads.p + 4 * i;
-        PyObject *u = decoded(&p, t[2], t[3]);
-        if (!u) goto bail_clear;
-        PyObject *tup = Py_BuildValue("(LLN)", (long long)t[0], (long long)t[1], u);
-        if (!tup) goto done;
-        PyList_SET_ITEM(threads, i, tup);
-    }
-    Py_ssize_t nf = p.fixups.n / 32;
-    fixups = PyList_New(nf);
-    if (!fixups) goto done;
-    for (Py_ssize_t i = 0; i < nf; i++) {
-        const int64_t *f = (const int64_t *)p.fixups.p + 4 * i;
-        PyObject *u = decoded(&p, f[2], f[3]);
-        if (!u) goto bail_clear;
-        PyObject *tup = Py_BuildValue("(LLN)", (long long)f[0], (long long)f[1], u);
-        if (!tup) goto done;
-        PyList_SET_ITEM(fixups, i, tup);
-    }
+    threads = triples(&p, &p.threads);
+    if (!threads) goto fail;
+    fixups = triples(&p, &p.fixups);
+    if (!fixups) goto fail;
     x = PyBytes_FromStringAndSize(p.x.p ? p.x.p : "", p.x.n);
     mem = x ? PyBytes_FromStringAndSize(p.mem.p ? p.mem.p : "", p.mem.n) : NULL;
     if (!mem) goto done;
     out = Py_BuildValue("(nOOOOO)", p.n_elements, strings, x, mem, threads, fixups);
     goto done;
-bail_clear:
+fail:
     if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
         PyErr_Clear();
         out = Py_None;

@@ -6,8 +6,9 @@ release the GIL, so this overlaps with decoding on the other core). The main thr
 ``,`` and ``{``) and decodes each piece as a JSON array: with the compiled scanner
 (``_fastscan``, through ``Columns.add_raw``) where it reads the piece, else with msgspec. A cut that falls inside an event (a ``},{`` inside its args
 or a string) cannot decode as an array of whole events, so it is retried at an earlier cut; a
-successful decode is therefore always a run of whole events. For big traces forked helper
-processes (``_parallel``) decode most of the pieces while the main thread decodes others.
+successful decode is therefore always a run of whole events. For big traces a thread running
+the scanner (``_scanthread``), or where it is not built forked helper processes (``_parallel``),
+decode most of the pieces while the main thread decodes others.
 
 At the end of the file the rest (last events, ``]``, the keys after the array) is decoded as a
 document. If the data stops early (a crashed job's trace) every complete event before the cut
@@ -35,6 +36,7 @@ import msgspec
 
 from tracekit.errors import EmptyTraceError, InputError, TraceFormatError
 from tracekit.trace._parallel import Helper, Helpers, HelperFailed
+from tracekit.trace._scanthread import ScanThread
 from tracekit.trace._schema import Event, decode_events as _decode_events
 
 _READ_PLAIN = 16 << 20  # bytes per read of an uncompressed file
@@ -189,7 +191,7 @@ def read_events(
     *,
     progress: Callable[[int], None] | None = None,
     threaded: bool = True,
-    helper: Helper | Helpers | None = None,
+    helper: Helper | Helpers | ScanThread | None = None,
     clean_utf8: bool = False,
 ) -> Header:
     """Decodes ``path``'s events piece by piece into ``sink(events, piece_index)``.
@@ -209,7 +211,8 @@ def read_events(
         src.close()
 
 
-def _read_events(path: str, blocks, sink, helper: Helper | Helpers | None, header: Header) -> Header:
+def _read_events(path: str, blocks, sink, helper: Helper | Helpers | ScanThread | None,
+                 header: Header) -> Header:
     gz_truncated: str | None = None
     index = 0  # pieces cut so far: their order in the file
 
@@ -477,7 +480,8 @@ def read(path: str, sink, *, progress=None, threaded: bool = True, parallel: boo
     """``read_events`` (with a helper process when ``parallel``), again without the helper if
     it fails, again replacing bytes that are not UTF-8 if a decode met one, and ``read_whole``
     for layouts that cannot be streamed. JSON nested deeper than msgspec decodes is an error."""
-    helper = Helpers.start() if parallel else None
+    # where the compiled scanner is built, a thread does the helpers' work (it releases the GIL)
+    helper = (ScanThread.start() or Helpers.start()) if parallel else None
     try:
         return read_events(path, sink, progress=progress, threaded=threaded, helper=helper,
                            clean_utf8=clean_utf8)
