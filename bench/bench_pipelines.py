@@ -99,6 +99,7 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "fused_current_stream": ("fused", {"lookup_stream": "current"}),
     "sparse_inplace_copy": ("sparse", {"inplace_copy_batch_to_gpu": True}),
     "semi_after_forward": ("semi", {"start_batch": 0, "semi_lookup_placement": "after_forward"}),  # TorchRec's placement
+    "fused_with_dense": ("fused", {"lookup_stream": "data_dist", "lookup_placement": "before_optimizer", "emb_backward": "with_dense"}),
 }
 REFERENCE = "sparse"
 TRACED = ("sparse", "fused", "semi", "base", "fused_step_start")
