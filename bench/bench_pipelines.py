@@ -99,10 +99,11 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "fused_current_stream": ("fused", {"lookup_stream": "current"}),
     "sparse_inplace_copy": ("sparse", {"inplace_copy_batch_to_gpu": True}),
     "semi_after_forward": ("semi", {"start_batch": 0, "semi_lookup_placement": "after_forward"}),  # TorchRec's placement
-    "fused_with_dense": ("fused", {"lookup_stream": "data_dist", "lookup_placement": "before_optimizer", "emb_backward": "with_dense"}),
+    # the embedding backward in an autograd call of its own (the runtime's FusedSparseDist before 2026-11-24)
+    "fused_separate": ("fused", {"lookup_stream": "data_dist", "lookup_placement": "before_optimizer", "emb_backward": "separate"}),
 }
 REFERENCE = "sparse"
-TRACED = ("sparse", "fused", "semi", "base", "fused_step_start")
+TRACED = ("sparse", "fused", "semi", "base")
 """Variants that get a trace run (where the preset has them), unless the plan says which."""
 
 _BIG = dict(tables=26, rows=1_000_000, dim=128, pooling=20.0, dense_arch=(1024, 1024), over_arch=(4096, 4096, 4096, 2048))
@@ -122,21 +123,21 @@ PRESETS: dict[str, dict] = {
     # 2026-11-23 machine, for the time budget only; rounds: the timed rounds planned (fewer if
     # the budget is short, never fewer than --min-rounds).
     "multitask_b32k": dict(_BIG, batch=32768, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=55,
-                           rounds=16, **_RUN),
+                           rounds=48, **_RUN),
     "multitask": dict(_BIG, batch=16384, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=45,
-                      rounds=48, **_RUN),
+                      rounds=64, **_RUN),
     # the same model at 4096 samples: the host issuing ~1900 optimizer launches per step takes
     # longer than the GPU's work, so the step is bound by the host and no overlap can help
-    "multitask_b4k": dict(_BIG, batch=4096, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=45,
-                          rounds=60, **_RUN),
+    "multitask_b4k": dict(_BIG, batch=4096, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=30,
+                          rounds=120, **_RUN),
     # the 16k model on torch's default stream (priority 0, below the side streams: the long
     # lookup and embedding-backward grids then hold the GPU until their last wave)
     "multitask_p0": dict(_BIG, batch=16384, task_heads=128, adam_foreach=False, main_priority=0, est_step_ms=45,
-                         rounds=36, **_RUN),
+                         rounds=48, **_RUN),
     # the first run's model: one head, foreach Adam over ~44M parameters (a bandwidth-bound
     # optimizer), torch's default stream; 7 ms steps whose first few still grow the allocator
     "dense_heavy": dict(_BIG, batch=4096, task_heads=1, adam_foreach=True, main_priority=0, est_step_ms=7,
-                        rounds=40, warmup=6, timed=8),
+                        rounds=64, warmup=6, timed=8),
     # the CI-sized smoke preset (seconds on any GPU; the CPU smoke test)
     "tiny": dict(tables=8, rows=10_000, dim=32, batch=256, pooling=4.0, dense_arch=(64,), over_arch=(256, 128),
                  task_heads=4, adam_foreach=False, main_priority=-2, est_step_ms=5, rounds=10, **_RUN),
@@ -149,10 +150,14 @@ MAIN = ("sparse", "fused", "semi")
 # traces in sample_traces/pipelines_{N}gpu/<variant>/, the others' in .../<preset>/<variant>/).
 # Traced besides the headline: what the 16k question and the explain proof's host-bound pair
 # need (the sample traces stay a few MB).
+# The headline and b4k also run fused_separate (the embedding backward in a second autograd call,
+# as FusedSparseDist did before 2026-11-24): the host work it costs, on a host-bound and a GPU-bound
+# step. The other variants of VARIANTS (the questions of 2026-11-21/23, answered in
+# bench/NOTES-pipelines.md) run with --plan; each one in the plan takes rounds from the others.
 PLAN = (
-    ("multitask_b32k", tuple(VARIANTS), TRACED),
-    ("multitask", ("sparse", "fused", "fused_step_start", "semi"), ("sparse", "fused", "fused_step_start")),
-    ("multitask_b4k", MAIN, ("sparse", "fused")),
+    ("multitask_b32k", ("sparse", "fused", "semi", "base", "fused_separate"), TRACED),
+    ("multitask", MAIN, ("sparse", "fused")),
+    ("multitask_b4k", ("sparse", "fused", "fused_separate", "semi"), ("sparse", "fused", "fused_separate")),
     ("multitask_p0", MAIN, ()),
     ("dense_heavy", MAIN, ()),
 )
@@ -454,15 +459,17 @@ class Bench:
                 for v in variants) + f" ms  ({rd['t'][1] - rd['t'][0]:.1f} s)")
 
         one_round(0, list(variants))
-        per_round = pdoc["rounds"][0]["t"][1] - pdoc["rounds"][0]["t"][0]
         traces_s = len(trace_cfgs) * (4.0 + 0.002 * spec["est_step_ms"] * 13) if self.gpu else 2.0 * len(trace_cfgs)
         diag_s = 0.0
         if self.gpu and args.diagnostics:
             diag_s += self.old_method_s(name, variants) + (15.0 if headline else 0.0)
         left = share_s - (self.now() - t_preset) - traces_s - diag_s
-        n_rounds = self.decide(method.rounds_that_fit(per_round_s=per_round, left_s=left, least=args.min_rounds, most=planned))
-        pdoc["timed_rounds_planned"] = n_rounds
-        for r, order in enumerate(method.round_orders(variants, n_rounds), start=1):
+        pdoc["timed_rounds_planned"] = planned
+        t_rounds = self.now()
+        for r, order in enumerate(method.round_orders(variants, planned), start=1):
+            if not self.decide(method.next_round_runs(done=r - 1, elapsed_s=self.now() - t_rounds, left_s=left,
+                                                      least=args.min_rounds, most=planned)):
+                break
             one_round(r, order)
 
         self.summarize(pdoc)  # the figures each sample trace's metrics.json carries

@@ -3,8 +3,8 @@
 #
 #   bash gpu/run_all.sh [PART...]        # default: every part but pipelines2 (2 GPUs), in this order
 #
-# The device tool allows 10 minutes a command: pipelines2 and issue5 take up to 9 each, pipelines
-# about 5 (its budget, a fresh machine's TBE build included), so each goes in a call of its own
+# The device tool allows 10 minutes a command: pipelines2, issue5 and pipelines take up to 9 each
+# (pipelines: its 420 s budget, a fresh machine's TBE build included), so each goes in a call of its own
 # (bash gpu/run_all.sh pipelines; ... issue5).
 #
 # Parts: env, kernels (build, gpu/tbe_smoke.py (which kernel variants crash: those are left out of
@@ -15,7 +15,7 @@
 # ~780 MB-JSON DLRM trace the loader, explain and many-ranks benchmarks read, ~53 MB gzipped, so
 # it comes back split in parts: give it a call with little else), pipetests (GPU tests of the pipelines and the
 # batch type), pipelines (the 1-GPU pipeline benchmark, every preset, interleaved rounds, traces:
-# ~5 min, <= 7; bench/bench_pipelines.py; two calls compared by bench/compare_results.py), pipelines2 (the same on 2 GPUs through
+# ~8 min, <= 9; bench/bench_pipelines.py; two calls compared by bench/compare_results.py), pipelines2 (the same on 2 GPUs through
 # torchrun), issue5 (delta tracking / writeback / in-place copy: GPU tests, benchmark, traces,
 # snapshots and the explain proof's pairs: <= 9 min), snapshot (sample allocator snapshots),
 # ranks2 (2 GPUs, not in the default: gpu/ranks_straggler.py, two ranks on real NCCL with a
@@ -73,7 +73,7 @@ for p in "${parts[@]}"; do
                                echo \"TBE_SKIP_VARIANTS=\$(cat $SKIP_FILE)\";
                                TBE_SKIP_VARIANTS=\$(cat $SKIP_FILE) python3 bench/bench_tbe.py --budget-s 240 --out \"\$OUT\"" ;;
     tbe_ncu) part tbe_ncu 240 bash gpu/tbe_ncu.sh ;;
-    pipelines) part pipelines 420 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s 300 --out "$OUT"' ;;
+    pipelines) part pipelines 560 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s 420 --out "$OUT"' ;;
     pipelines2) part pipelines2 540 bash -c 'python3 bench/bench_pipelines.py --gpus 2 --budget-s 450 --out "$OUT"' ;;
     ranks2) part ranks2 240 bash -c 'torchrun --nproc_per_node 2 --master_port 29531 gpu/ranks_straggler.py --out "$OUT/job"' ;;
     pipetests) part pipetests 420 python3 -m pytest -q -p no:cacheprovider -o addopts= tests/runtime/test_pipelines_gpu.py tests/runtime/test_batch.py ;;

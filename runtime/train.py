@@ -64,10 +64,10 @@ class TrainConfig:
     """FusedSparseDist: where the host issues the next batch's lookup: ``before_optimizer``
     (right behind the embedding backward), ``step_start`` (TorchRec's default: at the start of
     the next step) or ``after_data_dist`` (after the next batch's data dist)."""
-    emb_backward: str = "separate"
+    emb_backward: str = "with_dense"
     """FusedSparseDist: the embedding backward inside the dense backward's autograd call
     (``with_dense``: one call, less host work per step) or in a call of its own (``separate``,
-    ``## emb_backward i ##``); same streams, same numerics."""
+    ``## emb_backward i ##``, the runtime's only way before 2026-11-24); same streams, same numerics."""
     start_batch: int = 0
     """SemiSync: batches before this one are trained exactly."""
     semi_lookup_placement: str = "after_backward"
@@ -237,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--lookup-stream", choices=list(LOOKUP_STREAMS), default="data_dist")
     a("--lookup-placement", choices=list(LOOKUP_PLACEMENTS), default="before_optimizer",
       help="fused: where the host issues the next batch's lookup")
-    a("--emb-backward", choices=list(FUSED_EMB_BACKWARDS), default="separate",
+    a("--emb-backward", choices=list(FUSED_EMB_BACKWARDS), default="with_dense",
       help="fused: the embedding backward in the dense backward's autograd call (with_dense) or its own (separate)")
     a("--start-batch", type=int, default=0, help="semi: exact batches before semi-sync")
     a("--semi-lookup-placement", choices=list(SEMI_LOOKUP_PLACEMENTS), default="after_backward",

@@ -31,7 +31,7 @@ three, the numerics too):
 
 How the backward is cut (``emb_backward``; the GPU work, its streams and the numerics are the same):
 
-* ``with_dense``: one autograd call, ``loss.backward()`` with the lookup stream current. Autograd
+* ``with_dense`` (default): one autograd call, ``loss.backward()`` with the lookup stream current. Autograd
   runs each node on the stream its forward ran on: the dense nodes on the main stream, the
   output-dist backward and the fused table update on the lookup stream (it waits for the
   embeddings' gradient there, by event); the call's closing sync makes the *current* stream
@@ -83,7 +83,7 @@ def train_fused_sparse_dist(
     device: torch.device | str,
     lookup_stream: str = "data_dist",
     lookup_placement: str = "before_optimizer",
-    emb_backward: str = "separate",
+    emb_backward: str = "with_dense",
     inplace_copy_batch_to_gpu: bool = False,
     on_step: StepCallback | None = None,
 ) -> PipelineResult:

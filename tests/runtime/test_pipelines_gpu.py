@@ -27,8 +27,8 @@ VARIANTS = [
     ("fused", {"lookup_stream": "data_dist"}),
     ("fused", {"lookup_stream": "new", "lookup_placement": "after_data_dist"}),
     ("fused", {"lookup_stream": "current", "inplace_copy_batch_to_gpu": True}),
-    ("fused", {"emb_backward": "with_dense"}),
-    ("fused", {"emb_backward": "with_dense", "lookup_stream": "new", "lookup_placement": "step_start"}),
+    ("fused", {"emb_backward": "separate"}),
+    ("fused", {"emb_backward": "separate", "lookup_stream": "new", "lookup_placement": "step_start"}),
     ("semi", {"start_batch": STEPS}),
 ]
 
