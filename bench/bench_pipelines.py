@@ -13,8 +13,10 @@ SemiSync, SparseDist with the in-place copy); SparseDist is the reference. For e
 1. **Setup, once**: the host batches (``SyntheticLoader``) and the model (``runtime.session.
    Session``: 26 tables of 1M x 128 are 13 GB) are built once and reused by every run of every
    variant; each run puts the model back to its initial state in place. Their cost is recorded.
-2. **Rounds**: a warm-up round (every variant once, discarded), then R timed rounds (R even,
-   ``--min-rounds`` <= R <= the preset's plan, as many as the time budget allows). In each round
+2. **Rounds**: the plan runs ``--passes`` times over (3: each preset's rounds spread over the
+   whole call, since the host's speed moves over minutes); in each pass a warm-up round (every
+   variant once, discarded), then that pass's share of R timed rounds (R even, ``--min-rounds``
+   <= R <= the preset's plan, as many as the time budget allows). In each round
    every variant runs once, in mirrored pairs of rotated orders (bench/method.py); one run = a few
    warm-up steps (pipeline fill, allocator growth after ``empty_cache``) + a few timed steps (CUDA
    events on the main stream): 3 + 4 on the multitask presets, short so that the runs compared
@@ -99,9 +101,11 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "fused_current_stream": ("fused", {"lookup_stream": "current"}),
     "sparse_inplace_copy": ("sparse", {"inplace_copy_batch_to_gpu": True}),
     "semi_after_forward": ("semi", {"start_batch": 0, "semi_lookup_placement": "after_forward"}),  # TorchRec's placement
+    # the embedding backward in an autograd call of its own (the runtime's FusedSparseDist before 2026-11-24)
+    "fused_separate": ("fused", {"lookup_stream": "data_dist", "lookup_placement": "before_optimizer", "emb_backward": "separate"}),
 }
 REFERENCE = "sparse"
-TRACED = ("sparse", "fused", "semi", "base", "fused_step_start")
+TRACED = ("sparse", "fused", "semi", "base")
 """Variants that get a trace run (where the preset has them), unless the plan says which."""
 
 _BIG = dict(tables=26, rows=1_000_000, dim=128, pooling=20.0, dense_arch=(1024, 1024), over_arch=(4096, 4096, 4096, 2048))
@@ -121,21 +125,21 @@ PRESETS: dict[str, dict] = {
     # 2026-11-23 machine, for the time budget only; rounds: the timed rounds planned (fewer if
     # the budget is short, never fewer than --min-rounds).
     "multitask_b32k": dict(_BIG, batch=32768, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=55,
-                           rounds=16, **_RUN),
+                           rounds=48, **_RUN),
     "multitask": dict(_BIG, batch=16384, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=45,
-                      rounds=48, **_RUN),
+                      rounds=64, **_RUN),
     # the same model at 4096 samples: the host issuing ~1900 optimizer launches per step takes
     # longer than the GPU's work, so the step is bound by the host and no overlap can help
-    "multitask_b4k": dict(_BIG, batch=4096, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=45,
-                          rounds=60, **_RUN),
+    "multitask_b4k": dict(_BIG, batch=4096, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=30,
+                          rounds=120, **_RUN),
     # the 16k model on torch's default stream (priority 0, below the side streams: the long
     # lookup and embedding-backward grids then hold the GPU until their last wave)
     "multitask_p0": dict(_BIG, batch=16384, task_heads=128, adam_foreach=False, main_priority=0, est_step_ms=45,
-                         rounds=36, **_RUN),
+                         rounds=48, **_RUN),
     # the first run's model: one head, foreach Adam over ~44M parameters (a bandwidth-bound
     # optimizer), torch's default stream; 7 ms steps whose first few still grow the allocator
     "dense_heavy": dict(_BIG, batch=4096, task_heads=1, adam_foreach=True, main_priority=0, est_step_ms=7,
-                        rounds=40, warmup=6, timed=8),
+                        rounds=64, warmup=6, timed=8),
     # the CI-sized smoke preset (seconds on any GPU; the CPU smoke test)
     "tiny": dict(tables=8, rows=10_000, dim=32, batch=256, pooling=4.0, dense_arch=(64,), over_arch=(256, 128),
                  task_heads=4, adam_foreach=False, main_priority=-2, est_step_ms=5, rounds=10, **_RUN),
@@ -148,10 +152,14 @@ MAIN = ("sparse", "fused", "semi")
 # traces in sample_traces/pipelines_{N}gpu/<variant>/, the others' in .../<preset>/<variant>/).
 # Traced besides the headline: what the 16k question and the explain proof's host-bound pair
 # need (the sample traces stay a few MB).
+# The headline and b4k also run fused_separate (the embedding backward in a second autograd call,
+# as FusedSparseDist did before 2026-11-24): the host work it costs, on a host-bound and a GPU-bound
+# step. The other variants of VARIANTS (the questions of 2026-11-21/23, answered in
+# bench/NOTES-pipelines.md) run with --plan; each one in the plan takes rounds from the others.
 PLAN = (
-    ("multitask_b32k", tuple(VARIANTS), TRACED),
-    ("multitask", ("sparse", "fused", "fused_step_start", "semi"), ("sparse", "fused", "fused_step_start")),
-    ("multitask_b4k", MAIN, ("sparse", "fused")),
+    ("multitask_b32k", ("sparse", "fused", "semi", "base", "fused_separate"), TRACED),
+    ("multitask", MAIN, ("sparse", "fused")),
+    ("multitask_b4k", ("sparse", "fused", "fused_separate", "semi"), ("sparse", "fused", "fused_separate")),
     ("multitask_p0", MAIN, ()),
     ("dense_heavy", MAIN, ()),
 )
@@ -259,10 +267,12 @@ class Bench:
             "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
             "versions": _versions(),
             "method": {
-                "warmup_rounds": 1, "min_rounds": args.min_rounds, "max_rounds": args.rounds,
+                "warmup_rounds": "1 per preset and pass", "passes": args.passes, "min_rounds": args.min_rounds,
+                "max_rounds": args.rounds,
                 "warmup_steps": args.warmup_steps, "timed_steps": args.steps,
                 "run_shape": "per preset (warm-up steps, timed steps, rounds planned) unless the command sets them",
-                "order": "warm-up round in plan order; timed rounds in mirrored pairs of rotated orders",
+                "order": "the plan run --passes times over (each preset's rounds spread over the call); in each pass "
+                         "a warm-up round in plan order, then timed rounds in mirrored pairs of rotated orders",
                 "figure": "per round: median of the timed steps (GPU time between CUDA events on the main stream); "
                           "ratios within the round; median over rounds with a 95 % percentile bootstrap interval "
                           f"({method.RESAMPLES} resamples, bench/method.py)",
@@ -401,21 +411,39 @@ class Bench:
         return seg
 
     # ---- a preset ----------------------------------------------------------------------------
-    def preset(self, name: str, variants: list[str], *, traced: tuple[str, ...], headline: bool, share_s: float) -> None:
+    def preset(self, name: str, variants: list[str], *, traced: tuple[str, ...], headline: bool, share_s: float,
+               pass_index: int = 0, passes: int = 1) -> None:
+        """One pass over a preset: the model built, a warm-up round, this pass's share of the
+        timed rounds; in the last pass also the traces (and the diagnostics). The plan runs
+        ``passes`` times over (``--passes``) so that each preset's rounds are spread over the
+        whole call, not one window of it: the host's speed moves over minutes (2026-11-24: one
+        call's headline window had the host at 5.8 us/op for most rounds, the next call's at 3.3)
+        and the multitask presets' ratios move with it."""
         args, spec = self.args, PRESETS[name]
         warmup, timed, planned = run_shape(args, spec)
         folder = self.commit / self.samples_dir / ("" if headline else name)
-        pdoc: dict = {
-            "preset": name, "headline": headline, "spec": {k: v for k, v in spec.items() if k not in SPEC_ONLY},
-            "run_shape": {"warmup_steps": warmup, "timed_steps": timed, "rounds_planned": planned},
-            "variants": variants, "rounds": [], "summary": {}, "targets": {}, "traces": {}, "diagnostics": {},
-            "setup": {}, "budget_s": round(share_s, 1),
-        }
-        self.doc["presets"].append(pdoc)
+        last = pass_index == passes - 1
+        pdoc = next((p for p in self.doc["presets"] if p["preset"] == name), None)
+        # this pass's rounds: the next ones of the preset's sequence of mirrored orders, an even
+        # share of those still planned, at least its share of --min-rounds
+        done = 0 if pdoc is None else sum(not rd["warmup"] for rd in pdoc["rounds"])
+        most = min(planned, done + _even_up((planned - done) / (passes - pass_index)))
+        least = min(most, done + _even_up(args.min_rounds / passes))
+        if most == done and not last:
+            return  # every planned round has run: nothing for this pass
+        if pdoc is None:
+            pdoc = {
+                "preset": name, "headline": headline, "spec": {k: v for k, v in spec.items() if k not in SPEC_ONLY},
+                "run_shape": {"warmup_steps": warmup, "timed_steps": timed, "rounds_planned": planned},
+                "variants": variants, "rounds": [], "summary": {}, "targets": {}, "traces": {}, "diagnostics": {},
+                "setup": {}, "budget_s": 0.0, "passes": passes,
+            }
+            self.doc["presets"].append(pdoc)
+        pdoc["budget_s"] = round(pdoc["budget_s"] + share_s, 1)
         cfgs = {v: _config(spec, v, device=args.device, warmup=warmup, timed=timed, profile=0,
                            out=folder / v, seed=args.seed) for v in variants}
         trace_cfgs = {v: dataclasses.replace(cfgs[v], timed_steps=3, profile_steps=args.profile_steps)
-                      for v in variants if v in traced and args.profile_steps}
+                      for v in variants if v in traced and args.profile_steps and last}
         longest = max([c.total_steps for c in cfgs.values()] + [c.total_steps for c in trace_cfgs.values()] + [50])
         first = cfgs[variants[0]]
         pdoc.update(model=dataclasses.asdict(first.model), data=dataclasses.asdict(first.data),
@@ -423,13 +451,13 @@ class Bench:
         t_preset = self.now()
         t = time.perf_counter()
         loader = SyntheticLoader(dataclasses.replace(first.data, num_batches=longest), rank=self.info.rank)
-        pdoc["setup"]["loader_s"] = round(time.perf_counter() - t, 2)
+        pdoc["setup"].setdefault("loader_s", round(time.perf_counter() - t, 2))
         t = time.perf_counter()
         session = Session(first)
-        pdoc["setup"]["model_build_s"] = round(session.build_s, 2)
+        pdoc["setup"].setdefault("model_build_s", round(session.build_s, 2))
         pdoc["setup"]["model_bytes"] = sum(p.numel() * p.element_size() for p in session.model.parameters()) + sum(
             b.numel() * b.element_size() for b in session.model.buffers())
-        self.say(f"{name}: loader {pdoc['setup']['loader_s']} s, model {pdoc['setup']['model_build_s']} s, "
+        self.say(f"{name} (pass {pass_index + 1} of {passes}): loader {time.perf_counter() - t:.2f} s with the model, "
                  f"runs of {warmup} + {timed} steps")
 
         def one_round(r: int, order: list[str]) -> None:
@@ -452,16 +480,19 @@ class Bench:
                 f"{v} {rd['runs'][v]['step_ms_median']:.3f}" + (f" ({rd['runs'][v]['step_ms_median'] / ref:.3f})" if ref and v != REFERENCE else "")
                 for v in variants) + f" ms  ({rd['t'][1] - rd['t'][0]:.1f} s)")
 
-        one_round(0, list(variants))
-        per_round = pdoc["rounds"][0]["t"][1] - pdoc["rounds"][0]["t"][0]
+        if most > done:
+            one_round(0, list(variants))
         traces_s = len(trace_cfgs) * (4.0 + 0.002 * spec["est_step_ms"] * 13) if self.gpu else 2.0 * len(trace_cfgs)
         diag_s = 0.0
-        if self.gpu and args.diagnostics:
+        if self.gpu and args.diagnostics and last:
             diag_s += self.old_method_s(name, variants) + (15.0 if headline else 0.0)
         left = share_s - (self.now() - t_preset) - traces_s - diag_s
-        n_rounds = self.decide(method.rounds_that_fit(per_round_s=per_round, left_s=left, least=args.min_rounds, most=planned))
-        pdoc["timed_rounds_planned"] = n_rounds
-        for r, order in enumerate(method.round_orders(variants, n_rounds), start=1):
+        pdoc["timed_rounds_planned"] = planned
+        t_rounds = self.now()
+        for r, order in enumerate(method.round_orders(variants, planned)[done:], start=done + 1):
+            if not self.decide(method.next_round_runs(done=r - 1 - done, elapsed_s=self.now() - t_rounds, left_s=left,
+                                                      least=least - done, most=most - done)):
+                break
             one_round(r, order)
 
         self.summarize(pdoc)  # the figures each sample trace's metrics.json carries
@@ -476,7 +507,7 @@ class Bench:
                      f"events {seg.get('trace_counts')}")
         self.publish()
 
-        diagnose = self.gpu and args.diagnostics
+        diagnose = self.gpu and args.diagnostics and last
         if diagnose:
             self.old_method(name, variants, pdoc, session, loader, cfgs, share_s - (self.now() - t_preset))
         gc.unfreeze()  # every run froze what survived it (bench/host.py's quiet_gc): the model can go now
@@ -612,6 +643,12 @@ def host_summary(timed: list[dict]) -> dict:
             out["steal_share"] = round(sum(h["steal_ticks"] for h in ticks) / total, 4)
             out["irq_share"] = round(sum(h["irq_ticks"] for h in ticks) / total, 4)
     return out
+
+
+def _even_up(x: float) -> int:
+    """The smallest even integer >= x (whole mirrored pairs of rounds)."""
+    n = math.ceil(x)
+    return n + n % 2
 
 
 def run_shape(args, spec: dict) -> tuple[int, int, int]:  # noqa: ANN001
@@ -761,7 +798,8 @@ def markdown(doc: dict) -> list[str]:
     lines = [f"# {doc['title']}", "",
              f"{doc['date_utc']}, `{doc['command']}`, torch {doc['versions'].get('torch')} (CUDA {doc['versions'].get('cuda')}); "
              f"{doc['total_s']} s in all.", "",
-             "Method (bench/method.py): a warm-up round (discarded), then timed rounds; every variant once per round, in "
+             f"Method (bench/method.py): the plan run {doc['method'].get('passes', 1)} time(s) over (each preset's rounds "
+             "spread over the call); in each pass a warm-up round (discarded), then timed rounds; every variant once per round, in "
              "mirrored pairs of rotated orders; one run = a few warm-up steps + a few timed steps (per preset, below); a "
              "round's figure is the median of the variant's timed steps; ratios to SparseDist within each round; reported: "
              "median over rounds [95 % bootstrap interval over rounds]. Host (bench/host.py): the main thread alone on one "
@@ -777,7 +815,7 @@ def markdown(doc: dict) -> list[str]:
         lines += [f"## {p['preset']}{' (headline)' if p['headline'] else ''}", "",
                   f"batch {spec['batch']}/GPU, {spec['tables']} tables x {spec['rows']} x {spec['dim']}, pooling {spec['pooling']}, "
                   f"over arch {tuple(spec['over_arch'])}, {spec['task_heads']} task head(s), Adam foreach={spec['adam_foreach']}, "
-                  f"main stream priority {spec['main_priority']}. Timed rounds: {p.get('timed_rounds', 0)} (+1 warm-up) of "
+                  f"main stream priority {spec['main_priority']}. Timed rounds: {p.get('timed_rounds', 0)} in {p.get('passes', 1)} pass(es) (+1 warm-up each) of "
                   f"runs of {(p.get('run_shape') or {}).get('warmup_steps')} warm-up + {(p.get('run_shape') or {}).get('timed_steps')} "
                   f"timed steps; setup: batches {p['setup'].get('loader_s')} s, model {p['setup'].get('model_build_s')} s.", "",
                   "| variant | step ms | / SparseDist | peak reserved GB | / SparseDist | peak alloc GB | GPU waited for host "
@@ -904,6 +942,8 @@ def main() -> int:
                     "none with --date)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--date", default=None, help="YYYYMMDD for the file names (default: today, UTC)")
+    ap.add_argument("--passes", type=int, default=3, help="times the plan is run over, each preset's timed rounds "
+                    "split between the passes (a warm-up round in each): its rounds spread over the whole call")
     ap.add_argument("--budget-s", type=float, default=280.0,
                     help="seconds for the whole benchmark: the timed rounds of each preset are as many as fit its share")
     args = ap.parse_args()
@@ -911,8 +951,10 @@ def main() -> int:
         print("bench_pipelines: error: needs a CUDA GPU (or --device cpu)", file=sys.stderr)
         return 2
     if (args.min_rounds < 1 or (args.rounds is not None and args.rounds < args.min_rounds)
-            or (args.steps is not None and args.steps < 1) or (args.warmup_steps is not None and args.warmup_steps < 0)):
-        print("bench_pipelines: error: need 1 <= --min-rounds <= --rounds, --steps >= 1, --warmup-steps >= 0", file=sys.stderr)
+            or (args.steps is not None and args.steps < 1) or (args.warmup_steps is not None and args.warmup_steps < 0)
+            or args.passes < 1):
+        print("bench_pipelines: error: need 1 <= --min-rounds <= --rounds, --steps >= 1, --warmup-steps >= 0, --passes >= 1",
+              file=sys.stderr)
         return 2
     if args.label is not None and not args.label.replace("-", "").replace("_", "").isalnum():
         print("bench_pipelines: error: --label takes letters, digits, '-' and '_'", file=sys.stderr)
@@ -937,10 +979,13 @@ def main() -> int:
         # each preset's share of the budget: its planned time (step x runs per round x steps per run x rounds)
         weights = [PRESETS[p]["est_step_ms"] * len(vs) * (lambda w, t, r: (w + t) * r)(*run_shape(args, PRESETS[p]))
                    for p, vs, _ in plans]
-        for k, (preset, names, traced) in enumerate(plans):
+        # the plan --passes times over: each preset's rounds spread over the whole call
+        schedule = [(k, i) for k in range(args.passes) for i in range(len(plans))]
+        for j, (k, i) in enumerate(schedule):
             left = args.budget_s - bench.now()
-            share = left * weights[k] / sum(weights[k:])
-            bench.preset(preset, names, traced=traced, headline=k == 0, share_s=share)
+            share = left * weights[i] / sum(weights[i2] for _, i2 in schedule[j:])
+            preset, names, traced = plans[i]
+            bench.preset(preset, names, traced=traced, headline=i == 0, share_s=share, pass_index=k, passes=args.passes)
     finally:  # also on SIGTERM (a time limit): the figures of every round that ran
         for p in bench.doc["presets"]:
             bench.summarize(p)

@@ -149,13 +149,18 @@ def summarize(per_round: Sequence[dict[str, float]], reference: str) -> dict[str
     return out
 
 
-def rounds_that_fit(*, per_round_s: float, left_s: float, least: int, most: int) -> int:
-    """Timed rounds to run: as many as fit in ``left_s`` seconds at ``per_round_s`` each, rounded
-    down to an even number (whole mirrored pairs, :func:`round_orders`), at least ``least`` (the
-    method's minimum, run even when it does not fit) and at most ``most``."""
-    fit = most if per_round_s <= 0 else int(left_s // per_round_s)
-    n = max(least, min(most, fit))
-    return n if n % 2 == 0 or n == least else n - 1
+def next_round_runs(*, done: int, elapsed_s: float, left_s: float, least: int, most: int) -> bool:
+    """Whether timed round ``done + 1`` runs, ``done`` rounds having taken ``elapsed_s`` seconds of
+    the ``left_s`` the timed rounds may take: always up to ``least`` (the method's minimum), never
+    past ``most``; in between, a mirrored pair (:func:`round_orders`) starts only when both its
+    rounds fit at the timed rounds' mean so far, and its second round always runs. The timed
+    rounds' own mean, not the warm-up round's time: that one carries every first use (it took 9x
+    a timed round on 2026-11-24) and planned a third of the rounds that fitted."""
+    if done >= most:
+        return False
+    if done < least or done % 2 == 1:
+        return True
+    return elapsed_s + 2 * elapsed_s / max(done, 1) <= left_s
 
 
 @dataclass(frozen=True)

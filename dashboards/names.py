@@ -18,13 +18,15 @@ OPTIONS = {
     ("fused", "lookup_stream", "current"): "lookup on the main stream",
     ("fused", "lookup_placement", "step_start"): "lookup at step start",
     ("fused", "lookup_placement", "after_data_dist"): "lookup after data dist",
+    ("fused", "emb_backward", "separate"): "separate embedding backward",
     ("semi", "semi_lookup_placement", "after_forward"): "lookup after forward",
 }
 """A pipeline's non-default options in ``metrics.json``'s ``config`` (the runtime's TrainConfig
 fields: pipeline, field, value) -> the words the variant's name carries; the defaults (lookup
-stream ``data_dist``, placements ``before_optimizer`` and ``after_backward``) and a config without
-the field add none (but SemiSync's: runs from before that option placed the lookup after the
-forward)."""
+stream ``data_dist``, placements ``before_optimizer`` and ``after_backward``, FusedSparseDist's
+embedding backward ``with_dense``) and a config without the field add none (but SemiSync's and
+FusedSparseDist's: runs from before those options placed the lookup after the forward, and ran
+the embedding backward in a separate autograd call)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ def variant(path: str, label: str) -> Variant:
         cfg = dict(m["config"]) if isinstance(m.get("config"), dict) else {}
         if pipe == "semi":  # runs from before the option had TorchRec's placement
             cfg.setdefault("semi_lookup_placement", "after_forward")
+        if pipe == "fused":  # runs from before the option cut the backward in two autograd calls
+            cfg.setdefault("emb_backward", "separate")
         options = [words for (p, k, v), words in OPTIONS.items() if p == pipe and cfg.get(k) == v]
         if pipe == "semi" and isinstance(cfg.get("start_batch"), int) and cfg["start_batch"] > 0:
             options.append(f"exact until batch {cfg['start_batch']}")

@@ -3,8 +3,8 @@
 #
 #   bash gpu/run_all.sh [PART...]        # default: every part but pipelines2 (2 GPUs), in this order
 #
-# The device tool allows 10 minutes a command: pipelines2 and issue5 take up to 9 each, pipelines
-# about 5 (its budget, a fresh machine's TBE build included), so each goes in a call of its own
+# The device tool allows 10 minutes a command: pipelines2, issue5 and pipelines take up to 9 each
+# (pipelines: its 420 s budget, a fresh machine's TBE build included), so each goes in a call of its own
 # (bash gpu/run_all.sh pipelines; ... issue5).
 #
 # Parts: env, kernels (build, gpu/tbe_smoke.py (which kernel variants crash: those are left out of
@@ -15,11 +15,14 @@
 # ~780 MB-JSON DLRM trace the loader, explain and many-ranks benchmarks read, ~53 MB gzipped, so
 # it comes back split in parts: give it a call with little else), pipetests (GPU tests of the pipelines and the
 # batch type), pipelines (the 1-GPU pipeline benchmark, every preset, interleaved rounds, traces:
-# ~5 min, <= 7; bench/bench_pipelines.py; two calls compared by bench/compare_results.py), pipelines2 (the same on 2 GPUs through
+# ~8 min, <= 9; bench/bench_pipelines.py; two calls compared by bench/compare_results.py), pipelines2 (the same on 2 GPUs through
 # torchrun), issue5 (delta tracking / writeback / in-place copy: GPU tests, benchmark, traces,
 # snapshots and the explain proof's pairs: <= 9 min), snapshot (sample allocator snapshots),
 # ranks2 (2 GPUs, not in the default: gpu/ranks_straggler.py, two ranks on real NCCL with a
-# planted straggler and an imbalanced all-to-all, for tracekit analyze DIR to find; ~1 min).
+# planted straggler and an imbalanced all-to-all, for tracekit analyze DIR to find; ~1 min),
+# hostscan (bench/host_scan.py: each CPU's speed over 20 s, hidden SMT siblings, torch's intra-op
+# threads; ~1 min), pipeprobe (the pipeline benchmark on the plan in $PIPEPROBE_PLAN, no traces,
+# ${PIPEPROBE_S:-240} s: a question about a few variants, not the results of record).
 # Each part runs with its own time limit and its own output folder; one failing part does not
 # stop the others. The device tool brings back at most 8 files of at most 16 MiB, so each part's
 # folder is packed into $OUT/<part>.tar.gz (split into <part>.tar.gz.part-aa, -ab, ... when larger
@@ -70,12 +73,14 @@ for p in "${parts[@]}"; do
                                echo \"TBE_SKIP_VARIANTS=\$(cat $SKIP_FILE)\";
                                TBE_SKIP_VARIANTS=\$(cat $SKIP_FILE) python3 bench/bench_tbe.py --budget-s 240 --out \"\$OUT\"" ;;
     tbe_ncu) part tbe_ncu 240 bash gpu/tbe_ncu.sh ;;
-    pipelines) part pipelines 420 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s 300 --out "$OUT"' ;;
+    pipelines) part pipelines 560 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s 420 --out "$OUT"' ;;
     pipelines2) part pipelines2 540 bash -c 'python3 bench/bench_pipelines.py --gpus 2 --budget-s 450 --out "$OUT"' ;;
     ranks2) part ranks2 240 bash -c 'torchrun --nproc_per_node 2 --master_port 29531 gpu/ranks_straggler.py --out "$OUT/job"' ;;
     pipetests) part pipetests 420 python3 -m pytest -q -p no:cacheprovider -o addopts= tests/runtime/test_pipelines_gpu.py tests/runtime/test_batch.py ;;
     issue5) part issue5 540 python3 gpu/issue5_run.py ;;
     largetrace) part largetrace 420 bash -c 'python3 bench/make_large_trace.py --out "$OUT"' ;;
+    hostscan) part hostscan 120 bash -c 'python3 bench/host_scan.py --seconds 20 --out "$OUT/host_scan.json"' ;;
+    pipeprobe) part pipeprobe 420 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s ${PIPEPROBE_S:-240} --profile-steps 0 --plan "${PIPEPROBE_PLAN:?}" --out "$OUT"' ;;
     snapshot) part snapshot 180 bash -c 'python3 gpu/snapshot_sample.py --out "$OUT"' ;;
     *) echo "unknown part: $p" >&2 ;;
     esac

@@ -257,7 +257,8 @@ class Session:
 
         kwargs: dict = {"inplace_copy_batch_to_gpu": cfg.inplace_copy_batch_to_gpu, "on_step": on_step}
         if cfg.pipeline == "fused":
-            kwargs.update(lookup_stream=cfg.lookup_stream, lookup_placement=cfg.lookup_placement)
+            kwargs.update(lookup_stream=cfg.lookup_stream, lookup_placement=cfg.lookup_placement,
+                          emb_backward=cfg.emb_backward)
         if cfg.pipeline == "semi":
             kwargs.update(start_batch=cfg.start_batch, lookup_placement=cfg.semi_lookup_placement)
         main_ctx = contextlib.nullcontext()

@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from runtime.data import DataConfig, SyntheticLoader
 from runtime.model import DenseOptimizerConfig, ModelConfig
-from runtime.pipelines import LOOKUP_PLACEMENTS, LOOKUP_STREAMS, PIPELINES, SEMI_LOOKUP_PLACEMENTS
+from runtime.pipelines import FUSED_EMB_BACKWARDS, LOOKUP_PLACEMENTS, LOOKUP_STREAMS, PIPELINES, SEMI_LOOKUP_PLACEMENTS
 from runtime.profiling import cuda_sync_events
 from runtime.session import ConfigError, Session
 
@@ -64,6 +64,10 @@ class TrainConfig:
     """FusedSparseDist: where the host issues the next batch's lookup: ``before_optimizer``
     (right behind the embedding backward), ``step_start`` (TorchRec's default: at the start of
     the next step) or ``after_data_dist`` (after the next batch's data dist)."""
+    emb_backward: str = "with_dense"
+    """FusedSparseDist: the embedding backward inside the dense backward's autograd call
+    (``with_dense``: one call, less host work per step) or in a call of its own (``separate``,
+    ``## emb_backward i ##``, the runtime's only way before 2026-11-24); same streams, same numerics."""
     start_batch: int = 0
     """SemiSync: batches before this one are trained exactly."""
     semi_lookup_placement: str = "after_backward"
@@ -101,6 +105,8 @@ class TrainConfig:
             raise ConfigError(f"lookup_stream must be one of {LOOKUP_STREAMS}, got {self.lookup_stream!r}")
         if self.lookup_placement not in LOOKUP_PLACEMENTS:
             raise ConfigError(f"lookup_placement must be one of {LOOKUP_PLACEMENTS}, got {self.lookup_placement!r}")
+        if self.emb_backward not in FUSED_EMB_BACKWARDS:
+            raise ConfigError(f"emb_backward must be one of {FUSED_EMB_BACKWARDS}, got {self.emb_backward!r}")
         if self.start_batch < 0:
             raise ConfigError("start_batch must be >= 0")
         if self.semi_lookup_placement not in SEMI_LOOKUP_PLACEMENTS:
@@ -231,6 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--lookup-stream", choices=list(LOOKUP_STREAMS), default="data_dist")
     a("--lookup-placement", choices=list(LOOKUP_PLACEMENTS), default="before_optimizer",
       help="fused: where the host issues the next batch's lookup")
+    a("--emb-backward", choices=list(FUSED_EMB_BACKWARDS), default="with_dense",
+      help="fused: the embedding backward in the dense backward's autograd call (with_dense) or its own (separate)")
     a("--start-batch", type=int, default=0, help="semi: exact batches before semi-sync")
     a("--semi-lookup-placement", choices=list(SEMI_LOOKUP_PLACEMENTS), default="after_backward",
       help="semi: the stale lookup beside the optimizer (after_backward) or the backward (after_forward, TorchRec's)")
@@ -282,7 +290,7 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
         return TrainConfig(
             pipeline=ns.pipeline, device=ns.device, warmup_steps=ns.warmup_steps, timed_steps=ns.steps,
             profile_steps=ns.profile_steps, lookup_stream=ns.lookup_stream,
-            lookup_placement=ns.lookup_placement, start_batch=ns.start_batch,
+            lookup_placement=ns.lookup_placement, emb_backward=ns.emb_backward, start_batch=ns.start_batch,
             semi_lookup_placement=ns.semi_lookup_placement,
             inplace_copy_batch_to_gpu=ns.inplace_copy, memory_snapshot=ns.memory_snapshot, allow_tf32=ns.tf32,
             main_stream_priority=ns.main_stream_priority, out=ns.out,

@@ -6,7 +6,8 @@
                three batches in flight
 ``fused``      FusedSparseDist: SparseDist + the next batch's lookup right behind the fused
                embedding backward, overlapping the dense optimizer (issued before the optimizer
-               by default: ``lookup_placement``)
+               by default: ``lookup_placement``); the embedding backward in the dense
+               backward's autograd call or a call of its own (``emb_backward``)
 ``semi``       SemiSync: the lookup of batch i+1 runs before batch i's embedding backward
                (embeddings one step stale), exact for the first ``start_batch`` steps; beside
                batch i's backward or its optimizer (``lookup_placement``)
@@ -16,7 +17,13 @@
 from __future__ import annotations
 
 from runtime.pipelines.base import train_base
-from runtime.pipelines.common import LOOKUP_PLACEMENTS, LOOKUP_STREAMS, SEMI_LOOKUP_PLACEMENTS, PipelineResult
+from runtime.pipelines.common import (
+    FUSED_EMB_BACKWARDS,
+    LOOKUP_PLACEMENTS,
+    LOOKUP_STREAMS,
+    SEMI_LOOKUP_PLACEMENTS,
+    PipelineResult,
+)
 from runtime.pipelines.fused_sparse_dist import train_fused_sparse_dist
 from runtime.pipelines.semi_sync import train_semi_sync
 from runtime.pipelines.sparse_dist import train_sparse_dist
@@ -32,6 +39,7 @@ __all__ = [
     "PIPELINES",
     "LOOKUP_STREAMS",
     "LOOKUP_PLACEMENTS",
+    "FUSED_EMB_BACKWARDS",
     "SEMI_LOOKUP_PLACEMENTS",
     "PipelineResult",
     "train_base",

@@ -25,6 +25,9 @@ from runtime.sharding import ShardedSparseArch, SplitsInFlight, TensorsInFlight
 LOOKUP_STREAMS = ("data_dist", "new", "current")
 LOOKUP_PLACEMENTS = ("before_optimizer", "step_start", "after_data_dist")
 """FusedSparseDist: where the host issues the lookup (runtime.pipelines.fused_sparse_dist)."""
+FUSED_EMB_BACKWARDS = ("with_dense", "separate")
+"""FusedSparseDist: the embedding backward inside the dense backward's autograd call, or in a
+call of its own (runtime.pipelines.fused_sparse_dist)."""
 SEMI_LOOKUP_PLACEMENTS = ("after_forward", "after_backward")
 """SemiSync: where the stale lookup of batch i+1 runs (runtime.pipelines.semi_sync)."""
 

@@ -28,6 +28,19 @@ three, the numerics too):
 * ``step_start`` (TorchRec's default): at the start of step i+1, before the data dist of
   batch i+2, i.e. after the host has issued step i's optimizer.
 * ``after_data_dist``: in step i+1, after the data dist of batch i+2 and the copy of i+3.
+
+How the backward is cut (``emb_backward``; the GPU work, its streams and the numerics are the same):
+
+* ``with_dense`` (default): one autograd call, ``loss.backward()`` with the lookup stream current. Autograd
+  runs each node on the stream its forward ran on: the dense nodes on the main stream, the
+  output-dist backward and the fused table update on the lookup stream (it waits for the
+  embeddings' gradient there, by event); the call's closing sync makes the *current* stream
+  wait for the others, so the lookup stream waits for the dense backward and the main stream
+  waits for nothing: it goes on to the optimizer at once.
+* ``separate``: the dense backward stops at a detached leaf copy of the embeddings, then a second
+  autograd call (``## emb_backward i ##``) runs the embedding part from the leaf's gradient. The
+  same streams, but a second hand-off to autograd's device thread and its set-up every step:
+  ~0.3 ms of host time, which shows in full on a step bound by the host (bench/NOTES-pipelines.md).
 """
 
 from __future__ import annotations
@@ -42,6 +55,7 @@ from runtime.batch import Batch
 from runtime.pipelines.common import (
     LOOKUP_PLACEMENTS,
     LOOKUP_STREAMS,
+    FUSED_EMB_BACKWARDS,
     Feeder,
     InFlight,
     PipelineResult,
@@ -50,6 +64,8 @@ from runtime.pipelines.common import (
     embedding_backward,
     embeddings_for_forward,
     new_stream,
+    on_stream,
+    record_event,
     sparse_arch_of,
     start_embedding_lookup,
     start_sparse_data_dist,
@@ -67,6 +83,7 @@ def train_fused_sparse_dist(
     device: torch.device | str,
     lookup_stream: str = "data_dist",
     lookup_placement: str = "before_optimizer",
+    emb_backward: str = "with_dense",
     inplace_copy_batch_to_gpu: bool = False,
     on_step: StepCallback | None = None,
 ) -> PipelineResult:
@@ -75,6 +92,8 @@ def train_fused_sparse_dist(
         raise ValueError(f"lookup_stream must be one of {LOOKUP_STREAMS}, got {lookup_stream!r}")
     if lookup_placement not in LOOKUP_PLACEMENTS:
         raise ValueError(f"lookup_placement must be one of {LOOKUP_PLACEMENTS}, got {lookup_placement!r}")
+    if emb_backward not in FUSED_EMB_BACKWARDS:
+        raise ValueError(f"emb_backward must be one of {FUSED_EMB_BACKWARDS}, got {emb_backward!r}")
     device = torch.device(device)
     arch = sparse_arch_of(model)
     main = current_stream(device)
@@ -113,19 +132,26 @@ def train_fused_sparse_dist(
         feeder.copy_next_into(queue)
         if lookup_placement == "after_data_dist":
             start_embedding_lookup(cur, arch=arch, stream=lookup, after=tables_updated)
-        # main stream: dense forward of batch i on a leaf copy of its embeddings
+        # main stream: dense forward of batch i (separate: on a leaf copy of its embeddings)
         with record_function(f"## forward {i} ##"):
-            emb = embeddings_for_forward(cur, arch=arch, stream=main)  # [B, F, D]
-            emb_leaf = emb.detach().requires_grad_()
+            emb = embeddings_for_forward(cur, arch=arch, stream=main)  # [B, F, D], made on the lookup stream
+            emb_leaf = emb.detach().requires_grad_() if emb_backward == "separate" else emb
             loss, _ = model.dense_forward(cur.batch, emb_leaf)
         # data-dist stream: lengths/values all-to-alls of batch i+1
         if nxt is not None:
             wait_sparse_data_dist(nxt, arch=arch, stream=data_dist)
-        # main stream: dense backward, stopping at the embeddings
-        with record_function(f"## backward {i} ##"):
-            loss.backward()
-        # lookup stream: output-dist backward + fused table update of batch i
-        tables_updated = embedding_backward(i, emb, emb_leaf, stream=lookup, main=main)
+        if emb_backward == "with_dense":
+            # main stream: dense backward; lookup stream: output-dist backward + fused table
+            # update of batch i (one autograd call with the lookup stream current, see above)
+            with record_function(f"## backward {i} ##"), on_stream(lookup):
+                loss.backward()
+            tables_updated = record_event(lookup)
+        else:
+            # main stream: dense backward, stopping at the embeddings
+            with record_function(f"## backward {i} ##"):
+                loss.backward()
+            # lookup stream: output-dist backward + fused table update of batch i
+            tables_updated = embedding_backward(i, emb, emb_leaf, stream=lookup, main=main)
         # lookup stream: batch i+1's lookup right behind it, issued before the optimizer's launches
         if lookup_placement == "before_optimizer" and nxt is not None:
             start_embedding_lookup(nxt, arch=arch, stream=lookup, after=tables_updated)

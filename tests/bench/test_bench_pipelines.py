@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 def bench_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     cmd = [sys.executable, str(REPO / "bench" / "bench_pipelines.py"), "--device", "cpu", "--plan", "tiny:fused+semi",
-           "--rounds", "2", "--min-rounds", "2", "--warmup-steps", "1", "--steps", "2", "--profile-steps", "1",
+           "--rounds", "4", "--min-rounds", "2", "--passes", "2", "--warmup-steps", "1", "--steps", "2", "--profile-steps", "1",
            "--date", "20000101", "--out", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
@@ -36,30 +36,34 @@ def test_rounds_and_figures(bench_out):
     (p,) = doc["presets"]
     assert p["preset"] == "tiny" and p["variants"] == ["sparse", "fused", "semi"]  # the reference is added
     rounds = p["rounds"]
-    assert [r["warmup"] for r in rounds] == [True, False, False]
-    assert [r["order"] for r in rounds] == [["sparse", "fused", "semi"], ["sparse", "fused", "semi"], ["semi", "fused", "sparse"]]
+    # two passes over the plan, each a warm-up round and half the timed rounds; the timed rounds
+    # go on with the sequence of mirrored orders across the passes
+    assert [r["warmup"] for r in rounds] == [True, False, False, True, False, False]
+    assert [r["round"] for r in rounds] == [0, 1, 2, 0, 3, 4]
+    assert [r["order"] for r in rounds] == [["sparse", "fused", "semi"], ["sparse", "fused", "semi"], ["semi", "fused", "sparse"],
+                                            ["sparse", "fused", "semi"], ["fused", "semi", "sparse"], ["sparse", "semi", "fused"]]
     for r in rounds:
         for run in r["runs"].values():
             assert len(run["step_ms"]) == 2 and len(run["warmup_step_ms"]) == 1
             assert run["step_ms_median"] == pytest.approx(sum(run["step_ms"]) / 2, abs=1e-3)
     # the figures come from the timed rounds only: fused's ratio is the median of its two
     # within-round ratios
-    ratios = [r["runs"]["fused"]["step_ms_median"] / r["runs"]["sparse"]["step_ms_median"] for r in rounds[1:]]
+    ratios = sorted(r["runs"]["fused"]["step_ms_median"] / r["runs"]["sparse"]["step_ms_median"] for r in rounds if not r["warmup"])
     f = p["summary"]["fused"]
-    assert f["ratio"]["n"] == 2 and f["ratio"]["median"] == pytest.approx(sum(ratios) / 2)
-    assert f["ratio"]["lo"] == pytest.approx(min(ratios)) and f["ratio"]["hi"] == pytest.approx(max(ratios))
+    assert f["ratio"]["n"] == 4 and f["ratio"]["median"] == pytest.approx((ratios[1] + ratios[2]) / 2)
+    assert ratios[0] <= f["ratio"]["lo"] <= f["ratio"]["median"] <= f["ratio"]["hi"] <= ratios[3]
     # FusedSparseDist is numerically SparseDist: the same final loss in every run
     assert f["final_loss_equals_sparse"] and f["final_loss_same_every_round"]
     assert set(p["targets"]) == {"fused: median <= 0.95 and upper end <= 0.97", "semi: median <= 0.92 and upper end <= 0.95",
                                  "fused: upper end <= 1.02"}
     md = (bench_out / "results.md").read_text()
-    assert "Per round" in md and "Host over the 6 timed runs" in md
+    assert "Per round" in md and "Host over the 12 timed runs" in md
     # every run: the host probe right before it and the main thread's counters over it
     for r in rounds:
         for run in r["runs"].values():
             assert run["host_probe_us"] > 0 and run["host"]["involuntary_switches"] >= 0
-    assert p["run_shape"] == {"warmup_steps": 1, "timed_steps": 2, "rounds_planned": 2}
-    assert doc["process"]["pin"] == "off: a CPU smoke run" and p["host"]["runs"] == 6
+    assert p["run_shape"] == {"warmup_steps": 1, "timed_steps": 2, "rounds_planned": 4}
+    assert doc["process"]["pin"] == "off: a CPU smoke run" and p["host"]["runs"] == 12
 
 
 def test_commit_folder_traces_and_proof_manifest(bench_out):
@@ -85,7 +89,7 @@ def test_commit_folder_traces_and_proof_manifest(bench_out):
     # paths relative to the manifest's folder, as bench/explain_proof.py reads them
     assert pair["before"]["trace"] == "../../sample_traces/pipelines_1gpu/sparse/trace_rank0.json.gz"
     assert (manifest.parent / pair["after"]["trace"]).is_file() and (manifest.parent / pair["source"]).is_file()
-    assert pair["measured"]["step_ratio"]["n"] == 2 and doc["device"] and doc["date"]
+    assert pair["measured"]["step_ratio"]["n"] == 4 and doc["device"] and doc["date"]
     assert pair["before"]["step_ms"] == pair["before"]["step_ms_estimate"]["median"]
     out = bench_out / "merged.json"
     assert proof_manifest.main(["merge", str(out), str(c / "bench/results/proof-pipelines-1gpu-cpu-20000101.json")]) == 0

@@ -86,12 +86,22 @@ def test_summarize_pairs_ratios_within_rounds():
     assert method.paired_ratios([{"fused": 9.0}, {"sparse": 10.0, "fused": 9.5}], "fused", "sparse") == [0.95]
 
 
-def test_rounds_that_fit_are_even_and_bounded():
-    assert method.rounds_that_fit(per_round_s=10, left_s=75, least=6, most=10) == 6
-    assert method.rounds_that_fit(per_round_s=10, left_s=95, least=6, most=10) == 8
-    assert method.rounds_that_fit(per_round_s=10, left_s=1000, least=6, most=10) == 10
-    assert method.rounds_that_fit(per_round_s=10, left_s=5, least=6, most=10) == 6  # the minimum always runs
-    assert method.rounds_that_fit(per_round_s=0, left_s=5, least=2, most=4) == 4
+def _rounds_run(round_s: float, left_s: float, least: int, most: int) -> int:
+    done = 0
+    while method.next_round_runs(done=done, elapsed_s=done * round_s, left_s=left_s, least=least, most=most):
+        done += 1
+    return done
+
+
+def test_rounds_run_are_whole_pairs_and_bounded():
+    assert _rounds_run(10, 75, 6, 10) == 6
+    assert _rounds_run(10, 80, 6, 10) == 8  # a pair fits exactly
+    assert _rounds_run(10, 95, 6, 10) == 8
+    assert _rounds_run(10, 1000, 6, 10) == 10
+    assert _rounds_run(10, 5, 6, 10) == 6  # the minimum always runs
+    assert _rounds_run(0, 5, 2, 4) == 4
+    # a pair's second round runs even when the time is up (never half a pair)
+    assert method.next_round_runs(done=7, elapsed_s=1e9, left_s=1, least=6, most=10)
 
 
 def _doc(ratios: dict[str, tuple[float, float, float]]) -> dict:

@@ -14,7 +14,7 @@ def test_variant_from_metrics_json(tmp_path):
     run = tmp_path / "pipelines_2gpu"
     for pipe in ("fused", "sparse"):
         (run / pipe).mkdir(parents=True)
-        (run / pipe / "metrics.json").write_text(json.dumps({"pipeline": pipe, "world_size": 2, "config": {"lookup_stream": "new"}}))
+        (run / pipe / "metrics.json").write_text(json.dumps({"pipeline": pipe, "world_size": 2, "config": {"lookup_stream": "new", "emb_backward": "with_dense"}}))
         (run / pipe / "trace_rank0.json.gz").write_bytes(b"")
     f = names.variant(str(run / "fused" / "trace_rank0.json.gz"), "fused/trace_rank0")
     s = names.variant(str(run / "sparse"), "sparse")  # a per-rank directory
@@ -23,12 +23,17 @@ def test_variant_from_metrics_json(tmp_path):
     assert f.group == s.group == str(run)  # one run: compared together by default
     # every non-default option of a variant in its name (bench_pipelines' fused_step_start beside fused)
     for folder, pipe, cfg, want in (
-        ("fused_step_start", "fused", {"lookup_stream": "data_dist", "lookup_placement": "step_start"},
+        ("fused_step_start", "fused", {"lookup_stream": "data_dist", "lookup_placement": "step_start", "emb_backward": "with_dense"},
          "FusedSparseDist (lookup at step start) · 2 GPUs"),
-        ("fused_default", "fused", {"lookup_stream": "data_dist", "lookup_placement": "before_optimizer"}, "FusedSparseDist · 2 GPUs"),
-        ("fused_both", "fused", {"lookup_stream": "new", "lookup_placement": "after_data_dist"},
+        ("fused_default", "fused", {"lookup_stream": "data_dist", "lookup_placement": "before_optimizer",
+                                    "emb_backward": "with_dense"}, "FusedSparseDist · 2 GPUs"),
+        ("fused_both", "fused", {"lookup_stream": "new", "lookup_placement": "after_data_dist", "emb_backward": "with_dense"},
          "FusedSparseDist (new lookup stream, lookup after data dist) · 2 GPUs"),
-        ("fused_current", "fused", {"lookup_stream": "current"}, "FusedSparseDist (lookup on the main stream) · 2 GPUs"),
+        ("fused_current", "fused", {"lookup_stream": "current", "emb_backward": "with_dense"},
+         "FusedSparseDist (lookup on the main stream) · 2 GPUs"),
+        ("fused_separate", "fused", {"emb_backward": "separate"}, "FusedSparseDist (separate embedding backward) · 2 GPUs"),
+        # a run from before the option: its embedding backward was a separate autograd call
+        ("fused_legacy", "fused", {"lookup_stream": "data_dist"}, "FusedSparseDist (separate embedding backward) · 2 GPUs"),
         ("semi_exact", "semi", {"start_batch": 5, "lookup_placement": "step_start", "semi_lookup_placement": "after_backward"},
          "SemiSync (exact until batch 5) · 2 GPUs"),
         ("semi_default", "semi", {"start_batch": 0, "semi_lookup_placement": "after_backward"}, "SemiSync · 2 GPUs"),

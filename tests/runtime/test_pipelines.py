@@ -32,6 +32,8 @@ VARIANTS = [
     ("fused", {"lookup_placement": "step_start"}),
     ("fused", {"lookup_placement": "after_data_dist", "inplace_copy_batch_to_gpu": True}),
     ("fused", {"lookup_stream": "current"}),
+    ("fused", {"emb_backward": "separate"}),
+    ("fused", {"emb_backward": "separate", "lookup_placement": "step_start", "lookup_stream": "current"}),
     ("semi", {"start_batch": STEPS}),  # never stale: must equal base
     ("semi", {"start_batch": 2}),
     ("semi", {"start_batch": 2, "inplace_copy_batch_to_gpu": True}),
@@ -129,7 +131,7 @@ def test_every_batch_trained_once_then_return(name, n):
 EXPECTED_LABELS = {
     "base": ["copy_batch_to_gpu", "start_sparse_data_dist", "wait_sparse_data_dist", "forward", "backward", "optimizer"],
     "sparse": ["copy_batch_to_gpu", "start_sparse_data_dist", "wait_sparse_data_dist", "forward", "backward", "optimizer"],
-    "fused": ["copy_batch_to_gpu", "start_sparse_data_dist", "wait_sparse_data_dist", "start_embedding_lookup", "forward", "backward", "emb_backward", "optimizer"],
+    "fused": ["copy_batch_to_gpu", "start_sparse_data_dist", "wait_sparse_data_dist", "start_embedding_lookup", "forward", "backward", "optimizer"],
     "semi": ["copy_batch_to_gpu", "start_sparse_data_dist", "wait_sparse_data_dist", "start_embedding_lookup", "forward", "backward", "emb_backward", "optimizer"],
 }
 
@@ -160,7 +162,8 @@ def test_fused_lookup_placement_host_order(placement):
     data = DataConfig(**{**DATA.__dict__, "num_batches": n})
     model, opt = _build(None)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        PIPELINES["fused"](model, opt, SyntheticLoader(data), device="cpu", lookup_placement=placement)
+        PIPELINES["fused"](model, opt, SyntheticLoader(data), device="cpu", lookup_placement=placement,
+                           emb_backward="separate")
     start = {e.name: e.time_range.start for e in prof.events() if e.name.startswith("## ")}
     for i in range(n - 1):
         lookup = start[f"## start_embedding_lookup {i + 1} ##"]
@@ -172,6 +175,31 @@ def test_fused_lookup_placement_host_order(placement):
             assert before_dist == (placement != "after_data_dist"), (placement, i)
     with pytest.raises(ValueError, match="lookup_placement"):
         PIPELINES["fused"](model, opt, SyntheticLoader(data), device="cpu", lookup_placement="later")
+
+
+@pytest.mark.parametrize("emb_backward", ["with_dense", "separate"])
+def test_fused_emb_backward_calls(emb_backward):
+    """``with_dense`` (default): the embedding backward runs inside ``## backward i ##`` (one
+    autograd call, no ``## emb_backward i ##``); ``separate``: in ``## emb_backward i ##`` after it.
+    Either way once per step, before batch i+1's lookup and step i's optimizer."""
+    n = 3
+    data = DataConfig(**{**DATA.__dict__, "num_batches": n})
+    model, opt = _build(None)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        PIPELINES["fused"](model, opt, SyntheticLoader(data), device="cpu", emb_backward=emb_backward)
+    events = [e for e in prof.events() if e.name.startswith("## ")]
+    names = {e.name for e in events}
+    assert any(s.startswith("## emb_backward") for s in names) == (emb_backward == "separate")
+    span = {e.name: e.time_range for e in events}
+    tbe = [e.time_range.start for e in prof.events() if e.name == "_TBEFunctionBackward"]
+    assert len(tbe) == n
+    for i in range(n):
+        bwd = span[f"## {'backward' if emb_backward == 'with_dense' else 'emb_backward'} {i} ##"]
+        assert sum(bwd.start <= t <= bwd.end for t in tbe) == 1, i
+        if i + 1 < n:
+            assert bwd.end <= span[f"## start_embedding_lookup {i + 1} ##"].start < span[f"## optimizer {i} ##"].start
+    with pytest.raises(ValueError, match="emb_backward"):
+        PIPELINES["fused"](model, opt, SyntheticLoader(data), device="cpu", emb_backward="later")
 
 
 @pytest.mark.parametrize("placement", ["after_forward", "after_backward"])

@@ -27,6 +27,8 @@ VARIANTS = [
     ("fused", {"lookup_stream": "data_dist"}),
     ("fused", {"lookup_stream": "new", "lookup_placement": "after_data_dist"}),
     ("fused", {"lookup_stream": "current", "inplace_copy_batch_to_gpu": True}),
+    ("fused", {"emb_backward": "separate"}),
+    ("fused", {"emb_backward": "separate", "lookup_stream": "new", "lookup_placement": "step_start"}),
     ("semi", {"start_batch": STEPS}),
 ]
 
@@ -188,3 +190,41 @@ def test_train_writes_gpu_trace_snapshot_and_memory_metrics(tmp_path):
     assert kernels and any(e.get("name") == "[memory]" for e in trace["traceEvents"])
     # the lookup ran on its own stream: kernels on more than one stream
     assert len({e["args"].get("stream") for e in kernels}) >= 2
+
+
+class _SleepyBackward(torch.autograd.Function):
+    """x * 2 whose backward sleeps ~0.1 s on the stream autograd runs it on and, like the TBE's
+    fused update, returns no gradient (its ``w`` is a leaf parameter, as the tables are)."""
+
+    @staticmethod
+    def forward(ctx, w, x):  # noqa: ANN001
+        return x * 2.0
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001
+        torch.cuda._sleep(200_000_000)
+        return None, None
+
+
+def test_one_autograd_call_leaves_the_main_stream_free():
+    """What FusedSparseDist's ``emb_backward="with_dense"`` relies on: ``loss.backward()`` with the
+    side (lookup) stream current runs the side stream's node there, and its closing sync makes
+    the side stream wait for the main one, never the main stream for the side one."""
+    dev = torch.device("cuda")
+    main, side = torch.cuda.current_stream(dev), torch.cuda.Stream(dev)
+    w = torch.nn.Parameter(torch.zeros(1, device=dev))
+    dense = torch.nn.Parameter(torch.ones(8, device=dev))
+    with torch.cuda.stream(side):
+        emb = _SleepyBackward.apply(w, torch.ones(8, device=dev))  # [8], made on the side stream
+    main.wait_stream(side)
+    loss = (emb * dense).sum()  # on the main stream
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        loss.backward()
+    main_done, side_done = torch.cuda.Event(), torch.cuda.Event()
+    main_done.record(main)
+    side_done.record(side)
+    main_done.synchronize()
+    assert not side_done.query(), "the main stream waited for the side stream's backward"
+    side_done.synchronize()
+    assert torch.equal(dense.grad, torch.full((8,), 2.0, device=dev))

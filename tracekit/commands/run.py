@@ -39,7 +39,7 @@ def build_argv(opts: dict) -> list[str]:
         "--steps", str(opts["steps"]), "--warmup-steps", str(opts["warmup_steps"]),
         "--profile-steps", str(opts["profile_steps"]),
         "--lookup-stream", opts["lookup_stream"],
-        "--lookup-placement", opts["lookup_placement"],
+        "--lookup-placement", opts["lookup_placement"], "--emb-backward", opts["emb_backward"],
         "--start-batch", str(opts["start_batch"]), "--semi-lookup-placement", opts["semi_lookup_placement"],
         "--main-stream-priority", str(opts["main_stream_priority"]),
         "--tables", str(opts["tables"]), "--rows", str(opts["rows"]), "--dim", str(opts["dim"]),
@@ -92,6 +92,8 @@ def _check_widths(ctx, param, value: str) -> str:
               help="fused: where the host issues the next batch's lookup: right behind the embedding backward "
                    "(before the optimizer), at the start of the next step (TorchRec's default) or after the "
                    "next batch's input dist.")
+@click.option("--emb-backward", type=click.Choice(["with_dense", "separate"]), default="with_dense", show_default=True,
+              help="fused: the embedding backward in the dense backward's autograd call, or in a second call of its own.")
 @click.option("--start-batch", type=click.IntRange(min=0), default=0, show_default=True,
               help="semi: batches trained exactly before semi-sync starts.")
 @click.option("--semi-lookup-placement", type=click.Choice(["after_backward", "after_forward"]), default="after_backward",
