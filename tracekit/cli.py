@@ -69,5 +69,36 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
+def run() -> None:
+    """The console script (and ``python -m tracekit.cli``): ``main``, then, once every thread
+    this process started has finished (the trace cache's writer), the exit handlers have run
+    and the output is flushed, leave without the interpreter's teardown, which frees a loaded
+    trace's objects one by one (0.06-0.23 s of a ~0.7 s cold analyze of a 42 MB trace)."""
+    import atexit
+    import os
+    import threading
+
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and not t.daemon:
+            t.join()
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):  # a closed pipe: as main does, not an error
+        pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    main()
+    run()

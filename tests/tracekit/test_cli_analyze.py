@@ -118,6 +118,22 @@ def test_console_script_bad_input_no_traceback(tmp_path):
     assert p.stderr.strip() == f"tracekit: error: {tmp_path / 'x.json'}: no such file or directory"
 
 
+def test_console_script_leaves_complete_output_and_cache(trace_file, tmp_path):
+    # ``tracekit.cli.run`` skips the interpreter's teardown: everything must be out before
+    from tracekit.trace import cache as trace_cache
+
+    cache, out = tmp_path / "c", tmp_path / "out.json"
+    argv = [sys.executable, "-m", "tracekit.cli", "analyze", str(trace_file), "--format", "json",
+            "--cache-dir", str(cache)]
+    p = subprocess.run(argv + ["--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    doc = json.loads(out.read_text())  # whole
+    st = trace_cache.stamp(str(trace_file))  # the trace cache's entry is whole too
+    assert trace_cache.read(trace_cache.entry_path(str(cache), st), st).info["platform"]
+    piped = subprocess.run(argv, capture_output=True, text=True, timeout=60)  # warm, to a pipe
+    assert piped.returncode == 0 and json.loads(piped.stdout) == doc
+
+
 def test_report_cache_hit_and_miss(trace_file, tmp_path, capsys, monkeypatch):
     cache = tmp_path / "c"
     code, first, _ = run(["analyze", trace_file, "--cache-dir", cache], capsys)
