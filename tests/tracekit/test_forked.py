@@ -1,4 +1,4 @@
-"""explain computed in a forked child (``tracekit.analyses.forked``): the same result, and the
+"""Sections computed in a forked child (``tracekit.analyses.forked``): the same result, and the
 parent's own computation whenever the child fails. A child is forked only when no other thread
 runs, and other tests in this pytest process may leave threads behind, so the fork checks run in
 a fresh interpreter."""

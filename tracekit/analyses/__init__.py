@@ -101,14 +101,35 @@ def analyze_trace(
     ``snapshot``: a result of ``tracekit.analyses.snapshot`` to carry along (explain uses it
     for the in-place batch copy's predicted peak reserved).
     ``with_explain``: also run ``explain`` (critical path, bound, findings).
-    ``parallel``: compute explain in a forked child meanwhile (``tracekit.analyses.forked``;
-    the same result, on two cores).
+    ``parallel``: compute the other sections in a forked child while this process computes
+    explain (``tracekit.analyses.forked``; the same result, on two cores).
     """
     rules = default_rules() if rules is None else rules
     steps_result = steps.compute(trace, rules)
-    # forked after steps (and the phases they memoise): the child inherits them
-    explained = Forked(lambda: _explain(trace, rules, snapshot), fork=parallel) \
-        if with_explain else None
+    # Forked after steps (and the phases they memoise): the child inherits them. The child
+    # computes the other sections (small results, quick to send back) while this process
+    # computes explain, the largest (its result holds the critical path: tens of MB to pickle,
+    # and on a big trace the fork's copy-on-write costs the child ~0.4 CPU-s more than here).
+    others = Forked(lambda: _other_sections(trace, rules, with_hta, snapshot, steps_result),
+                    fork=parallel and with_explain)
+    explained = _explain(trace, rules, snapshot) if with_explain else None
+    return Analysis(
+        source=trace.source,
+        rank=trace.rank,
+        schema=trace.schema,
+        platform=trace.platform,
+        warnings=tuple(trace.warnings),
+        rules=rules.source,
+        steps=steps_result,
+        snapshot=snapshot,
+        explain=explained,
+        **others.result(),
+    )
+
+
+def _other_sections(trace: Trace, rules: Rules, with_hta: bool | None, snapshot: object | None,
+                    steps_result) -> dict:
+    """Every section but steps and explain, as ``Analysis`` fields."""
     hta = None
     if with_hta is not False and trace.has_gpu:
         from tracekit.analyses import hta as hta_mod
@@ -119,25 +140,16 @@ def analyze_trace(
                 "analyses take seconds per million events (pass --hta to include them)"))
         else:
             hta = hta_mod.compute(trace, rules)
-    return Analysis(
-        source=trace.source,
-        rank=trace.rank,
-        schema=trace.schema,
-        platform=trace.platform,
-        warnings=tuple(trace.warnings),
-        rules=rules.source,
-        steps=steps_result,
-        overlap=overlap.compute(trace, rules),
-        gaps=gaps.compute(trace, rules),
-        syncs=syncs.compute(trace, rules),
-        allocator=allocator.compute(trace, rules),
-        hta=hta,
-        snapshot=snapshot,
-        snapshot_streams=_match_streams(trace, snapshot),
-        collectives=collectives.compute(trace, rules, steps=steps_result),
-        identity=trace_identity(trace),
-        explain=explained.result() if explained is not None else None,
-    )
+    return {
+        "overlap": overlap.compute(trace, rules),
+        "gaps": gaps.compute(trace, rules),
+        "syncs": syncs.compute(trace, rules),
+        "allocator": allocator.compute(trace, rules),
+        "hta": hta,
+        "snapshot_streams": _match_streams(trace, snapshot),
+        "collectives": collectives.compute(trace, rules, steps=steps_result),
+        "identity": trace_identity(trace),
+    }
 
 
 def _match_streams(trace: Trace, snapshot: object | None):

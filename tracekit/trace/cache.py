@@ -22,6 +22,11 @@ import os
 import struct
 import tempfile
 import zlib
+
+try:  # ISA-L's crc32: the same checksum as zlib's, ~5x less CPU (a 125 MB entry: 7 vs 39 ms)
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:  # pragma: no cover - isal is a dependency; zlib where it has no wheel
+    _crc32 = zlib.crc32
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,9 +89,9 @@ def write(path: str, st: dict, entry: Entry) -> None:
     ).encode()
     crc = 0
     for _, _, a in blocks:
-        crc = zlib.crc32(memoryview(a).cast("B"), crc)
-        crc = zlib.crc32(b"\0" * (-a.nbytes % _ALIGN), crc)
-    crc = zlib.crc32(header, crc)  # the header too: a flipped count must not pass
+        crc = _crc32(memoryview(a).cast("B"), crc)
+        crc = _crc32(b"\0" * (-a.nbytes % _ALIGN), crc)
+    crc = _crc32(header, crc)  # the header too: a flipped count must not pass
     head_len = _FIXED.size + len(header)
     pad = -head_len % _ALIGN
     directory = os.path.dirname(path)
@@ -151,7 +156,7 @@ def _parse(data: mmap.mmap, st: dict) -> Entry:
     if not isinstance(header, dict) or header.get("stamp") != st:
         raise Invalid("stale")
     body = memoryview(data)[start:]
-    if zlib.crc32(data[_FIXED.size : _FIXED.size + head_len], zlib.crc32(body)) != crc:
+    if _crc32(data[_FIXED.size : _FIXED.size + head_len], _crc32(body)) != crc:
         raise Invalid("checksum mismatch")
     tables: dict[str, dict[str, np.ndarray]] = {}
     try:
