@@ -43,7 +43,7 @@ SKIP_FILE="$WORK/tbe_skip_variants.txt"
 
 part() {  # part NAME SECONDS COMMAND...
     local name=$1 limit=$2; shift 2
-    local dir="$WORK/$name"; mkdir -p "$dir"
+    local dir="$WORK/$name"; rm -rf "$dir"; mkdir -p "$dir"  # a warm (or reused) machine keeps /tmp: no stale outputs
     local t0=$SECONDS
     echo "=== $name (limit ${limit}s): $*"
     OUT="$dir" timeout "$limit" "$@" >"$dir/log.txt" 2>&1

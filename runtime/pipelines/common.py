@@ -218,6 +218,16 @@ def embedding_backward(
         return record_event(stream)
 
 
+def grad_accumulators(module: torch.nn.Module) -> list[Any]:
+    """The gradient accumulator (autograd's leaf node) of each parameter of ``module`` that
+    requires grad, made now if there is none, with the current stream: autograd runs an
+    accumulator on the stream that was current when it was made, and at the end of a
+    ``backward()`` makes the calling stream wait for every accumulator's stream. The caller holds
+    the list (a parameter keeps its accumulator only while something refers to it)."""
+    with torch.enable_grad():
+        return [p.view_as(p).grad_fn.next_functions[0][0] for p in module.parameters() if p.requires_grad]
+
+
 def zero_grad(optimizer: torch.optim.Optimizer) -> None:
     with record_function("## zero_grad ##"):
         optimizer.zero_grad()

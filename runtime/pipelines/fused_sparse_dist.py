@@ -31,12 +31,17 @@ three, the numerics too):
 
 How the backward is cut (``emb_backward``; the GPU work, its streams and the numerics are the same):
 
-* ``with_dense`` (default): one autograd call, ``loss.backward()`` with the lookup stream current. Autograd
-  runs each node on the stream its forward ran on: the dense nodes on the main stream, the
-  output-dist backward and the fused table update on the lookup stream (it waits for the
-  embeddings' gradient there, by event); the call's closing sync makes the *current* stream
-  wait for the others, so the lookup stream waits for the dense backward and the main stream
-  waits for nothing: it goes on to the optimizer at once.
+* ``with_dense`` (default): one autograd call, ``loss.backward()``. Autograd runs each node on
+  the stream its forward ran on: the dense nodes on the main stream, the output-dist backward
+  and the fused table update on the lookup stream, which waits (by event) for the embeddings'
+  gradient only. At its end a call makes the calling (main) stream wait for the streams of the
+  leaves' gradient accumulators; the tables' accumulators are made on the main stream before
+  the first lookup and held (``grad_accumulators``; the tables get no gradient: their update is
+  fused into the backward), so the main stream waits for nothing and goes on to the optimizer.
+  (Made by the first lookup, on the lookup stream, they would make the main stream wait for the
+  embedding backward; calling backward with the lookup stream current instead would make the
+  main stream's backward wait for all work queued on it before, the next batch's input dist
+  included: gpu/autograd_streams.py measured all three on an H200.)
 * ``separate``: the dense backward stops at a detached leaf copy of the embeddings, then a second
   autograd call (``## emb_backward i ##``) runs the embedding part from the leaf's gradient. The
   same streams, but a second hand-off to autograd's device thread and its set-up every step:
@@ -63,8 +68,8 @@ from runtime.pipelines.common import (
     current_stream,
     embedding_backward,
     embeddings_for_forward,
+    grad_accumulators,
     new_stream,
-    on_stream,
     record_event,
     sparse_arch_of,
     start_embedding_lookup,
@@ -104,6 +109,8 @@ def train_fused_sparse_dist(
     else:
         lookup = data_dist if lookup_stream == "data_dist" else main
     feeder = Feeder(batches, device=device, memcpy_stream=memcpy, inplace=inplace_copy_batch_to_gpu)
+    # with_dense: the tables' gradient accumulators on the main stream, for the whole loop (see above)
+    accumulators = grad_accumulators(arch) if emb_backward == "with_dense" else []  # noqa: F841 - held
 
     # fill: batch 0 copied and distributed, batch 1 copied
     queue: deque[InFlight] = deque()
@@ -142,8 +149,8 @@ def train_fused_sparse_dist(
             wait_sparse_data_dist(nxt, arch=arch, stream=data_dist)
         if emb_backward == "with_dense":
             # main stream: dense backward; lookup stream: output-dist backward + fused table
-            # update of batch i (one autograd call with the lookup stream current, see above)
-            with record_function(f"## backward {i} ##"), on_stream(lookup):
+            # update of batch i (one autograd call, see above)
+            with record_function(f"## backward {i} ##"):
                 loss.backward()
             tables_updated = record_event(lookup)
         else:

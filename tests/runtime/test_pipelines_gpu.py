@@ -207,24 +207,32 @@ class _SleepyBackward(torch.autograd.Function):
 
 
 def test_one_autograd_call_leaves_the_main_stream_free():
-    """What FusedSparseDist's ``emb_backward="with_dense"`` relies on: ``loss.backward()`` with the
-    side (lookup) stream current runs the side stream's node there, and its closing sync makes
-    the side stream wait for the main one, never the main stream for the side one."""
+    """What FusedSparseDist's ``emb_backward="with_dense"`` relies on (gpu/autograd_streams.py
+    shows the other ways): with the leaf's gradient accumulator made while the main stream is
+    current (``grad_accumulators``), ``loss.backward()`` runs the side stream's node there and
+    the main stream waits neither for it nor for earlier work queued on the side stream."""
+    from runtime.pipelines.common import grad_accumulators
+
     dev = torch.device("cuda")
     main, side = torch.cuda.current_stream(dev), torch.cuda.Stream(dev)
     w = torch.nn.Parameter(torch.zeros(1, device=dev))
     dense = torch.nn.Parameter(torch.ones(8, device=dev))
+    held = grad_accumulators(torch.nn.ParameterList([w]))
     with torch.cuda.stream(side):
         emb = _SleepyBackward.apply(w, torch.ones(8, device=dev))  # [8], made on the side stream
     main.wait_stream(side)
     loss = (emb * dense).sum()  # on the main stream
     torch.cuda.synchronize()
     with torch.cuda.stream(side):
-        loss.backward()
+        torch.cuda._sleep(200_000_000)  # earlier work on the side stream (the next batch's input dist)
+    prior = torch.cuda.Event()
+    prior.record(side)
+    loss.backward()
     main_done, side_done = torch.cuda.Event(), torch.cuda.Event()
     main_done.record(main)
     side_done.record(side)
     main_done.synchronize()
+    assert not prior.query(), "the main stream waited for earlier side-stream work"
     assert not side_done.query(), "the main stream waited for the side stream's backward"
     side_done.synchronize()
-    assert torch.equal(dense.grad, torch.full((8,), 2.0, device=dev))
+    assert torch.equal(dense.grad, torch.full((8,), 2.0, device=dev)) and len(held) == 1
