@@ -215,6 +215,7 @@ def test_one_autograd_call_leaves_the_main_stream_free():
 
     dev = torch.device("cuda")
     main, side = torch.cuda.current_stream(dev), torch.cuda.Stream(dev)
+    torch.ones(1, device=dev, requires_grad=True).sum().backward()  # autograd's device thread started
     w = torch.nn.Parameter(torch.zeros(1, device=dev))
     dense = torch.nn.Parameter(torch.ones(8, device=dev))
     held = grad_accumulators(torch.nn.ParameterList([w]))
@@ -224,7 +225,7 @@ def test_one_autograd_call_leaves_the_main_stream_free():
     loss = (emb * dense).sum()  # on the main stream
     torch.cuda.synchronize()
     with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)  # earlier work on the side stream (the next batch's input dist)
+        torch.cuda._sleep(1_000_000_000)  # earlier work on the side stream (the next batch's input dist), ~0.5 s
     prior = torch.cuda.Event()
     prior.record(side)
     loss.backward()
