@@ -81,7 +81,7 @@ import torch.distributed as dist  # noqa: E402
 
 from bench import method, proof_manifest  # noqa: E402
 from bench.gpu_clocks import ClockLog, reason_names  # noqa: E402
-from bench.host import HostPin, ThreadCounters, host_probe, quiet_gc  # noqa: E402
+from bench.host import HostPin, ThreadCounters, cpu_model, host_probe, quiet_gc  # noqa: E402
 from runtime.data import DataConfig, SyntheticLoader  # noqa: E402
 from runtime.dist import init_from_env  # noqa: E402
 from runtime.model import DenseOptimizerConfig, ModelConfig  # noqa: E402
@@ -335,7 +335,7 @@ class Bench:
         proc["env"] = {k: os.environ.get(k) for k in ("CUDA_MODULE_LOADING", "PYTORCH_CUDA_ALLOC_CONF", "TBE_KERNELS_BUILD_DIR",
                                                     "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")}
         proc["cpu_count"] = os.cpu_count()
-        proc["cpu_model"] = _cpu_model()
+        proc["cpu_model"] = cpu_model()
         proc["pin"] = self.pin.status
         proc["cuda_sync_events"] = cuda_sync_events()
         if not self.gpu:
@@ -656,16 +656,6 @@ def run_shape(args, spec: dict) -> tuple[int, int, int]:  # noqa: ANN001
     the command sets them (--warmup-steps, --steps, --rounds)."""
     pick = lambda given, own: own if given is None else given  # noqa: E731
     return pick(args.warmup_steps, spec["warmup"]), pick(args.steps, spec["timed"]), max(pick(args.rounds, spec["rounds"]), args.min_rounds)
-
-
-def _cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
 
 
 def _median_ms(fn, reps: int) -> float:  # noqa: ANN001

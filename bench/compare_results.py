@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.method import agreement  # noqa: E402
+from bench.method import agreement, median  # noqa: E402
 
 
 def _load(path: str) -> dict:
@@ -37,6 +38,33 @@ def _host(doc: dict, preset: str | None = None) -> float | None:
         return (doc.get("process") or {}).get("host_probe_us")
     p = next((p for p in doc.get("presets", []) if p.get("preset") == preset), None)
     return (((p or {}).get("host") or {}).get("probe_us") or {}).get("median")
+
+
+STEADY = 1.2
+"""A round counts as on a steady host when both its runs' host probes are within this factor of
+the median probe over both calls' runs of the preset (the diagnostic under a disagreement)."""
+
+
+def _probes(doc: dict, preset: str) -> list[float]:
+    p = next((p for p in doc.get("presets", []) if p.get("preset") == preset), None)
+    return [run["host_probe_us"] for rd in (p or {}).get("rounds", []) if not rd.get("warmup")
+            for run in rd["runs"].values() if run.get("host_probe_us")]
+
+
+def steady_host_ratio(doc: dict, preset: str, variant: str, reference: str, *, limit_us: float) -> tuple[float | None, int]:
+    """(median, rounds) of ``variant``'s ratio to ``reference`` over the timed rounds of ``preset``
+    whose two runs both had a host probe <= ``limit_us``: the figure on a host of one speed, to
+    tell a disagreement the host's speed explains from one it does not. A diagnostic: the
+    figures of record use every round."""
+    p = next((p for p in doc.get("presets", []) if p.get("preset") == preset), None)
+    ratios = []
+    for rd in (p or {}).get("rounds", []):
+        a, b = rd["runs"].get(variant), rd["runs"].get(reference)
+        if rd.get("warmup") or not a or not b or not b.get("step_ms_median"):
+            continue
+        if max(a.get("host_probe_us") or math.inf, b.get("host_probe_us") or math.inf) <= limit_us:
+            ratios.append(a["step_ms_median"] / b["step_ms_median"])
+    return median(ratios), len(ratios)
 
 
 def _fmt(x: float | None, spec: str = ".3f") -> str:
@@ -64,6 +92,17 @@ def compare(a: dict, b: dict, *, memory: bool = False) -> tuple[list[str], bool]
         for p in d.get("presets", []):
             for t, ok in (p.get("targets") or {}).items():
                 lines.append(f"  {name} {p['preset']:16s} {t}: {'met' if ok else 'NOT met'}")
+    ref = a.get("method", {}).get("reference", "sparse")
+    steady = []
+    for r in bad:
+        if r.figure != "ratio":
+            continue
+        limit = STEADY * (median(_probes(a, r.preset) + _probes(b, r.preset)) or math.nan)
+        (ma, na), (mb, nb) = (steady_host_ratio(d, r.preset, r.variant, ref, limit_us=limit) for d in (a, b))
+        steady.append(f"  {r.preset:16s} {r.variant:24s} A {_fmt(ma, '.4f')} ({na} rounds)  B {_fmt(mb, '.4f')} ({nb} rounds)")
+    if steady:
+        lines += ["", f"Where they disagree, the rounds with both runs on a steady host (probe <= {STEADY:g} x the preset's "
+                  "median over both calls; a diagnostic, not the figure):"] + steady
     presets = sorted({r.preset for r in bad})
     if presets:
         lines += ["", "Host probe (median us/op over the preset's runs) where they disagree: " + "; ".join(

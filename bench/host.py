@@ -197,6 +197,19 @@ def host_probe(ops: int = 500) -> float:
     return 1e6 * best / ops
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo``; elsewhere ``platform.processor()``), None if unknown."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or None
+
+
 def _cpu_ticks(cpu: int | None) -> tuple[int, int, int] | None:
     """(steal, irq + softirq, all) ticks of ``cpu`` (None: every CPU) from /proc/stat."""
     text = _read("/proc/stat")

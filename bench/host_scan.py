@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.host import host_probe  # noqa: E402
+from bench.host import cpu_model, host_probe  # noqa: E402
 
 
 def _pin(cpu: int) -> None:
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     cpus = sorted(os.sched_getaffinity(0))
-    doc = {"cpus": cpus, "cpu_model": _cpu_model()}
+    doc = {"cpus": cpus, "cpu_model": cpu_model()}
     t = time.perf_counter()
     doc["siblings"] = siblings(cpus, args.ops, args.repeats)
     doc["intra_op"] = intra_op(cpus, args.ops)
@@ -138,16 +138,6 @@ def summary(doc: dict, threshold: float) -> list[str]:
     sweeps = [statistics.median(s["us"].values()) for s in tl]
     lines.append(f"sweeps {len(tl)}: median over CPUs per sweep min {min(sweeps):.2f} median {statistics.median(sweeps):.2f} max {max(sweeps):.2f}")
     return lines
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "?"
 
 
 if __name__ == "__main__":

@@ -58,9 +58,9 @@ from torch.profiler import record_function
 
 from runtime.batch import Batch
 from runtime.pipelines.common import (
+    FUSED_EMB_BACKWARDS,
     LOOKUP_PLACEMENTS,
     LOOKUP_STREAMS,
-    FUSED_EMB_BACKWARDS,
     Feeder,
     InFlight,
     PipelineResult,

@@ -113,6 +113,25 @@ def test_compare_results_agrees_with_itself_and_not_with_a_shifted_run(bench_out
     assert compare_main([str(path), str(tmp_path / "missing.json")]) == 2
 
 
+def test_steady_host_ratio_by_hand():
+    from bench.compare_results import steady_host_ratio
+
+    def rd(sparse, fused, probe_s, probe_f, warmup=False):
+        return {"warmup": warmup, "runs": {"sparse": {"step_ms_median": sparse, "host_probe_us": probe_s},
+                                           "fused": {"step_ms_median": fused, "host_probe_us": probe_f}}}
+
+    doc = {"presets": [{"preset": "p", "rounds": [
+        rd(10.0, 5.0, 3.0, 3.0, warmup=True),  # left out: warm-up
+        rd(10.0, 9.0, 3.0, 3.1),   # 0.9, steady
+        rd(10.0, 9.4, 2.9, 3.0),   # 0.94, steady
+        rd(10.0, 10.5, 3.0, 6.0),  # fused's run on a slow host: left out
+        rd(10.0, 9.2, 3.0, 3.2),   # 0.92, steady
+    ]}]}
+    m, n = steady_host_ratio(doc, "p", "fused", "sparse", limit_us=3.6)
+    assert n == 3 and m == pytest.approx(0.92)
+    assert steady_host_ratio(doc, "q", "fused", "sparse", limit_us=3.6) == (None, 0)
+
+
 def test_host_summary_by_hand():
     from bench.bench_pipelines import host_summary
 
