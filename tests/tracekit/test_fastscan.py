@@ -234,6 +234,11 @@ def test_scanner_on_edge_cases(piece, reads):
     assert _check(piece) == reads
 
 
+def test_scanner_reads_the_schema_s_keys():
+    # a field added to _schema.Args must be added to _fastscan.c too (else the scanner is off)
+    assert _columns._scanner_matches_schema(_columns._fastscan)
+
+
 def test_deep_nesting_is_left_to_msgspec():
     deep = b"[" * 300 + b"]" * 300
     piece = b'[{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":2,"ts":1,"dur":2,"args":{"x":' + deep + b"}}]"

@@ -46,7 +46,22 @@ _X_FIELD = {"external_id": 6, "external_id_legacy": 7, "correlation": 8, "stream
             "device": 10, "nbytes": 11}
 _M_FIELD = {"device_type": 2, "device_id": 3, "mem_bytes": 4, "total_allocated": 5,
             "total_reserved": 6, "addr": 7}
-if _fastscan is not None and _fastscan.COLS != (_X_COLS, _M_COLS):  # pragma: no cover - stale build
+
+def _scanner_matches_schema(scanner) -> bool:
+    """Whether the built scanner reads exactly ``Args``' keys, with their types (a stale build
+    after a schema change would accept values msgspec refuses: then it is not used)."""
+    enc = dict(zip(Args.__struct_fields__, Args.__struct_encode_fields__))
+    ints = {enc[f] for f in Args.__struct_fields__ if f not in STR_ARGS}
+    strs = {enc[f] for f in STR_ARGS}
+    return (scanner.COLS == (_X_COLS, _M_COLS) and set(scanner.INT_KEYS) == ints
+            and set(scanner.STR_KEYS) == strs
+            and [scanner.INT_KEYS[i] for i in range(12)] == [enc[f] for f in _SCANNED_INTS])
+
+
+_SCANNED_INTS = ("external_id", "external_id_legacy", "correlation", "stream", "device", "nbytes",
+                 "mem_bytes", "total_allocated", "total_reserved", "addr", "device_type", "device_id")
+"""The ``Args`` integers the scanner writes into its rows, in its order."""
+if _fastscan is not None and not _scanner_matches_schema(_fastscan):  # pragma: no cover - stale
     _fastscan = None
 _ARG_NAME = re.compile(r"^record_param_comms$|(?i:nccl|rccl)")
 """Names of the events (besides every cuda_sync event) whose args go into ``Trace.args``."""
