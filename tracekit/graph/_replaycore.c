@@ -56,8 +56,9 @@ static PyObject *run(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n && !bad; i++) {
         int64_t s = release[i];
         for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
+            if (e < 0 || e >= m) { bad = 1; break; }
             int64_t u = src[e];
-            if (u < 0 || u >= i || e >= m) { bad = 1; break; }
+            if (u < 0 || u >= i) { bad = 1; break; }
             int64_t v = end[u] + lag[e];
             if (v > s) s = v;
         }
@@ -74,7 +75,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     if (bad) {
-        PyErr_SetString(PyExc_ValueError, "replay: an edge goes backwards in the node order");
+        PyErr_SetString(PyExc_ValueError, "replay: an edge goes backwards in the node order (or its index is out of range)");
         goto done;
     }
     result = Py_None;
