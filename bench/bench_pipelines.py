@@ -22,7 +22,8 @@ SemiSync, SparseDist with the in-place copy); SparseDist is the reference. For e
    events on the main stream): 3 + 4 on the multitask presets, short so that the runs compared
    within a round are close in time. The round's figure of a variant is the median of its timed
    steps and its peak memory; ratios to SparseDist are taken within the round. Reported: the
-   median over rounds with a 95 % bootstrap interval over rounds, of the step time, the ratio,
+   median over rounds with a 95 % bootstrap interval (two-stage: the passes, each with its own
+   main CPU and model, then their rounds), of the step time, the ratio,
    peak reserved and allocated memory and their ratios (bench/method.py).
 3. **The host** (bench/host.py): the main thread alone on one CPU (other threads and processes of
    ours elsewhere), the cyclic GC off during each run, a host probe (us per tiny CPU op) right
@@ -274,7 +275,8 @@ class Bench:
                 "order": "the plan run --passes times over (each preset's rounds spread over the call); in each pass "
                          "a warm-up round in plan order, then timed rounds in mirrored pairs of rotated orders",
                 "figure": "per round: median of the timed steps (GPU time between CUDA events on the main stream); "
-                          "ratios within the round; median over rounds with a 95 % percentile bootstrap interval "
+                          "ratios within the round; median over rounds with a 95 % percentile bootstrap interval, "
+                          "two-stage over the passes (each on its own main CPU) then their rounds "
                           f"({method.RESAMPLES} resamples, bench/method.py)",
                 "host": "main thread pinned alone to one CPU, the cyclic GC off during each run, a host probe and the "
                         "main thread's counters around each run (bench/host.py)",
@@ -431,15 +433,17 @@ class Bench:
         least = min(most, done + _even_up(args.min_rounds / passes))
         if most == done and not last:
             return  # every planned round has run: nothing for this pass
+        self.pin.select(pass_index)  # each pass its own main CPU (a per-CPU offset is then sampled)
         if pdoc is None:
             pdoc = {
                 "preset": name, "headline": headline, "spec": {k: v for k, v in spec.items() if k not in SPEC_ONLY},
                 "run_shape": {"warmup_steps": warmup, "timed_steps": timed, "rounds_planned": planned},
                 "variants": variants, "rounds": [], "summary": {}, "targets": {}, "traces": {}, "diagnostics": {},
-                "setup": {}, "budget_s": 0.0, "passes": passes,
+                "setup": {}, "budget_s": 0.0, "passes": passes, "main_cpus": [],
             }
             self.doc["presets"].append(pdoc)
         pdoc["budget_s"] = round(pdoc["budget_s"] + share_s, 1)
+        pdoc.setdefault("main_cpus", []).append(self.pin.main_cpu)
         cfgs = {v: _config(spec, v, device=args.device, warmup=warmup, timed=timed, profile=0,
                            out=folder / v, seed=args.seed) for v in variants}
         trace_cfgs = {v: dataclasses.replace(cfgs[v], timed_steps=3, profile_steps=args.profile_steps)
@@ -467,7 +471,7 @@ class Bench:
                 self.last_clock_sample = self.now()
                 if self.clocks is not None:
                     self.clocks.sample()
-            rd = {"round": r, "warmup": r == 0, "order": order, "t": [round(self.now(), 3)],
+            rd = {"round": r, "warmup": r == 0, "pass": pass_index, "order": order, "t": [round(self.now(), 3)],
                   "probes": self.probes(session, loader) if due else {}, "runs": {}}
             pdoc["rounds"].append(rd)
             for v in order:
@@ -585,7 +589,9 @@ class Bench:
             per_round = [{v: run[key] for v, run in rd["runs"].items() if run.get(key) is not None} for rd in timed]
             if not any(per_round):
                 continue
-            for v, est in method.summarize(per_round, REFERENCE).items():
+            # two-stage intervals over the passes (each with its own main CPU and model): an offset
+            # a pass shares widens the interval
+            for v, est in method.summarize(per_round, REFERENCE, clusters=[rd.get("pass", 0) for rd in timed]).items():
                 s = summary.setdefault(v, {})
                 s[f"{fig}" if fig == "step" else f"{fig}_bytes"] = est["value"].to_dict()
                 if "ratio" in est:

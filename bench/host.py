@@ -65,15 +65,21 @@ def parse_interrupts(text: str) -> dict[int, int]:
 
 
 def choose_cpus(
-    allowed: set[int], interrupts: dict[int, int], siblings: dict[int, set[int]], *, rank: int = 0, ranks: int = 1
+    allowed: set[int], interrupts: dict[int, int], siblings: dict[int, set[int]], *, rank: int = 0, ranks: int = 1,
+    shift: int = 0,
 ) -> tuple[int, set[int]]:
     """(this rank's main-thread CPU, the CPUs for everything else), for ``ranks`` processes on one
     host (each calls this with its local rank and gets its own CPU). Main CPUs: not CPU 0 (where
     interrupts and housekeeping land first) unless nothing else is left, the fewest interrupts
-    served first, then the highest number, never two on one core (SMT siblings). Every main CPU
+    served first, then the highest number, never two on one core (SMT siblings); ``shift`` > 0
+    starts ``shift * ranks`` candidates further down that order (wrapping). Every main CPU
     and its siblings are left out of the others' set (a busy sibling takes a share of the
     core), unless that would leave the others no CPU."""
-    pool = sorted(allowed - {0}, key=lambda c: (interrupts.get(c, 0), -c)) + ([0] if 0 in allowed else [])
+    pool = sorted(allowed - {0}, key=lambda c: (interrupts.get(c, 0), -c))
+    if pool and shift:  # the next candidates: each pass of the benchmark on other CPUs
+        k = (shift * ranks) % len(pool)
+        pool = pool[k:] + pool[:k]
+    pool += [0] if 0 in allowed else []
     mains: list[int] = []
     for c in pool:
         if len(mains) == ranks:
@@ -132,11 +138,20 @@ class HostPin:
         irq = parse_interrupts(_read("/proc/interrupts") or "")
         sib = {c: parse_cpu_list(t) - {c} for c in allowed
                if (t := _read(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list")) is not None}
-        main, others = choose_cpus(allowed, irq, sib, rank=self.rank, ranks=self.ranks)
+        self._inputs = (allowed, irq, sib)
+        self._main_tid = threading.get_native_id()
+        self.select(0)
+
+    def select(self, shift: int) -> None:
+        """Chooses the main CPU again, ``shift`` candidates further down the order
+        (:func:`choose_cpus`); the next :meth:`apply` moves the threads. No-op when off."""
+        if not hasattr(self, "_inputs"):
+            return
+        allowed, irq, sib = self._inputs
+        main, others = choose_cpus(allowed, irq, sib, rank=self.rank, ranks=self.ranks, shift=shift)
         self.main_cpu, self.others = main, tuple(sorted(others))
         self.status = (f"on: main thread on CPU {main} (siblings {sorted(sib.get(main, set())) or 'none'} left empty), "
                        f"other threads on {len(others)} CPUs")
-        self._main_tid = threading.get_native_id()
 
     def apply(self, children: Iterable[int] = ()) -> int:
         """Puts the main thread (call from it) and its companions on the main CPU and every other

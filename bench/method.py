@@ -73,6 +73,7 @@ def bootstrap_ci(
     values: Sequence[float],
     stat: Callable[..., Any] = np.median,
     *,
+    clusters: Sequence[Any] | None = None,
     level: float = LEVEL,
     resamples: int = RESAMPLES,
     seed: int = 0,
@@ -81,17 +82,45 @@ def bootstrap_ci(
     with replacement ``resamples`` times (numpy's PCG64 seeded with ``seed``: the same values
     give the same interval); the interval holds the middle ``level`` of the statistic's
     resampled values (``stat(samples, axis=1)``). One value: a zero-width interval at it; none:
-    NaNs."""
+    NaNs.
+
+    ``clusters`` (one label per value, e.g. the pass a round ran in; the median only): a
+    two-stage bootstrap, the clusters resampled with replacement, then the values within each
+    drawn cluster: an offset shared by a cluster's rounds (a pass's CPU, say) then widens the
+    interval as it should, instead of counting as many independent rounds. One cluster: the
+    plain bootstrap."""
     vals = np.asarray([float(v) for v in values])
     if vals.size == 0:
         return math.nan, math.nan
     if vals.size == 1:
         return float(vals[0]), float(vals[0])
     rng = np.random.Generator(np.random.PCG64(seed))
-    boot = stat(vals[rng.integers(0, vals.size, size=(resamples, vals.size))], axis=1)
+    if clusters is not None and len(set(clusters)) > 1:
+        if len(clusters) != vals.size:
+            raise ValueError("one cluster label per value")
+        boot = _two_stage_medians(vals, list(clusters), rng, resamples)
+    else:
+        boot = stat(vals[rng.integers(0, vals.size, size=(resamples, vals.size))], axis=1)
     tail = (1.0 - level) / 2
     lo, hi = np.percentile(boot, [100 * tail, 100 * (1 - tail)])
     return float(lo), float(hi)
+
+
+def _two_stage_medians(vals: np.ndarray, clusters: list, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """Medians of ``resamples`` two-stage resamples: K clusters drawn with replacement from the K,
+    then within each drawn cluster as many values as it has, with replacement."""
+    keys = list(dict.fromkeys(clusters))
+    groups = [vals[[c == k for c in clusters]] for k in keys]
+    sizes = np.array([g.size for g in groups])
+    k, m = len(groups), int(sizes.max())
+    table = np.full((k, m), np.nan)
+    for i, g in enumerate(groups):
+        table[i, : g.size] = g
+    pick = rng.integers(0, k, size=(resamples, k))  # [R, K] the clusters drawn
+    n = sizes[pick][:, :, None]  # [R, K, 1] their sizes
+    idx = np.floor(rng.random((resamples, k, m)) * n).astype(np.int64)  # [R, K, m] draws within
+    draws = np.where(np.arange(m)[None, None, :] < n, table[pick[:, :, None], idx], np.nan)
+    return np.nanmedian(draws.reshape(resamples, k * m), axis=1)
 
 
 @dataclass(frozen=True)
@@ -118,10 +147,11 @@ class Estimate:
         return cls(float(d["median"]), float(d["lo"]), float(d["hi"]), int(d["n"]))
 
 
-def estimate(values: Sequence[float], *, seed: int = 0) -> Estimate:
-    """Median of ``values`` (one per round) and its bootstrap interval."""
+def estimate(values: Sequence[float], *, clusters: Sequence[Any] | None = None, seed: int = 0) -> Estimate:
+    """Median of ``values`` (one per round) and its bootstrap interval (two-stage over
+    ``clusters`` when given: :func:`bootstrap_ci`)."""
     values = [float(v) for v in values]
-    lo, hi = bootstrap_ci(values, seed=seed)
+    lo, hi = bootstrap_ci(values, clusters=clusters, seed=seed)
     return Estimate(median(values), lo, hi, len(values))
 
 
@@ -135,17 +165,20 @@ def paired_ratios(per_round: Sequence[dict[str, float]], variant: str, reference
     return out
 
 
-def summarize(per_round: Sequence[dict[str, float]], reference: str) -> dict[str, dict[str, Estimate]]:
+def summarize(per_round: Sequence[dict[str, float]], reference: str,
+              clusters: Sequence[Any] | None = None) -> dict[str, dict[str, Estimate]]:
     """For each variant of the timed rounds ``per_round`` (one dict variant -> figure per round):
-    ``value`` (the figure) and ``ratio`` (to ``reference`` within each round), as Estimates."""
+    ``value`` (the figure) and ``ratio`` (to ``reference`` within each round), as Estimates;
+    ``clusters``: one label per round (the pass it ran in), for two-stage intervals."""
     variants = list(dict.fromkeys(v for r in per_round for v in r))
+    labels = list(clusters) if clusters is not None else [0] * len(per_round)
     out: dict[str, dict[str, Estimate]] = {}
     for v in variants:
-        values = [r[v] for r in per_round if r.get(v) is not None]
-        out[v] = {"value": estimate(values)}
-        ratios = paired_ratios(per_round, v, reference)
-        if ratios:
-            out[v]["ratio"] = estimate(ratios)
+        kept = [(r[v], c) for r, c in zip(per_round, labels) if r.get(v) is not None]
+        out[v] = {"value": estimate([x for x, _ in kept], clusters=[c for _, c in kept])}
+        both = [(r, c) for r, c in zip(per_round, labels) if r.get(v) is not None and r.get(reference)]
+        if both:
+            out[v]["ratio"] = estimate(paired_ratios([r for r, _ in both], v, reference), clusters=[c for _, c in both])
     return out
 
 

@@ -51,6 +51,8 @@ def test_the_main_cpu_is_the_quietest_but_cpu0_and_its_sibling_is_left_empty():
     cpus = set(range(8))
     assert choose_cpus(cpus, irq, sib, rank=0, ranks=2) == (3, {0, 1, 4, 5})  # 3 and 7 share a core: 7 is skipped
     assert choose_cpus(cpus, irq, sib, rank=1, ranks=2) == (6, {0, 1, 4, 5})  # then the highest of the rest; 2 and 7 left empty
+    # shift: each pass of the benchmark starts further down the order (CPU 0 stays last)
+    assert choose_cpus({0, 1, 2, 3}, {}, {}, shift=1)[0] == 2 and choose_cpus({0, 1, 2, 3}, {}, {}, shift=3)[0] == 3
 
 
 PIN_CHILD = textwrap.dedent("""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 
 from bench import method
@@ -124,3 +125,24 @@ def test_median_and_percentile(values):
     assert method.median(values) == 3.0
     assert method.percentile(values, 0.0) == 1.0 and method.percentile(values, 1.0) == 8.0
     assert method.median([]) is None and method.median([None, 2.0]) == 2.0
+
+
+def test_two_stage_interval_widens_with_a_cluster_offset():
+    rng = np.random.default_rng(0)
+    noise = list(rng.normal(0, 0.002, 60))
+    offsets = [0.0] * 20 + [0.01] * 20 + [-0.01] * 20  # three passes, each with its own offset
+    vals = [1.0 + n + o for n, o in zip(noise, offsets)]
+    labels = [0] * 20 + [1] * 20 + [2] * 20
+    lo1, hi1 = method.bootstrap_ci(vals)
+    lo2, hi2 = method.bootstrap_ci(vals, clusters=labels)
+    assert hi2 - lo2 > 2 * (hi1 - lo1)  # the offsets count: the interval spans the passes
+    assert lo2 <= 0.995 and hi2 >= 1.005
+    # without an offset the two intervals are alike
+    flat = [1.0 + n for n in noise]
+    lo3, hi3 = method.bootstrap_ci(flat, clusters=labels)
+    lo4, hi4 = method.bootstrap_ci(flat)
+    assert abs((hi3 - lo3) - (hi4 - lo4)) < 0.5 * (hi4 - lo4)
+    # one cluster: the plain bootstrap; a label per value is required
+    assert method.bootstrap_ci(flat, clusters=[0] * 60) == (lo4, hi4)
+    with pytest.raises(ValueError):
+        method.bootstrap_ci(flat, clusters=[0, 1])
