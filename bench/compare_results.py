@@ -31,12 +31,17 @@ def _load(path: str) -> dict:
     return doc
 
 
+def _preset(doc: dict, name: str) -> dict | None:
+    """The results document's preset ``name`` (None when it has none)."""
+    return next((p for p in doc.get("presets", []) if p.get("preset") == name), None)
+
+
 def _host(doc: dict, preset: str | None = None) -> float | None:
     """The host probe (us per tiny CPU op) of a run: a preset's median over its runs, or the
     process's at its start."""
     if preset is None:
         return (doc.get("process") or {}).get("host_probe_us")
-    p = next((p for p in doc.get("presets", []) if p.get("preset") == preset), None)
+    p = _preset(doc, preset)
     return (((p or {}).get("host") or {}).get("probe_us") or {}).get("median")
 
 
@@ -46,7 +51,7 @@ the median probe over both calls' runs of the preset (the diagnostic under a dis
 
 
 def _probes(doc: dict, preset: str) -> list[float]:
-    p = next((p for p in doc.get("presets", []) if p.get("preset") == preset), None)
+    p = _preset(doc, preset)
     return [run["host_probe_us"] for rd in (p or {}).get("rounds", []) if not rd.get("warmup")
             for run in rd["runs"].values() if run.get("host_probe_us")]
 
@@ -56,7 +61,7 @@ def steady_host_ratio(doc: dict, preset: str, variant: str, reference: str, *, l
     whose two runs both had a host probe <= ``limit_us``: the figure on a host of one speed, to
     tell a disagreement the host's speed explains from one it does not. A diagnostic: the
     figures of record use every round."""
-    p = next((p for p in doc.get("presets", []) if p.get("preset") == preset), None)
+    p = _preset(doc, preset)
     ratios = []
     for rd in (p or {}).get("rounds", []):
         a, b = rd["runs"].get(variant), rd["runs"].get(reference)
