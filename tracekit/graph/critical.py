@@ -23,6 +23,7 @@ import pandas as pd
 from tracekit.graph.model import (
     BOUNDS, EDGE_CATEGORY, EDGE_NAMES, IDLE, EdgeKind, Graph, NodeKind, bound_class,
 )
+from tracekit.graph.replay import _core
 
 SEGMENT_COLUMNS = ["step", "start", "end", "dur", "lane", "lane_type", "device", "stream", "pid",
                    "tid", "name", "category", "what", "node", "phase"]
@@ -140,7 +141,18 @@ def _walks(start: np.ndarray, end: np.ndarray, binding: np.ndarray, src: np.ndar
     ``(walk, start, end, node, edge)``, walk by walk in the order given, each latest first
     (exactly ``walk``'s segments, concatenated). The walks advance together (the same steps
     as ``walk``'s loop, one node per pass for every walk still going); ``python``: a function
-    returning the ``_Walker`` that finishes the last few (None: all in numpy)."""
+    returning the ``_Walker`` that finishes the last few (None: all in numpy). Where the
+    compiled ``_replaycore`` is built, every walk runs in its loop there (the same segments).
+    """
+    if _core is not None:
+        i64 = np.int64
+        try:
+            cols = _core.walks(*(np.ascontiguousarray(a, i64)
+                                 for a in (start, end, binding, src, sinks, t_from)))
+        except ValueError:  # an edge backwards: walked below, as where it is not built
+            pass
+        else:
+            return tuple(np.frombuffer(c, i64) for c in cols)
     n = sinks.size
     v = sinks.astype(np.int64)
     t = end[v]
