@@ -63,7 +63,6 @@ def test_no_temporary_directory_means_no_child(monkeypatch, tmp_path):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(prefetch, "available", lambda: True)
-    monkeypatch.setattr(prefetch, "_json_bytes", lambda files: 0)
     monkeypatch.setattr(tempfile, "mkdtemp", refuse)
     assert prefetch.start([str(tmp_path / "t.json")], None) is None  # parsed in-process instead
 

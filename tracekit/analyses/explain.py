@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracekit import _objarrays as objarrays
 from tracekit.analyses import allocator, syncs
 from tracekit.graph import build_graph
 from tracekit.graph import critical as cr
@@ -119,16 +120,39 @@ def _tops(g, path: pd.DataFrame) -> dict[int, list[dict]]:
     """Per step, the path's largest items: its time grouped by (lane, name, category)."""
     if path.empty:
         return {}
-    t = path.groupby(["step", "lane", "name", "category"], sort=False).agg(
-        ns=("dur", "sum"), count=("dur", "size")).reset_index()
-    t = t.sort_values(["step", "ns"], ascending=[True, False], kind="stable")
-    t = t.groupby("step", sort=False).head(TOP_ITEMS)
-    labels = {int(ln): _label(g, int(ln)) for ln in t["lane"].unique()}
+    # groups in the order they first appear, as a groupby(sort=False) gives them
+    key = np.zeros(len(path), np.int64)
+    for col in ("step", "lane", "name", "category"):
+        if col == "name":  # a node's name: hashed once per node (long kernel names are slow)
+            node, _ = pd.factorize(path["node"].to_numpy(np.int64))
+            once = np.unique(node, return_index=True)[1]
+            per_node, uniq = pd.factorize(path["name"].to_numpy(object)[once])
+            codes = per_node[node]
+        else:
+            codes, uniq = pd.factorize(path[col].to_numpy())
+        key = key * len(uniq) + codes
+    group, _ = pd.factorize(key)
+    o = np.argsort(group, kind="stable")
+    cut = np.flatnonzero(np.r_[True, group[o][1:] != group[o][:-1]])
+    first = o[cut]  # each group's first row
+    ns = np.add.reduceat(path["dur"].to_numpy(np.int64)[o], cut)
+    count = np.diff(np.r_[cut, len(path)])
+    step = path["step"].to_numpy(np.int64)[first]
+    # per step (ascending), the largest first (a tie: in order of appearance), TOP_ITEMS of them
+    rank = np.lexsort((-ns, step))
+    step, ns, count, first = step[rank], ns[rank], count[rank], first[rank]
+    new = np.r_[True, step[1:] != step[:-1]]
+    pos = np.arange(step.size) - np.maximum.accumulate(np.where(new, np.arange(step.size), 0))
+    keep = pos < TOP_ITEMS
+    lane = path["lane"].to_numpy(np.int64)[first[keep]]
+    names = path["name"].to_numpy(object)[first[keep]]
+    cats = path["category"].to_numpy(object)[first[keep]]
+    labels = {int(ln): _label(g, int(ln)) for ln in pd.unique(lane)}
     out: dict[int, list[dict]] = {}
-    for r in t.itertuples(index=False):
-        out.setdefault(int(r.step), []).append(
-            {"lane": labels[int(r.lane)], "name": str(r.name), "category": r.category,
-             "ns": int(r.ns), "count": int(r.count)})
+    for st, ln, nm, cat, x, c in zip(step[keep].tolist(), lane.tolist(), names, cats,
+                                     ns[keep].tolist(), count[keep].tolist()):
+        out.setdefault(st, []).append(
+            {"lane": labels[ln], "name": str(nm), "category": cat, "ns": x, "count": c})
     return out
 
 
@@ -291,7 +315,7 @@ def detect_fixes(trace: Trace, g, rules: Rules, config: fx.FixConfig, *,
 
 def _chains(trace: Trace, g) -> np.ndarray:
     """Per node: the op chain of a blocking call ("" for every other node)."""
-    out = np.full(g.n, "", dtype=object)
+    out = objarrays.full(g.n, "")
     sel = np.flatnonzero((g.kind == NodeKind.CALL) & (g.category == SYNC))
     if sel.size:
         ev = trace.events
