@@ -240,11 +240,19 @@ def load_rules(path: str | Path | None) -> Rules:
 
 # ---- matching names --------------------------------------------------------------------------
 
+def of_kinds(kind: np.ndarray, kinds) -> np.ndarray:
+    """bool per row: its ``kind`` (``Trace.events.kind``, int8) is one of ``kinds``; a table
+    lookup, several times quicker than ``np.isin`` on a million rows."""
+    table = np.zeros(256, bool)
+    table[[int(k) & 0xFF for k in kinds]] = True
+    return table[np.asarray(kind, np.int8).view(np.uint8)]
+
+
 def select(trace: Trace, *kinds: Kind, columns: tuple[str, ...]) -> pd.DataFrame:
     """Rows of the given kinds with only ``columns`` (cheaper than ``Trace.of_kind`` on big
     traces: the other columns are not copied). ``name`` stays categorical."""
     ev = trace.events
-    mask = np.isin(ev["kind"].to_numpy(), [int(k) for k in kinds])
+    mask = of_kinds(ev["kind"].to_numpy(), kinds)
     # copy=False: the columns are fresh; pandas would copy them once more into 2-D blocks
     return pd.DataFrame({c: ev[c].array[mask] for c in columns}, copy=False)
 
@@ -434,8 +442,11 @@ def _launches(trace: Trace) -> pd.DataFrame:
     rt = select(trace, Kind.RUNTIME, Kind.DRIVER, columns=("correlation", "ts", "dur", "tid"))
     corr = rt["correlation"].to_numpy(np.int64)
     linked = np.flatnonzero(corr >= 0)
-    corr, first = np.unique(corr[linked], return_index=True)  # sorted; each id's first call
-    rows = linked[first]
+    corr = corr[linked]
+    if corr.size > 1 and not bool(np.all(corr[1:] > corr[:-1])):  # else sorted and unique
+        corr, first = np.unique(corr, return_index=True)  # sorted; each id's first call
+        linked = linked[first]
+    rows = linked
     ts = rt["ts"].to_numpy(np.int64)[rows]
     return pd.DataFrame({"correlation": corr, "ts": ts,
                          "end": ts + rt["dur"].to_numpy(np.int64)[rows],

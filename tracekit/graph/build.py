@@ -122,7 +122,7 @@ def _pairs(lane: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _event_rows(trace: Trace, kinds) -> np.ndarray:
-    return np.flatnonzero(np.isin(trace.events["kind"].to_numpy(), [int(k) for k in kinds]))
+    return np.flatnonzero(phases.of_kinds(trace.events["kind"].to_numpy(), kinds))
 
 
 def _calls(trace: Trace) -> pd.DataFrame:
@@ -734,10 +734,12 @@ def _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes, p_prev, p_next, co
     # host events of the main thread (anything it ran), to tell "blocked" from "busy"
     ev = trace.events
     mt = int(lanes.loc[main_lane, "tid"])
-    mrows = np.flatnonzero((ev["tid"].to_numpy(np.int64) == mt) & np.isin(
-        ev["kind"].to_numpy(), [int(Kind.CPU_OP), int(Kind.ANNOTATION), int(Kind.PYTHON),
-                                int(Kind.RUNTIME), int(Kind.DRIVER)]))
-    m_ts = np.sort(ev["ts"].to_numpy(np.int64)[mrows])
+    mrows = np.flatnonzero((ev["tid"].to_numpy(np.int64) == mt) & phases.of_kinds(
+        ev["kind"].to_numpy(), [Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME,
+                                Kind.DRIVER]))
+    m_ts = ev["ts"].to_numpy(np.int64)[mrows]
+    if not (m_ts.size < 2 or bool(np.all(m_ts[1:] >= m_ts[:-1]))):  # events are sorted by ts
+        m_ts = np.sort(m_ts)
     main_ts = ev_ts[main_ids]
     hs, hd, hn, ov = [], [], [], []
     for ln in others:
