@@ -4,7 +4,7 @@
 #   bash gpu/run_all.sh [PART...]        # default: every part but pipelines2 (2 GPUs), in this order
 #
 # The device tool allows 10 minutes a command: pipelines2, issue5 and pipelines take up to 9 each
-# (pipelines: its 420 s budget, a fresh machine's TBE build included), so each goes in a call of its own
+# (pipelines: its 480 s budget, a fresh machine's TBE build included), so each goes in a call of its own
 # (bash gpu/run_all.sh pipelines; ... issue5).
 #
 # Parts: env, kernels (build, gpu/tbe_smoke.py (which kernel variants crash: those are left out of
@@ -73,7 +73,7 @@ for p in "${parts[@]}"; do
                                echo \"TBE_SKIP_VARIANTS=\$(cat $SKIP_FILE)\";
                                TBE_SKIP_VARIANTS=\$(cat $SKIP_FILE) python3 bench/bench_tbe.py --budget-s 240 --out \"\$OUT\"" ;;
     tbe_ncu) part tbe_ncu 240 bash gpu/tbe_ncu.sh ;;
-    pipelines) part pipelines 560 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s 420 --out "$OUT"' ;;
+    pipelines) part pipelines 580 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s 480 --out "$OUT"' ;;
     pipelines2) part pipelines2 540 bash -c 'python3 bench/bench_pipelines.py --gpus 2 --budget-s 450 --out "$OUT"' ;;
     ranks2) part ranks2 240 bash -c 'torchrun --nproc_per_node 2 --master_port 29531 gpu/ranks_straggler.py --out "$OUT/job"' ;;
     pipetests) part pipetests 420 python3 -m pytest -q -p no:cacheprovider -o addopts= tests/runtime/test_pipelines_gpu.py tests/runtime/test_batch.py ;;
