@@ -4,7 +4,7 @@
 #   bash gpu/run_all.sh [PART...]        # default: every part but pipelines2 (2 GPUs), in this order
 #
 # The device tool allows 10 minutes a command: pipelines2, issue5 and pipelines take up to 9 each
-# (pipelines: its 420 s budget, a fresh machine's TBE build included), so each goes in a call of its own
+# (pipelines: its 480 s budget, a fresh machine's TBE build included), so each goes in a call of its own
 # (bash gpu/run_all.sh pipelines; ... issue5).
 #
 # Parts: env, kernels (build, gpu/tbe_smoke.py (which kernel variants crash: those are left out of
@@ -22,7 +22,7 @@
 # planted straggler and an imbalanced all-to-all, for tracekit analyze DIR to find; ~1 min),
 # hostscan (bench/host_scan.py: each CPU's speed over 20 s, hidden SMT siblings, torch's intra-op
 # threads; ~1 min), pipeprobe (the pipeline benchmark on the plan in $PIPEPROBE_PLAN, no traces,
-# ${PIPEPROBE_S:-240} s: a question about a few variants, not the results of record).
+# ${PIPEPROBE_S:-240} s, more options in $PIPEPROBE_ARGS: a question about a few variants, not the results of record).
 # Each part runs with its own time limit and its own output folder; one failing part does not
 # stop the others. The device tool brings back at most 8 files of at most 16 MiB, so each part's
 # folder is packed into $OUT/<part>.tar.gz (split into <part>.tar.gz.part-aa, -ab, ... when larger
@@ -73,14 +73,14 @@ for p in "${parts[@]}"; do
                                echo \"TBE_SKIP_VARIANTS=\$(cat $SKIP_FILE)\";
                                TBE_SKIP_VARIANTS=\$(cat $SKIP_FILE) python3 bench/bench_tbe.py --budget-s 240 --out \"\$OUT\"" ;;
     tbe_ncu) part tbe_ncu 240 bash gpu/tbe_ncu.sh ;;
-    pipelines) part pipelines 560 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s 420 --out "$OUT"' ;;
+    pipelines) part pipelines 580 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s 480 --out "$OUT"' ;;
     pipelines2) part pipelines2 540 bash -c 'python3 bench/bench_pipelines.py --gpus 2 --budget-s 450 --out "$OUT"' ;;
     ranks2) part ranks2 240 bash -c 'torchrun --nproc_per_node 2 --master_port 29531 gpu/ranks_straggler.py --out "$OUT/job"' ;;
     pipetests) part pipetests 420 python3 -m pytest -q -p no:cacheprovider -o addopts= tests/runtime/test_pipelines_gpu.py tests/runtime/test_batch.py ;;
     issue5) part issue5 540 python3 gpu/issue5_run.py ;;
     largetrace) part largetrace 420 bash -c 'python3 bench/make_large_trace.py --out "$OUT"' ;;
     hostscan) part hostscan 120 bash -c 'python3 bench/host_scan.py --seconds 20 --out "$OUT/host_scan.json"' ;;
-    pipeprobe) part pipeprobe 420 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s ${PIPEPROBE_S:-240} --profile-steps 0 --plan "${PIPEPROBE_PLAN:?}" --out "$OUT"' ;;
+    pipeprobe) part pipeprobe 420 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s ${PIPEPROBE_S:-240} --profile-steps 0 --plan "${PIPEPROBE_PLAN:?}" ${PIPEPROBE_ARGS:-} --out "$OUT"' ;;
     snapshot) part snapshot 180 bash -c 'python3 gpu/snapshot_sample.py --out "$OUT"' ;;
     *) echo "unknown part: $p" >&2 ;;
     esac

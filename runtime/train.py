@@ -5,11 +5,13 @@
 
 Steps, in order: ``warmup_steps`` (not measured), ``timed_steps`` (step times taken from CUDA
 events recorded on the main stream at the end of each step, read once after the run: no sync
-inside the loop; on the CPU, host wall clock), then one profiler warm-up step and
-``profile_steps`` profiled steps (the trace; their times are not in the statistics, so the
-profiler's overhead does not bias them), then ``tail_steps`` more steps, neither measured nor
-traced, so that the profiled steps run with the pipeline full (batches i+1..i+3 in flight)
-rather than draining at the end of the data.
+inside the loop; on the CPU, host wall clock), then (with a trace) one profiler warm-up step and
+``profile_steps`` profiled steps (their times are not in the statistics, so the profiler's
+overhead does not bias them), then ``tail_steps`` more steps, neither measured nor traced, so that
+the timed (and profiled) steps run with the pipeline full (batches i+1..i+3 in flight) rather
+than draining at the end of the data: the last steps of a pipelined run do less work (no next
+lookup to issue), and timed they made FusedSparseDist's and SemiSync's runs look ~1 % faster or
+slower than their steady state (bench/NOTES-pipelines.md, 2026-11-24 session 2).
 
 The model is built once (``runtime.session.Session``) and trained by one run. Writes into
 ``out`` for each rank r: ``trace_rank{r}.json.gz`` (Kineto: ``ProfilerStep#N`` markers,
@@ -55,9 +57,10 @@ class TrainConfig:
     profile_steps: int = 3
     """Steps recorded in the trace (after one profiler warm-up step); 0: no trace."""
     tail_steps: int = 3
-    """Steps trained after the profiled ones, neither measured nor traced (only with a trace):
-    the deepest pipeline (SemiSync) holds batches i+1..i+3 while it trains batch i, so with 3
-    the traced steps show the steady state, not the pipeline draining at the end of the data."""
+    """Steps trained last (after the timed steps, or after the profiled ones with a trace),
+    neither measured nor traced: the deepest pipeline (SemiSync) holds batches i+1..i+3 while it
+    trains batch i, so with 3 the timed and traced steps show the steady state, not the pipeline
+    draining at the end of the data."""
     lookup_stream: str = "data_dist"
     """FusedSparseDist: ``data_dist``, ``new`` or ``current``."""
     lookup_placement: str = "before_optimizer"
@@ -118,7 +121,7 @@ class TrainConfig:
 
     @property
     def total_steps(self) -> int:
-        return self.warmup_steps + self.timed_steps + (1 + self.profile_steps + self.tail_steps if self.profile_steps else 0)
+        return self.warmup_steps + self.timed_steps + (1 + self.profile_steps if self.profile_steps else 0) + self.tail_steps
 
 
 def _percentile(xs: list[float], q: float) -> float:

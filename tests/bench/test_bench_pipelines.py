@@ -64,6 +64,11 @@ def test_rounds_and_figures(bench_out):
             assert run["host_probe_us"] > 0 and run["host"]["involuntary_switches"] >= 0
     assert p["run_shape"] == {"warmup_steps": 1, "timed_steps": 2, "rounds_planned": 4}
     assert doc["process"]["pin"] == "off: a CPU smoke run" and p["host"]["runs"] == 12
+    # each pass in a process of its own, the second continuing the first's document
+    assert [q["pass"] for q in doc["processes"]] == [0, 1] and len({q["pid"] for q in doc["processes"]}) == 2
+    assert "--pass-index" not in doc["command"] and doc["tag"].endswith("-20000101")
+    t = [r["t"][0] for r in rounds]
+    assert t == sorted(t)  # the second process's clock runs on from the first's start
 
 
 def test_commit_folder_traces_and_proof_manifest(bench_out):
@@ -152,3 +157,31 @@ def test_host_summary_by_hand():
     # a probe that does not move: no correlation to give
     flat = [{"runs": {"sparse": run(40.0 + k, 2.0)}} for k in range(3)]
     assert host_summary(flat)["step_vs_probe_r"] is None
+
+
+def test_a_time_limit_stops_the_pass_running_and_starts_no_other(tmp_path):
+    # the parent runs one process per pass; SIGTERM (timeout's) goes to the pass running, which
+    # writes the rounds it ran, and no later pass starts
+    import signal
+    import time
+
+    cmd = [sys.executable, str(REPO / "bench" / "bench_pipelines.py"), "--device", "cpu", "--plan", "tiny:fused",
+           "--rounds", "400", "--min-rounds", "400", "--passes", "3", "--warmup-steps", "1", "--steps", "2",
+           "--profile-steps", "0", "--date", "20000101", "--out", str(tmp_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 300
+
+    def timed_rounds() -> int:
+        try:
+            doc = json.loads((tmp_path / "results.json").read_text())
+        except (OSError, ValueError):
+            return 0
+        return sum(not r["warmup"] for p in doc["presets"] for r in p["rounds"])
+
+    while timed_rounds() == 0 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 143
+    doc = json.loads((tmp_path / "results.json").read_text())
+    (p,) = doc["presets"]
+    assert [q["pass"] for q in doc["processes"]] == [0] and p["rounds"] and 0 < p["timed_rounds"] < 400 // 3 + 2

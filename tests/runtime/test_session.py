@@ -77,6 +77,14 @@ def test_run_result_slices_the_steps(tmp_path):
     assert {"ProfilerStep#7", "ProfilerStep#8", "## forward 7 ##", "[memory]"} <= names and "ProfilerStep#9" not in names
 
 
+def test_the_timed_steps_are_followed_by_tail_steps_without_a_trace(tmp_path):
+    # the pipeline drains in its last steps (no next lookup to issue): those are the tail, never timed
+    cfg = _cfg(tmp_path, "semi", warmup_steps=1, timed_steps=3, profile_steps=0, tail_steps=3)
+    run = Session(cfg).run(cfg, _loader(cfg), progress=False)
+    assert cfg.total_steps == 1 + 3 + 3 == run.steps_trained == len(run.step_ms_all)
+    assert run.timed == (1, 4) and run.step_ms == run.step_ms_all[1:4] and run.trace is None
+
+
 def test_a_session_refuses_another_model_or_data(tmp_path):
     cfg = _cfg(tmp_path)
     session = Session(cfg)
