@@ -225,9 +225,14 @@ def _analyze(path: str, rules: Any, cache_dir, use_cache: bool, progress,
     imports the analyses (``tracekit.trace.prefetch``), and compute explain in another while
     this process computes the other sections (``tracekit.analyses.forked``): the CLI's cold
     path, in a process that ends with the command. There the cyclic garbage collector is also
-    held off over the imports and the load (``_hold_gc``)."""
+    held off over the imports and the load (``_hold_gc``), and malloc keeps the memory freed
+    for the next allocations (``tracekit._malloc``)."""
     pre = None
     held = prefetch and _hold_gc()
+    if prefetch:
+        from tracekit._malloc import keep_freed_memory
+
+        keep_freed_memory()
     if prefetch:
         from tracekit.trace import prefetch as pf
 

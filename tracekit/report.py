@@ -232,6 +232,15 @@ def jsonable(obj: Any) -> Any:
     """Plain JSON values of a result: dataclasses by field, DataFrames as lists of rows."""
     if obj is None:
         return None
+    t = type(obj)  # the plain types first (most of a big report: its per-step items)
+    if t is str or t is int or t is bool:
+        return obj
+    if t is float:
+        return None if math.isnan(obj) or math.isinf(obj) else obj
+    if t is dict:
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if t is list or t is tuple:
+        return [jsonable(v) for v in obj]
     if hasattr(obj, "columns") and hasattr(obj, "itertuples"):
         return _records(obj)
     if isinstance(obj, type):

@@ -4,6 +4,7 @@ analyses; the result is the same report, errors are the parent's own, nothing is
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -69,20 +70,26 @@ def test_no_temporary_directory_means_no_child(monkeypatch, tmp_path):
 
 _GC_PROBE = """
 import gc, json, sys
+from tracekit import _malloc
 from tracekit.api import report_for_path
+kept = []
+real = _malloc.keep_freed_memory
+_malloc.keep_freed_memory = lambda: kept.append(real()) or kept[-1]
 if sys.argv[2] == "off":
     gc.disable()
 report_for_path(sys.argv[1], use_cache=False, with_hta=False, prefetch=sys.argv[3] == "cli")
-print(json.dumps([gc.isenabled(), gc.get_freeze_count() > 0]))
+print(json.dumps([gc.isenabled(), gc.get_freeze_count() > 0, bool(kept)]))
 """
 
 
 @pytest.mark.parametrize("caller,gc_state,want", [
-    ("cli", "on", [True, True]),  # held over the imports and the load, then frozen, back on
-    ("cli", "off", [False, False]),  # off already: left off, nothing frozen
-    ("library", "on", [True, False]),  # a library call never touches the collector
+    # held over the imports and the load, then frozen, back on; malloc keeps freed memory
+    ("cli", "on", [True, True, True]),
+    ("cli", "off", [False, False, True]),  # off already: left off, nothing frozen
+    ("library", "on", [True, False, False]),  # a library call touches neither
 ])
-def test_the_collector_is_held_only_on_the_clis_cold_path(tmp_path, caller, gc_state, want):
+def test_the_collector_and_malloc_are_set_only_on_the_clis_cold_path(tmp_path, caller,
+                                                                      gc_state, want):
     import json
 
     trace = full_builder().write(tmp_path / "run.json.gz")
@@ -104,3 +111,12 @@ def test_reading_a_cached_trace_imports_no_parser(tmp_path):
     assert [r.returncode for r in runs] == [0, 0], runs[0].stderr
     assert runs[0].stdout.strip() != "[]"  # the first load parsed
     assert runs[1].stdout.strip() == "[]"  # the second read the cache only
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+                    reason="glibc's mallopt")
+def test_malloc_settings_are_accepted_here():
+    """glibc takes every setting (a value out of its range would be refused: False)."""
+    r = subprocess.run([sys.executable, "-c", "from tracekit._malloc import keep_freed_memory; "
+                        "print(keep_freed_memory())"], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "True", r.stderr

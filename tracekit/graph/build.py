@@ -141,15 +141,20 @@ def _calls(trace: Trace) -> pd.DataFrame:
     outer = np.arange(n)
     if n:
         same = np.r_[False, (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1])]
-        # reach of the thread so far (reset at each new thread)
-        grp = np.cumsum(~same)
-        reach = pd.Series(end).groupby(grp).cummax().to_numpy()
+        # reach of the thread so far (reset at each new thread; a trace has few threads)
+        first = np.flatnonzero(~same)
+        reach = np.empty_like(end)
+        for a, b in zip(first.tolist(), np.r_[first[1:], n].tolist()):
+            reach[a:b] = np.maximum.accumulate(end[a:b])
         nested = same & (ts < np.r_[0, reach[:-1]])
         top = ~nested
         outer = np.maximum.accumulate(np.where(top, np.arange(n), 0))
-        end = pd.Series(end).groupby(outer).transform("max").to_numpy()
+        # each outer call's end covers its nested calls' (the calls of one are consecutive)
+        cut = np.flatnonzero(top)
+        end = np.repeat(np.maximum.reduceat(end, cut), np.diff(np.r_[cut, n]))
     return pd.DataFrame({"row": rows, "ts": ts, "end": end, "pid": pid, "tid": tid,
-                         "outer": outer, "corr": ev["correlation"].to_numpy(np.int64)[rows]})
+                         "outer": outer, "corr": ev["correlation"].to_numpy(np.int64)[rows]},
+                        copy=False)
 
 
 def _main_thread(trace: Trace, rules: Rules, calls: pd.DataFrame) -> tuple[int, int]:
@@ -236,8 +241,9 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     a_end = acts["end"].to_numpy(np.int64)
     a_launch = acts["launch_ts"].to_numpy(np.int64)
     a_corr = acts["correlation"].to_numpy(np.int64)
-    inv, uniq = pd.factorize(acts["name"])
-    comm = phases.name_matches(inv, pd.Index(uniq), re.compile(rules.communication))
+    ncodes, ncats = phases.name_codes(ev)
+    a_codes = ncodes[grow]  # acts' names (row i of acts is event grow[i])
+    comm = phases.name_matches(a_codes, ncats, re.compile(rules.communication))
     a_kind = acts["kind"].to_numpy()
     a_phase = acts["phase"].to_numpy(object)
     ph_code, ph_uniq = pd.factorize(a_phase)  # phases are strings, a few distinct ones
@@ -247,13 +253,12 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
 
     # ---- CPU calls: which block on the GPU, and on what ------------------------------------
     names = ev["name"]
-    ncodes, ncats = phases.name_codes(ev)
     k_rows = kept["row"].to_numpy(np.int64)
     k_ts = kept["ts"].to_numpy(np.int64)
     k_end = kept["end"].to_numpy(np.int64)
     k_tid = kept["tid"].to_numpy(np.int64)
     blocking = phases.name_matches(ncodes[k_rows], ncats, BLOCKING)
-    pageable = np.array(["Pageable" in str(u) for u in uniq], bool)[inv] & \
+    pageable = phases.name_matches(a_codes, ncats, re.compile("Pageable")) & \
         (a_kind == int(Kind.MEMCPY))
     # correlation of every call (nested ones belong to their outer call)
     c_outer = calls["outer"].to_numpy(np.int64)
