@@ -17,7 +17,7 @@ from tracekit import intervals, phases
 from tracekit.analyses import steps as steps_mod
 from tracekit.analyses.syncs import ASYNC_COPY, BLOCKING, HOST_SYNC_EVENT
 from tracekit.graph.model import (
-    COMMUNICATION, COMPUTE, HOST, MEMCPY, SYNC, EdgeKind, Graph, NodeKind,
+    COMMUNICATION, COMPUTE, HOST, MEMCPY, SYNC, EdgeKind, Graph, NodeKind, lane_order,
 )
 from tracekit.phases import Rules
 from tracekit.trace.model import GPU_ACTIVITY_KINDS, Kind, Trace
@@ -87,7 +87,7 @@ DEFAULT_QUEUE_DEPTH = 1021
 
 def lane_positions(lane: np.ndarray) -> np.ndarray:
     """Each node's position in its lane (node id order)."""
-    order = np.lexsort((np.arange(lane.size), lane))
+    order = lane_order(lane)
     ln = lane[order]
     start = np.r_[0, np.flatnonzero(ln[1:] != ln[:-1]) + 1]
     first = np.repeat(start, np.diff(np.r_[start, ln.size]))

@@ -22,7 +22,7 @@ import pandas as pd
 
 from tracekit import _objarrays as objarrays
 from tracekit.graph.model import (
-    BOUNDS, EDGE_CATEGORY, EDGE_NAMES, IDLE, EdgeKind, Graph, NodeKind, bound_class,
+    BOUNDS, EDGE_CATEGORY, EDGE_NAMES, IDLE, EdgeKind, Graph, NodeKind, bound_class, lane_order,
 )
 from tracekit.graph.replay import _core
 
@@ -304,7 +304,7 @@ def bound_of(bd: dict[str, int], total: int) -> tuple[str | None, float | None]:
 
 def lane_nodes(g: Graph) -> dict[int, np.ndarray]:
     """Node ids per lane, in order."""
-    order = np.lexsort((np.arange(g.n), g.lane))
+    order = lane_order(g.lane)
     ln = g.lane[order]
     cut = np.flatnonzero(np.r_[True, ln[1:] != ln[:-1]])
     return {int(ln[c]): order[c:e] for c, e in zip(cut, np.r_[cut[1:], order.size])}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracekit.graph.model import EdgeKind, Graph
+from tracekit.graph.model import EdgeKind, Graph, lane_order
 
 try:  # setup.py builds it; optional: the numpy blocks below give the same times
     from tracekit.graph import _replaycore as _core
@@ -68,7 +68,7 @@ def replay(p: Plan) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError("replay: an edge goes backwards in the node order")
     lane = p.lane
     # lane order: position of each node in its lane, its lane predecessor
-    order = np.lexsort((np.arange(n), lane))
+    order = lane_order(lane)
     ln = lane[order]
     first = np.r_[True, ln[1:] != ln[:-1]]
     lane_prev = np.full(n, -1, np.int64)
@@ -92,9 +92,10 @@ def replay(p: Plan) -> tuple[np.ndarray, np.ndarray]:
         start = np.empty(n, np.int64)
         end = np.empty(n, np.int64)
         i64 = np.int64
+        ptr = np.r_[0, np.cumsum(np.bincount(cd, minlength=n))].astype(i64)  # cd's start per node
         _core.run(np.ascontiguousarray(release, i64), np.ascontiguousarray(p.dur, i64), lane_prev,
-                  has_pred.view(np.uint8), ilag, np.searchsorted(cd, np.arange(n + 1)).astype(i64),
-                  np.ascontiguousarray(cs, i64), np.ascontiguousarray(cl, i64), start, end)
+                  has_pred.view(np.uint8), ilag, ptr, np.ascontiguousarray(cs, i64),
+                  np.ascontiguousarray(cl, i64), start, end)
         return start, end
     # rare edges: everything but a launch from a CPU lane into a GPU lane
     cpu_src = p.lane_is_cpu[lane[cs]]
