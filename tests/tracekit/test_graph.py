@@ -477,3 +477,24 @@ def test_launch_queue_holds_a_faster_host(tmp_path):
     a, c = wi.queue_pairs(two, two.lane.astype(np.int64))
     assert [(str(two.name[x]), int(two.start[y])) for x, y in zip(a, c)] == [("k0", ns(40)),
                                                                              ("k1", ns(1100))]
+
+
+def test_step_windows_take_each_steps_last_completing_node_exactly():
+    """Per step, the completing node that ends last (on a tie, the highest id) ends its window;
+    a step without a completing node is left out, and times past 2**53 ns stay exact."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    base = 1_700_000_000_000_000_123  # ns since 1970: beyond float64's exact integers
+    start = base + np.array([0, 5, 40, 41, 90, 95], np.int64)
+    end = base + np.array([30, 30, 70, 60, 99, 120], np.int64)
+    g = SimpleNamespace(
+        n=6, start=start, end=end, step=np.array([1, 1, 2, 2, 3, 3], np.int64),
+        completing=np.array([True, True, True, True, False, False]),
+        steps=pd.DataFrame({"step": [1, 2, 3], "start_node": [0, 2, 4]}))
+    w = cr.step_windows(g)
+    assert w["step"].tolist() == [1, 2]
+    assert w["sink"].tolist() == [1, 2]  # step 1: nodes 0 and 1 end together, the later id
+    assert w["start"].tolist() == [base, base + 30]
+    assert w["end"].tolist() == [base + 30, base + 70]

@@ -63,6 +63,44 @@ def test_no_temporary_directory_means_no_child(monkeypatch, tmp_path):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(prefetch, "available", lambda: True)
-    monkeypatch.setattr(prefetch, "_json_bytes", lambda files: 0)
     monkeypatch.setattr(tempfile, "mkdtemp", refuse)
     assert prefetch.start([str(tmp_path / "t.json")], None) is None  # parsed in-process instead
+
+
+_GC_PROBE = """
+import gc, json, sys
+from tracekit.api import report_for_path
+if sys.argv[2] == "off":
+    gc.disable()
+report_for_path(sys.argv[1], use_cache=False, with_hta=False, prefetch=sys.argv[3] == "cli")
+print(json.dumps([gc.isenabled(), gc.get_freeze_count() > 0]))
+"""
+
+
+@pytest.mark.parametrize("caller,gc_state,want", [
+    ("cli", "on", [True, True]),  # held over the imports and the load, then frozen, back on
+    ("cli", "off", [False, False]),  # off already: left off, nothing frozen
+    ("library", "on", [True, False]),  # a library call never touches the collector
+])
+def test_the_collector_is_held_only_on_the_clis_cold_path(tmp_path, caller, gc_state, want):
+    import json
+
+    trace = full_builder().write(tmp_path / "run.json.gz")
+    r = subprocess.run([sys.executable, "-c", _GC_PROBE, str(trace), gc_state, caller],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == want
+
+
+def test_reading_a_cached_trace_imports_no_parser(tmp_path):
+    """The parent of the CLI's cold path reads the entry its child wrote: neither the parser's
+    modules nor msgspec are imported for that (their import is the child's, in parallel)."""
+    trace = full_builder().write(tmp_path / "run.json.gz")
+    probe = ("import sys; from tracekit.trace import load; load(sys.argv[1], cache_dir=sys.argv[2]);"
+             "print(sorted(m for m in ('msgspec', 'tracekit.trace._reader', 'tracekit.trace._columns')"
+             " if m in sys.modules))")
+    runs = [subprocess.run([sys.executable, "-c", probe, str(trace), str(tmp_path / "c")],
+                           capture_output=True, text=True, timeout=120) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr
+    assert runs[0].stdout.strip() != "[]"  # the first load parsed
+    assert runs[1].stdout.strip() == "[]"  # the second read the cache only

@@ -78,3 +78,71 @@ def test_an_edge_backwards_is_refused():
                 kind=np.array([int(EdgeKind.LAUNCH)], np.int8), lag=np.zeros(1, np.int64))
     with pytest.raises(ValueError, match="backwards"):
         rp.replay(p)
+
+
+def _walks_both(start, end, binding, src, sinks, t_from, monkeypatch) -> None:
+    from tracekit.graph import critical as cr
+
+    args = (start, end, binding, src, sinks, t_from)
+    got = cr._walks(*args, python=lambda: cr._Walker.__new__(cr._Walker))
+    with monkeypatch.context() as m:
+        m.setattr(cr, "_core", None)
+        w = cr._Walker.__new__(cr._Walker)
+        w.start, w.end, w.binding, w.src = (a.tolist() for a in (start, end, binding, src))
+        want = cr._walks(*args, python=lambda: w)
+        alone = [cr._Walker.walk(w, int(s), int(end[s]), int(f)) for s, f in zip(sinks, t_from)]
+    assert len(got) == len(want) == 5
+    for a, b in zip(got, want):
+        assert a.dtype == np.int64 and np.array_equal(a, b)
+    flat = [(i, *seg) for i, segs in enumerate(alone) for seg in segs]  # walk by walk, latest first
+    assert [tuple(int(x) for x in r) for r in zip(*got)] == flat
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_compiled_walks_are_the_walkers(seed, monkeypatch):
+    """Each walk back from a sink along the binding edges, compiled and in Python: the same
+    segments in the same order, on random schedules (bindings left out, lags, windows that
+    begin before, inside or after a node)."""
+    r = np.random.default_rng(seed)
+    p = _random_plan(r)
+    start, end = rp.replay(p)
+    n, m = start.size, p.src.size
+    binding = np.full(n, -1, np.int64)
+    for e in r.permutation(m):  # one of the edges into each node, some nodes none
+        if r.random() < 0.9:
+            binding[p.dst[e]] = e
+    k = int(r.integers(1, 40))
+    sinks = r.integers(0, n, k).astype(np.int64)
+    t_from = (end[sinks] - r.integers(-100, 10 ** 6, k)).astype(np.int64)
+    _walks_both(start, end, binding, p.src.astype(np.int64), sinks, t_from, monkeypatch)
+
+
+def test_compiled_walks_on_real_traces(monkeypatch):
+    from tracekit.graph import critical as cr
+    from tracekit.trace import load
+
+    for path in sorted(glob.glob("sample_traces/*/*.json.gz"))[:4]:
+        for t in load(path, use_cache=False).traces:
+            g = build_graph(t, default_rules())
+            a = cr.step_paths(g)
+            with monkeypatch.context() as m:
+                m.setattr(cr, "_core", None)
+                b = cr.step_paths(g)
+            assert len(a) and a.equals(b)
+
+
+def test_a_walk_along_an_edge_backwards_is_walked_in_python(monkeypatch):
+    """The compiled walks refuse an edge that does not go to a higher id; the walk then runs in
+    Python, as where they are not built."""
+    from tracekit.graph import _replaycore as core
+    from tracekit.graph import critical as cr
+
+    start, end = np.array([0, 10], np.int64), np.array([5, 20], np.int64)
+    binding, src = np.array([0, -1], np.int64), np.array([1], np.int64)
+    sinks, t_from = np.array([0], np.int64), np.array([-5], np.int64)
+    with pytest.raises(ValueError, match="backwards"):
+        core.walks(start, end, binding, src, sinks, t_from)
+    w = cr._Walker.__new__(cr._Walker)
+    w.start, w.end, w.binding, w.src = (a.tolist() for a in (start, end, binding, src))
+    _, s, e, v, edge = cr._walks(start, end, binding, src, sinks, t_from, python=lambda: w)
+    assert (s.tolist(), e.tolist(), v.tolist(), edge.tolist()) == ([0, -5], [5, 0], [0, 1], [-1, -2])

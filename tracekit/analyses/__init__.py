@@ -112,7 +112,7 @@ def analyze_trace(
     # and on a big trace the fork's copy-on-write costs the child ~0.4 CPU-s more than here).
     others = Forked(lambda: _other_sections(trace, rules, with_hta, snapshot, steps_result),
                     fork=parallel and with_explain)
-    explained = _explain(trace, rules, snapshot) if with_explain else None
+    explained = _explain(trace, rules, snapshot, parallel) if with_explain else None
     return Analysis(
         source=trace.source,
         rank=trace.rank,
@@ -162,11 +162,11 @@ def _match_streams(trace: Trace, snapshot: object | None):
     return snapshot_streams.compute(trace, addresses, list(zip(st["device"].tolist(), st["stream"].tolist())))
 
 
-def _explain(trace: Trace, rules: Rules, snapshot: object | None):
+def _explain(trace: Trace, rules: Rules, snapshot: object | None, parallel: bool = False):
     # imported here: tracekit.graph (which explain uses) reads the analyses' modules itself
     from tracekit.analyses import explain
 
-    return explain.compute(trace, rules, snapshot=snapshot)
+    return explain.compute(trace, rules, snapshot=snapshot, parallel=parallel)
 
 
 __all__ = ["Analysis", "analyze_trace", "trace_identity"]

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracekit import _objarrays as objarrays
 from tracekit.analyses import allocator, syncs
+from tracekit.analyses.forked import Forked
 from tracekit.graph import build_graph
 from tracekit.graph import critical as cr
 from tracekit.graph import fixes as fx
@@ -40,6 +42,10 @@ SYNC_FINDING_SHARE = 0.05
 """A syncs-removed finding when sync time is at least this share of the critical path."""
 TOP_ITEMS = 15
 """Rows of the critical path's largest items kept per step."""
+FORK_WHAT_IFS_MIN_NODES = 200_000
+"""``compute(parallel=True)`` replays the generic what-ifs but the first in a child on graphs
+of at least this many nodes (the 508 MB-JSON stand-in's has 514 k, each replay ~0.1 s; on a
+small trace the fork costs about what the replays, ~0.015 s each, would save)."""
 
 
 @dataclass(frozen=True)
@@ -119,16 +125,39 @@ def _tops(g, path: pd.DataFrame) -> dict[int, list[dict]]:
     """Per step, the path's largest items: its time grouped by (lane, name, category)."""
     if path.empty:
         return {}
-    t = path.groupby(["step", "lane", "name", "category"], sort=False).agg(
-        ns=("dur", "sum"), count=("dur", "size")).reset_index()
-    t = t.sort_values(["step", "ns"], ascending=[True, False], kind="stable")
-    t = t.groupby("step", sort=False).head(TOP_ITEMS)
-    labels = {int(ln): _label(g, int(ln)) for ln in t["lane"].unique()}
+    # groups in the order they first appear, as a groupby(sort=False) gives them
+    key = np.zeros(len(path), np.int64)
+    for col in ("step", "lane", "name", "category"):
+        if col == "name":  # a node's name: hashed once per node (long kernel names are slow)
+            node, _ = pd.factorize(path["node"].to_numpy(np.int64))
+            once = np.unique(node, return_index=True)[1]
+            per_node, uniq = pd.factorize(path["name"].to_numpy(object)[once])
+            codes = per_node[node]
+        else:
+            codes, uniq = pd.factorize(path[col].to_numpy())
+        key = key * len(uniq) + codes
+    group, _ = pd.factorize(key)
+    o = np.argsort(group, kind="stable")
+    cut = np.flatnonzero(np.r_[True, group[o][1:] != group[o][:-1]])
+    first = o[cut]  # each group's first row
+    ns = np.add.reduceat(path["dur"].to_numpy(np.int64)[o], cut)
+    count = np.diff(np.r_[cut, len(path)])
+    step = path["step"].to_numpy(np.int64)[first]
+    # per step (ascending), the largest first (a tie: in order of appearance), TOP_ITEMS of them
+    rank = np.lexsort((-ns, step))
+    step, ns, count, first = step[rank], ns[rank], count[rank], first[rank]
+    new = np.r_[True, step[1:] != step[:-1]]
+    pos = np.arange(step.size) - np.maximum.accumulate(np.where(new, np.arange(step.size), 0))
+    keep = pos < TOP_ITEMS
+    lane = path["lane"].to_numpy(np.int64)[first[keep]]
+    names = path["name"].to_numpy(object)[first[keep]]
+    cats = path["category"].to_numpy(object)[first[keep]]
+    labels = {int(ln): _label(g, int(ln)) for ln in pd.unique(lane)}
     out: dict[int, list[dict]] = {}
-    for r in t.itertuples(index=False):
-        out.setdefault(int(r.step), []).append(
-            {"lane": labels[int(r.lane)], "name": str(r.name), "category": r.category,
-             "ns": int(r.ns), "count": int(r.count)})
+    for st, ln, nm, cat, x, c in zip(step[keep].tolist(), lane.tolist(), names, cats,
+                                     ns[keep].tolist(), count[keep].tolist()):
+        out.setdefault(st, []).append(
+            {"lane": labels[ln], "name": str(nm), "category": cat, "ns": x, "count": c})
     return out
 
 
@@ -155,74 +184,34 @@ def _finding(fid, title, fix, evidence, pred: wi.Prediction, kind="time") -> dic
 
 
 def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
-            config: ExplainConfig | None = None) -> ExplainResult:
+            config: ExplainConfig | None = None, parallel: bool = False) -> ExplainResult:
     """Critical path, bound and findings of ``trace`` (see the module docstring). ``snapshot``:
     a ``tracekit.analyses.snapshot.SnapshotResult`` of the same run, for the in-place copy's
-    predicted peak reserved."""
+    predicted peak reserved. ``parallel``: replay the generic findings' what-ifs but the first
+    in a forked child (``tracekit.analyses.forked``; on a graph of at least
+    ``FORK_WHAT_IFS_MIN_NODES``) while this process computes the rest: the same result."""
     config = ExplainConfig() if config is None else config
     g = build_graph(trace, rules, config.graph)
     warnings = list(g.warnings)
     win = cr.step_windows(g)
     path = cr.step_paths(g, windows=win)
-    rows = []
+    bds = _breakdowns(path)
     total_bd: dict[str, int] = {}
-    bds, tops = _breakdowns(path), _tops(g, path)
+    durs = []
     for r in win.itertuples(index=False):
-        bd = bds.get(int(r.step), {})
-        dur = int(r.end - r.start)
-        b, share = cr.bound_of(bd, dur)
-        rows.append((int(r.step), int(r.start), int(r.end), dur, b,
-                     np.nan if share is None else share, bd, tops.get(int(r.step), [])))
-        for k, v in bd.items():
+        durs.append(int(r.end - r.start))
+        for k, v in bds.get(int(r.step), {}).items():
             total_bd[k] = total_bd.get(k, 0) + v
-    steps = pd.DataFrame(rows, columns=["step", "start_ns", "end_ns", "duration_ns", "bound",
-                                        "bound_share", "breakdown", "top"])
-    total = int(steps["duration_ns"].sum()) if len(steps) else 0
-    bound, bound_share = cr.bound_of(total_bd, total)
-    bd_t = pd.DataFrame([(k, v, v / total if total else None) for k, v in
-                         sorted(total_bd.items(), key=lambda kv: -kv[1])],
-                        columns=["category", "ns", "share"])
-    lanes = path.groupby("lane")["dur"].sum().sort_values(ascending=False) if len(path) else \
-        pd.Series(dtype=np.int64)
-    lanes_t = pd.DataFrame({"lane": [_label(g, int(x)) for x in lanes.index],
-                            "ns": lanes.to_numpy(np.int64),
-                            "share": lanes.to_numpy(np.float64) / total if total else np.nan})
+    total = int(np.sum(np.array(durs, np.int64))) if durs else 0
 
     # ---- fixes and what-ifs --------------------------------------------------------------------
-    findings: list[dict] = []
-    wrows: list[tuple] = []
     chains = _chains(trace, g)
 
-    def run(fid, title, applies, evidence, change) -> wi.Prediction | None:
-        pred = wi.predict(g, change, windows=win) if applies and change is not None and len(win) \
+    def predict(applies, change) -> wi.Prediction | None:
+        return wi.predict(g, change, windows=win) if applies and change is not None and len(win) \
             else None
-        obs = pred.observed_ns if pred else None
-        wrows.append((fid, title, applies, evidence, obs, pred.predicted_ns if pred else None,
-                      pred.predicted_contention_ns if pred else None,
-                      pred.saving_ns if pred else None,
-                      pred.saving_ns / obs if pred and obs else None,
-                      pred.saving_contention_ns if pred else None))
-        return pred
 
     fixes = detect_fixes(trace, g, rules, config.fixes, snapshot=snapshot, chains=chains)
-    for f in fixes:
-        if f.kind == "memory":
-            m = f.memory
-            wrows.append((f.id, f.title, f.applies, f.evidence, None, None, None, None, None,
-                          None))
-            if f.applies:
-                pr, pk = m.get("predicted_peak_reserved_bytes"), m.get("peak_reserved_bytes")
-                findings.append({"id": f.id, "title": f.title, "fix": f.fix,
-                                 "evidence": f.evidence, "kind": "memory", "saving_ns": None,
-                                 "saving_fraction": None, "saving_contention_ns": None,
-                                 "saving_contention_fraction": None, "observed_step_ns": None,
-                                 "predicted_step_ns": None, "predicted_contention_step_ns": None,
-                                 **m, "saving_bytes": (pk - pr) if pr is not None and
-                                 pk is not None else None})
-            continue
-        pred = run(f.id, f.title, f.applies, f.evidence, f.change)
-        if f.applies and pred is not None:
-            findings.append(_finding(f.id, f.title, f.fix, f.evidence, pred))
     covered_syncs = any(f.applies and f.id in ("async_delta_copy", "precomputed_writeback")
                         for f in fixes)
     generic = []
@@ -245,9 +234,65 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
             generic.append(("syncs", "sync:all",
                             f"blocking calls and waits are {100 * share[SYNC]:.1f}% of the "
                             "critical path", "remove the host syncs (what-if: all of them)"))
-    for fid, spec, title, fix in generic:
-        ch, n = wi.spec_change(g, wi.parse_spec(spec), chains)
-        pred = run(fid, title, n > 0, f"{n} nodes changed", ch)
+    changes = [(fid, title, fix, *wi.spec_change(g, wi.parse_spec(spec), chains))
+               for fid, spec, title, fix in generic]
+    # the generic what-ifs' replays (on a big trace the largest part of explain after the
+    # graph): all but the first in a child while this process computes the rest and the first
+    fork = parallel and len(changes) > 1 and g.n >= FORK_WHAT_IFS_MIN_NODES
+    later = Forked(lambda: [predict(n > 0, ch) for _, _, _, ch, n in changes[1:]], fork=fork)
+
+    rows = []
+    tops = _tops(g, path)
+    for r, dur in zip(win.itertuples(index=False), durs):
+        bd = bds.get(int(r.step), {})
+        b, share = cr.bound_of(bd, dur)
+        rows.append((int(r.step), int(r.start), int(r.end), dur, b,
+                     np.nan if share is None else share, bd, tops.get(int(r.step), [])))
+    steps = pd.DataFrame(rows, columns=["step", "start_ns", "end_ns", "duration_ns", "bound",
+                                        "bound_share", "breakdown", "top"])
+    bound, bound_share = cr.bound_of(total_bd, total)
+    bd_t = pd.DataFrame([(k, v, v / total if total else None) for k, v in
+                         sorted(total_bd.items(), key=lambda kv: -kv[1])],
+                        columns=["category", "ns", "share"])
+    lanes = path.groupby("lane")["dur"].sum().sort_values(ascending=False) if len(path) else \
+        pd.Series(dtype=np.int64)
+    lanes_t = pd.DataFrame({"lane": [_label(g, int(x)) for x in lanes.index],
+                            "ns": lanes.to_numpy(np.int64),
+                            "share": lanes.to_numpy(np.float64) / total if total else np.nan})
+
+    findings: list[dict] = []
+    wrows: list[tuple] = []
+
+    def run(fid, title, applies, evidence, pred: wi.Prediction | None) -> wi.Prediction | None:
+        obs = pred.observed_ns if pred else None
+        wrows.append((fid, title, applies, evidence, obs, pred.predicted_ns if pred else None,
+                      pred.predicted_contention_ns if pred else None,
+                      pred.saving_ns if pred else None,
+                      pred.saving_ns / obs if pred and obs else None,
+                      pred.saving_contention_ns if pred else None))
+        return pred
+
+    for f in fixes:
+        if f.kind == "memory":
+            m = f.memory
+            wrows.append((f.id, f.title, f.applies, f.evidence, None, None, None, None, None,
+                          None))
+            if f.applies:
+                pr, pk = m.get("predicted_peak_reserved_bytes"), m.get("peak_reserved_bytes")
+                findings.append({"id": f.id, "title": f.title, "fix": f.fix,
+                                 "evidence": f.evidence, "kind": "memory", "saving_ns": None,
+                                 "saving_fraction": None, "saving_contention_ns": None,
+                                 "saving_contention_fraction": None, "observed_step_ns": None,
+                                 "predicted_step_ns": None, "predicted_contention_step_ns": None,
+                                 **m, "saving_bytes": (pk - pr) if pr is not None and
+                                 pk is not None else None})
+            continue
+        pred = run(f.id, f.title, f.applies, f.evidence, predict(f.applies, f.change))
+        if f.applies and pred is not None:
+            findings.append(_finding(f.id, f.title, f.fix, f.evidence, pred))
+    preds = [predict(n > 0, ch) for _, _, _, ch, n in changes[:1]] + later.result()
+    for (fid, title, fix, ch, n), pred in zip(changes, preds):
+        pred = run(fid, title, n > 0, f"{n} nodes changed", pred)
         if pred is not None:
             findings.append(_finding(fid, title, fix, title, pred))
     for text in config.what_ifs:
@@ -255,7 +300,7 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         ch, n = wi.spec_change(g, spec, chains)
         if n == 0:
             warnings.append(f"what-if {text!r} matches nothing in this trace")
-        run(text, spec.title, n > 0, f"{n} nodes changed", ch)
+        run(text, spec.title, n > 0, f"{n} nodes changed", predict(n > 0, ch))
     nfix = {f.id for f in fixes} | {"inplace_batch_copy"}
     findings.sort(key=lambda d: (d["id"] not in nfix, -(d["saving_ns"] or 0),
                                  -(d.get("saving_bytes") or 0)))
@@ -291,7 +336,7 @@ def detect_fixes(trace: Trace, g, rules: Rules, config: fx.FixConfig, *,
 
 def _chains(trace: Trace, g) -> np.ndarray:
     """Per node: the op chain of a blocking call ("" for every other node)."""
-    out = np.full(g.n, "", dtype=object)
+    out = objarrays.full(g.n, "")
     sel = np.flatnonzero((g.kind == NodeKind.CALL) & (g.category == SYNC))
     if sel.size:
         ev = trace.events

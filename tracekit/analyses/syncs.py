@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tracekit import _objarrays as objarrays
 from tracekit import intervals
 from tracekit import phases
 from tracekit.phases import Rules
@@ -73,7 +74,7 @@ class SyncsResult:
 
 def op_chains(trace: Trace, tid: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     """The enclosing cpu_op names on the same thread, ' > '-joined, outermost first."""
-    out = np.full(tid.size, "", dtype=object)
+    out = objarrays.full(tid.size, "")
     if tid.size == 0:
         return out
     ops = phases.select(trace, Kind.CPU_OP, columns=("name", "ts", "dur", "tid"))
@@ -138,7 +139,7 @@ def compute(trace: Trace, rules: Rules) -> SyncsResult:
     pageable_corr = acts["correlation"].to_numpy(np.int64)[
         (acts["kind"].to_numpy() == int(Kind.MEMCPY)) & (pageable[inv] if len(acts) else False)]
     blocking |= phases.name_matches(rcodes, rcats, ASYNC_COPY) & _member(rcorr, pageable_corr)
-    source = np.full(len(rt), "runtime", dtype=object)
+    source = objarrays.full(len(rt), "runtime")
     # cuda_sync events: through their runtime call, or on their own
     sy = phases.select(trace, Kind.SYNC, columns=("name", "ts", "dur", "correlation", "device"))
     scodes, scats = phases.name_codes(sy)
@@ -157,7 +158,7 @@ def compute(trace: Trace, rules: Rules) -> SyncsResult:
     tid = np.r_[b["tid"].to_numpy(np.int64), np.full(len(alone), -1, np.int64)]
     name = np.r_[np.asarray(rcats.astype(str), dtype=object)[rcodes[blocking]],
                  alone["name"].astype(str).to_numpy(object)]
-    src = np.r_[source[blocking], np.full(len(alone), "cuda_sync", dtype=object)]
+    src = np.r_[source[blocking], objarrays.full(len(alone), "cuda_sync")]
     corr = np.r_[rcorr[blocking], np.full(len(alone), -1, np.int64)]
 
     # device: linked activity / sync event, else the thread's last launch before the call

@@ -12,7 +12,10 @@
  *
  * run(release, dur, lane_prev, has_pred, ilag, ptr, src, lag, start, end): int64 buffers but
  * has_pred (one byte per node); ptr (n + 1) indexes src/lag, the cross edges sorted by
- * destination; start and end are written. */
+ * destination; start and end are written.
+ *
+ * walks(...): the critical paths' walks back along binding edges (tracekit/graph/critical.py),
+ * below. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -85,8 +88,106 @@ done:
     return result;
 }
 
+/* walks(start, end, binding, src, sinks, t_from): critical.py's walks, every one in a loop of
+ * its own: from sinks[i] at end[sinks[i]] back to t_from[i] along the binding edges (binding[v]:
+ * the edge into v that decided its start, -1 for none; src[e]: its source). Returns five bytearrays
+ * of int64 (walk, start, end, node, edge): the segments walk by walk in the order given,
+ * each latest first, exactly _Walker.walk's (edge -1: a node's own time; -2: time before a node
+ * nothing precedes; else the edge whose lag it is). Every edge goes from a lower to a higher id
+ * (replay.Plan), so each walk ends; an edge that does not is refused (ValueError). */
+typedef struct { int64_t *a; Py_ssize_t n, cap; } Segs;
+
+static int emit(Segs *s, int64_t w, int64_t lo, int64_t hi, int64_t v, int64_t e) {
+    if (s->n == s->cap) {
+        Py_ssize_t cap = s->cap ? 2 * s->cap : 4096;
+        int64_t *a = PyMem_RawRealloc(s->a, (size_t)cap * 5 * sizeof(int64_t));
+        if (!a) return -1;
+        s->a = a;
+        s->cap = cap;
+    }
+    int64_t *r = s->a + 5 * s->n++;
+    r[0] = w; r[1] = lo; r[2] = hi; r[3] = v; r[4] = e;
+    return 0;
+}
+
+static PyObject *walks(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[6];
+    if (!PyArg_UnpackTuple(args, "walks", 6, 6, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5]))
+        return NULL;
+    static const char *names[6] = {"start", "end", "binding", "src", "sinks", "t_from"};
+    Py_buffer b[6];
+    int got = 0;
+    PyObject *result = NULL;
+    Segs segs = {NULL, 0, 0};
+    Py_ssize_t n = -1, m = -1, k = -1;
+    for (int i = 0; i < 6; i++) {
+        Py_ssize_t want = (i <= 2) ? n : (i == 5) ? k : -1;
+        if (get(o[i], &b[i], want, 8, 0, names[i]) < 0) goto done;
+        got = i + 1;
+        if (i == 0) n = b[0].len / 8;
+        if (i == 3) m = b[3].len / 8;
+        if (i == 4) k = b[4].len / 8;
+    }
+    const int64_t *start = b[0].buf, *end = b[1].buf, *binding = b[2].buf, *src = b[3].buf,
+                  *sinks = b[4].buf, *t_from = b[5].buf;
+    int bad = 0, nomem = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < k && !bad && !nomem; i++) {
+        int64_t v = sinks[i], tf = t_from[i];
+        if (v < 0 || v >= n) { bad = 1; break; }
+        int64_t t = end[v];
+        while (t > tf) {
+            int64_t s = start[v] > tf ? start[v] : tf;
+            if (t > s && emit(&segs, i, s, t, v, -1) < 0) { nomem = 1; break; }
+            if (s < t) t = s;
+            if (t <= tf) break;
+            int64_t e = binding[v];
+            if (e < 0) {  /* nothing precedes it: the rest of the window is unexplained */
+                if (emit(&segs, i, tf, t, v, -2) < 0) nomem = 1;
+                break;
+            }
+            if (e >= m) { bad = 1; break; }
+            int64_t u = src[e];
+            if (u < 0 || u >= v) { bad = 1; break; }
+            if (end[u] < t) {
+                int64_t lo = end[u] > tf ? end[u] : tf;
+                if (emit(&segs, i, lo, t, v, e) < 0) { nomem = 1; break; }
+                t = lo;
+            }
+            v = u;
+            if (end[v] < t) t = end[v];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (nomem) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "walks: an edge goes backwards in the node order (or an index is out of range)");
+        goto done;
+    }
+    PyObject *cols[5] = {NULL, NULL, NULL, NULL, NULL};
+    for (int j = 0; j < 5; j++) {
+        cols[j] = PyByteArray_FromStringAndSize(NULL, segs.n * 8);
+        if (!cols[j]) {
+            for (int q = 0; q < j; q++) Py_DECREF(cols[q]);
+            goto done;
+        }
+        int64_t *dst = (int64_t *)PyByteArray_AS_STRING(cols[j]);
+        for (Py_ssize_t r = 0; r < segs.n; r++) dst[r] = segs.a[5 * r + j];
+    }
+    result = Py_BuildValue("(NNNNN)", cols[0], cols[1], cols[2], cols[3], cols[4]);
+done:
+    PyMem_RawFree(segs.a);
+    for (int i = 0; i < got; i++) PyBuffer_Release(&b[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "run(release, dur, lane_prev, has_pred, ilag, ptr, src, lag, start, end)"},
+    {"walks", walks, METH_VARARGS, "walks(start, end, binding, src, sinks, t_from) -> (walk, start, end, node, edge) as int64 bytearrays"},
     {NULL, NULL, 0, NULL},
 };
 

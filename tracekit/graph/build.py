@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tracekit import _objarrays as objarrays
 from tracekit import intervals, phases
 from tracekit.analyses import steps as steps_mod
 from tracekit.analyses.syncs import ASYNC_COPY, BLOCKING, HOST_SYNC_EVENT
@@ -121,7 +122,7 @@ def _pairs(lane: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _event_rows(trace: Trace, kinds) -> np.ndarray:
-    return np.flatnonzero(np.isin(trace.events["kind"].to_numpy(), [int(k) for k in kinds]))
+    return np.flatnonzero(phases.of_kinds(trace.events["kind"].to_numpy(), kinds))
 
 
 def _calls(trace: Trace) -> pd.DataFrame:
@@ -239,8 +240,10 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     comm = phases.name_matches(inv, pd.Index(uniq), re.compile(rules.communication))
     a_kind = acts["kind"].to_numpy()
     a_phase = acts["phase"].to_numpy(object)
-    a_cat = np.where(a_kind != int(Kind.KERNEL), MEMCPY,
-                     np.where(comm, COMMUNICATION, COMPUTE + a_phase.astype(str))).astype(object)
+    ph_code, ph_uniq = pd.factorize(a_phase)  # phases are strings, a few distinct ones
+    a_cat = np.array([COMPUTE + str(p) for p in ph_uniq] + [""], dtype=object)[ph_code]
+    a_cat[comm] = COMMUNICATION
+    a_cat[a_kind != int(Kind.KERNEL)] = MEMCPY
 
     # ---- CPU calls: which block on the GPU, and on what ------------------------------------
     names = ev["name"]
@@ -308,7 +311,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     c_wait = c_start - k_ts
 
     # phase of a CPU call: its enclosing phase annotation
-    c_phase = np.full(len(kept), phases.OTHER, dtype=object)
+    c_phase = objarrays.full(len(kept), phases.OTHER)
     c_batch = np.full(len(kept), -1, np.int64)
     if len(kept) and not index.table.empty:
         ann = index.enclosing(k_tid, k_ts, k_end)
@@ -345,11 +348,11 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
                             np.where(a_launch >= 0, a_launch, a_start))
     c_step = phases.step_of(spans.rename(columns={"cpu_start": "ts", "cpu_end": "end"}), k_ts)
     step = np.r_[a_step, c_step, m_step][order]
-    c_cat = np.where(blocking, SYNC, HOST).astype(object)
-    category = np.r_[a_cat, c_cat, np.full(nm, HOST, dtype=object)][order]
+    c_cat = objarrays.where(blocking, SYNC, HOST)
+    category = np.r_[a_cat, c_cat, objarrays.full(nm, HOST)][order]
     name = np.r_[acts["name"].to_numpy(object), phases.name_strings(ncodes[k_rows], ncats)
                  if nc else np.zeros(0, object), m_name][order]
-    phase = np.r_[a_phase, c_phase, np.full(nm, phases.OTHER, dtype=object)][order]
+    phase = np.r_[a_phase, c_phase, objarrays.full(nm, phases.OTHER)][order]
     batch = np.r_[acts["batch"].to_numpy(np.int64), c_batch, np.full(nm, -1)][order]
     a_id = rank[:na]
     c_id = rank[na:na + nc]
@@ -731,10 +734,12 @@ def _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes, p_prev, p_next, co
     # host events of the main thread (anything it ran), to tell "blocked" from "busy"
     ev = trace.events
     mt = int(lanes.loc[main_lane, "tid"])
-    mrows = np.flatnonzero((ev["tid"].to_numpy(np.int64) == mt) & np.isin(
-        ev["kind"].to_numpy(), [int(Kind.CPU_OP), int(Kind.ANNOTATION), int(Kind.PYTHON),
-                                int(Kind.RUNTIME), int(Kind.DRIVER)]))
-    m_ts = np.sort(ev["ts"].to_numpy(np.int64)[mrows])
+    mrows = np.flatnonzero((ev["tid"].to_numpy(np.int64) == mt) & phases.of_kinds(
+        ev["kind"].to_numpy(), [Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME,
+                                Kind.DRIVER]))
+    m_ts = ev["ts"].to_numpy(np.int64)[mrows]
+    if not (m_ts.size < 2 or bool(np.all(m_ts[1:] >= m_ts[:-1]))):  # events are sorted by ts
+        m_ts = np.sort(m_ts)
     main_ts = ev_ts[main_ids]
     hs, hd, hn, ov = [], [], [], []
     for ln in others:

@@ -20,9 +20,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit import _objarrays as objarrays
 from tracekit.graph.model import (
     BOUNDS, EDGE_CATEGORY, EDGE_NAMES, IDLE, EdgeKind, Graph, NodeKind, bound_class,
 )
+from tracekit.graph.replay import _core
 
 SEGMENT_COLUMNS = ["step", "start", "end", "dur", "lane", "lane_type", "device", "stream", "pid",
                    "tid", "name", "category", "what", "node", "phase"]
@@ -43,13 +45,16 @@ def step_windows(g: Graph, start: np.ndarray | None = None,
         return pd.DataFrame({"step": [-1], "start": [int(start.min())], "end": [int(end[sink])],
                              "sink": [sink]})
     ids = np.flatnonzero(np.isin(g.step, steps) & g.completing)
-    df = pd.DataFrame({"step": g.step[ids], "end": end[ids], "id": ids})
-    best = df.sort_values(["step", "end", "id"]).drop_duplicates("step", keep="last")
-    best = best.set_index("step").reindex(steps)
-    ok = best["id"].notna().to_numpy()
+    # per step, its completing node that ends last (the highest id among those)
+    o = np.lexsort((ids, end[ids], g.step[ids]))
+    by_step = g.step[ids][o]
+    last = np.r_[by_step[1:] != by_step[:-1], True] if o.size else np.zeros(0, bool)
+    b_step, b_end, b_id = by_step[last], end[ids][o][last], ids[o][last]
+    at = np.minimum(np.searchsorted(b_step, steps), max(b_step.size - 1, 0))
+    ok = b_step[at] == steps if b_step.size else np.zeros(steps.size, bool)
     steps = steps[ok]
-    comp = best["end"].to_numpy()[ok].astype(np.int64)
-    sink = best["id"].to_numpy()[ok].astype(np.int64)
+    comp = b_end[at[ok]].astype(np.int64)
+    sink = b_id[at[ok]].astype(np.int64)
     # a step cannot complete before the one before it (work it left running ends it)
     late = comp < np.maximum.accumulate(comp)
     if late.any():
@@ -140,7 +145,18 @@ def _walks(start: np.ndarray, end: np.ndarray, binding: np.ndarray, src: np.ndar
     ``(walk, start, end, node, edge)``, walk by walk in the order given, each latest first
     (exactly ``walk``'s segments, concatenated). The walks advance together (the same steps
     as ``walk``'s loop, one node per pass for every walk still going); ``python``: a function
-    returning the ``_Walker`` that finishes the last few (None: all in numpy)."""
+    returning the ``_Walker`` that finishes the last few (None: all in numpy). Where the
+    compiled ``_replaycore`` is built, every walk runs in its loop there (the same segments).
+    """
+    if _core is not None:
+        i64 = np.int64
+        try:
+            cols = _core.walks(*(np.ascontiguousarray(a, i64)
+                                 for a in (start, end, binding, src, sinks, t_from)))
+        except ValueError:  # an edge backwards: walked below, as where it is not built
+            pass
+        else:
+            return tuple(np.frombuffer(c, i64) for c in cols)
     n = sinks.size
     v = sinks.astype(np.int64)
     t = end[v]
@@ -208,14 +224,14 @@ def _segments(g: Graph, step, s, e, v, edge, edge_kind) -> pd.DataFrame:
     if not s.size:
         return pd.DataFrame({c: [] for c in SEGMENT_COLUMNS})
     own = edge == -1
-    cat = np.where(own, g.category[v], IDLE).astype(object)
+    cat = objarrays.where(own, g.category[v], IDLE)
     kinds = g.edge_kind if edge_kind is None else edge_kind
     ek = np.where(edge >= 0, kinds[np.maximum(edge, 0)], -1) if kinds.size else \
         np.full(edge.size, -1)
     for k in EdgeKind:
         cat[ek == int(k)] = EDGE_CATEGORY[k]
-    what = np.where(own, np.array(["activity", "call", "marker"], dtype=object)[g.kind[v]],
-                    "unexplained").astype(object)
+    what = objarrays.where(own, np.array(["activity", "call", "marker"], dtype=object)[g.kind[v]],
+                           "unexplained")
     for k in EdgeKind:
         what[ek == int(k)] = _EDGE_WHAT[k]
     # an edge's time is drawn on the lane of the node it leads into
@@ -228,7 +244,7 @@ def _segments(g: Graph, step, s, e, v, edge, edge_kind) -> pd.DataFrame:
         "stream": lanes["stream"].to_numpy(np.int64)[ln],
         "pid": lanes["pid"].to_numpy(np.int64)[ln], "tid": lanes["tid"].to_numpy(np.int64)[ln],
         "name": g.name[v], "category": cat, "what": what, "node": v, "phase": g.phase[v],
-    }, columns=SEGMENT_COLUMNS)
+    }, columns=SEGMENT_COLUMNS, copy=False)
 
 
 _EDGE_WHAT = {

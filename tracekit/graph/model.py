@@ -181,6 +181,15 @@ class Graph:
 
         return completes(self)
 
+    @cached_property
+    def kernels(self) -> np.ndarray:
+        """bool per node: a GPU kernel (compute or communication; not a copy), computed once:
+        every contention-aware replay asks for it."""
+        inv, uniq = pd.factorize(self.category)  # per distinct category (a few), not per node
+        is_kernel = np.array([str(c) == COMMUNICATION or str(c).startswith(COMPUTE) for c in uniq],
+                             bool)
+        return (self.kind == NodeKind.GPU) & is_kernel[inv]
+
     @property
     def n(self) -> int:
         return int(self.kind.size)

@@ -30,13 +30,13 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
+from tracekit import _objarrays as objarrays
 from tracekit import intervals
 from tracekit.errors import TracekitError
 from tracekit.graph.build import lane_positions
 from tracekit.graph.critical import step_windows
-from tracekit.graph.model import COMMUNICATION, COMPUTE, EdgeKind, Graph, NodeKind
+from tracekit.graph.model import EdgeKind, Graph, NodeKind
 from tracekit.graph.replay import Plan, replay
 
 CONTENTION_SHARE = 0.5
@@ -271,10 +271,7 @@ def _aligned(obs, w) -> np.ndarray:
 def _contention_durations(g: Graph, p: Plan, start, end) -> np.ndarray | None:
     """Kernel durations lengthened by ``CONTENTION_SHARE`` of the overlap with other streams'
     kernels that each gained in the replay; None when no kernel gained any."""
-    inv, uniq = pd.factorize(g.category)  # per distinct category (a few), not per node
-    is_kernel = np.array([str(c) == COMMUNICATION or str(c).startswith(COMPUTE) for c in uniq],
-                         bool)
-    kern = (g.kind == NodeKind.GPU) & is_kernel[inv]
+    kern = g.kernels
     if not kern.any():
         return None
     lanes = g.lanes
@@ -388,7 +385,7 @@ def spec_change(g: Graph, spec: Spec, op_chain: np.ndarray | None = None) -> tup
     # sync: remove the host waits of matching blocking calls
     rx = re.compile(spec.pattern)
     calls = np.flatnonzero((g.kind == NodeKind.CALL) & (g.category == "sync"))
-    chain = op_chain[calls] if op_chain is not None else np.full(calls.size, "", object)
+    chain = op_chain[calls] if op_chain is not None else objarrays.full(calls.size, "")
     hit = np.array([rx.search(str(g.name[c])) is not None or rx.search(str(ch)) is not None
                     for c, ch in zip(calls, chain)], bool)
     return remove_syncs(g, calls[hit]), int(hit.sum())

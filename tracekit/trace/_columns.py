@@ -11,13 +11,8 @@ import re
 from collections import Counter
 from operator import attrgetter, itemgetter
 
-from typing import TYPE_CHECKING
-
 import msgspec
 import numpy as np
-
-if TYPE_CHECKING:  # imported where the tables are built: parsing needs only numpy
-    import pandas as pd
 
 from tracekit.trace._numbers import BAD, us_float_to_ns, us_text_to_ns
 from tracekit.trace._schema import (
@@ -562,41 +557,6 @@ def _sorted_by_ts(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], n
         return cols, None
     order = np.argsort(ts, kind="stable")
     return {c: a[order] for c, a in cols.items()}, order
-
-
-def events_frame(cols: dict[str, np.ndarray], names: list[str]) -> pd.DataFrame:
-    """The ``Trace.events`` DataFrame from ``event_arrays()`` columns and the name list."""
-    import pandas as pd
-
-    data = {}
-    for c, dtype in EVENT_COLUMNS.items():
-        a = cols[c]
-        if c == "name":
-            data[c] = pd.Categorical.from_codes(a, categories=pd.Index(names), validate=False)
-        else:
-            data[c] = a.astype(dtype, copy=False)
-    return pd.DataFrame(data, copy=False)
-
-
-def args_frame(cols: dict[str, np.ndarray], strings: list[str]) -> pd.DataFrame:
-    """The ``Trace.args`` DataFrame from ``arg_arrays()`` columns and their string list."""
-    import pandas as pd
-
-    cats = pd.Index(strings, dtype=object)
-    data = {}
-    for c, dtype in ARG_COLUMNS.items():
-        a = cols[c]
-        if dtype == "category":
-            data[c] = pd.Categorical.from_codes(a, categories=cats, validate=False).remove_unused_categories()
-        else:
-            data[c] = a.astype(dtype, copy=False)
-    return pd.DataFrame(data, copy=False)
-
-
-def memory_frame(cols: dict[str, np.ndarray]) -> pd.DataFrame:
-    import pandas as pd
-
-    return pd.DataFrame({c: cols[c].astype(t, copy=False) for c, t in MEMORY_COLUMNS.items()}, copy=False)
 
 
 def platform_of(cols: dict[str, np.ndarray], names: list[str]) -> str:

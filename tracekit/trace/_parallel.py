@@ -20,8 +20,6 @@ import os
 import sys
 import threading
 
-import msgspec
-
 ENV_DISABLE = "TRACEKIT_LOAD_PARALLEL"
 """Set to ``0`` to never start the helper (nor any other forked child: the prefetch, the
 explain child of ``tracekit.analyses.forked``)."""
@@ -175,6 +173,8 @@ class Helpers:
 def _serve(conn, buf: mmap.mmap) -> None:
     """The helper's loop: decode the piece in a slot, answer with its columns."""
     import signal
+
+    import msgspec  # here: available() is imported where the parser is not (analyses.forked)
 
     from tracekit.trace._columns import Columns
     from tracekit.trace._reader import decode_into

@@ -19,13 +19,13 @@ from tracekit._files import (  # noqa: F401
     SNIFF_BYTES, TRACE_SUFFIXES, check_readable, display, is_trace_file, trace_files_in,
 )
 from tracekit.errors import EmptyTraceError, InputError
-from tracekit.trace import _reader, cache
-from tracekit.trace._columns import (
-    Columns, args_frame, events_frame, memory_frame, platform_of, problem_warnings,
-    unreadable_reason,
-)
-from tracekit.trace._progress import Progress
+from tracekit.trace import cache
+from tracekit.trace._frames import args_frame, events_frame, memory_frame
 from tracekit.trace.model import Trace, TraceSet
+
+# The parser (_reader, _columns: msgspec, the compiled scanner) is imported by parse_file, where
+# it is needed: a load that finds its entries in the cache (the CLI's parent once its parse
+# child has written them, tracekit.trace.prefetch) never imports it.
 
 PARALLEL_MIN_BYTES = 48 << 20
 """Traces of about this much JSON or more (a .gz counts 12x its size) are decoded by two
@@ -198,6 +198,12 @@ def _is_gzip(path: str) -> bool:
 
 def parse_file(path: str, *, progress: bool | None = None, threaded: bool = True) -> cache.Entry:
     """Parses one trace file (no cache) into the columns a ``Trace`` is built from."""
+    from tracekit.trace import _reader
+    from tracekit.trace._columns import (
+        Columns, platform_of, problem_warnings, unreadable_reason,
+    )
+    from tracekit.trace._progress import Progress
+
     try:
         size = os.path.getsize(path)
     except OSError as exc:

@@ -2,8 +2,9 @@
 
 A cold ``tracekit analyze`` spent its first ~0.35 s importing pandas and the analyses, and
 only then began to read the trace: one core idle while the other imported. ``start`` forks a
-child before those imports (the parent has imported only the standard library, click and
-msgspec-free ``tracekit.api`` by then); the child imports numpy and msgspec, parses each trace
+child before those imports (the parent has imported only the standard library, click, numpy
+and what reads the trace cache by then); the child imports the parser (msgspec, the compiled
+scanner: ``tracekit.trace.loader.parse_file``), parses each trace
 file that the trace cache does not already hold and writes its cache entry; the parent imports
 pandas meanwhile, ``wait``s for the child, and its ``load`` then reads the entries (a warm
 load: memory-mapped, milliseconds). With ``--no-cache`` the entries go to a private directory
@@ -12,11 +13,15 @@ that ``finish`` removes.
 The child never reports anything: whatever fails there (a bad file, a full disk) leaves the
 entry missing, and the parent's own load parses the file and raises the error as it always
 did. Used only where it helps and fork is safe: Linux, more than one CPU, pandas not yet
-imported (a library caller or a test process has it already), no other thread running, and
-less than ``loader.PARALLEL_MIN_BYTES`` of JSON (a bigger trace is parsed by two processes
-anyway, and its cache entry is written in the background while the analyses run; the child
-would write it on the critical path). ``TRACEKIT_LOAD_PARALLEL=0`` turns it off, as it does the
-parse helper.
+imported (a library caller or a test process has it already) and no other thread running.
+``TRACEKIT_LOAD_PARALLEL=0`` turns it off, as it does the parse helper.
+
+A big trace is parsed by two processes anyway (``_parallel``), in the child and its helper
+then, and the child writes its cache entry before the parent reads it, where the parent would
+have written it in the background while the analyses ran. Until 2026-11-24 such a trace was
+parsed in the parent after its imports; the imports now run beside the parse: on the 508 MB
+stand-in (``bench/data/syn24r.json.gz``) the imports and the load took 1.10-1.44 s instead of
+1.43-1.69 s (bench/NOTES-load.md, 2026-11-24 session 2).
 """
 
 from __future__ import annotations
@@ -27,8 +32,6 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass
-
-from tracekit.trace.loader import PARALLEL_MIN_BYTES, _is_gzip
 
 ENV_DISABLE = "TRACEKIT_LOAD_PARALLEL"
 
@@ -41,17 +44,6 @@ class Prefetch:
     private: bool
 
 
-def _json_bytes(files: list[str]) -> int:
-    """About how much JSON ``files`` hold (a .gz counts 12x its size, as for the helper)."""
-    total = 0
-    for f in files:
-        try:
-            total += os.path.getsize(f) * (12 if _is_gzip(f) else 1)
-        except Exception:  # noqa: BLE001 - unreadable: the load reports it
-            pass
-    return total
-
-
 def available() -> bool:
     return (hasattr(os, "fork") and sys.platform.startswith("linux")
             and os.environ.get(ENV_DISABLE, "1") != "0" and (os.cpu_count() or 1) >= 2
@@ -61,7 +53,7 @@ def available() -> bool:
 def start(files: list[str], cache_dir: str | None) -> Prefetch | None:
     """Fork the child that parses ``files`` into the trace cache at ``cache_dir`` (None: a
     private directory); None when prefetching does not apply here."""
-    if not files or not available() or _json_bytes(files) >= PARALLEL_MIN_BYTES:
+    if not files or not available():
         return None
     private = cache_dir is None
     try:

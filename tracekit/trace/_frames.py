@@ -1,0 +1,55 @@
+"""The ``Trace`` tables (see ``model.py``) from the columns a parse or the trace cache holds.
+
+Apart from the parser (``_columns``, ``_reader``: msgspec, the compiled scanner) so that reading
+a cached trace imports neither: the CLI's cold path forks its parse child before importing them,
+and its parent only reads the entry the child wrote (``tracekit.trace.prefetch``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tracekit.trace.model import ARG_COLUMNS, EVENT_COLUMNS, MEMORY_COLUMNS
+
+if TYPE_CHECKING:  # imported where a table is built: parsing needs only numpy
+    import pandas as pd
+
+
+def events_frame(cols: dict[str, np.ndarray], names: list[str]) -> pd.DataFrame:
+    """The ``Trace.events`` DataFrame from ``event_arrays()`` columns and the name list."""
+    import pandas as pd
+
+    data = {}
+    for c, dtype in EVENT_COLUMNS.items():
+        a = cols[c]
+        if c == "name":
+            data[c] = pd.Categorical.from_codes(a, categories=pd.Index(names), validate=False)
+        else:
+            data[c] = a.astype(dtype, copy=False)
+    return pd.DataFrame(data, copy=False)
+
+
+def args_frame(cols: dict[str, np.ndarray], strings: list[str]) -> pd.DataFrame:
+    """The ``Trace.args`` DataFrame from ``arg_arrays()`` columns and their string list."""
+    import pandas as pd
+
+    cats = pd.Index(strings, dtype=object)
+    data = {}
+    for c, dtype in ARG_COLUMNS.items():
+        a = cols[c]
+        if dtype == "category":
+            data[c] = pd.Categorical.from_codes(a, categories=cats, validate=False).remove_unused_categories()
+        else:
+            data[c] = a.astype(dtype, copy=False)
+    return pd.DataFrame(data, copy=False)
+
+
+def memory_frame(cols: dict[str, np.ndarray]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame({c: cols[c].astype(t, copy=False) for c, t in MEMORY_COLUMNS.items()}, copy=False)
+
+
+__all__ = ["args_frame", "events_frame", "memory_frame"]
