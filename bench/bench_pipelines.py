@@ -13,9 +13,11 @@ SemiSync, SparseDist with the in-place copy); SparseDist is the reference. For e
 1. **Setup, once**: the host batches (``SyntheticLoader``) and the model (``runtime.session.
    Session``: 26 tables of 1M x 128 are 13 GB) are built once and reused by every run of every
    variant; each run puts the model back to its initial state in place. Their cost is recorded.
-2. **Rounds**: the plan runs ``--passes`` times over (3: each preset's rounds spread over the
+2. **Rounds**: the plan runs ``--passes`` times over (6: each preset's rounds spread over the
    whole call, since the host's speed moves over minutes), each pass in a process of its own (the
-   process is what repeats: an offset one process keeps for its life, the next does not share).
+   process is what repeats: an offset one process keeps for its life, the next does not share;
+   with 3 passes the interval's ends were the worst pass's own median, with 6 one slow pass
+   moves them less).
    In each pass a warm-up round (every variant once, discarded), then that pass's share of R
    timed rounds (R even, ``--min-rounds`` <= R <= the preset's plan, as many as the time budget
    allows). In each round every variant runs once, in mirrored pairs of rotated orders
@@ -497,7 +499,7 @@ class Bench:
         pdoc["setup"]["model_bytes"] = sum(p.numel() * p.element_size() for p in session.model.parameters()) + sum(
             b.numel() * b.element_size() for b in session.model.buffers())
         self.say(f"{name} (pass {pass_index + 1} of {passes}): loader {time.perf_counter() - t:.2f} s with the model, "
-                 f"runs of {warmup} + {timed} steps")
+                 f"runs of {warmup} + {timed} (+ {TAIL_STEPS} tail) steps")
 
         def one_round(r: int, order: list[str]) -> None:
             # between rounds, every few seconds: a clock sample and the GEMM / lookup probes
@@ -1014,7 +1016,7 @@ def main() -> int:
                     "none with --date)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--date", default=None, help="YYYYMMDD for the file names (default: today, UTC)")
-    ap.add_argument("--passes", type=int, default=3, help="times the plan is run over, each preset's timed rounds "
+    ap.add_argument("--passes", type=int, default=6, help="times the plan is run over, each preset's timed rounds "
                     "split between the passes (a warm-up round in each): its rounds spread over the whole call; each "
                     "pass in a process of its own")
     ap.add_argument("--pass-index", type=int, default=None, help="run pass K only (K > 0 continues <out>/results.json "
