@@ -248,6 +248,18 @@ def of_kinds(kind: np.ndarray, kinds) -> np.ndarray:
     return table[np.asarray(kind, np.int8).view(np.uint8)]
 
 
+def host_ops(trace: Trace) -> tuple[pd.DataFrame, np.ndarray, pd.Index]:
+    """Annotations and CPU ops (``name, ts, dur, tid``), their name codes and the categories
+    they index: what the steps, the phases and the fixes look through, selected once per trace
+    object (memoised: do not modify them)."""
+
+    def compute():
+        ops = select(trace, Kind.ANNOTATION, Kind.CPU_OP, columns=("name", "ts", "dur", "tid"))
+        return (ops, *name_codes(ops))
+
+    return _memo(trace, None, "host_ops", compute)
+
+
 def select(trace: Trace, *kinds: Kind, columns: tuple[str, ...]) -> pd.DataFrame:
     """Rows of the given kinds with only ``columns`` (cheaper than ``Trace.of_kind`` on big
     traces: the other columns are not copied). ``name`` stays categorical."""
@@ -324,8 +336,7 @@ def profiler_steps(trace: Trace, rules: Rules) -> pd.DataFrame:
 
 
 def _profiler_steps(trace: Trace, rules: Rules) -> pd.DataFrame:
-    ann = select(trace, Kind.ANNOTATION, Kind.CPU_OP, columns=("name", "ts", "dur"))
-    codes, cats = name_codes(ann)
+    ann, codes, cats = host_ops(trace)
     step = per_used_name(codes, cats, lambda n: _captured_int(n, rules.profiler_step), -1)
     keep = step >= 0
     out = pd.DataFrame({
@@ -386,8 +397,7 @@ class AnnotationIndex:
 def annotation_index(trace: Trace, rules: Rules) -> AnnotationIndex:
     """Index the annotations whose names match an annotation rule."""
     # legacy traces wrote record_function ranges as operators: look at both kinds
-    ann = select(trace, Kind.ANNOTATION, Kind.CPU_OP, columns=("name", "ts", "dur", "tid"))
-    codes, cats = name_codes(ann)
+    ann, codes, cats = host_ops(trace)
     rule = per_used_name(codes, cats, lambda n: _first_match(n, rules.annotations), -1)
     keep = rule >= 0
     kcodes = codes[keep]
@@ -537,8 +547,8 @@ _MEMO: dict[tuple[int, str, str], tuple[object, object]] = {}
 _MEMO_SIZE = 8
 
 
-def _memo(trace: Trace, rules: Rules, what: str, compute):
-    key = (id(trace), rules.digest(), what)
+def _memo(trace: Trace, rules: Rules | None, what: str, compute):
+    key = (id(trace), rules.digest() if rules is not None else "", what)
     hit = _MEMO.get(key)
     if hit is not None and hit[0]() is trace:
         return hit[1]

@@ -24,7 +24,7 @@ import pandas as pd
 
 from tracekit import phases
 from tracekit.phases import Rules
-from tracekit.trace.model import Kind, Trace
+from tracekit.trace.model import Trace
 
 SOURCE_PROFILER_STEP = "ProfilerStep"
 SOURCE_OPTIMIZER = "optimizer boundaries"
@@ -54,8 +54,7 @@ def _pct(x: np.ndarray, q: float) -> float | None:
 
 
 def _inferred_steps(trace: Trace, rules: Rules) -> tuple[pd.DataFrame, str | None]:
-    ev = phases.select(trace, Kind.ANNOTATION, Kind.CPU_OP, columns=("name", "ts", "dur"))
-    codes, cats = phases.name_codes(ev)
+    ev, codes, cats = phases.host_ops(trace)
     hit = phases.name_matches(codes, cats, re.compile(rules.step_boundary))
     if not hit.any():
         return pd.DataFrame(columns=["step", "ts", "end"]), None

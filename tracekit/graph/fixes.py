@@ -101,10 +101,13 @@ def calls_inside(trace: Trace, g: Graph, pattern: str,
     """bool per node: CPU calls inside a host event (of ``kinds``) whose name matches
     ``pattern``, on the same thread."""
     out = np.zeros(g.n, bool)
-    ev = phases.select(trace, *kinds, columns=("name", "ts", "dur", "tid"))
+    if set(kinds) == {Kind.ANNOTATION, Kind.CPU_OP}:
+        ev, codes, cats = phases.host_ops(trace)
+    else:
+        ev = phases.select(trace, *kinds, columns=("name", "ts", "dur", "tid"))
+        codes, cats = phases.name_codes(ev)
     if ev.empty:
         return out
-    codes, cats = phases.name_codes(ev)
     hit = phases.name_matches(codes, cats, re.compile(pattern))
     if not hit.any():
         return out
@@ -294,8 +297,7 @@ def detect_inplace(trace: Trace, g: Graph, rules: Rules, cfg: FixConfig,
     copy = gpu & (g.phase == cfg.batch_copy_phase)
     if not copy.any():
         return Fix("inplace_batch_copy", title, fix, False, "no batch copy", kind="memory")
-    ann = phases.select(trace, Kind.ANNOTATION, Kind.CPU_OP, columns=("name", "ts", "dur", "tid"))
-    codes, cats = phases.name_codes(ann)
+    ann, codes, cats = phases.host_ops(trace)
     if phases.name_matches(codes, cats, re.compile(cfg.inplace_copy)).any():
         return Fix("inplace_batch_copy", title, fix, False, "the batch copy is already in place",
                    kind="memory")
