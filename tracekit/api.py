@@ -202,7 +202,8 @@ def _hold_gc() -> bool:
 
     The CLI's cold path imports pandas and the analyses (~80,000 objects the collector tracks)
     and loads a trace: meanwhile the collector ran ~100 times, walking young objects and now and
-    then all of them, for cycles that are not there (0.03-0.09 CPU-s of a ~0.7 s run). A forked
+    then all of them, for cycles that are not there (0.06-0.09 of the parent's ~0.75 CPU-s in a
+    cold analyze of a 42 MB trace, bench/NOTES-load.md). A forked
     child's collections also write to every tracked object's header: pages it shares with the
     parent are copied."""
     if not gc.isenabled():
@@ -231,11 +232,9 @@ def _analyze(path: str, rules: Any, cache_dir, use_cache: bool, progress,
     held = prefetch and _hold_gc()
     if prefetch:
         from tracekit._malloc import keep_freed_memory
-
-        keep_freed_memory()
-    if prefetch:
         from tracekit.trace import prefetch as pf
 
+        keep_freed_memory()
         pre = pf.start(trace_files(path), _cache_dir(cache_dir) if use_cache else None)
     try:
         from tracekit.analyses import analyze_trace  # pandas: imported while the child parses

@@ -102,7 +102,8 @@ def analyze_trace(
     for the in-place batch copy's predicted peak reserved).
     ``with_explain``: also run ``explain`` (critical path, bound, findings).
     ``parallel``: compute the other sections in a forked child while this process computes
-    explain (``tracekit.analyses.forked``; the same result, on two cores).
+    explain (``tracekit.analyses.forked``; the same result, on two cores), and on a big graph
+    part of explain's what-ifs in another (``explain.compute(parallel=True)``).
     """
     rules = default_rules() if rules is None else rules
     steps_result = steps.compute(trace, rules)

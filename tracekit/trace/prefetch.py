@@ -16,12 +16,12 @@ did. Used only where it helps and fork is safe: Linux, more than one CPU, pandas
 imported (a library caller or a test process has it already) and no other thread running.
 ``TRACEKIT_LOAD_PARALLEL=0`` turns it off, as it does the parse helper.
 
-A big trace is parsed by two processes anyway (``_parallel``), in the child and its helper
-then, and the child writes its cache entry before the parent reads it, where the parent would
-have written it in the background while the analyses ran. Until 2026-11-24 such a trace was
-parsed in the parent after its imports; the imports now run beside the parse: on the 508 MB
-stand-in (``bench/data/syn24r.json.gz``) the imports and the load took 1.10-1.44 s instead of
-1.43-1.69 s (bench/NOTES-load.md, 2026-11-24 session 2).
+A big trace's parse uses both cores anyway (the scanner thread, ``_scanthread``, or helper
+processes, ``_parallel``: in the child then), and the child writes its cache entry before the
+parent reads it, where the parent would have written it in the background while the analyses
+ran. Until 2026-11-24 such a trace was parsed in the parent after its imports; the imports now
+run beside the parse: on the 508 MB stand-in (``bench/data/syn24r.json.gz``) the imports and
+the load took 1.16-1.44 s instead of 1.43-1.69 s (bench/NOTES-load.md, 2026-11-24 session 2).
 """
 
 from __future__ import annotations
