@@ -832,10 +832,12 @@ def markdown(doc: dict) -> list[str]:
              f"{doc['date_utc']}, `{doc['command']}`, torch {doc['versions'].get('torch')} (CUDA {doc['versions'].get('cuda')}); "
              f"{doc['total_s']} s in all.", "",
              f"Method (bench/method.py): the plan run {doc['method'].get('passes', 1)} time(s) over (each preset's rounds "
-             "spread over the call); in each pass a warm-up round (discarded), then timed rounds; every variant once per round, in "
-             "mirrored pairs of rotated orders; one run = a few warm-up steps + a few timed steps (per preset, below); a "
-             "round's figure is the median of the variant's timed steps; ratios to SparseDist within each round; reported: "
-             "median over rounds [95 % bootstrap interval over rounds]. Host (bench/host.py): the main thread alone on one "
+             f"spread over the call{', each pass a process of its own' if len(doc.get('processes', [])) > 1 else ''}); in each "
+             "pass a warm-up round (discarded), then timed rounds; every variant once per round, in mirrored pairs of rotated "
+             "orders; one run = a few warm-up steps + a few timed steps (per preset, below) + untimed tail steps (the "
+             "pipeline drains there); a round's figure is the median of the variant's timed steps; ratios to SparseDist "
+             "within each round; reported: median over rounds [95 % bootstrap interval, two-stage: the passes, then their "
+             "rounds]. Host (bench/host.py): the main thread alone on one "
              "CPU, the cyclic GC off during each run, a host probe (us per tiny CPU op) right before each run.", ""]
     proc = doc.get("process", {})
     if proc:
