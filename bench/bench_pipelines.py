@@ -117,9 +117,9 @@ _BIG = dict(tables=26, rows=1_000_000, dim=128, pooling=20.0, dense_arch=(1024, 
 
 _RUN = dict(warmup=3, timed=4)
 """The shape of one run: 3 warm-up steps (pipeline fill; the allocator's growth after
-``empty_cache`` is over by the second step) and 4 timed steps, then TAIL_STEPS untimed. Short runs, many rounds: on a host
-whose speed moves within seconds, two runs next to each other see nearly the same host, and more
-rounds narrow the interval (bench/NOTES-pipelines.md, "Issue 13, part 2", with the simulation on
+``empty_cache`` is over by the second step) and 4 timed steps, then TAIL_STEPS untimed. Short
+runs, many rounds: on a host whose speed moves within seconds, two runs next to each other see
+nearly the same host, and more rounds narrow the interval (bench/NOTES-pipelines.md, "Issue 13, part 2", with the simulation on
 the noise of the 2026-11-23 run)."""
 
 TAIL_STEPS = 3
