@@ -117,9 +117,9 @@ _BIG = dict(tables=26, rows=1_000_000, dim=128, pooling=20.0, dense_arch=(1024, 
 
 _RUN = dict(warmup=3, timed=4)
 """The shape of one run: 3 warm-up steps (pipeline fill; the allocator's growth after
-``empty_cache`` is over by the second step) and 4 timed steps, then TAIL_STEPS untimed. Short runs, many rounds: on a host
-whose speed moves within seconds, two runs next to each other see nearly the same host, and more
-rounds narrow the interval (bench/NOTES-pipelines.md, "Issue 13, part 2", with the simulation on
+``empty_cache`` is over by the second step) and 4 timed steps, then TAIL_STEPS untimed. Short
+runs, many rounds: on a host whose speed moves within seconds, two runs next to each other see
+nearly the same host, and more rounds narrow the interval (bench/NOTES-pipelines.md, "Issue 13, part 2", with the simulation on
 the noise of the 2026-11-23 run)."""
 
 TAIL_STEPS = 3
@@ -832,10 +832,12 @@ def markdown(doc: dict) -> list[str]:
              f"{doc['date_utc']}, `{doc['command']}`, torch {doc['versions'].get('torch')} (CUDA {doc['versions'].get('cuda')}); "
              f"{doc['total_s']} s in all.", "",
              f"Method (bench/method.py): the plan run {doc['method'].get('passes', 1)} time(s) over (each preset's rounds "
-             "spread over the call); in each pass a warm-up round (discarded), then timed rounds; every variant once per round, in "
-             "mirrored pairs of rotated orders; one run = a few warm-up steps + a few timed steps (per preset, below); a "
-             "round's figure is the median of the variant's timed steps; ratios to SparseDist within each round; reported: "
-             "median over rounds [95 % bootstrap interval over rounds]. Host (bench/host.py): the main thread alone on one "
+             f"spread over the call{', each pass a process of its own' if len(doc.get('processes', [])) > 1 else ''}); in each "
+             "pass a warm-up round (discarded), then timed rounds; every variant once per round, in mirrored pairs of rotated "
+             "orders; one run = a few warm-up steps + a few timed steps (per preset, below) + untimed tail steps (the "
+             "pipeline drains there); a round's figure is the median of the variant's timed steps; ratios to SparseDist "
+             "within each round; reported: median over rounds [95 % bootstrap interval, two-stage: the passes, then their "
+             "rounds]. Host (bench/host.py): the main thread alone on one "
              "CPU, the cyclic GC off during each run, a host probe (us per tiny CPU op) right before each run.", ""]
     proc = doc.get("process", {})
     if proc:
