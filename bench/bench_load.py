@@ -253,7 +253,7 @@ def main() -> None:
     print(f"load average before {results['loadavg_before']} after {results['loadavg_after']} "
           f"({os.cpu_count()} CPUs)")
     os.makedirs(a.out_dir, exist_ok=True)
-    out = Path(a.out_dir) / f"load-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d-%H%M')}.json"
+    out = Path(a.out_dir) / f"load-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"wrote {out}")
 

@@ -237,32 +237,35 @@ def _analyze(path: str, rules: Any, cache_dir, use_cache: bool, progress,
         keep_freed_memory()
         pre = pf.start(trace_files(path), _cache_dir(cache_dir) if use_cache else None)
     try:
-        from tracekit.analyses import analyze_trace  # pandas: imported while the child parses
-        from tracekit.analyses import explain  # noqa: F401 - and the graph's modules
-        from tracekit.trace import load, loader
+        try:
+            from tracekit.analyses import analyze_trace  # pandas: imported while the child parses
+            from tracekit.analyses import explain  # noqa: F401 - and the graph's modules
+            from tracekit.trace import load, loader
 
-        r, rules_id = _resolve_rules(rules)
-        if pre is not None:
-            pf.wait(pre)
-            ts = load(path, cache_dir=pre.cache_dir, use_cache=True, progress=progress)
-            if pre.private:
-                loader.wait_for_cache_writes()  # before its directory goes
-        else:
-            ts = load(path, cache_dir=cache_dir, use_cache=use_cache, progress=progress)
+            r, rules_id = _resolve_rules(rules)
+            if pre is not None:
+                ts = load(path, cache_dir=pre.cache_dir, use_cache=True, progress=progress,
+                          entries=pf.wait(pre))
+                if pre.private:
+                    loader.wait_for_cache_writes()  # before its directory goes
+            else:
+                ts = load(path, cache_dir=cache_dir, use_cache=use_cache, progress=progress)
+        finally:
+            if held:
+                _release_gc()
+        snap = None
+        snap_path = find_snapshot(path)
+        if snap_path is not None:
+            from tracekit.analyses.snapshot import compute_snapshot
+
+            snap = compute_snapshot(snap_path)
+        out = [(t, analyze_trace(t, r, with_hta=with_hta,
+                                 snapshot=snap if len(ts.traces) == 1 else None,
+                                 parallel=prefetch))
+               for t in ts.traces]
     finally:
-        if pre is not None:
+        if pre is not None:  # the child copied the entries into the cache meanwhile
             pf.finish(pre)
-        if held:
-            _release_gc()
-    snap = None
-    snap_path = find_snapshot(path)
-    if snap_path is not None:
-        from tracekit.analyses.snapshot import compute_snapshot
-
-        snap = compute_snapshot(snap_path)
-    out = [(t, analyze_trace(t, r, with_hta=with_hta,
-                             snapshot=snap if len(ts.traces) == 1 else None, parallel=prefetch))
-           for t in ts.traces]
     return out, rules_id
 
 

@@ -173,3 +173,36 @@ def test_entry_is_written_atomically(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "replace", real_replace)
     load(p, cache_dir=cdir)
     assert len(_entries(cdir)) == 1 and len(os.listdir(cdir)) == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd: Linux")
+@pytest.mark.parametrize("damage", [None, "flip_data", "other_stamp"])
+def test_an_entry_handed_over_in_memory_is_checked_then_copied(tmp_path, monkeypatch, damage):
+    """The CLI's parse child writes each entry into a memfd first (``entries=`` of ``load``),
+    then copies it into the cache: a handed entry is checked like a cached one (a bad one is
+    parsed again), and the copy is a whole entry, renamed into place."""
+    p = _trace(tmp_path)
+    good = load(p, use_cache=False)
+    entry = load_mod.parse_file(str(p))
+    st = cache.stamp(str(p))
+    if damage == "other_stamp":
+        st = {**st, "mtime_ns": st["mtime_ns"] + 1}
+    fd = os.memfd_create("test-entry")
+    try:
+        with os.fdopen(fd, "wb", closefd=False) as f:
+            cache.write_to(f, st, entry)
+        if damage == "flip_data":
+            os.pwrite(fd, bytes([os.pread(fd, 1, os.fstat(fd).st_size - 100)[0] ^ 1]),
+                      os.fstat(fd).st_size - 100)
+        parses = Parses(monkeypatch)
+        got = load(p, cache_dir=tmp_path / "empty", entries={str(p): fd})
+        assert parses.n == (0 if damage is None else 1)
+        _same(good, got)
+        if damage is None:
+            cdir = tmp_path / "cache"
+            cache.copy(cache.entry_path(str(cdir), st), fd)
+            assert len(os.listdir(cdir)) == 1  # the entry, no temporary file
+            _same(good, load(p, cache_dir=cdir))
+            assert parses.n == 0  # read from the copy
+    finally:
+        os.close(fd)

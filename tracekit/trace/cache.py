@@ -73,6 +73,26 @@ class Entry:
 
 def write(path: str, st: dict, entry: Entry) -> None:
     """Writes ``entry`` for the file stamped ``st`` at ``path`` atomically."""
+    _replace_atomically(path, lambda f: write_to(f, st, entry))
+
+
+def copy(path: str, fd: int) -> None:
+    """Writes the entry held by the file ``fd`` (``write_to``'s output, e.g. in a memfd) at
+    ``path`` atomically, copied by the kernel (the entry is checked when it is read)."""
+
+    def fill(f) -> None:
+        size, done = os.fstat(fd).st_size, 0
+        while done < size:
+            sent = os.sendfile(f.fileno(), fd, done, size - done)
+            if sent == 0:
+                raise OSError("short copy of a cache entry")
+            done += sent
+
+    _replace_atomically(path, fill)
+
+
+def write_to(f, st: dict, entry: Entry) -> None:
+    """Writes ``entry`` for the file stamped ``st`` to the binary file ``f``, in this layout."""
     blocks: list[tuple[str, str, np.ndarray]] = []
     for table, cols in (("events", entry.events), ("memory", entry.memory), ("args", entry.args)):
         for name, a in cols.items():
@@ -93,18 +113,23 @@ def write(path: str, st: dict, entry: Entry) -> None:
         crc = _crc32(b"\0" * (-a.nbytes % _ALIGN), crc)
     crc = _crc32(header, crc)  # the header too: a flipped count must not pass
     head_len = _FIXED.size + len(header)
-    pad = -head_len % _ALIGN
+    f.write(_FIXED.pack(_MAGIC, FORMAT_VERSION, len(header), offset, crc))
+    f.write(header)
+    f.write(b"\0" * (-head_len % _ALIGN))
+    for _, _, a in blocks:
+        f.write(memoryview(a).cast("B"))
+        f.write(b"\0" * (-a.nbytes % _ALIGN))
+
+
+def _replace_atomically(path: str, fill) -> None:
+    """``fill(f)`` writes a temporary file beside ``path``, renamed to ``path`` once complete
+    (on any error it is removed): a reader never sees half an entry."""
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".tkc", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(_FIXED.pack(_MAGIC, FORMAT_VERSION, len(header), offset, crc))
-            f.write(header)
-            f.write(b"\0" * pad)
-            for _, _, a in blocks:
-                f.write(memoryview(a).cast("B"))
-                f.write(b"\0" * (-a.nbytes % _ALIGN))
+            fill(f)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -122,13 +147,21 @@ def read(path: str, st: dict) -> Entry:
     """The entry at ``path`` if it is intact and its stamp is ``st``; else raises ``Invalid``."""
     try:
         with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size < _FIXED.size:
-                raise Invalid("short file")
-            # mapped, not read: no copy, and the arrays below are views of the page cache.
-            # Entries are only ever replaced by rename, never rewritten in place.
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            return read_fd(f.fileno(), st)
     except FileNotFoundError:
         raise Invalid("no entry") from None
+    except OSError as exc:
+        raise Invalid(f"unreadable: {exc}") from None
+
+
+def read_fd(fd: int, st: dict) -> Entry:
+    """``read`` of the entry held by the open file ``fd`` (the caller may close it after)."""
+    try:
+        if os.fstat(fd).st_size < _FIXED.size:
+            raise Invalid("short file")
+        # mapped, not read: no copy, and the arrays below are views of the page cache.
+        # Entries are only ever replaced by rename, never rewritten in place.
+        data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as exc:
         raise Invalid(f"unreadable: {exc}") from None
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Mapping
 
 from tracekit._files import (  # noqa: F401
     SNIFF_BYTES, TRACE_SUFFIXES, check_readable, display, is_trace_file, trace_files_in,
@@ -38,13 +39,17 @@ def load(
     cache_dir: str | os.PathLike | None = None,
     use_cache: bool = True,
     progress: bool | None = None,
+    entries: Mapping[str, int] | None = None,
 ) -> TraceSet:
     """Reads a ``.json``/``.json.gz`` Kineto trace, or a directory of per-rank traces (its
     ``.json``/``.json.gz`` files that ``is_trace_file``: metrics files beside them are skipped).
 
     ``cache_dir``: where parsed traces are cached (default ``$TRACEKIT_CACHE_DIR`` or the user
     cache dir); ``use_cache=False`` neither reads nor writes it. ``progress``: draw a progress
-    bar on stderr (None: only for big files when stderr is a terminal).
+    bar on stderr (None: only for big files when stderr is a terminal). ``entries``: {file:
+    open file holding its cache entry} for files parsed elsewhere (the CLI's parse child hands
+    them over so, ``tracekit.trace.prefetch``), read as the cache's are (stamp and checksum
+    checked), before the cache; only with ``use_cache``.
 
     Raises ``InputError`` (missing path, unreadable, a directory without traces),
     ``TraceFormatError`` (not JSON, not a Kineto trace, corrupt gzip) or ``EmptyTraceError``,
@@ -62,7 +67,8 @@ def load(
     else:
         files = [src]
     directory = cache.cache_dir(cache_dir) if use_cache else None
-    parsed = [_load_file(f, directory, progress) for f in files]
+    handed = entries or {}
+    parsed = [_load_file(f, directory, progress, handed.get(f)) for f in files]
     traces = _assign_ranks(parsed, many=os.path.isdir(src))
     return TraceSet(source=src, traces=tuple(sorted(traces, key=lambda t: t.rank)))
 
@@ -155,7 +161,22 @@ def _write_in_background(where: str, st: dict, entry: cache.Entry) -> None:
     t.start()
 
 
-def _load_file(path: str, directory: str | None, progress: bool | None) -> dict:
+def _read_entry(handed: int | None, where: str, st: dict) -> cache.Entry | None:
+    """The entry in the open file ``handed`` (if any) or else in the cache at ``where``, if
+    intact and stamped ``st``."""
+    if handed is not None:
+        try:
+            return cache.read_fd(handed, st)
+        except cache.Invalid:
+            pass
+    try:
+        return cache.read(where, st)
+    except cache.Invalid:
+        return None
+
+
+def _load_file(path: str, directory: str | None, progress: bool | None,
+               handed: int | None = None) -> dict:
     # An entry still being written by this process is finished first (it may be this one), and
     # no writer thread may run when the next parse forks its helper.
     wait_for_cache_writes()
@@ -166,10 +187,7 @@ def _load_file(path: str, directory: str | None, progress: bool | None) -> dict:
         except OSError as exc:
             raise InputError(f"cannot read: {exc.strerror or exc}", path=path) from None
         where = cache.entry_path(directory, st)
-        try:
-            entry = cache.read(where, st)
-        except cache.Invalid:
-            entry = None
+        entry = _read_entry(handed, where, st)
     if entry is None:
         entry = parse_file(path, progress=progress)
         if directory is not None:

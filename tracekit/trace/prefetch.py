@@ -42,6 +42,12 @@ class Prefetch:
     cache_dir: str
     """Where the child writes the entries: the cache dir, or a private one (``private``)."""
     private: bool
+    files: list[str]
+    memfds: list[int]
+    """One anonymous in-memory file per trace file: the child writes its entry there first."""
+    signal: int
+    """The read end of a pipe: the child writes one byte per file once its entry is in its
+    memfd (``b"1"``), or it is not (``b"0"``: already in the cache, or not parsed)."""
 
 
 def available() -> bool:
@@ -56,32 +62,47 @@ def start(files: list[str], cache_dir: str | None) -> Prefetch | None:
     if not files or not available():
         return None
     private = cache_dir is None
+    fds: list[int] = []
+    where = None
     try:
         where = tempfile.mkdtemp(prefix="tracekit-prefetch-") if private else cache_dir
+        fds = [os.memfd_create("tracekit-entry", os.MFD_CLOEXEC) for _ in files]
+        fds += os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
-    except OSError:  # no temporary directory, no process to spare: parse here, as before
-        if private and "where" in locals():
+    except (OSError, AttributeError):  # no temporary directory, no memfd, no process to spare:
+        for fd in fds:                 # parse here, as before
+            os.close(fd)
+        if private and where is not None:
             shutil.rmtree(where, ignore_errors=True)
         return None
+    memfds, (signal, done) = fds[:-2], fds[-2:]
     if pid == 0:  # the child: parse, write, leave without running the parent's exit code
         code = 1
         try:
-            _parse_into(files, where)
+            os.close(signal)
+            _parse_into(files, where, memfds, done, private)
             code = 0
         except BaseException:  # noqa: BLE001 - the parent's own load reports any error
             pass
         finally:
             os._exit(code)
-    return Prefetch(pid, where, private)
+    os.close(done)
+    return Prefetch(pid, where, private, list(files), memfds, signal)
 
 
-def _parse_into(files: list[str], where: str) -> None:
+def _parse_into(files: list[str], where: str, memfds: list[int], done: int,
+                private: bool) -> None:
+    """Each file's entry into its memfd, a byte to ``done`` for each; then closes ``done`` (the
+    parent reads the memfds meanwhile) and copies the entries into the cache at ``where``
+    (unless ``private``: the parent has all it needs then)."""
     from tracekit.trace import cache
     from tracekit.trace.loader import parse_file
 
-    for path in files:
+    handed = []
+    for path, fd in zip(files, memfds):
+        ok = False
         try:
             st = cache.stamp(path)
             entry_path = cache.entry_path(where, st)
@@ -90,22 +111,62 @@ def _parse_into(files: list[str], where: str) -> None:
                 continue  # already there
             except cache.Invalid:
                 pass
-            cache.write(entry_path, st, parse_file(path, progress=None))
+            with os.fdopen(fd, "wb", closefd=False) as f:
+                cache.write_to(f, st, parse_file(path, progress=None))
+            ok = True
+            handed.append((entry_path, fd))
         except Exception:  # noqa: BLE001 - see the module docstring
             continue
+        finally:
+            os.write(done, b"1" if ok else b"0")
+    os.close(done)
+    if not private:
+        for entry_path, fd in handed:
+            try:
+                cache.copy(entry_path, fd)
+            except OSError:  # a read-only or full cache dir only costs the next run speed
+                pass
 
 
-def wait(p: Prefetch | None) -> None:
-    """Returns once the child has finished (its entries are then complete, or absent)."""
-    if p is not None:
+def wait(p: Prefetch | None) -> dict[str, int]:
+    """Returns once the child has handed over each file's entry, or finished: {file: memfd
+    holding its entry} for those it handed over (the others are in the cache, or not
+    parsed: the parent's own load parses them and reports any error)."""
+    if p is None:
+        return {}
+    got = b""
+    while len(got) < len(p.files):
+        try:
+            chunk = os.read(p.signal, len(p.files) - len(got))
+        except InterruptedError:  # pragma: no cover - retried by Python itself since 3.5
+            continue
+        if not chunk:  # the child is gone: what it did not hand over is complete or absent
+            finish_child(p)  # (written by rename only); the load parses what is missing
+            break
+        got += chunk
+    return {f: fd for f, fd, b in zip(p.files, p.memfds, got) if b == ord("1")}
+
+
+def finish_child(p: Prefetch) -> None:
+    """Waits for the child to end (once)."""
+    if p.pid:
         try:
             os.waitpid(p.pid, 0)
         except ChildProcessError:
             pass
+        p.pid = 0
 
 
 def finish(p: Prefetch | None) -> None:
-    """``wait``, then remove a private cache directory."""
-    wait(p)
-    if p is not None and p.private:
+    """Waits for the child (its copies into the cache are then complete, or absent), closes
+    the memfds (what was read from them stays mapped) and removes a private cache directory."""
+    if p is None:
+        return
+    finish_child(p)
+    for fd in (*p.memfds, p.signal):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    if p.private:
         shutil.rmtree(p.cache_dir, ignore_errors=True)
