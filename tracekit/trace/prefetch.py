@@ -24,8 +24,9 @@ stand-in's 79 MB entry), writes a byte to a pipe, and only then copies it into t
 (checked like a cache entry) and waits for the child only when its analyses are done. Until
 2026-11-24 the parent waited for the child to write the cache file (0.1-0.2 s of kernel time
 on this machine's ext4 for a 79 MB ``write``) and to exit. Before that, a big trace was
-parsed in the parent after its imports; the imports now run beside the parse: on the 508 MB stand-in (``bench/data/syn24r.json.gz``) the imports and
-the load took 1.16-1.44 s instead of 1.43-1.69 s (bench/NOTES-load.md, 2026-11-24 session 2).
+parsed in the parent after its imports; the imports now run beside the parse: on the 508 MB
+stand-in (``bench/data/syn24r.json.gz``) the imports and the load took 1.16-1.44 s instead of
+1.43-1.69 s (bench/NOTES-load.md, 2026-11-24 session 2).
 """
 
 from __future__ import annotations
