@@ -176,7 +176,10 @@ def test_rank_selector(page, dashboard):
     i = roles["ranks"]
     choose_source(page, dashboard, "ranks")
     page.click("#rank")
-    assert page.get_by_role("dialog").get_by_role("option").all_inner_texts() == ["0", "1"]
+    from playwright.sync_api import expect
+
+    # the menu opens after the click: wait for its options (read at once, a loaded machine saw none)
+    expect(page.get_by_role("dialog").get_by_role("option")).to_have_text(["0", "1"], timeout=TIMEOUT)
     page.get_by_role("dialog").get_by_role("option", name="1", exact=True).click()
     trace, a = result(dashboard, "ranks", 1)
     assert trace.rank == 1
