@@ -953,7 +953,7 @@ def run_passes(args) -> int:  # noqa: ANN001
     keeps for its life, which passes inside one process never sample. Pass K > 0 continues the
     document pass K-1 wrote (``<out>/results.json``); a SIGTERM (the time limit) goes to the pass
     running, which writes what it has, and no later pass starts."""
-    me = [sys.executable, str(Path(__file__).resolve()), *_without_pass_index(sys.argv[1:])]
+    me = [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]]  # no --pass-index here (main)
     stop = False
     child: subprocess.Popen | None = None
 

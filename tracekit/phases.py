@@ -456,11 +456,10 @@ def _launches(trace: Trace) -> pd.DataFrame:
     if corr.size > 1 and not bool(np.all(corr[1:] > corr[:-1])):  # else sorted and unique
         corr, first = np.unique(corr, return_index=True)  # sorted; each id's first call
         linked = linked[first]
-    rows = linked
-    ts = rt["ts"].to_numpy(np.int64)[rows]
+    ts = rt["ts"].to_numpy(np.int64)[linked]
     return pd.DataFrame({"correlation": corr, "ts": ts,
-                         "end": ts + rt["dur"].to_numpy(np.int64)[rows],
-                         "tid": rt["tid"].to_numpy(np.int64)[rows]}, copy=False)
+                         "end": ts + rt["dur"].to_numpy(np.int64)[linked],
+                         "tid": rt["tid"].to_numpy(np.int64)[linked]}, copy=False)
 
 
 def assign_activities(

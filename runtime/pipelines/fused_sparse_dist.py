@@ -147,17 +147,14 @@ def train_fused_sparse_dist(
         # data-dist stream: lengths/values all-to-alls of batch i+1
         if nxt is not None:
             wait_sparse_data_dist(nxt, arch=arch, stream=data_dist)
+        # main stream: dense backward (separate: stopping at the embeddings); with_dense: in the
+        # same autograd call, the lookup stream's output-dist backward + fused table update of batch i
+        with record_function(f"## backward {i} ##"):
+            loss.backward()
         if emb_backward == "with_dense":
-            # main stream: dense backward; lookup stream: output-dist backward + fused table
-            # update of batch i (one autograd call, see above)
-            with record_function(f"## backward {i} ##"):
-                loss.backward()
             tables_updated = record_event(lookup)
         else:
-            # main stream: dense backward, stopping at the embeddings
-            with record_function(f"## backward {i} ##"):
-                loss.backward()
-            # lookup stream: output-dist backward + fused table update of batch i
+            # lookup stream: output-dist backward + fused table update of batch i, a call of its own
             tables_updated = embedding_backward(i, emb, emb_leaf, stream=lookup, main=main)
         # lookup stream: batch i+1's lookup right behind it, issued before the optimizer's launches
         if lookup_placement == "before_optimizer" and nxt is not None:
