@@ -87,11 +87,15 @@ TASK_SNIPPET = """
 import json, resource, sys, time
 from tracekit.ranks.work import RankTask
 task = RankTask(cache_dir=sys.argv[2], whole=False)
-t = time.perf_counter()
+def cpu():
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+t, c = time.perf_counter(), cpu()
 r = task(sys.argv[1])
-took = time.perf_counter() - t
+took, cpu_s = time.perf_counter() - t, cpu() - c
 import pickle
-print("RESULT " + json.dumps({"task_s": took, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print("RESULT " + json.dumps({"task_s": took, "task_cpu_s": cpu_s,
+                              "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                               "result_pickle_bytes": len(pickle.dumps(r)),
                               "kernels": len(r["collectives"]["kernels"])}))
 """
