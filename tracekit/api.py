@@ -220,17 +220,31 @@ def _release_gc() -> None:
     gc.enable()
 
 
+def _one_blas_thread() -> None:
+    """Ask numpy's OpenBLAS for one thread, unless the user chose a number or numpy is loaded
+    already (it reads the variable when it loads). At load OpenBLAS starts a thread per core,
+    ~0.07 CPU-s of a ~1 CPU-s cold analyze of a 42 MB trace on 2 cores, where the parse child
+    and this process need both (bench/NOTES-load.md); no analysis calls BLAS. The variable is
+    this one-shot process's, and so its children's."""
+    import sys
+
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def _analyze(path: str, rules: Any, cache_dir, use_cache: bool, progress,
              with_hta: bool | None = True, prefetch: bool = False) -> tuple[list, bytes]:
     """Load and analyse ``path``. ``prefetch``: parse it in a forked child while this process
     imports the analyses (``tracekit.trace.prefetch``), and compute explain in another while
     this process computes the other sections (``tracekit.analyses.forked``): the CLI's cold
     path, in a process that ends with the command. There the cyclic garbage collector is also
-    held off over the imports and the load (``_hold_gc``), and malloc keeps the memory freed
-    for the next allocations (``tracekit._malloc``)."""
+    held off over the imports and the load (``_hold_gc``), malloc keeps the memory freed
+    for the next allocations (``tracekit._malloc``) and OpenBLAS starts one thread
+    (``_one_blas_thread``)."""
     pre = None
     held = prefetch and _hold_gc()
     if prefetch:
+        _one_blas_thread()  # before the first import of numpy (by the loader)
         from tracekit._malloc import keep_freed_memory
         from tracekit.trace import prefetch as pf
 

@@ -99,6 +99,35 @@ def test_the_collector_and_malloc_are_set_only_on_the_clis_cold_path(tmp_path, c
     assert json.loads(r.stdout) == want
 
 
+_BLAS_PROBE = """
+import json, os, sys
+from tracekit.api import report_for_path
+if sys.argv[3] == "numpy first":
+    import numpy  # noqa: F401
+report_for_path(sys.argv[1], use_cache=False, with_hta=False, prefetch=sys.argv[2] == "cli")
+print(json.dumps(os.environ.get("OPENBLAS_NUM_THREADS")))
+"""
+
+
+@pytest.mark.parametrize("caller,before,env,want", [
+    ("cli", "", None, "1"),  # the cold path asks OpenBLAS for one thread
+    ("cli", "", "3", "3"),  # the user's number stays
+    ("cli", "numpy first", None, None),  # loaded already: too late to matter, left alone
+    ("library", "", None, None),  # a library call leaves the environment alone
+])
+def test_openblas_gets_one_thread_only_on_the_clis_cold_path(tmp_path, caller, before, env, want):
+    import json
+
+    trace = full_builder().write(tmp_path / "run.json.gz")
+    environ = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if env is not None:
+        environ["OPENBLAS_NUM_THREADS"] = env
+    r = subprocess.run([sys.executable, "-c", _BLAS_PROBE, str(trace), caller, before],
+                       capture_output=True, text=True, timeout=120, env=environ)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == want
+
+
 def test_reading_a_cached_trace_imports_no_parser(tmp_path):
     """The parent of the CLI's cold path reads the entry its child wrote: neither the parser's
     modules nor msgspec are imported for that (their import is the child's, in parallel)."""
