@@ -15,6 +15,12 @@ Union = tuple[np.ndarray, np.ndarray]
 EMPTY: Union = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
+def is_nondecreasing(a: np.ndarray) -> bool:
+    """Whether ``a`` is sorted (ties allowed): a check that lets a sort of data that usually
+    comes sorted (a trace's events are, by ts) be skipped."""
+    return a.size < 2 or bool(np.all(a[1:] >= a[:-1]))
+
+
 def union(starts: np.ndarray, ends: np.ndarray) -> Union:
     """Merge possibly overlapping intervals into a union (sort by start + cumulative max of ends).
 

@@ -536,7 +536,7 @@ def assign_activities(
         "annotation": ann_id,
         "phase_source": source,
     }, copy=False)
-    if ts.size < 2 or bool(np.all(ts[1:] >= ts[:-1])):  # events are sorted by ts: so are these
+    if intervals.is_nondecreasing(ts):  # events are sorted by ts: so are these
         return out
     return out.sort_values("ts", kind="stable").reset_index(drop=True)
 

@@ -496,7 +496,7 @@ def _bind(src, dst, ekind, nom, start, end) -> tuple[np.ndarray, np.ndarray]:
     obs = start[dst] - end[src]
     cand = end[src] + nom
     binding = np.full(start.size, -1, np.int64)
-    if src.size and bool(np.all(dst[1:] >= dst[:-1])):
+    if src.size and intervals.is_nondecreasing(dst):
         # edges by destination (as the graph keeps them): per destination, the edge with the
         # latest candidate start, then the highest priority, then the last: what the sort
         # below picks, without sorting
@@ -753,7 +753,7 @@ def _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes, p_prev, p_next, co
         ev["kind"].to_numpy(), [Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME,
                                 Kind.DRIVER]))
     m_ts = ev["ts"].to_numpy(np.int64)[mrows]
-    if not (m_ts.size < 2 or bool(np.all(m_ts[1:] >= m_ts[:-1]))):  # events are sorted by ts
+    if not intervals.is_nondecreasing(m_ts):  # events are sorted by ts: usually no sort
         m_ts = np.sort(m_ts)
     main_ts = ev_ts[main_ids]
     hs, hd, hn, ov = [], [], [], []

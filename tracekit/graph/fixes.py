@@ -96,16 +96,11 @@ def _gib(b) -> str:
     return f"{b / 2**30:.3f} GiB"
 
 
-def calls_inside(trace: Trace, g: Graph, pattern: str,
-                 kinds=(Kind.ANNOTATION, Kind.CPU_OP)) -> np.ndarray:
-    """bool per node: CPU calls inside a host event (of ``kinds``) whose name matches
-    ``pattern``, on the same thread."""
+def calls_inside(trace: Trace, g: Graph, pattern: str) -> np.ndarray:
+    """bool per node: CPU calls inside a host event (an annotation or CPU op:
+    ``phases.host_ops``) whose name matches ``pattern``, on the same thread."""
     out = np.zeros(g.n, bool)
-    if set(kinds) == {Kind.ANNOTATION, Kind.CPU_OP}:
-        ev, codes, cats = phases.host_ops(trace)
-    else:
-        ev = phases.select(trace, *kinds, columns=("name", "ts", "dur", "tid"))
-        codes, cats = phases.name_codes(ev)
+    ev, codes, cats = phases.host_ops(trace)
     if ev.empty:
         return out
     hit = phases.name_matches(codes, cats, re.compile(pattern))

@@ -14,6 +14,7 @@ from operator import attrgetter, itemgetter
 import msgspec
 import numpy as np
 
+from tracekit.intervals import is_nondecreasing
 from tracekit.trace._numbers import BAD, us_float_to_ns, us_text_to_ns
 from tracekit.trace._schema import (
     CATEGORY_KIND, GPU_SIDE_KINDS, LEGACY_CATEGORIES, NO_ARGS, NO_CAT, STR_ARGS, Args, Event,
@@ -553,7 +554,7 @@ def _cat(parts: list[np.ndarray], dtype) -> np.ndarray:
 def _sorted_by_ts(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
     """The columns sorted by ts (stable), and the order applied (None: already sorted)."""
     ts = cols["ts"]
-    if len(ts) < 2 or bool(np.all(ts[1:] >= ts[:-1])):
+    if is_nondecreasing(ts):
         return cols, None
     order = np.argsort(ts, kind="stable")
     return {c: a[order] for c, a in cols.items()}, order

@@ -141,10 +141,7 @@ def wait(p: Prefetch | None) -> dict[str, int]:
         return {}
     got = b""
     while len(got) < len(p.files):
-        try:
-            chunk = os.read(p.signal, len(p.files) - len(got))
-        except InterruptedError:  # pragma: no cover - retried by Python itself since 3.5
-            continue
+        chunk = os.read(p.signal, len(p.files) - len(got))  # EINTR: retried by Python (PEP 475)
         if not chunk:  # the child is gone: what it did not hand over is complete or absent
             finish_child(p)  # (written by rename only); the load parses what is missing
             break
