@@ -82,15 +82,9 @@ class Odds:
 
 def round_ratios(pdoc: dict, variant: str, reference: str = REFERENCE) -> tuple[list[float], list]:
     """``variant``'s step-time ratio to ``reference`` in each timed round of one preset of a
-    results document, and the pass each ran in (rounds without both runs skipped)."""
-    ratios, passes = [], []
-    for rd in pdoc.get("rounds", []):
-        a, b = rd["runs"].get(variant), rd["runs"].get(reference)
-        if rd.get("warmup") or not a or not b or not b.get("step_ms_median"):
-            continue
-        ratios.append(a["step_ms_median"] / b["step_ms_median"])
-        passes.append(rd.get("pass", 0))
-    return ratios, passes
+    results document, and the pass each ran in (``method.round_ratios``)."""
+    got = method.round_ratios(pdoc, variant, reference)
+    return [x for x, _ in got], [rd.get("pass", 0) for _, rd in got]
 
 
 def noise(ratios: list[float], passes: list) -> Noise:

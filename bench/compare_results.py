@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.method import agreement, median  # noqa: E402
+from bench.method import agreement, median, round_ratios  # noqa: E402
 
 
 def _load(path: str) -> dict:
@@ -61,14 +61,8 @@ def steady_host_ratio(doc: dict, preset: str, variant: str, reference: str, *, l
     whose two runs both had a host probe <= ``limit_us``: the figure on a host of one speed, to
     tell a disagreement the host's speed explains from one it does not. A diagnostic: the
     figures of record use every round."""
-    p = _preset(doc, preset)
-    ratios = []
-    for rd in (p or {}).get("rounds", []):
-        a, b = rd["runs"].get(variant), rd["runs"].get(reference)
-        if rd.get("warmup") or not a or not b or not b.get("step_ms_median"):
-            continue
-        if max(a.get("host_probe_us") or math.inf, b.get("host_probe_us") or math.inf) <= limit_us:
-            ratios.append(a["step_ms_median"] / b["step_ms_median"])
+    ratios = [x for x, rd in round_ratios(_preset(doc, preset) or {}, variant, reference)
+              if max(rd["runs"][v].get("host_probe_us") or math.inf for v in (variant, reference)) <= limit_us]
     return median(ratios), len(ratios)
 
 

@@ -165,6 +165,19 @@ def paired_ratios(per_round: Sequence[dict[str, float]], variant: str, reference
     return out
 
 
+def round_ratios(pdoc: dict, variant: str, reference: str) -> list[tuple[float, dict]]:
+    """``variant``'s step-time ratio to ``reference`` in each timed round of one preset of a
+    results document (as bench_pipelines writes it), with the round itself; rounds without
+    both runs left out."""
+    out = []
+    for rd in pdoc.get("rounds", []):
+        a, b = rd["runs"].get(variant), rd["runs"].get(reference)
+        if rd.get("warmup") or not a or not b or not b.get("step_ms_median"):
+            continue
+        out.append((a["step_ms_median"] / b["step_ms_median"], rd))
+    return out
+
+
 def summarize(per_round: Sequence[dict[str, float]], reference: str,
               clusters: Sequence[Any] | None = None) -> dict[str, dict[str, Estimate]]:
     """For each variant of the timed rounds ``per_round`` (one dict variant -> figure per round):
