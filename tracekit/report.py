@@ -220,12 +220,45 @@ def _scalar(v: Any) -> Any:
 
 
 def _records(df: Any) -> list[dict]:
-    """Rows as dicts of plain Python values, NaN as None (pandas boxes numpy scalars)."""
-    df = df.rename(columns=str)
-    nan = df.isna().to_numpy()
-    if nan.any():
-        df = df.astype(object).where(~nan, None)
-    return df.to_dict(orient="records")
+    """Rows as dicts of plain Python values, NaN as None: what ``df.to_dict(orient="records")``
+    gives once the missing values are None, built column by column (``tolist`` makes the
+    Python values of a numeric column at once; pandas' own ``to_dict`` indexes the frame per
+    column and boxes value by value: a third of a cold analyze's report, 2026-11-24). A frame
+    with a column of another kind (datetimes, categories) or repeated names takes pandas' way."""
+    names = [str(c) for c in df.columns]
+    columns = [_column_values(df.iloc[:, j]) for j in range(len(names))]
+    if len(set(names)) != len(names) or any(c is None for c in columns):
+        df = df.rename(columns=str)
+        nan = df.isna().to_numpy()
+        if nan.any():
+            df = df.astype(object).where(~nan, None)
+        return df.to_dict(orient="records")
+    return [dict(zip(names, row)) for row in zip(*columns)] if names else [{} for _ in range(len(df))]
+
+
+def _column_values(col: Any) -> list | None:
+    """A column's values as plain Python ones, missing ones None; None for a column of a kind
+    ``_records`` leaves to pandas."""
+    import numpy as np  # not at the top: the warm path (a report-cache hit) imports this module
+
+    a = col.to_numpy()
+    kind = a.dtype.kind
+    if kind in "iub":
+        return a.tolist()
+    if kind == "f":
+        return [None if v != v else v for v in a.tolist()]  # NaN -> None
+    if kind != "O":
+        return None
+    missing = col.isna().to_numpy()
+    out = a.tolist()  # an object array's tolist keeps numpy scalars as they are: box them
+    for i, v in enumerate(out):
+        if missing[i]:
+            out[i] = None
+        elif isinstance(v, np.generic):
+            if not isinstance(v, (np.integer, np.floating, np.bool_)):
+                return None  # datetime64 and the like: pandas boxes them its own way
+            out[i] = v.item()
+    return out
 
 
 def jsonable(obj: Any) -> Any:

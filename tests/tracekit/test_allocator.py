@@ -20,8 +20,10 @@ def test_peaks_and_unused(tmp_path):
     b.memory(50, 900, 1300, 2000)  # allocated peak
     b.memory(60, 5, 999, 999, device_type=0)  # host memory: ignored
     b.memory(70, 64, 64, 512, device=1)
-    r = allocator.compute(load_built(b, tmp_path), default_rules())
+    t = load_built(b, tmp_path)
+    r = allocator.compute(t, default_rules())
     assert r.peak_allocated == 1300 and r.peak_reserved == 2000
+    assert allocator.peak_reserved(t) == 2000
     assert r.unused_at_peak_reserved == 1000 and r.unused_fraction == 0.5
     assert not r.reconstructed and r.note == ""
     d = r.devices.set_index("device")
@@ -43,7 +45,9 @@ def test_legacy_reconstructed(tmp_path):
     b.memory(10, 100)
     b.memory(20, 200)
     b.memory(30, -250)
-    r = allocator.compute(load_built(b, tmp_path), default_rules())
+    t = load_built(b, tmp_path)
+    r = allocator.compute(t, default_rules())
+    assert allocator.peak_reserved(t) is None
     assert r.reconstructed
     assert r.series["allocated"].tolist() == [0, 100, 300, 50]  # raised by the 50 freed first
     assert r.peak_allocated == 300
@@ -56,6 +60,23 @@ def test_legacy_reconstructed(tmp_path):
 def test_no_memory_events(tmp_path):
     b = TraceBuilder()
     b.kernel("k", 0, 1)
-    r = allocator.compute(load_built(b, tmp_path), default_rules())
+    t = load_built(b, tmp_path)
+    r = allocator.compute(t, default_rules())
+    assert allocator.peak_reserved(t) is None
     assert r.peak_allocated is None and r.series.empty and r.devices.empty
     assert "no [memory] events" in r.note
+
+
+def test_peak_reserved_alone_skips_devices_without_totals(tmp_path):
+    """``peak_reserved`` (explain's) equals ``compute``'s: a device whose allocated totals are
+    all missing is reconstructed there, so its reserved figures do not count; host memory never."""
+    b = TraceBuilder()
+    b.memory(10, 100, 100, 1000, device=0)
+    b.memory(20, 300, 400, 3000, device=0)
+    b.memory(30, 200, None, 9000, device=1)  # no Total Allocated: device 1 reconstructed
+    b.memory(40, 5, 999, 99999, device_type=0)  # host
+    b.memory(50, 64, 64, 512, device=2)
+    t = load_built(b, tmp_path)
+    r = allocator.compute(t, default_rules())
+    assert r.peak_reserved == 3000 == allocator.peak_reserved(t)
+    assert bool(r.devices.set_index("device").loc[1, "reconstructed"])

@@ -169,3 +169,31 @@ def test_report_cache_key_sees_a_snapshot_beside_the_trace(tmp_path):
     assert with_snap != before
     (tmp_path / "rank0_snapshot.pickle").write_bytes(b"other")
     assert api.report_key(str(trace), b"rules") not in (before, with_snap)
+
+
+def _pandas_records(df: pd.DataFrame) -> list[dict]:
+    """What ``report._records`` gave before it built the rows itself (pandas' ``to_dict``)."""
+    df = df.rename(columns=str)
+    nan = df.isna().to_numpy()
+    if nan.any():
+        df = df.astype(object).where(~nan, None)
+    return df.to_dict(orient="records")
+
+
+@pytest.mark.filterwarnings("ignore:DataFrame columns are not unique")
+@pytest.mark.parametrize("df", [
+    pd.DataFrame({"i": np.array([1, -2, 3], np.int64), "u": np.array([1, 2, 3], np.uint16),
+                  "f": [0.5, np.nan, np.inf], "b": [True, False, True],
+                  "s": ["a", None, "c"], "o": [np.int64(4), 2.5, [1, 2]],
+                  "d": [{"k": 1}, None, np.float32(1.5)]}),
+    pd.DataFrame({"x": pd.Series([], dtype=np.int64), "y": pd.Series([], dtype=object)}),
+    pd.DataFrame(index=range(2)),
+    pd.DataFrame({0: [1, 2], "name": pd.array(["p", pd.NA], dtype="string")}),
+    pd.DataFrame({"t": pd.to_datetime([0, 1]), "n": [1, 2]}),  # datetimes: pandas' way
+    pd.DataFrame([[1, 2]], columns=["a", "a"]),  # repeated names: pandas' way
+    pd.DataFrame({"c": pd.Categorical(["x", "y"]), "g": [np.nan, 1.0]}),
+])
+def test_records_equal_pandas_to_dict(df):
+    got, want = report._records(df), _pandas_records(df)
+    assert got == want
+    assert [[type(v) for v in r.values()] for r in got] == [[type(v) for v in r.values()] for r in want]

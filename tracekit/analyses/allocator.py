@@ -52,6 +52,23 @@ class AllocatorResult:
     note: str
 
 
+def peak_reserved(trace: Trace) -> int | None:
+    """``compute(trace, rules).peak_reserved`` alone (explain's in-place copy finding needs
+    only it): the largest reserved total of the GPU ``[memory]`` events of the devices whose
+    totals the trace has (not ``reconstructed``), None when there is none. Without the series
+    and the per-step table it costs a few numpy passes instead of ~6 ms on a 42 MB trace."""
+    m = trace.memory
+    gpu = np.isin(m["device_type"].to_numpy(), GPU_DEVICE_TYPES)
+    if not gpu.any():
+        return None
+    alloc = m["total_allocated"].to_numpy(np.int64)[gpu]
+    res = m["total_reserved"].to_numpy(np.int64)[gpu]
+    _, dev = np.unique(m["device_id"].to_numpy()[gpu], return_inverse=True)
+    has_totals = np.bincount(dev, weights=alloc >= 0) > 0  # per device: not all allocated < 0
+    known = has_totals[dev] & (res >= 0)
+    return int(res[known].max()) if known.any() else None
+
+
 def compute(trace: Trace, rules: Rules) -> AllocatorResult:
     """Allocator series and peaks (see the module docstring)."""
     m = trace.memory

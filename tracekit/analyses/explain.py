@@ -327,11 +327,10 @@ def detect_fixes(trace: Trace, g, rules: Rules, config: fx.FixConfig, *,
     if keep_ns is None:
         calls = np.flatnonzero(g.kind == NodeKind.CALL)
         keep_ns = int(np.median(g.dur[calls])) if calls.size else 0
-    alloc = allocator.compute(trace, rules)
     return [fx.detect_fused(trace, g, rules, config),
             fx.detect_async_delta(trace, g, config, keep_ns),
             fx.detect_writeback(trace, g, config, chains),
-            fx.detect_inplace(trace, g, rules, config, snapshot, alloc.peak_reserved)]
+            fx.detect_inplace(trace, g, rules, config, snapshot, allocator.peak_reserved(trace))]
 
 
 def _chains(trace: Trace, g) -> np.ndarray:

@@ -103,13 +103,15 @@ def _compute(trace: Trace, rules: Rules) -> StepsResult:
         step = phases.step_of(spans, acts["launch_ts"].to_numpy(np.int64))
         linked = (acts["launch_ts"].to_numpy(np.int64) >= 0) & (step >= 0)
         if linked.any():
-            g = pd.DataFrame({"step": step[linked], "ts": acts["ts"].to_numpy()[linked],
-                              "end": acts["end"].to_numpy()[linked]}).groupby("step")
-            agg = g.agg(gpu_start=("ts", "min"), gpu_end=("end", "max"), n=("ts", "size"))
-            pos = pd.Index(spans["step"]).get_indexer(agg.index)
-            gpu_start[pos] = agg["gpu_start"].to_numpy()
-            gpu_end[pos] = agg["gpu_end"].to_numpy()
-            count[pos] = agg["n"].to_numpy()
+            # per step: first start, last end and count of its activities (sorted by step, then
+            # one reduceat per figure: a pandas groupby cost ~4 ms more on a 42 MB trace)
+            order = np.argsort(step[linked], kind="stable")
+            by_step = step[linked][order]
+            first = np.flatnonzero(np.r_[True, by_step[1:] != by_step[:-1]])
+            pos = pd.Index(spans["step"]).get_indexer(by_step[first])
+            gpu_start[pos] = np.minimum.reduceat(acts["ts"].to_numpy(np.int64)[linked][order], first)
+            gpu_end[pos] = np.maximum.reduceat(acts["end"].to_numpy(np.int64)[linked][order], first)
+            count[pos] = np.diff(np.r_[first, by_step.size])
     cpu_start = spans["ts"].to_numpy(np.int64)
     cpu_end = spans["end"].to_numpy(np.int64)
     gpu_ns = np.where(count > 0, gpu_end - gpu_start, -1)
