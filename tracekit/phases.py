@@ -52,7 +52,7 @@ import re
 import tomllib
 import weakref
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -143,6 +143,11 @@ class Rules:
 
     def digest(self) -> str:
         """Stable hash of the rules' meaning (not of where they came from)."""
+        return self._digest
+
+    @cached_property
+    def _digest(self) -> str:
+        # once per object: the analyses' memo (``_memo``) asks for it at every lookup
         d = asdict(self)
         d.pop("source")
         for r in d["annotations"] + d["kernels"]:
@@ -295,13 +300,14 @@ def name_matches(codes: np.ndarray, cats: pd.Index, rx: re.Pattern[str]) -> np.n
     """Whether each row's name (``codes`` into ``cats``) matches ``rx`` (``re.search``, run once
     per distinct name that the rows use)."""
     return per_used_name(
-        codes, cats, lambda n: np.array([rx.search(str(x)) is not None for x in n], bool), False)
+        codes, cats, lambda n: np.array([rx.search(str(x)) is not None for x in n.tolist()], bool),
+        False)
 
 
 def _first_match(names: pd.Index, rules: tuple[PhaseRule, ...]) -> np.ndarray:
     """Index of the first rule each name matches, -1 for none (runs each regex once per name)."""
     out = np.full(len(names), -1, np.int64)
-    strs = [str(n) for n in names]
+    strs = [str(n) for n in names.tolist()]  # tolist: iterating the Index boxes item by item
     for i, rule in enumerate(rules):
         rx = rule.regex
         todo = np.flatnonzero(out < 0)
