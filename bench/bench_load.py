@@ -23,7 +23,11 @@ own modules from source (~0.07 s of a cold analyze of the ~50 MB trace, 2026-11-
 ``--repeat N``: the two cold analyze runs N times (each with a fresh cache dir), for a spread;
 the ratio to HTA is given for the median and for each. ``--baseline DIR``: a checkout of
 another commit (run with ``cwd`` and ``PYTHONPATH`` set to it, same interpreter): its cold runs
-are interleaved with this tree's, so the two compare under the same load.
+are interleaved with this tree's (the other tree first every second time), so the two compare
+under the same load; ``cold_ratio_to_baseline`` and ``cold_no_hta_ratio_to_baseline`` are the
+pairs' ratios (this tree's wall time over the baseline's): median and 95 % bootstrap interval
+(``bench/method.py``). Against the commit an issue measured ("1.1 s today"), that ratio is
+the figure that does not move with the machine's speed.
 
 Prints a table and writes ``bench/results/load-<UTC date>.json``. Targets (the issues'): cold
 analyze >= 30x faster than HTA's load, peak RSS <= 1.5 GB, warm <= 1 s.
@@ -45,6 +49,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import method  # noqa: E402
 
 HTA_SNIPPET = """
 import logging, sys, time
@@ -168,7 +175,9 @@ def main() -> None:
         if a.bytecode:
             compiled = _compile([t / "tracekit" for t in trees.values()])
         for i in range(a.repeat):
-            for prefix, tree in trees.items():
+            # the trees in turn, the other one first every second time (a machine that speeds up
+            # or slows down over a pair then favours neither)
+            for prefix, tree in (list(trees.items()) if i % 2 == 0 else list(trees.items())[::-1]):
                 cache = os.path.join(work, f"cache-{prefix}{i}")
                 analyze = [py, "-m", "tracekit.cli", "analyze", "--format", "json", "--cache-dir", cache, trace]
                 print(f"{prefix}cold: tracekit analyze ({i + 1}/{a.repeat}) ...", flush=True)
@@ -213,6 +222,10 @@ def main() -> None:
     if "baseline_cold" in runs:
         summary["baseline_cold_walls_s"] = [r["wall_s"] for r in runs["baseline_cold_all"]]
         summary["baseline_cold_no_hta_walls_s"] = [r["wall_s"] for r in runs["baseline_cold_no_hta_all"]]
+        for kind in ("cold", "cold_no_hta"):  # this tree's run over the baseline's, pair by pair
+            ratios = [x / y for x, y in zip(summary[f"{kind}_walls_s"],
+                                            summary[f"baseline_{kind}_walls_s"])]
+            summary[f"{kind}_ratio_to_baseline"] = method.estimate(ratios).to_dict()
     if "hta" in runs and "load_s" in runs["hta"]:
         h = runs["hta"]["load_s"]
         summary["hta_load_s"] = h
@@ -248,7 +261,10 @@ def main() -> None:
         print(f"{k:<10} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} {r['peak_rss_mb']:>12.0f}  {note}")
     print()
     for k, v in summary.items():
-        if k != "targets":
+        if k.endswith("_ratio_to_baseline"):
+            print(f"{k:<32} median {v['median']:.3f} [{v['lo']:.3f}, {v['hi']:.3f}] over {v['n']} pairs "
+                  "(95 % bootstrap interval)")
+        elif k != "targets":
             print(f"{k:<32} {v}")
     print("targets:", ", ".join(f"{k} {'not measured' if ok is None else 'PASS' if ok else 'FAIL'}"
                                 for k, ok in summary["targets"].items()))
