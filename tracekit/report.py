@@ -224,10 +224,11 @@ def _records(df: Any) -> list[dict]:
     gives once the missing values are None, built column by column (``tolist`` makes the
     Python values of a numeric column at once; pandas' own ``to_dict`` indexes the frame per
     column and boxes value by value: a third of a cold analyze's report, 2026-11-24). A frame
-    with a column of another kind (datetimes, categories) or repeated names takes pandas' way."""
+    with repeated column names or a column of another kind (datetimes, say) takes pandas' way."""
     names = [str(c) for c in df.columns]
-    columns = [_column_values(df.iloc[:, j]) for j in range(len(names))]
-    if len(set(names)) != len(names) or any(c is None for c in columns):
+    unique = len(set(names)) == len(names)
+    columns = [_column_values(df.iloc[:, j]) for j in range(len(names))] if unique else []
+    if not unique or any(c is None for c in columns):
         df = df.rename(columns=str)
         nan = df.isna().to_numpy()
         if nan.any():
