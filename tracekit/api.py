@@ -28,7 +28,6 @@ The warm path (``cached_report``) imports only the standard library: no numpy, n
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
@@ -197,58 +196,23 @@ def _resolve_rules(rules: Any) -> tuple[Rules, bytes]:
     return rules, b"rules-object:" + rules.digest().encode()
 
 
-def _hold_gc() -> bool:
-    """Turn the cyclic garbage collector off (True), unless it is off already (False).
-
-    The CLI's cold path imports pandas and the analyses (~80,000 objects the collector tracks)
-    and loads a trace: meanwhile the collector ran ~100 times, walking young objects and now and
-    then all of them, for cycles that are not there (0.06-0.09 of the parent's ~0.75 CPU-s in a
-    cold analyze of a 42 MB trace, bench/NOTES-load.md). A forked
-    child's collections also write to every tracked object's header: pages it shares with the
-    parent are copied."""
-    if not gc.isenabled():
-        return False
-    gc.disable()
-    return True
-
-
-def _release_gc() -> None:
-    """After ``_hold_gc``: freeze what is alive (later collections, in this process and in the
-    children it forks, skip it; it is still freed when no longer referenced, only cycles among
-    it are not collected: the process ends with the command) and turn the collector back on."""
-    gc.freeze()
-    gc.enable()
-
-
-def _one_blas_thread() -> None:
-    """Ask numpy's OpenBLAS for one thread, unless the user chose a number or numpy is loaded
-    already (it reads the variable when it loads). At load OpenBLAS starts a thread per core,
-    ~0.07 CPU-s of a ~1 CPU-s cold analyze of a 42 MB trace on 2 cores, where the parse child
-    and this process need both (bench/NOTES-load.md); no analysis calls BLAS. The variable is
-    this one-shot process's, and so its children's."""
-    import sys
-
-    if "numpy" not in sys.modules:
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-
 def _analyze(path: str, rules: Any, cache_dir, use_cache: bool, progress,
              with_hta: bool | None = True, prefetch: bool = False) -> tuple[list, bytes]:
     """Load and analyse ``path``. ``prefetch``: parse it in a forked child while this process
-    imports the analyses (``tracekit.trace.prefetch``), and compute explain in another while
-    this process computes the other sections (``tracekit.analyses.forked``): the CLI's cold
-    path, in a process that ends with the command. There the cyclic garbage collector is also
-    held off over the imports and the load (``_hold_gc``), malloc keeps the memory freed
-    for the next allocations (``tracekit._malloc``) and OpenBLAS starts one thread
-    (``_one_blas_thread``)."""
+    imports the analyses (``tracekit.trace.prefetch``), and compute the sections other than
+    explain in another while this process computes explain (``tracekit.analyses.forked``): the
+    CLI's cold path, in a process that ends with the command, which also takes a one-shot
+    process's settings (``tracekit._oneshot``: the collector held off over the imports and the
+    load, OpenBLAS on one thread, malloc keeping what it frees)."""
+    from tracekit import _oneshot
+
     pre = None
-    held = prefetch and _hold_gc()
+    held = prefetch and _oneshot.hold_gc()
     if prefetch:
-        _one_blas_thread()  # before the first import of numpy (by the loader)
-        from tracekit._malloc import keep_freed_memory
+        _oneshot.one_blas_thread()  # before the first import of numpy (by the loader)
+        _oneshot.keep_freed_memory()
         from tracekit.trace import prefetch as pf
 
-        keep_freed_memory()
         pre = pf.start(trace_files(path), _cache_dir(cache_dir) if use_cache else None)
     try:
         try:
@@ -266,7 +230,7 @@ def _analyze(path: str, rules: Any, cache_dir, use_cache: bool, progress,
                 ts = load(path, cache_dir=cache_dir, use_cache=use_cache, progress=progress)
         finally:
             if held:
-                _release_gc()
+                _oneshot.release_gc()
         snap = None
         snap_path = find_snapshot(path)
         if snap_path is not None:

@@ -70,11 +70,11 @@ def test_no_temporary_directory_means_no_child(monkeypatch, tmp_path):
 
 _GC_PROBE = """
 import gc, json, sys
-from tracekit import _malloc
+from tracekit import _oneshot
 from tracekit.api import report_for_path
 kept = []
-real = _malloc.keep_freed_memory
-_malloc.keep_freed_memory = lambda: kept.append(real()) or kept[-1]
+real = _oneshot.keep_freed_memory
+_oneshot.keep_freed_memory = lambda: kept.append(real()) or kept[-1]
 if sys.argv[2] == "off":
     gc.disable()
 report_for_path(sys.argv[1], use_cache=False, with_hta=False, prefetch=sys.argv[3] == "cli")
@@ -146,6 +146,6 @@ def test_reading_a_cached_trace_imports_no_parser(tmp_path):
                     reason="glibc's mallopt")
 def test_malloc_settings_are_accepted_here():
     """glibc takes every setting (a value out of its range would be refused: False)."""
-    r = subprocess.run([sys.executable, "-c", "from tracekit._malloc import keep_freed_memory; "
+    r = subprocess.run([sys.executable, "-c", "from tracekit._oneshot import keep_freed_memory; "
                         "print(keep_freed_memory())"], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "True", r.stderr
