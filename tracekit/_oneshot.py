@@ -56,6 +56,8 @@ def one_blas_thread() -> None:
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+
+# glibc's malloc (module docstring)
 M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2
 M_MMAP_THRESHOLD = -3
