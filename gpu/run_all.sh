@@ -22,7 +22,10 @@
 # planted straggler and an imbalanced all-to-all, for tracekit analyze DIR to find; ~1 min),
 # hostscan (bench/host_scan.py: each CPU's speed over 20 s, hidden SMT siblings, torch's intra-op
 # threads; ~1 min), pipeprobe (the pipeline benchmark on the plan in $PIPEPROBE_PLAN, no traces,
-# ${PIPEPROBE_S:-240} s, more options in $PIPEPROBE_ARGS: a question about a few variants, not the results of record).
+# ${PIPEPROBE_S:-240} s, more options in $PIPEPROBE_ARGS: a question about a few variants, not the
+# results of record), hostprof (bench/pipe_hostprof.py: a preset's variants under cProfile, host
+# time by function against the first variant; $HOSTPROF_PRESET, $HOSTPROF_VARIANTS,
+# $HOSTPROF_ROUNDS; ~3 min).
 # Each part runs with its own time limit and its own output folder; one failing part does not
 # stop the others. The device tool brings back at most 8 files of at most 16 MiB, so each part's
 # folder is packed into $OUT/<part>.tar.gz (split into <part>.tar.gz.part-aa, -ab, ... when larger
@@ -80,6 +83,7 @@ for p in "${parts[@]}"; do
     issue5) part issue5 540 python3 gpu/issue5_run.py ;;
     largetrace) part largetrace 420 bash -c 'python3 bench/make_large_trace.py --out "$OUT"' ;;
     hostscan) part hostscan 120 bash -c 'python3 bench/host_scan.py --seconds 20 --out "$OUT/host_scan.json"' ;;
+    hostprof) part hostprof 420 bash -c 'python3 bench/pipe_hostprof.py --preset ${HOSTPROF_PRESET:-multitask_b4k} --variants ${HOSTPROF_VARIANTS:-sparse,fused,fused_current_stream} --rounds ${HOSTPROF_ROUNDS:-8} --out "$OUT"' ;;
     pipeprobe) part pipeprobe 420 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s ${PIPEPROBE_S:-240} --profile-steps 0 --plan "${PIPEPROBE_PLAN:?}" ${PIPEPROBE_ARGS:-} --out "$OUT"' ;;
     snapshot) part snapshot 180 bash -c 'python3 gpu/snapshot_sample.py --out "$OUT"' ;;
     *) echo "unknown part: $p" >&2 ;;
