@@ -763,7 +763,9 @@ def write_commit(bench: Bench) -> None:
     doc, c = bench.doc, bench.commit
     res = c / "bench" / "results"
     res.mkdir(parents=True, exist_ok=True)
-    (res / f"pipelines-{bench.tag}.json").write_text(json.dumps(doc, indent=1, default=str))
+    # compact: every run's rounds make ~2 MB of JSON, and the device tool carries at most 64 MiB of
+    # the repository to the GPU machine (an indented file is ~40 % larger)
+    (res / f"pipelines-{bench.tag}.json").write_text(json.dumps(doc, separators=(",", ":"), default=str) + "\n")
     (res / f"pipelines-{bench.tag}.md").write_text("\n".join(markdown(doc)) + "\n")
     head = next((p for p in doc["presets"] if p["headline"]), None)
     samples = c / bench.samples_dir
