@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import cProfile
 import dataclasses
+import datetime
 import json
+import platform
 import pstats
 import statistics
 import sys
@@ -32,6 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
 
 from bench.bench_pipelines import PRESETS, VARIANTS, _config  # noqa: E402
 from bench.host import host_probe, quiet_gc  # noqa: E402
@@ -118,14 +122,17 @@ def main() -> int:
     # per step: ms of own time and calls, by function
     norm = {v: {f: (a[0] / steps[v], 1e3 * a[1] / steps[v]) for f, a in per[v].items()} for v in variants}
     ratios = {v: statistics.median(b / a for a, b in zip(step_ms[ref], step_ms[v])) for v in variants}
-    doc = {"preset": args.preset, "variants": variants, "rounds": args.rounds, "timed_steps": args.steps,
+    device = torch.cuda.get_device_name(0) if args.device == "cuda" else platform.processor() or "cpu"
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    doc = {"device": device, "date_utc": date, "torch": torch.__version__, "preset": args.preset, "variants": variants, "rounds": args.rounds, "timed_steps": args.steps,
            "host_probe_us": probes, "wall_s": round(time.perf_counter() - t0, 1), "step_ms": step_ms,
            "ratio_to_reference": ratios,
            "profiled_host_ms_per_step": {v: sum(ms for _, ms in norm[v].values()) for v in variants},
            "functions": norm}
     (out / "hostprof.json").write_text(json.dumps(doc, indent=1))
     lines = [f"# Host time by function, {args.preset}, {args.rounds} rounds x {len(variants)} variants "
-             f"(runs of {args.steps} timed steps; host probe {statistics.median(probes):.3f} us/op)", ""]
+             f"(runs of {args.steps} timed steps; host probe {statistics.median(probes):.3f} us/op)", "",
+             f"{device}, torch {torch.__version__}, {date}", ""]
     lines.append("| variant | step ms without the profiler (median of rounds) | / " + ref +
                  " (median of rounds) | profiled host ms per step (all functions' own time) |")
     lines.append("|---|---|---|---|")
