@@ -25,9 +25,9 @@ def test_hostprof_on_cpu(tmp_path):
     fused, sparse = doc["functions"]["fused"], doc["functions"]["sparse"]
     lookup = [f for f in fused if f.endswith("(start_embedding_lookup)")]
     assert lookup and not [f for f in sparse if f.endswith("(start_embedding_lookup)")]
-    # per step: the run has warm-up + timed + tail steps, each calls the optimizer once
+    # the pipeline's loop itself is profiled: one call per run, i.e. 1 / (steps of a run) per step
     step = [f for f in sparse if f.endswith("(train_sparse_dist)")]
-    assert step and sparse[step[0]][0] > 0
+    assert step and 0 < sparse[step[0]][0] < 1
     md = (tmp_path / "hostprof.md").read_text()
     assert "## fused against sparse" in md and md.count("\n| `") == 5
 
