@@ -48,10 +48,14 @@ class InFlight:
     """After ``wait_sparse_data_dist``."""
     dist_done: Any = None
     """Event on the data-dist stream after ``wait_sparse_data_dist``."""
+    dist_stream: torch.cuda.Stream | None = None
+    """The stream ``wait_sparse_data_dist`` ran on (the features' all-to-alls were made there)."""
     embeddings: torch.Tensor | None = None
     """``[B, F, D]`` pooled embeddings after ``start_embedding_lookup`` (Fused, SemiSync)."""
     lookup_done: Any = None
     """Event on the lookup stream after ``start_embedding_lookup``."""
+    lookup_stream: torch.cuda.Stream | None = None
+    """The stream ``start_embedding_lookup`` ran on (the embeddings were made there)."""
 
 
 @dataclass
@@ -161,10 +165,14 @@ def wait_sparse_data_dist(f: InFlight, *, arch: ShardedSparseArch, stream: torch
         f.tensors = arch.wait_input_dist_splits(f.splits)
         f.splits = None
         f.dist_done = record_event(stream)
+        f.dist_stream = stream
 
 
 def _tensors_ready_on(f: InFlight, stream: torch.cuda.Stream | None) -> None:
-    if stream is not None:
+    """Makes ``stream`` wait for f's features and keeps their memory alive there; nothing to do
+    on the stream that made them (stream order; FusedSparseDist and SemiSync look up on the
+    data-dist stream)."""
+    if stream is not None and stream != f.dist_stream:
         wait_event(stream, f.dist_done)
         f.tensors.record_stream(stream)
 
@@ -172,14 +180,17 @@ def _tensors_ready_on(f: InFlight, stream: torch.cuda.Stream | None) -> None:
 def start_embedding_lookup(
     f: InFlight, *, arch: ShardedSparseArch, stream: torch.cuda.Stream | None, after: Any = None
 ) -> None:
-    """On ``stream``: wait for f's features (and for the event ``after``: the last embedding
-    backward), look up the local tables and start the all-to-all of the pooled embeddings."""
+    """On ``stream``: wait for f's features (and for the event ``after``, recorded on another
+    stream: work the lookup must come after), look up the local tables and start the all-to-all
+    of the pooled embeddings. The last embedding backward needs no event where it ran on
+    ``stream`` too: stream order puts the lookup behind it."""
     with record_function(f"## start_embedding_lookup {f.index} ##"), on_stream(stream):
         wait_event(stream, after)
         _tensors_ready_on(f, stream)
         f.embeddings = arch.compute_and_output_dist(f.tensors)  # [B, F, D]
         f.tensors = None
         f.lookup_done = record_event(stream)
+        f.lookup_stream = stream
 
 
 def embeddings_for_forward(f: InFlight, *, arch: ShardedSparseArch, stream: torch.cuda.Stream | None) -> torch.Tensor:
@@ -190,7 +201,7 @@ def embeddings_for_forward(f: InFlight, *, arch: ShardedSparseArch, stream: torc
         emb = arch.compute_and_output_dist(f.tensors)
         f.tensors = None
         return emb
-    if stream is not None:
+    if stream is not None and stream != f.lookup_stream:
         wait_event(stream, f.lookup_done)
         f.embeddings.record_stream(stream)
     return f.embeddings
@@ -208,14 +219,13 @@ def embedding_backward(
     (``leaf.grad``, made on the main stream) through the output dist into the fused table
     update, with ``stream`` current. Autograd runs each node on the stream its forward ran on
     (the lookup's), and at the end makes only the *current* stream wait: so the main stream is
-    free for the optimizer while the tables are updated. Returns an event on ``stream`` after
-    the update (None on CPU)."""
+    free for the optimizer while the tables are updated. A lookup on ``stream`` after it needs
+    no event: stream order puts it behind the update."""
     with record_function(f"## emb_backward {index} ##"), on_stream(stream):
         if stream is not None and stream != main:
             stream.wait_stream(main)  # the gradient is made by the main stream's backward
             leaf.grad.record_stream(stream)
         torch.autograd.backward([embeddings], [leaf.grad])
-        return record_event(stream)
 
 
 def grad_accumulators(module: torch.nn.Module) -> list[Any]:

@@ -70,7 +70,6 @@ from runtime.pipelines.common import (
     embeddings_for_forward,
     grad_accumulators,
     new_stream,
-    record_event,
     sparse_arch_of,
     start_embedding_lookup,
     start_sparse_data_dist,
@@ -120,7 +119,9 @@ def train_fused_sparse_dist(
         wait_sparse_data_dist(queue[0], arch=arch, stream=data_dist)
     feeder.copy_next_into(queue)
 
-    tables_updated = None  # event after the previous embedding backward (on the lookup stream)
+    # every lookup and every embedding backward runs on the lookup stream: stream order puts batch
+    # i+1's lookup behind batch i's table update, with no event (autograd runs the embedding
+    # backward on the stream its forward ran on)
     result = PipelineResult()
     while queue:
         cur = queue[0]
@@ -129,7 +130,7 @@ def train_fused_sparse_dist(
         # lookup stream: batch i's lookup behind batch i-1's embedding backward (step_start; with
         # before_optimizer only batch 0, the others were issued in the step before)
         if lookup_placement == "step_start" or (lookup_placement == "before_optimizer" and cur.embeddings is None):
-            start_embedding_lookup(cur, arch=arch, stream=lookup, after=tables_updated)
+            start_embedding_lookup(cur, arch=arch, stream=lookup)
         zero_grad(optimizer)
         wait_for_batch(cur, stream=main)
         # data-dist stream: splits all-to-all of batch i+1
@@ -138,7 +139,7 @@ def train_fused_sparse_dist(
         # memcpy stream: batch i+2
         feeder.copy_next_into(queue)
         if lookup_placement == "after_data_dist":
-            start_embedding_lookup(cur, arch=arch, stream=lookup, after=tables_updated)
+            start_embedding_lookup(cur, arch=arch, stream=lookup)
         # main stream: dense forward of batch i (separate: on a leaf copy of its embeddings)
         with record_function(f"## forward {i} ##"):
             emb = embeddings_for_forward(cur, arch=arch, stream=main)  # [B, F, D], made on the lookup stream
@@ -151,14 +152,12 @@ def train_fused_sparse_dist(
         # same autograd call, the lookup stream's output-dist backward + fused table update of batch i
         with record_function(f"## backward {i} ##"):
             loss.backward()
-        if emb_backward == "with_dense":
-            tables_updated = record_event(lookup)
-        else:
+        if emb_backward == "separate":
             # lookup stream: output-dist backward + fused table update of batch i, a call of its own
-            tables_updated = embedding_backward(i, emb, emb_leaf, stream=lookup, main=main)
+            embedding_backward(i, emb, emb_leaf, stream=lookup, main=main)
         # lookup stream: batch i+1's lookup right behind it, issued before the optimizer's launches
         if lookup_placement == "before_optimizer" and nxt is not None:
-            start_embedding_lookup(nxt, arch=arch, stream=lookup, after=tables_updated)
+            start_embedding_lookup(nxt, arch=arch, stream=lookup)
         # main stream: dense optimizer, alongside the embedding backward and the next lookup
         with record_function(f"## optimizer {i} ##"):
             optimizer.step()

@@ -128,13 +128,13 @@ def train_semi_sync(
             wait_sparse_data_dist(queue[1], arch=arch, stream=data_dist)
         # data-dist stream (where batch i's lookup ran): output-dist backward + fused table
         # update of batch i, alongside the optimizer on the main stream
-        tables_updated = embedding_backward(i, emb, emb_leaf, stream=data_dist, main=main)
+        embedding_backward(i, emb, emb_leaf, stream=data_dist, main=main)
         with record_function(f"## optimizer {i} ##"):
             optimizer.step()
         zero_grad(optimizer)
-        # exact steps: batch i+1's lookup after batch i's table update
+        # exact steps: batch i+1's lookup after batch i's table update (the same stream: in order)
         if not stale and queue:
-            start_embedding_lookup(queue[0], arch=arch, stream=data_dist, after=tables_updated)
+            start_embedding_lookup(queue[0], arch=arch, stream=data_dist)
         result.losses.append(loss.detach())
         if on_step is not None:
             on_step(i)
