@@ -223,6 +223,25 @@ class Agreement:
     def ok(self) -> bool:
         return self.a.contains(self.b.median) and self.b.contains(self.a.median)
 
+    def ok_within(self, tol_a: float, tol_b: float) -> bool:
+        """Each median in the other's interval widened by that run's resolution of the figure
+        (``tol_a`` for run A's interval, ``tol_b`` for B's): below it two values are not told
+        apart by the measurement (:func:`ratio_resolution`)."""
+        return (self.a.lo - tol_a <= self.b.median <= self.a.hi + tol_a
+                and self.b.lo - tol_b <= self.a.median <= self.b.hi + tol_b)
+
+
+EVENT_RESOLUTION_MS = 0.5e-3
+"""The step timer's resolution: CUDA events time an interval to about 0.5 us
+(``cudaEventElapsedTime``'s documentation); bench_pipelines' step times are event intervals."""
+
+
+def ratio_resolution(variant_ms: float, reference_ms: float, *, resolution_ms: float = EVENT_RESOLUTION_MS) -> float:
+    """How finely a step-time ratio ``variant_ms / reference_ms`` is known when each time is
+    known to ``resolution_ms``: the ratio times both relative resolutions in quadrature (6.5 ms
+    steps: ~1e-4 on a ratio near 1; 50 ms steps: ~1.4e-5)."""
+    return (variant_ms / reference_ms) * math.hypot(resolution_ms / variant_ms, resolution_ms / reference_ms)
+
 
 def agreement(a: dict, b: dict, *, figures: Sequence[str] = ("ratio",)) -> list[Agreement]:
     """Every (preset, variant, figure) estimate present in both results documents (``presets``

@@ -120,6 +120,17 @@ def test_agreement_needs_each_median_inside_the_other_interval():
     assert all(r.ok for r in method.agreement(a, a))
 
 
+def test_ratio_resolution_by_hand_and_agreement_within_it():
+    # 6.5 ms over 6.75 ms, each known to 0.5 us: 0.96296 x hypot(0.5e-3/6.5, 0.5e-3/6.75)
+    tol = method.ratio_resolution(6.5, 6.75)
+    assert tol == pytest.approx((6.5 / 6.75) * math.sqrt((0.5e-3 / 6.5) ** 2 + (0.5e-3 / 6.75) ** 2))
+    assert 1.0e-4 < tol < 1.1e-4 and method.ratio_resolution(50.0, 50.0) == pytest.approx(1.414e-5, rel=1e-3)
+    # B's median 0.96186 below A's interval [0.96190, 0.9771] by 4e-5: a miss, but not beyond A's resolution
+    r = method.Agreement("p", "fused", "ratio", method.Estimate(0.96237, 0.96190, 0.97714, 32),
+                         method.Estimate(0.96186, 0.96127, 0.96404, 32))
+    assert not r.ok and r.ok_within(tol, tol) and not r.ok_within(1e-5, 1e-5)
+
+
 @pytest.mark.parametrize("values", list(itertools.permutations([1.0, 2.0, 4.0, 8.0])))
 def test_median_and_percentile(values):
     assert method.median(values) == 3.0
