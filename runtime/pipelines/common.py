@@ -104,6 +104,17 @@ def wait_event(stream: torch.cuda.Stream | None, event: torch.cuda.Event | None)
         stream.wait_event(event)
 
 
+def use_on(stream: torch.cuda.Stream | None, tensors: Any, event: Any, *,
+           made_on: torch.cuda.Stream | None = None) -> None:
+    """Makes ``stream`` wait for ``event`` (recorded once ``tensors`` were made, on ``made_on``)
+    and keeps their memory alive there (``record_stream``); nothing to do on the CPU (None) or on
+    the stream that made them (stream order already holds). Compared by identity: the loops pass
+    the stream objects they made, and another object for the same stream only costs a wait."""
+    if stream is not None and stream is not made_on:
+        wait_event(stream, event)
+        tensors.record_stream(stream)
+
+
 def sparse_arch_of(model: torch.nn.Module) -> ShardedSparseArch:
     arch = getattr(model, "sparse_arch", None)
     if not isinstance(arch, ShardedSparseArch):
@@ -145,17 +156,13 @@ def copy_batch_to_gpu(
 
 def wait_for_batch(f: InFlight, *, stream: torch.cuda.Stream | None) -> None:
     """Makes ``stream`` (None: nothing to do) wait for f's copy and keeps its memory alive there."""
-    if stream is not None:
-        wait_event(stream, f.copied)
-        f.batch.record_stream(stream)
+    use_on(stream, f.batch, f.copied)
 
 
 def start_sparse_data_dist(f: InFlight, *, arch: ShardedSparseArch, stream: torch.cuda.Stream | None) -> None:
     """On ``stream``: permute f's features by owner, start the splits all-to-all."""
     with record_function(f"## start_sparse_data_dist {f.index} ##"), on_stream(stream):
-        if stream is not None:
-            wait_event(stream, f.copied)
-            f.batch.sparse.record_stream(stream)
+        use_on(stream, f.batch.sparse, f.copied)
         f.splits = arch.start_input_dist(f.batch.sparse)
 
 
@@ -168,15 +175,6 @@ def wait_sparse_data_dist(f: InFlight, *, arch: ShardedSparseArch, stream: torch
         f.dist_stream = stream
 
 
-def _tensors_ready_on(f: InFlight, stream: torch.cuda.Stream | None) -> None:
-    """Makes ``stream`` wait for f's features and keeps their memory alive there; nothing to do
-    on the stream that made them (stream order; FusedSparseDist and SemiSync look up on the
-    data-dist stream)."""
-    if stream is not None and stream != f.dist_stream:
-        wait_event(stream, f.dist_done)
-        f.tensors.record_stream(stream)
-
-
 def start_embedding_lookup(
     f: InFlight, *, arch: ShardedSparseArch, stream: torch.cuda.Stream | None, after: Any = None
 ) -> None:
@@ -186,7 +184,8 @@ def start_embedding_lookup(
     ``stream`` too: stream order puts the lookup behind it."""
     with record_function(f"## start_embedding_lookup {f.index} ##"), on_stream(stream):
         wait_event(stream, after)
-        _tensors_ready_on(f, stream)
+        # FusedSparseDist and SemiSync look up on the data-dist stream: nothing to wait for
+        use_on(stream, f.tensors, f.dist_done, made_on=f.dist_stream)
         f.embeddings = arch.compute_and_output_dist(f.tensors)  # [B, F, D]
         f.tensors = None
         f.lookup_done = record_event(stream)
@@ -197,13 +196,11 @@ def embeddings_for_forward(f: InFlight, *, arch: ShardedSparseArch, stream: torc
     """Inside ``## forward i ##``: the pooled embeddings of f on ``stream`` (the main one),
     looked up here unless a lookup stage already did it."""
     if f.embeddings is None:
-        _tensors_ready_on(f, stream)
+        use_on(stream, f.tensors, f.dist_done, made_on=f.dist_stream)
         emb = arch.compute_and_output_dist(f.tensors)
         f.tensors = None
         return emb
-    if stream is not None and stream != f.lookup_stream:
-        wait_event(stream, f.lookup_done)
-        f.embeddings.record_stream(stream)
+    use_on(stream, f.embeddings, f.lookup_done, made_on=f.lookup_stream)
     return f.embeddings
 
 
