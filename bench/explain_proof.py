@@ -27,7 +27,7 @@ of the "before", of the "before" with the fix (contention-free / contention-awar
 "after", and the untraced steps of the trace runs themselves (``metrics.json`` beside the
 trace, ``trace_run.step_ms``).
 
-Manifest: ``bench/proof_manifest.py`` writes them (``tracekit-explain-proof/1``, from the GPU
+Manifest: ``bench/common/proof_manifest.py`` writes them (``tracekit-explain-proof/1``, from the GPU
 benchmarks); the older hand-written form (paths relative to the manifest's folder)::
 
     {"device": str, "date": str, "note": str,
@@ -41,8 +41,8 @@ where a FIGURE read from another JSON file is ``{"file": path, "key": "a.b.c"}``
 path into it), so that no figure is copied by hand. ``bench/explain_samples.json`` is such a
 manifest (the 2-GPU sample traces).
 
-    python bench/proof_manifest.py merge bench/results/proof-h200-DATE.json bench/results/proof-pipelines-1gpu-h200-DATE.json bench/results/proof-issue5-h200-DATE.json
-    python bench/explain_proof.py bench/results/proof-h200-DATE.json --out bench/results
+    python -m bench.common.proof_manifest merge bench/results/proof-h200-DATE.json bench/results/proof-pipelines-1gpu-h200-DATE.json bench/results/proof-issue5-h200-DATE.json
+    python -m bench.explain_proof bench/results/proof-h200-DATE.json --out bench/results
 
 Prints the tables (markdown) and, with --out, writes explain-proof-<gpu>-<date>.{md,json} there
 (the manifest's device and date; ``--suffix`` appends to the name).
@@ -58,7 +58,6 @@ import sys
 import time
 from datetime import datetime, timezone
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TIME_TOLERANCE = 0.25
 STEP_TOLERANCE = 0.02
@@ -324,14 +323,14 @@ def main(argv=None) -> int:
     now = datetime.now(timezone.utc)
     doc = {"device": man.get("device", "?"), "date": man.get("date", now.strftime("%Y-%m-%d")),
            "note": man.get("note", ""), "manifest": args.manifest,
-           "command": "python bench/explain_proof.py " + " ".join(argv or sys.argv[1:]),
+           "command": "python -m bench.explain_proof " + " ".join(argv or sys.argv[1:]),
            "machine": f"{platform.node()} ({os.cpu_count()} cores), run {now:%Y-%m-%d %H:%M} UTC",
            "explain_s_total": sum(r["explain_s"] for r in rows), "rows": rows}
     text = render(doc)
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        from bench.proof_manifest import device_slug
+        from bench.common.proof_manifest import device_slug
 
         stem = os.path.join(args.out, f"explain-proof-{device_slug(doc['device'])}-"
                                       f"{doc['date'].replace('-', '')}{args.suffix}")

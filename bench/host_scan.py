@@ -9,7 +9,7 @@ Linux host; no GPU needed). Answers the questions of bench/NOTES-pipelines.md, "
 3. **Our own threads**: torch's intra-op threads after a parallel CPU op (they spin for a while
    on the other CPUs): the main CPU's probe right after one, and 0.05-0.8 s later.
 
-    python bench/host_scan.py --seconds 30 --out /tmp/scan.json
+    python -m bench.host_scan --seconds 30 --out /tmp/scan.json
 
 Writes a JSON document (every sample) and prints a summary.
 """
@@ -20,13 +20,11 @@ import json
 import multiprocessing as mp
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.host import cpu_model, host_probe  # noqa: E402
+from bench.common.host import cpu_model, host_probe
 
 
 def _pin(cpu: int) -> None:

@@ -1,6 +1,6 @@
-"""The cold figure of several ``bench_load.py`` runs against the same baseline, pooled.
+"""The cold figure of several ``bench/load.py`` runs against the same baseline, pooled.
 
-    python bench/load_pool.py bench/results/load-A.json bench/results/load-B.json ... [--target 0.545] [--json OUT]
+    python -m bench.load_pool bench/results/load-A.json bench/results/load-B.json ... [--target 0.545] [--json OUT]
 
 Each file's pairs (this tree's cold ``--no-hta`` wall over the baseline's, run next to each
 other) are one run's rounds; pooled, the median ratio with its 95 % bootstrap interval two ways:
@@ -18,9 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.method import Estimate, estimate  # noqa: E402
+from bench.common.method import Estimate, estimate
 
 
 def pairs(doc: dict) -> tuple[list[float], list[float]]:
@@ -66,7 +65,7 @@ def pooled_doc(docs: dict[str, dict], flat: Estimate, two_stage: Estimate, walls
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", nargs="+", help="bench_load.py results files run with --baseline")
+    ap.add_argument("results", nargs="+", help="bench/load.py results files run with --baseline")
     ap.add_argument("--target", type=float, default=0.545, help="ratio to the baseline to stay under (0.6 s of 1.1 s)")
     ap.add_argument("--limit", type=float, default=0.6, help="seconds a cold run should stay under")
     ap.add_argument("--json", type=Path, help="write the pooled figure and each run's pairs here")

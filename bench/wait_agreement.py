@@ -8,17 +8,15 @@ recall over all of them (target >= 0.95 both; a recorded wait that does not name
 the test is
 ``tests/tracekit/test_graph.py::test_inferred_waits_against_recorded_real_traces``).
 
-    python bench/wait_agreement.py 'sample_traces/**/*.json.gz'
+    python -m bench.wait_agreement 'sample_traces/**/*.json.gz'
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> int:

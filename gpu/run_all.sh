@@ -11,11 +11,11 @@
 # the tests and of part tbe), GPU correctness tests of the TBE kernels, every kernel variant, and
 # the agreement with FBGEMM when fbgemm_gpu imports), tbe (kernel benchmark: ours (every variant)
 # vs FBGEMM vs torch, <= 5 min), tbe_ncu (Nsight Compute profiles of ours and FBGEMM's kernels on
-# the two shapes issue 12 attacks first, <= 4 min), largetrace (bench/make_large_trace.py: the
+# the two shapes issue 12 attacks first, <= 4 min), largetrace (bench/common/large_trace.py: the
 # ~780 MB-JSON DLRM trace the loader, explain and many-ranks benchmarks read, ~53 MB gzipped, so
 # it comes back split in parts: give it a call with little else), pipetests (GPU tests of the pipelines and the
 # batch type), pipelines (the 1-GPU pipeline benchmark, every preset, interleaved rounds, traces:
-# ~8 min, <= 9; bench/bench_pipelines.py; two calls compared by bench/compare_results.py), pipelines2 (the same on 2 GPUs through
+# ~8 min, <= 9; bench/pipelines.py; two calls compared by bench/pipelines_compare.py), pipelines2 (the same on 2 GPUs through
 # torchrun), issue5 (delta tracking / writeback / in-place copy: GPU tests, benchmark, traces,
 # snapshots and the explain proof's pairs: <= 9 min), snapshot (sample allocator snapshots),
 # ranks2 (2 GPUs, not in the default: gpu/ranks_straggler.py, two ranks on real NCCL with a
@@ -23,7 +23,7 @@
 # hostscan (bench/host_scan.py: each CPU's speed over 20 s, hidden SMT siblings, torch's intra-op
 # threads; ~1 min), pipeprobe (the pipeline benchmark on the plan in $PIPEPROBE_PLAN, no traces,
 # ${PIPEPROBE_S:-240} s, more options in $PIPEPROBE_ARGS: a question about a few variants, not the
-# results of record), hostprof (bench/pipe_hostprof.py: a preset's variants under cProfile, host
+# results of record), hostprof (bench/pipelines_host_profile.py: a preset's variants under cProfile, host
 # time by function against the first variant; $HOSTPROF_PRESET, $HOSTPROF_VARIANTS,
 # $HOSTPROF_ROUNDS; ~3 min).
 # Each part runs with its own time limit and its own output folder; one failing part does not
@@ -74,17 +74,17 @@ for p in "${parts[@]}"; do
     tbe) part tbe 300 bash -c "python3 -c '$fbgemm_check' || echo 'fbgemm_gpu: not importable';
                                [ -f $SKIP_FILE ] || python3 gpu/tbe_smoke.py --out $SKIP_FILE;
                                echo \"TBE_SKIP_VARIANTS=\$(cat $SKIP_FILE)\";
-                               TBE_SKIP_VARIANTS=\$(cat $SKIP_FILE) python3 bench/bench_tbe.py --budget-s 240 --out \"\$OUT\"" ;;
+                               TBE_SKIP_VARIANTS=\$(cat $SKIP_FILE) python3 -m bench.tbe --budget-s 240 --out \"\$OUT\"" ;;
     tbe_ncu) part tbe_ncu 240 bash gpu/tbe_ncu.sh ;;
-    pipelines) part pipelines 580 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s 480 --out "$OUT"' ;;
-    pipelines2) part pipelines2 540 bash -c 'python3 bench/bench_pipelines.py --gpus 2 --budget-s 450 --out "$OUT"' ;;
+    pipelines) part pipelines 580 bash -c 'python3 -m bench.pipelines --gpus 1 --budget-s 480 --out "$OUT"' ;;
+    pipelines2) part pipelines2 540 bash -c 'python3 -m bench.pipelines --gpus 2 --budget-s 450 --out "$OUT"' ;;
     ranks2) part ranks2 240 bash -c 'torchrun --nproc_per_node 2 --master_port 29531 gpu/ranks_straggler.py --out "$OUT/job"' ;;
     pipetests) part pipetests 420 python3 -m pytest -q -p no:cacheprovider -o addopts= tests/runtime/test_pipelines_gpu.py tests/runtime/test_batch.py ;;
     issue5) part issue5 540 python3 gpu/issue5_run.py ;;
-    largetrace) part largetrace 420 bash -c 'python3 bench/make_large_trace.py --out "$OUT"' ;;
-    hostscan) part hostscan 120 bash -c 'python3 bench/host_scan.py --seconds 20 --out "$OUT/host_scan.json"' ;;
-    hostprof) part hostprof 420 bash -c 'python3 bench/pipe_hostprof.py --preset ${HOSTPROF_PRESET:-multitask_b4k} --variants ${HOSTPROF_VARIANTS:-sparse,fused,fused_current_stream} --rounds ${HOSTPROF_ROUNDS:-8} --out "$OUT"' ;;
-    pipeprobe) part pipeprobe 420 bash -c 'python3 bench/bench_pipelines.py --gpus 1 --budget-s ${PIPEPROBE_S:-240} --profile-steps 0 --plan "${PIPEPROBE_PLAN:?}" ${PIPEPROBE_ARGS:-} --out "$OUT"' ;;
+    largetrace) part largetrace 420 bash -c 'python3 -m bench.common.large_trace --out "$OUT"' ;;
+    hostscan) part hostscan 120 bash -c 'python3 -m bench.host_scan --seconds 20 --out "$OUT/host_scan.json"' ;;
+    hostprof) part hostprof 420 bash -c 'python3 -m bench.pipelines_host_profile --preset ${HOSTPROF_PRESET:-multitask_b4k} --variants ${HOSTPROF_VARIANTS:-sparse,fused,fused_current_stream} --rounds ${HOSTPROF_ROUNDS:-8} --out "$OUT"' ;;
+    pipeprobe) part pipeprobe 420 bash -c 'python3 -m bench.pipelines --gpus 1 --budget-s ${PIPEPROBE_S:-240} --profile-steps 0 --plan "${PIPEPROBE_PLAN:?}" ${PIPEPROBE_ARGS:-} --out "$OUT"' ;;
     snapshot) part snapshot 180 bash -c 'python3 gpu/snapshot_sample.py --out "$OUT"' ;;
     *) echo "unknown part: $p" >&2 ;;
     esac

@@ -19,9 +19,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-import bench_tbe as bt  # noqa: E402
+from bench import tbe as bt  # noqa: E402
 from runtime.embedding import OptimType  # noqa: E402
 from runtime.kernels import cuda as kc  # noqa: E402
 from runtime.kernels import fbgemm  # noqa: E402

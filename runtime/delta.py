@@ -114,7 +114,7 @@ class DeltaConfig:
     """ASYNC on CUDA only: "memcpy" (copy engine), "mapped" (copy kernels writing through a
     device view of the pinned buffer; verified here once, an error if it does not work) or
     "auto" (= memcpy: a kernel writing over PCIe holds SMs for the whole transfer, the copy
-    engine does not; see bench/NOTES-issue5.md). Ignored on a CPU and in BLOCKING."""
+    engine does not; see bench/NOTES-fixes.md). Ignored on a CPU and in BLOCKING."""
     initial_rows: int = 0
     """ASYNC: rows the buffers hold from the start (>= 0); 0 sizes them at the first step"""
     poll_interval_s: float = 2e-4

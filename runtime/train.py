@@ -133,7 +133,7 @@ def _percentile(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def _versions() -> dict:
+def versions() -> dict:
     v = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda}
     if torch.cuda.is_available():
         v["gpu"] = torch.cuda.get_device_name()
@@ -201,15 +201,15 @@ def train(cfg: TrainConfig, *, loader: SyntheticLoader | None = None) -> dict:
         "peak_allocated_bytes": max(m["peak_allocated_bytes"] or 0 for m in gathered) or None,
         "peak_reserved_bytes": max(m["peak_reserved_bytes"] or 0 for m in gathered) or None,
         "note": "the profiled steps (after the timed ones) are not in the step-time statistics",
-        "config": _config_dict(cfg),
-        "versions": _versions(),
+        "config": config_dict(cfg),
+        "versions": versions(),
         "ranks": gathered,
     }
     (out / "metrics.json").write_text(json.dumps(summary, indent=1))
     return summary
 
 
-def _config_dict(cfg: TrainConfig) -> dict:
+def config_dict(cfg: TrainConfig) -> dict:
     return json.loads(json.dumps(asdict(cfg), default=str))
 
 

@@ -50,7 +50,7 @@ AUTO = "auto"  # the DISPATCH table's choice for the call's shape class
 # weights: "fp32", or "16-bit" (fp16 and bf16 rows are read alike); dim bucket: the largest table
 # dim rounded up to 32, 64, 128 or 256, else 1024 (the v2/v3 forward takes dims <= 256; other
 # layouts run v1 whatever is asked). Chosen per class as the variant with the best worst-case
-# ratio FBGEMM's time / ours over the class's cases of bench/bench_tbe.py (uniform and Zipf ids,
+# ratio FBGEMM's time / ours over the class's cases of bench/tbe.py (uniform and Zipf ids,
 # both batches, both optimizers; the bench itself prints a table by geometric mean, which agrees
 # but for ties); buckets no run measured copy a neighbour. From the H200 run of 2026-11-23
 # 22:43 UTC, every variant timed in one process (fbgemm_gpu 1.6.0; the worst ratios below:

@@ -1,4 +1,4 @@
-"""bench/gpu_clocks.py against a fake nvidia-smi: the query it falls back to, the lines it keeps,
+"""bench/common/gpu_clocks.py against a fake nvidia-smi: the query it falls back to, the lines it keeps,
 the window summaries, and no failure where there is no nvidia-smi."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 
-from bench.gpu_clocks import ClockLog, parse_line, reason_names, summarize_window
+from bench.common.gpu_clocks import ClockLog, parse_line, reason_names, summarize_window
 
 FAKE = r'''#!{python}
 import sys, time

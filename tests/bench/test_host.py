@@ -1,4 +1,4 @@
-"""bench/host.py: the CPU choice worked out by hand, pinning applied to real threads (in a child
+"""bench/common/host.py: the CPU choice worked out by hand, pinning applied to real threads (in a child
 process, so the test process keeps its CPUs), the GC guard, the host probe and the counters."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.host import ThreadCounters, choose_cpus, host_probe, parse_cpu_list, parse_interrupts, quiet_gc
+from bench.common.host import ThreadCounters, choose_cpus, host_probe, parse_cpu_list, parse_interrupts, quiet_gc
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def test_the_main_cpu_is_the_quietest_but_cpu0_and_its_sibling_is_left_empty():
 
 PIN_CHILD = textwrap.dedent("""
     import json, os, threading
-    from bench.host import HostPin
+    from bench.common.host import HostPin
     stop = threading.Event()
     def wait(name):
         with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
@@ -94,7 +94,7 @@ def test_pinning_puts_the_main_thread_alone_and_the_autograd_thread_with_it():
 
 
 def test_pinning_is_off_with_too_few_cpus_or_when_asked():
-    from bench.host import HostPin
+    from bench.common.host import HostPin
 
     few = HostPin(min_cpus=10_000)
     assert few.status.startswith("off:") and few.main_cpu is None and few.apply() == 0

@@ -1,4 +1,4 @@
-"""bench/load_pool.py: several bench_load runs' paired cold walls pooled into one ratio."""
+"""bench/load_pool.py: several bench.load runs' paired cold walls pooled into one ratio."""
 
 from __future__ import annotations
 

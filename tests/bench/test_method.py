@@ -1,4 +1,4 @@
-"""bench/method.py: the orders of the rounds, the bootstrap interval and the agreement of two
+"""bench/common/method.py: the orders of the rounds, the bootstrap interval and the agreement of two
 runs, on tiny data whose answers are worked out by hand."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from bench import method
+from bench.common import method
 
 
 def test_round_orders_come_in_mirrored_rotated_pairs():

@@ -1,4 +1,4 @@
-"""bench/proof_manifest.py and the issue-5 benchmark's pairs: hand-made rounds, figures by hand."""
+"""bench/common/proof_manifest.py and the issue-5 benchmark's pairs: hand-made rounds, figures by hand."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from bench import proof_manifest
-from bench.bench_issue5 import proof_pairs
+from bench.common import proof_manifest
+from bench.fixes import proof_pairs
 
 
 def _close(e: dict, median: float, lo: float, hi: float) -> bool:

@@ -20,7 +20,8 @@ def _load(rel: str):
 
 @pytest.fixture(scope="module")
 def bench():
-    return _load("bench/bench_tbe.py")
+    from bench import tbe
+    return tbe
 
 
 def _report(bench):

@@ -399,7 +399,7 @@ def test_public_traces(name):
 @pytest.mark.skipif(not PUBLIC.is_dir(), reason="public traces not present")
 def test_agrees_with_hta_on_its_own_trace():
     """HTA 0.5's critical path of ProfilerStep#104 of its own test trace (run with
-    bench/hta_critical_path.py in a pandas<3 venv, bench/NOTES-explain.md): 95,662 us on the
+    bench/critical_path_vs_hta.py in a pandas<3 venv, bench/NOTES-explain.md): 95,662 us on the
     path, 93,671 us of it GPU compute. tracekit's path of the same step covers the same work;
     HTA rounds ns times down to us, which moves ~1 us per kernel from compute to gaps."""
     from tracekit.trace import load

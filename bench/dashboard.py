@@ -1,6 +1,6 @@
 """Dashboard speed: time to an interactive first page, and the time of each callback.
 
-    python bench/bench_dashboard.py [PATH...] [--repeat 3]
+    python -m bench.dashboard [PATH...] [--repeat 3]
 
 PATHs default to the bundled ``sample_traces/`` (what ``tracekit dashboard`` serves with no
 argument). Runs in three parts, each printed as a table:
@@ -35,10 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from tests.dashboards.conftest import CHROMIUM, CHROMIUM_ARGS, VIEWPORT  # noqa: E402  (launched as the browser tests launch it)
+from tests.dashboards.conftest import CHROMIUM, CHROMIUM_ARGS, VIEWPORT  # launched as the browser tests launch it
 
 CLI = [sys.executable, "-c", "from tracekit.cli import main; main()"]
 TIMEOUT = 60_000

@@ -1,7 +1,7 @@
 """How often two runs of the pipeline benchmark *can* agree: the method's intervals simulated on
 each figure's own measured noise.
 
-    python bench/agreement_odds.py bench/results/pipelines-1gpu-h200-20261124-0242.json \
+    python -m bench.pipelines_agreement_odds bench/results/pipelines-1gpu-h200-20261124-0242.json \
         bench/results/pipelines-1gpu-h200-20261124-0250.json [--runs 400] [--json OUT]
 
 Issue 13 asks two runs in two calls to *agree*: every median ratio within the other run's 95 %
@@ -20,7 +20,7 @@ variant's step-time ratio to SparseDist on a preset) of every results file given
    interval: the criterion, for one figure, when two calls differ only by this noise).
 3. **P(all agree)**: the product over the figures of a file (the figures taken as independent),
    next to what the files themselves did: for every pair of the files given, how many figures
-   agreed (``bench.method.agreement``, as ``bench/compare_results.py`` counts them).
+   agreed (``bench.method.agreement``, as ``bench/pipelines_compare.py`` counts them).
 
 Two calls on different hosts also differ by the host's speed, which no run samples
 (bench/NOTES-pipelines.md): the simulated P(agree) is what the criterion gives *without* that,
@@ -39,9 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import method  # noqa: E402
+from bench.common import method
 
 REFERENCE = "sparse"
 """The variant every ratio is taken to (SparseDist)."""
@@ -147,22 +146,22 @@ def observed(docs: dict[str, dict]) -> list[tuple[str, str, int, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", nargs="+", help="bench_pipelines results files")
+    ap.add_argument("results", nargs="+", help="bench.pipelines results files")
     ap.add_argument("--runs", type=int, default=400, help="simulated runs per figure (even)")
     ap.add_argument("--json", help="also write the figures here")
     ns = ap.parse_args(argv)
     if ns.runs < 2 or ns.runs % 2:
-        print("agreement_odds: error: --runs must be an even number >= 2", file=sys.stderr)
+        print("pipelines_agreement_odds: error: --runs must be an even number >= 2", file=sys.stderr)
         return 2
     docs = {}
     for path in ns.results:
         try:
             doc = json.loads(Path(path).read_text())
         except (OSError, ValueError) as e:
-            print(f"agreement_odds: error: {path}: {e}", file=sys.stderr)
+            print(f"pipelines_agreement_odds: error: {path}: {e}", file=sys.stderr)
             return 2
         if not isinstance(doc, dict) or "presets" not in doc:
-            print(f"agreement_odds: error: {path}: not a bench_pipelines results.json", file=sys.stderr)
+            print(f"pipelines_agreement_odds: error: {path}: not a bench.pipelines results.json", file=sys.stderr)
             return 2
         docs[Path(path).stem] = doc
     rows, products = [], {}

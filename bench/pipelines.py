@@ -1,10 +1,10 @@
-"""Benchmark of the training pipelines, measured so that two runs agree (bench/method.py).
+"""Benchmark of the training pipelines, measured so that two runs agree (bench/common/method.py).
 
-    python3 bench/bench_pipelines.py --gpus 1 --out $OUT            # the plan on one GPU (~4.5 min on an H200)
-    python3 bench/bench_pipelines.py --gpus 2 --out $OUT            # 2 GPUs (relaunches itself under torchrun)
-    python bench/bench_pipelines.py --device cpu --plan tiny:sparse+fused --rounds 2 --min-rounds 2 --out /tmp/b
+    python3 -m bench.pipelines --gpus 1 --out $OUT            # the plan on one GPU (~4.5 min on an H200)
+    python3 -m bench.pipelines --gpus 2 --out $OUT            # 2 GPUs (relaunches itself under torchrun)
+    python -m bench.pipelines --device cpu --plan tiny:sparse+fused --rounds 2 --min-rounds 2 --out /tmp/b
                                                                     # smoke test of the script, CPU (gloo)
-    python3 bench/compare_results.py A/results.json B/results.json  # do two calls agree?
+    python3 -m bench.pipelines_compare A/results.json B/results.json  # do two calls agree?
 
 A *plan* is a list of presets (model, data, dense optimizer, main-stream priority), each with the
 variants to compare (Base, SparseDist, FusedSparseDist with each lookup stream and placement,
@@ -21,15 +21,15 @@ SemiSync, SparseDist with the in-place copy); SparseDist is the reference. For e
    In each pass a warm-up round (every variant once, discarded), then that pass's share of R
    timed rounds (R even, ``--min-rounds`` <= R <= the preset's plan, as many as the time budget
    allows). In each round every variant runs once, in mirrored pairs of rotated orders
-   (bench/method.py); one run = a few warm-up steps (pipeline fill, allocator growth after
+   (bench/common/method.py); one run = a few warm-up steps (pipeline fill, allocator growth after
    ``empty_cache``) + a few timed steps (CUDA events on the main stream) + 3 untimed tail steps
    (the pipeline drains there): 3 + 4 + 3 on the multitask presets, short so that the runs
    compared within a round are close in time. The round's figure of a variant is the median of
    its timed steps and its peak memory; ratios to SparseDist are taken within the round.
    Reported: the median over rounds with a 95 % bootstrap interval (two-stage: the passes, each
    its own process, main CPU and model, then their rounds), of the step time, the ratio, peak
-   reserved and allocated memory and their ratios (bench/method.py).
-3. **The host** (bench/host.py): the main thread alone on one CPU (other threads and processes of
+   reserved and allocated memory and their ratios (bench/common/method.py).
+3. **The host** (bench/common/host.py): the main thread alone on one CPU (other threads and processes of
    ours elsewhere), the cyclic GC off during each run, a host probe (us per tiny CPU op) right
    before each run and the main thread's counters over it (involuntary context switches, its
    CPU's steal and interrupt time): on the host-bound presets the step time is the host's speed,
@@ -58,7 +58,7 @@ Writes (rank 0) every ~15 s and at each preset's end: ``<out>/results.json`` (ev
 ``bench/results/pipelines-{N}gpu-<gpu>-<date>-<HHMM>.{json,md}``, the sample traces and their
 README, ``README-rows.md`` (the README's "Measured" rows) and
 ``bench/results/proof-pipelines-{N}gpu-<gpu>-<date>-<HHMM>.json`` (the explain proof's pairs:
-bench/proof_manifest.py).
+bench/common/proof_manifest.py).
 """
 from __future__ import annotations
 
@@ -77,22 +77,19 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
+import torch
+import torch.distributed as dist
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-
-from bench import method, proof_manifest  # noqa: E402
-from bench.gpu_clocks import ClockLog, reason_names  # noqa: E402
-from bench.host import HostPin, ThreadCounters, cpu_model, host_probe, quiet_gc  # noqa: E402
-from runtime.data import DataConfig, SyntheticLoader  # noqa: E402
-from runtime.dist import init_from_env  # noqa: E402
-from runtime.model import DenseOptimizerConfig, ModelConfig  # noqa: E402
-from runtime.profiling import cuda_sync_events, trace_counts  # noqa: E402
-from runtime.session import RunResult, Session  # noqa: E402
-from runtime.train import TrainConfig, _config_dict, _versions  # noqa: E402
+from bench.common import method, module_command, proof_manifest, repo_env
+from bench.common.gpu_clocks import ClockLog, reason_names
+from bench.common.host import HostPin, ThreadCounters, cpu_model, host_probe, quiet_gc
+from runtime.data import DataConfig, SyntheticLoader
+from runtime.dist import init_from_env
+from runtime.model import DenseOptimizerConfig, ModelConfig
+from runtime.profiling import cuda_sync_events, trace_counts
+from runtime.session import RunResult, Session
+from runtime.train import TrainConfig, config_dict, versions
 
 # name -> (pipeline, options)
 VARIANTS: dict[str, tuple[str, dict]] = {
@@ -193,7 +190,7 @@ NEVER_COSTS = ("fused", 1.02)
 # ------------------------------------------------------------------------------------------
 # configs
 # ------------------------------------------------------------------------------------------
-def _config(preset: dict, variant: str, *, device: str, warmup: int, timed: int, profile: int, out: Path, seed: int) -> TrainConfig:
+def run_config(preset: dict, variant: str, *, device: str, warmup: int, timed: int, profile: int, out: Path, seed: int) -> TrainConfig:
     rows = (preset["rows"],) * preset["tables"]
     model = ModelConfig(
         num_embeddings=rows, embedding_dim=preset["dim"], num_dense=13, dense_arch=preset["dense_arch"],
@@ -266,7 +263,7 @@ class Bench:
         label = args.label if args.label is not None else ("" if args.date else now.strftime("%H%M"))
         self.device_name = torch.cuda.get_device_name() if self.gpu else (platform.processor() or "cpu")
         self.tag = f"{info.world_size}gpu-{proof_manifest.device_slug(self.device_name)}-{self.date}" + (f"-{label}" if label else "")
-        # the host: the main thread alone on one CPU (GPU runs; bench/host.py)
+        # the host: the main thread alone on one CPU (GPU runs; bench/common/host.py)
         self.pin = HostPin(enabled=args.pin and self.gpu, why_not="--no-pin" if self.gpu else "a CPU smoke run",
                            rank=int(os.environ.get("LOCAL_RANK", 0)), ranks=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         self.last_clock_sample = -1e9
@@ -279,8 +276,8 @@ class Bench:
             "device": self.device_name,
             "world_size": info.world_size,
             "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join([Path(sys.argv[0]).name, *_without_pass_index(sys.argv[1:])]),
-            "versions": _versions(),
+            "command": " ".join(["python -m bench.pipelines", *_without_pass_index(sys.argv[1:])]),
+            "versions": versions(),
             "method": {
                 "warmup_rounds": "1 per preset and pass", "passes": args.passes, "min_rounds": args.min_rounds,
                 "max_rounds": args.rounds,
@@ -291,9 +288,9 @@ class Bench:
                 "figure": "per round: median of the timed steps (GPU time between CUDA events on the main stream); "
                           "ratios within the round; median over rounds with a 95 % percentile bootstrap interval, "
                           "two-stage over the passes (each a process of its own, on its own main CPU) then their rounds "
-                          f"({method.RESAMPLES} resamples, bench/method.py)",
+                          f"({method.RESAMPLES} resamples, bench/common/method.py)",
                 "host": "main thread pinned alone to one CPU, the cyclic GC off during each run, a host probe and the "
-                        "main thread's counters around each run (bench/host.py)",
+                        "main thread's counters around each run (bench/common/host.py)",
                 "reference": REFERENCE,
             },
             "process": {},
@@ -312,7 +309,7 @@ class Bench:
         first pass's start, so rounds' times and the budget run on across the processes."""
         doc = json.loads((self.out / "results.json").read_text())
         if doc.get("tag") is None or doc["method"].get("passes") != self.args.passes:
-            raise SystemExit(f"bench_pipelines: error: {self.out / 'results.json'} is not from pass 1 of this benchmark")
+            raise SystemExit(f"bench.pipelines: error: {self.out / 'results.json'} is not from pass 1 of this benchmark")
         self.doc, self.tag = doc, doc["tag"]
         self.t0 = time.perf_counter() - (time.time() - doc["started_unix"])
         csv = self.out / "clocks.csv"
@@ -481,7 +478,7 @@ class Bench:
             self.doc["presets"].append(pdoc)
         pdoc["budget_s"] = round(pdoc["budget_s"] + share_s, 1)
         pdoc.setdefault("main_cpus", []).append(self.pin.main_cpu)
-        cfgs = {v: _config(spec, v, device=args.device, warmup=warmup, timed=timed, profile=0,
+        cfgs = {v: run_config(spec, v, device=args.device, warmup=warmup, timed=timed, profile=0,
                            out=folder / v, seed=args.seed) for v in variants}
         trace_cfgs = {v: dataclasses.replace(cfgs[v], timed_steps=3, profile_steps=args.profile_steps)
                       for v in variants if v in traced and args.profile_steps and last}
@@ -551,7 +548,7 @@ class Bench:
         diagnose = self.gpu and args.diagnostics and last
         if diagnose:
             self.old_method(name, variants, pdoc, session, loader, cfgs, share_s - (self.now() - t_preset))
-        gc.unfreeze()  # every run froze what survived it (bench/host.py's quiet_gc): the model can go now
+        gc.unfreeze()  # every run froze what survived it (bench/common/host.py's quiet_gc): the model can go now
         del session
         gc.collect()
         if self.gpu:
@@ -741,7 +738,7 @@ def write_run_metrics(folder: Path, seg: dict, pdoc: dict, variant: str, cfg: Tr
     measured = pdoc["summary"].get(variant, {})
     doc = {
         "variant": variant, "pipeline": VARIANTS[variant][0], "options": VARIANTS[variant][1], "preset": pdoc["preset"],
-        "config": _config_dict(cfg),
+        "config": config_dict(cfg),
         # the method's figures of this variant (median over the timed rounds of each round's
         # median step [95 % interval]; ratios to SparseDist within rounds), not this trace run's
         "step_ms_p50": (measured.get("step") or {}).get("median"),
@@ -833,13 +830,13 @@ def markdown(doc: dict) -> list[str]:
     lines = [f"# {doc['title']}", "",
              f"{doc['date_utc']}, `{doc['command']}`, torch {doc['versions'].get('torch')} (CUDA {doc['versions'].get('cuda')}); "
              f"{doc['total_s']} s in all.", "",
-             f"Method (bench/method.py): the plan run {doc['method'].get('passes', 1)} time(s) over (each preset's rounds "
+             f"Method (bench/common/method.py): the plan run {doc['method'].get('passes', 1)} time(s) over (each preset's rounds "
              f"spread over the call{', each pass a process of its own' if len(doc.get('processes', [])) > 1 else ''}); in each "
              "pass a warm-up round (discarded), then timed rounds; every variant once per round, in mirrored pairs of rotated "
              "orders; one run = a few warm-up steps + a few timed steps (per preset, below) + untimed tail steps (the "
              "pipeline drains there); a round's figure is the median of the variant's timed steps; ratios to SparseDist "
              "within each round; reported: median over rounds [95 % bootstrap interval, two-stage: the passes, then their "
-             "rounds]. Host (bench/host.py): the main thread alone on one "
+             "rounds]. Host (bench/common/host.py): the main thread alone on one "
              "CPU, the cyclic GC off during each run, a host probe (us per tiny CPU op) right before each run.", ""]
     proc = doc.get("process", {})
     if proc:
@@ -955,7 +952,7 @@ def run_passes(args) -> int:  # noqa: ANN001
     keeps for its life, which passes inside one process never sample. Pass K > 0 continues the
     document pass K-1 wrote (``<out>/results.json``); a SIGTERM (the time limit) goes to the pass
     running, which writes what it has, and no later pass starts."""
-    me = [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]]  # no --pass-index here (main)
+    me = module_command("bench.pipelines", *sys.argv[1:])  # no --pass-index here (main)
     stop = False
     child: subprocess.Popen | None = None
 
@@ -970,7 +967,7 @@ def run_passes(args) -> int:  # noqa: ANN001
     for k in range(args.passes):
         if stop:
             break
-        child = subprocess.Popen([*me, "--pass-index", str(k)])
+        child = subprocess.Popen([*me, "--pass-index", str(k)], env=repo_env())
         rc = child.wait()
         if rc != 0:
             break
@@ -1005,13 +1002,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds at most, after the warm-up round "
                     "(default: the preset's plan, fewer when the budget is short)")
     ap.add_argument("--min-rounds", type=int, default=6, help="timed rounds at least, whatever the budget "
-                    "(even: whole mirrored pairs of orders, bench/method.py)")
+                    "(even: whole mirrored pairs of orders, bench/common/method.py)")
     ap.add_argument("--profile-steps", type=int, default=2, help="profiled steps of each trace run (0: no traces)")
     ap.add_argument("--idle-s", type=float, default=20.0, help="diagnostics: GPU idle before the old method's runs")
     ap.add_argument("--diagnostics", action="store_true", help="also the old method after an idle GPU and the "
                     "model built afresh (the first call's questions, answered in bench/NOTES-pipelines.md: ~60 s)")
     ap.add_argument("--no-pin", dest="pin", action="store_false", help="leave the threads where the scheduler puts "
-                    "them (default: the main thread alone on one CPU, bench/host.py)")
+                    "them (default: the main thread alone on one CPU, bench/common/host.py)")
     ap.add_argument("--clock-log-ms", type=int, default=0, help="nvidia-smi's clock log: a sampling loop at this "
                     "interval throughout (a process beside the benchmark); 0: one query between rounds")
     ap.add_argument("--clock-every-s", type=float, default=15.0, help="clock sample and GEMM/lookup probes between "
@@ -1031,34 +1028,34 @@ def main() -> int:
                     help="seconds for the whole benchmark: the timed rounds of each preset are as many as fit its share")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("bench_pipelines: error: needs a CUDA GPU (or --device cpu)", file=sys.stderr)
+        print("bench.pipelines: error: needs a CUDA GPU (or --device cpu)", file=sys.stderr)
         return 2
     if (args.min_rounds < 1 or (args.rounds is not None and args.rounds < args.min_rounds)
             or (args.steps is not None and args.steps < 1) or (args.warmup_steps is not None and args.warmup_steps < 0)
             or args.passes < 1 or (args.pass_index is not None and not 0 <= args.pass_index < args.passes)):
-        print("bench_pipelines: error: need 1 <= --min-rounds <= --rounds, --steps >= 1, --warmup-steps >= 0, --passes >= 1, "
+        print("bench.pipelines: error: need 1 <= --min-rounds <= --rounds, --steps >= 1, --warmup-steps >= 0, --passes >= 1, "
               "0 <= --pass-index < --passes", file=sys.stderr)
         return 2
     if args.pass_index and not (Path(args.out) / "results.json").exists():
-        print(f"bench_pipelines: error: --pass-index {args.pass_index} continues {Path(args.out) / 'results.json'}, "
+        print(f"bench.pipelines: error: --pass-index {args.pass_index} continues {Path(args.out) / 'results.json'}, "
               "which is not there", file=sys.stderr)
         return 2
     if args.label is not None and not args.label.replace("-", "").replace("_", "").isalnum():
-        print("bench_pipelines: error: --label takes letters, digits, '-' and '_'", file=sys.stderr)
+        print("bench.pipelines: error: --label takes letters, digits, '-' and '_'", file=sys.stderr)
         return 2
     if args.passes > 1 and args.pass_index is None and not args.one_process:
         return run_passes(args)
     if args.gpus > 1 and "RANK" not in os.environ:
         if args.device == "cuda" and torch.cuda.device_count() < args.gpus:
-            print(f"bench_pipelines: error: --gpus {args.gpus} but {torch.cuda.device_count()} GPU(s) here", file=sys.stderr)
+            print(f"bench.pipelines: error: --gpus {args.gpus} but {torch.cuda.device_count()} GPU(s) here", file=sys.stderr)
             return 2
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.gpus}",
-               str(Path(__file__).resolve()), *sys.argv[1:]]
-        return subprocess.run(cmd).returncode
+        cmd = module_command("torch.distributed.run", "--standalone", f"--nproc-per-node={args.gpus}",
+                             "-m", "bench.pipelines", *sys.argv[1:])
+        return subprocess.run(cmd, env=repo_env()).returncode
     plans = parse_plan(args.plan)
     bad = [p for p, _, _ in plans if p not in PRESETS] + [v for _, vs, _ in plans for v in vs if v not in VARIANTS]
     if bad or len({p for p, _, _ in plans}) != len(plans):
-        print(f"bench_pipelines: error: unknown or repeated presets/variants {bad or [p for p, _, _ in plans]}", file=sys.stderr)
+        print(f"bench.pipelines: error: unknown or repeated presets/variants {bad or [p for p, _, _ in plans]}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally below, then exit
     info = init_from_env(args.device)

@@ -1,6 +1,6 @@
 """Time the loader against HTA on one trace, in one run: the issue's speed and memory targets.
 
-    python bench/bench_load.py bench/data/large_rank0.json.gz [--skip-hta] [--repeat 3]
+    python -m bench.load bench/data/large_rank0.json.gz [--skip-hta] [--repeat 3]
         [--baseline DIR]
 
 Each measurement is a separate process (so imports count and peak RSS is the process's own,
@@ -26,7 +26,7 @@ another commit (run with ``cwd`` and ``PYTHONPATH`` set to it, same interpreter)
 are interleaved with this tree's (the other tree first every second time), so the two compare
 under the same load; ``cold_ratio_to_baseline`` and ``cold_no_hta_ratio_to_baseline`` are the
 pairs' ratios (this tree's wall time over the baseline's): median and 95 % bootstrap interval
-(``bench/method.py``). Against the commit an issue measured ("1.1 s today"), that ratio is
+(``bench/common/method.py``). Against the commit an issue measured ("1.1 s today"), that ratio is
 the figure that does not move with the machine's speed.
 
 Prints a table and writes ``bench/results/load-<UTC date>.json``. Targets (the issues'): cold
@@ -47,11 +47,10 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
 
-from bench import method  # noqa: E402
+from bench.common import REPO as ROOT, method
+
+HERE = ROOT / "bench"
 
 HTA_SNIPPET = """
 import logging, sys, time
@@ -139,7 +138,7 @@ def main() -> None:
     a = ap.parse_args()
     trace = os.path.abspath(a.trace)
     if not os.path.isfile(trace):
-        sys.exit(f"bench_load: no such file: {trace}")
+        sys.exit(f"bench.load: no such file: {trace}")
     py = sys.executable
     results: dict = {
         "trace": os.path.relpath(trace, ROOT) if trace.startswith(str(ROOT)) else trace,

@@ -1,7 +1,7 @@
 """GPU time per phase and per stream of pipeline traces (what bench/NOTES-pipelines.md quotes).
 
-    python bench/pipeline_phases.py OUT/pipelines/{sparse,fused,semi}/trace_rank0.json.gz
-    python bench/pipeline_phases.py --window 52 OUT/pipelines/fused/trace_rank0.json.gz
+    python -m bench.pipelines_phases OUT/pipelines/{sparse,fused,semi}/trace_rank0.json.gz
+    python -m bench.pipelines_phases --window 52 OUT/pipelines/fused/trace_rank0.json.gz
 
 For each trace: per phase (tracekit's phase rules), the GPU busy time and kernel count per batch,
 averaged over the batches whose forward and optimizer both lie in the trace, and (for a trace with
@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from tracekit.phases import activities, default_rules, profiler_steps  # noqa: E402
-from tracekit.trace import load  # noqa: E402
+from tracekit.phases import activities, default_rules, profiler_steps
+from tracekit.trace import load
 
 
 def phase_table(act: pd.DataFrame) -> tuple[pd.DataFrame, list[int]]:

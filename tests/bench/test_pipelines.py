@@ -1,4 +1,4 @@
-"""bench/bench_pipelines.py runs end to end on the CPU (a smoke test of the script: gloo, the
+"""bench/pipelines.py runs end to end on the CPU (a smoke test of the script: gloo, the
 reference TBE), and what it writes holds together: rounds in the method's orders, figures from
 the timed rounds only, the commit folder with its traces and the explain proof's manifest."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import proof_manifest
-from bench.compare_results import main as compare_main
+from bench.common import proof_manifest
+from bench.pipelines_compare import main as compare_main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,10 +22,10 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def bench_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    cmd = [sys.executable, str(REPO / "bench" / "bench_pipelines.py"), "--device", "cpu", "--plan", "tiny:fused+semi",
+    cmd = [sys.executable, "-m", "bench.pipelines", "--device", "cpu", "--plan", "tiny:fused+semi",
            "--rounds", "4", "--min-rounds", "2", "--passes", "2", "--warmup-steps", "1", "--steps", "2", "--profile-steps", "1",
            "--date", "20000101", "--out", str(out)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     return out
 
@@ -122,7 +122,7 @@ def test_compare_results_agrees_with_itself_and_not_with_a_shifted_run(bench_out
 
 
 def test_steady_host_ratio_by_hand():
-    from bench.compare_results import steady_host_ratio
+    from bench.pipelines_compare import steady_host_ratio
 
     def rd(sparse, fused, probe_s, probe_f, warmup=False):
         return {"warmup": warmup, "runs": {"sparse": {"step_ms_median": sparse, "host_probe_us": probe_s},
@@ -141,7 +141,7 @@ def test_steady_host_ratio_by_hand():
 
 
 def test_host_summary_by_hand():
-    from bench.bench_pipelines import host_summary
+    from bench.pipelines import host_summary
 
     def run(step, probe, steal=0, irq=1, inv=0):
         return {"step_ms_median": step, "host_probe_us": probe, "host": {
@@ -168,10 +168,10 @@ def test_a_time_limit_stops_the_pass_running_and_starts_no_other(tmp_path):
     import signal
     import time
 
-    cmd = [sys.executable, str(REPO / "bench" / "bench_pipelines.py"), "--device", "cpu", "--plan", "tiny:fused",
+    cmd = [sys.executable, "-m", "bench.pipelines", "--device", "cpu", "--plan", "tiny:fused",
            "--rounds", "400", "--min-rounds", "400", "--passes", "3", "--warmup-steps", "1", "--steps", "2",
            "--profile-steps", "0", "--date", "20000101", "--out", str(tmp_path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.monotonic() + 300
 
     def timed_rounds() -> int:

@@ -1,4 +1,4 @@
-"""bench/agreement_odds.py: a figure's noise read from a results document, the simulated runs'
+"""bench/pipelines_agreement_odds.py: a figure's noise read from a results document, the simulated runs'
 coverage and agreement, and the agreement the documents themselves show."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from bench import agreement_odds as ao
+from bench import pipelines_agreement_odds as ao
 
 
 def _doc(ratios_by_pass: dict[int, list[float]], *, median: float, lo: float, hi: float) -> dict:
@@ -82,4 +82,4 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert ao.main([str(bad)]) == 2
     assert ao.main([str(bad), "--runs", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and all(e.startswith("agreement_odds: error:") for e in err)
+    assert len(err) == 2 and all(e.startswith("pipelines_agreement_odds: error:") for e in err)

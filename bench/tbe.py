@@ -1,8 +1,8 @@
 """Speed of the TBE CUDA kernels vs FBGEMM's TBE and vs what a PyTorch user writes without them
 (GPU only).
 
-    python3 bench/bench_tbe.py --out "$OUT"            # every case below, ~4 min on an H200
-    python3 bench/bench_tbe.py --out "$OUT" --quick    # D=128, B=65536 only (the target shape)
+    python3 -m bench.tbe --out "$OUT"            # every case below, ~4 min on an H200
+    python3 -m bench.tbe --out "$OUT" --quick    # D=128, B=65536 only (the target shape)
 
 Writes ``bench_tbe.json`` and ``bench_tbe.md`` under --out after every case (partial results
 survive a crash or the time budget).
@@ -71,10 +71,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runtime.embedding import OptimizerConfig, OptimType, Pooling, TableBatchedEmbedding, TableConfig  # noqa: E402
-from runtime.kernels import fbgemm  # noqa: E402
+from runtime.embedding import OptimizerConfig, OptimType, Pooling, TableBatchedEmbedding, TableConfig
+from runtime.kernels import fbgemm
 
 DEV = torch.device("cuda")
 T = 26
@@ -538,7 +537,7 @@ def main() -> int:
                     help="cases that also time the nn.EmbeddingBag baseline (headline: D=128, B=65536, fp32)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
-        print("bench_tbe: needs a CUDA GPU", file=sys.stderr)
+        print("bench.tbe: needs a CUDA GPU", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -10,9 +10,9 @@ continued: each copy's numbers are shifted by the number of steps in the source,
 of every copy is a step of its own. Written in Kineto's own layout (one event per block of
 lines, ns timestamps with three decimals), gzipped.
 
-    python bench/make_synthetic_trace.py --out bench/data/synthetic_rank0.json.gz [--copies 24]
+    python -m bench.common.synthetic_trace --out bench/data/synthetic_rank0.json.gz [--copies 24]
 
-Until the real DLRM trace exists (bench/make_large_trace.py, on a GPU) this stands in for it.
+Until the real DLRM trace exists (bench/common/large_trace.py, on a GPU) this stands in for it.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ import json
 import os
 import re
 import time
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-DEFAULT_SRC = Path(__file__).resolve().parents[2] / "shared" / "traces" / "public" / "hta_ns_resolution_rank0.json.gz"
+DEFAULT_SRC = Path(__file__).resolve().parents[3] / "shared" / "traces" / "public" / "hta_ns_resolution_rank0.json.gz"
 
 
 def _ns(v) -> int:
@@ -86,16 +87,24 @@ def _event_text(e: dict, ts_ns: int, dur_ns: int | None) -> str:
     return out + "\n  }"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--src", default=str(DEFAULT_SRC))
-    p.add_argument("--out", required=True)
-    p.add_argument("--copies", type=int, default=24)
-    p.add_argument("--no-shapes", action="store_true", help="no record_shapes-style args")
-    p.add_argument("--no-memory", action="store_true", help="no [memory] events")
-    a = p.parse_args()
-    t0 = time.time()
-    with gzip.open(a.src, "rb") as f:
+@dataclass(frozen=True)
+class Written:
+    """What :func:`write_synthetic_trace` wrote."""
+
+    path: Path
+    """The gzipped trace."""
+    json_bytes: int
+    """Size of its JSON text."""
+    events: int
+    """Events written (metadata events included)."""
+
+
+def write_synthetic_trace(src: str | Path, out: str | Path, *, copies: int = 24, shapes: bool = True,
+                          memory: bool = True) -> Written:
+    """Write ``copies`` copies of the real trace ``src`` (as the module's docstring says) to ``out``
+    (gzipped, written to a temporary name and renamed); ``shapes``: ``record_shapes``-style args
+    on every cpu_op, ``memory``: a ``[memory]`` alloc/free pair per kernel."""
+    with gzip.open(src, "rb") as f:
         doc = json.load(f, parse_float=Decimal)
     all_events = doc.pop("traceEvents")
     events = [e for e in all_events if e.get("ph") != "M"]
@@ -109,7 +118,7 @@ def main() -> None:
     max_ext = max((e.get("args", {}).get("External id", 0) for e in events), default=0) + 1
     max_flow = max((e.get("id", 0) for e in events if e.get("ph") in ("s", "f")), default=0) + 1
     span_steps = _step_span(events)
-    out = Path(a.out)
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     n_events = 0
@@ -123,7 +132,7 @@ def main() -> None:
         raw += len(text)
         first = True
         alloc = 0
-        for c in range(a.copies):
+        for c in range(copies):
             shift = c * span
             for e in events:
                 e2 = {k: _plain(v) for k, v in e.items() if not k.startswith("_") and k not in ("ts", "dur")}
@@ -136,7 +145,7 @@ def main() -> None:
                     args["External id"] += c * max_ext
                 if e2.get("ph") in ("s", "f") and "id" in e2:
                     e2["id"] += c * max_flow
-                if not a.no_shapes and e2.get("cat") == "cpu_op":
+                if shapes and e2.get("cat") == "cpu_op":
                     args["Input Dims"] = [[2048, 64], [64], []]
                     args["Input type"] = ["float", "float", "Scalar"]
                     args["Input Strides"] = [[64, 1], [1], []]
@@ -144,7 +153,7 @@ def main() -> None:
                 if args:
                     e2["args"] = args
                 chunk = _event_text(e2, e["_ts"] + shift, e["_dur"])
-                if not a.no_memory and e2.get("cat") == "kernel":
+                if memory and e2.get("cat") == "kernel":
                     nbytes = 4096 * (1 + (e["_ts"] // 1000) % 64)
                     for sign, dt in ((1, -500), (-1, (e["_dur"] or 0) + 500)):
                         alloc += sign * nbytes
@@ -165,12 +174,26 @@ def main() -> None:
             w.write(text)
             raw += len(text)
             n_events += 1
-        text = "\n  ],\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(doc[k])}" for k in trailer_keys if k in doc) + "\n}\n"
+        trailer = [f"  {json.dumps(k)}: {json.dumps(doc[k])}" for k in trailer_keys if k in doc]
+        text = "\n  ]" + "".join(",\n" + t for t in trailer) + "\n}\n"
         w.write(text)
         raw += len(text)
     os.replace(tmp, out)
-    print(f"wrote {out}: {raw / 1e6:.1f} MB JSON, {out.stat().st_size / 1e6:.1f} MB gzipped, "
-          f"{n_events} events ({a.copies} copies of {a.src.split('/')[-1]}) in {time.time() - t0:.0f} s")
+    return Written(out, raw, n_events)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--src", default=str(DEFAULT_SRC))
+    p.add_argument("--out", required=True)
+    p.add_argument("--copies", type=int, default=24)
+    p.add_argument("--no-shapes", action="store_true", help="no record_shapes-style args")
+    p.add_argument("--no-memory", action="store_true", help="no [memory] events")
+    a = p.parse_args(argv)
+    t0 = time.time()
+    w = write_synthetic_trace(a.src, a.out, copies=a.copies, shapes=not a.no_shapes, memory=not a.no_memory)
+    print(f"wrote {w.path}: {w.json_bytes / 1e6:.1f} MB JSON, {w.path.stat().st_size / 1e6:.1f} MB gzipped, "
+          f"{w.events} events ({a.copies} copies of {Path(a.src).name}) in {time.time() - t0:.0f} s")
 
 
 if __name__ == "__main__":

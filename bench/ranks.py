@@ -1,6 +1,6 @@
 """A job of many ranks: serial vs local processes vs a Dask cluster, and the per-rank cost.
 
-    python bench/bench_ranks.py [--ranks 64] [--repeat 2] [--big-copies 36] [--skip-dask]
+    python -m bench.ranks [--ranks 64] [--repeat 2] [--big-copies 36] [--skip-dask]
                                 [--skip-big] [--hta-ranks 8]
 
 1. A job of ``--ranks`` rank traces (``tests/jobgen.py``: our runtime's 2-GPU traces, a planted
@@ -48,11 +48,11 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
 
-from tests.jobgen import make_job  # noqa: E402
+from bench.common import REPO as ROOT
+from tests.jobgen import make_job
+
+HERE = ROOT / "bench"
 
 DRIVER = """
 import json, resource, sys

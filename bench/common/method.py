@@ -1,6 +1,6 @@
 """The benchmark method: interleaved rounds, medians with bootstrap intervals, and whether two
 runs of a benchmark agree. Python and numpy (no torch): the pipeline benchmark, the issue-5
-benchmark and ``bench/compare_results.py`` share it, and the CPU tests check it on tiny data.
+benchmark and ``bench/pipelines_compare.py`` share it, and the CPU tests check it on tiny data.
 
 The method, for variants compared with a reference variant (SparseDist):
 
@@ -167,7 +167,7 @@ def paired_ratios(per_round: Sequence[dict[str, float]], variant: str, reference
 
 def round_ratios(pdoc: dict, variant: str, reference: str) -> list[tuple[float, dict]]:
     """``variant``'s step-time ratio to ``reference`` in each timed round of one preset of a
-    results document (as bench_pipelines writes it), with the round itself; rounds without
+    results document (as bench.pipelines writes it), with the round itself; rounds without
     both runs left out."""
     out = []
     for rd in pdoc.get("rounds", []):
@@ -233,7 +233,7 @@ class Agreement:
 
 EVENT_RESOLUTION_MS = 0.5e-3
 """The step timer's resolution: CUDA events time an interval to about 0.5 us
-(``cudaEventElapsedTime``'s documentation); bench_pipelines' step times are event intervals."""
+(``cudaEventElapsedTime``'s documentation); bench.pipelines' step times are event intervals."""
 
 
 def ratio_resolution(variant_ms: float, reference_ms: float, *, resolution_ms: float = EVENT_RESOLUTION_MS) -> float:
@@ -245,7 +245,7 @@ def ratio_resolution(variant_ms: float, reference_ms: float, *, resolution_ms: f
 
 def agreement(a: dict, b: dict, *, figures: Sequence[str] = ("ratio",)) -> list[Agreement]:
     """Every (preset, variant, figure) estimate present in both results documents (``presets``
-    -> ``summary`` -> variant -> figure -> Estimate dict, as bench_pipelines writes them), but
+    -> ``summary`` -> variant -> figure -> Estimate dict, as bench.pipelines writes them), but
     the reference variant's (its ratio to itself is 1 in every round)."""
     def index(doc: dict) -> dict:
         out = {}

@@ -12,7 +12,7 @@ thread, which the main thread waits for inside ``run_backward``). Per variant: h
 function, summed over the rounds' profiled runs and divided by their steps; printed as the
 functions whose time differs most from the reference variant's, with their calls per step.
 
-    python bench/pipe_hostprof.py --preset multitask_b4k --variants sparse,fused,fused_current_stream --out DIR
+    python -m bench.pipelines_host_profile --preset multitask_b4k --variants sparse,fused,fused_current_stream --out DIR
 
 Writes ``DIR/hostprof.json`` (every function's per-step time and calls per variant, the step
 times) and ``DIR/hostprof.md`` (the table). Not a results file of record: the profiler slows
@@ -32,15 +32,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from bench.bench_pipelines import PRESETS, VARIANTS, _config  # noqa: E402
-from bench.host import host_probe, quiet_gc  # noqa: E402
-from runtime.data import SyntheticLoader  # noqa: E402
-from runtime.session import Session  # noqa: E402
+from bench.pipelines import PRESETS, VARIANTS, run_config
+from bench.common.host import host_probe, quiet_gc
+from runtime.data import SyntheticLoader
+from runtime.session import Session
 
 
 def _label(func: tuple) -> str:
@@ -89,7 +86,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     spec = PRESETS[args.preset]
-    cfgs = {v: _config(spec, v, device=args.device, warmup=spec["warmup"], timed=args.steps, profile=0,
+    cfgs = {v: run_config(spec, v, device=args.device, warmup=spec["warmup"], timed=args.steps, profile=0,
                        out=out / v, seed=0) for v in variants}
     first = cfgs[variants[0]]
     longest = max(c.total_steps for c in cfgs.values())

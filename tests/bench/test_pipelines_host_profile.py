@@ -1,4 +1,4 @@
-"""bench/pipe_hostprof.py runs end to end on the CPU (tiny preset, gloo, the reference TBE) and
+"""bench/pipelines_host_profile.py runs end to end on the CPU (tiny preset, gloo, the reference TBE) and
 what it writes holds together: per-step function times for every variant, the variants' own
 functions where they differ (FusedSparseDist's lookup stage, which SparseDist never calls)."""
 
@@ -14,9 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_hostprof_on_cpu(tmp_path):
-    cmd = [sys.executable, str(REPO / "bench" / "pipe_hostprof.py"), "--device", "cpu", "--preset", "tiny",
+    cmd = [sys.executable, "-m", "bench.pipelines_host_profile", "--device", "cpu", "--preset", "tiny",
            "--variants", "sparse,fused", "--rounds", "2", "--steps", "2", "--top", "5", "--out", str(tmp_path)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads((tmp_path / "hostprof.json").read_text())
     assert doc["variants"] == ["sparse", "fused"] and doc["rounds"] == 2
@@ -33,7 +33,7 @@ def test_hostprof_on_cpu(tmp_path):
 
 
 def test_hostprof_refuses_one_variant(tmp_path):
-    cmd = [sys.executable, str(REPO / "bench" / "pipe_hostprof.py"), "--device", "cpu", "--preset", "tiny",
+    cmd = [sys.executable, "-m", "bench.pipelines_host_profile", "--device", "cpu", "--preset", "tiny",
            "--variants", "sparse", "--out", str(tmp_path)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "two or more" in r.stderr

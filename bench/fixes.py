@@ -1,8 +1,8 @@
 """Issue 5 benchmark: delta tracking, sync-free writeback, in-place batch copy (one GPU).
 
-    python bench/bench_issue5.py --out "$OUT"            # on a GPU; all three parts
-    python bench/bench_issue5.py --out /tmp/x --quick    # tiny sizes, runs on a CPU too
-    python bench/bench_issue5.py --analyze DIR --out OUT  # CPU, afterwards: tracekit on DIR's traces
+    python -m bench.fixes --out "$OUT"            # on a GPU; all three parts
+    python -m bench.fixes --out /tmp/x --quick    # tiny sizes, runs on a CPU too
+    python -m bench.fixes --analyze DIR --out OUT  # CPU, afterwards: tracekit on DIR's traces
 
 Parts, each in its own subprocess (a failing part does not stop the others; each writes its
 JSON as soon as it has it, the parent merges what exists):
@@ -41,16 +41,12 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import torch
+from torch import nn
+from torch.profiler import profile, record_function, schedule
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.profiler import profile, record_function, schedule  # noqa: E402
-
-from bench import method, proof_manifest  # noqa: E402
-from runtime.profiling import make_profiler, trace_counts  # noqa: E402
+from bench.common import method, module_command, proof_manifest, repo_env
+from runtime.profiling import make_profiler, trace_counts
 
 PART_TIMEOUT_S = {"a": 240, "b": 200, "c_standard": 150, "c_inplace": 150, "c_timed": 90}
 """Most seconds each part may run (c_timed: each timed round's process); ``--budget-s`` caps the
@@ -229,7 +225,7 @@ def profile_steps(run_one, device: torch.device, path: Path, steps: int) -> dict
 
 
 def interleaved_windows(variants: list[str], rounds: int, window, device: torch.device) -> dict:  # noqa: ANN001
-    """The benchmark method (bench/method.py) over timed windows: a warm-up round in the given
+    """The benchmark method (bench/common/method.py) over timed windows: a warm-up round in the given
     order (discarded), then ``rounds`` timed rounds in mirrored pairs of rotated orders. One
     window of a variant: the allocator emptied and its peak reset, then ``window(name)`` (the
     variant's set-up and its timed steps: seconds per step). Returns the orders, the warm-up
@@ -698,7 +694,7 @@ def write_commit(out: Path, results: dict, md: str, *, quick: bool) -> None:
     res = out / "commit" / "bench" / "results"
     res.mkdir(parents=True, exist_ok=True)
     write_json(res / f"issue5-{tag}.json", results)
-    (res / f"issue5-{tag}.md").write_text(f"{md}\nWritten {now.isoformat(timespec='seconds')} by bench/bench_issue5.py.\n")
+    (res / f"issue5-{tag}.md").write_text(f"{md}\nWritten {now.isoformat(timespec='seconds')} by bench/fixes.py.\n")
     pairs = proof_pairs(results)
     if pairs:
         proof_manifest.write(res / f"proof-issue5-{tag}.json", pairs, repo=out / "commit", device=device,
@@ -721,7 +717,7 @@ def summarize(out: Path, parts: list[str], wall: dict) -> tuple[dict, str]:
         rounds = [timed_c[k] for k in sorted(timed_c)]
         results["c_method"] = {"rounds": rounds, "summary": method_summary(rounds, "standard")}
     lines = ["# Issue 5 benchmark", "",
-             "Method (bench/method.py): a warm-up round (discarded), then timed rounds in mirrored pairs of rotated "
+             "Method (bench/common/method.py): a warm-up round (discarded), then timed rounds in mirrored pairs of rotated "
              "orders; (a) and (b): one window of steps per variant and round, (c): one fresh process per variant and "
              "round (the traced process is the warm-up round). Figures: median over rounds [95 % bootstrap interval]; "
              "ratios to the first variant within each round.", ""]
@@ -962,22 +958,22 @@ def main() -> int:
     for p in parts:
         left = deadline - time.perf_counter()
         if left < 20:
-            print(f"[bench_issue5] part {p} skipped: time budget spent", flush=True)
+            print(f"[bench.fixes] part {p} skipped: time budget spent", flush=True)
             write_json(out / f"issue5_{p}.json", {"part": p, "status": "skipped (time budget)"})
             continue
         timeout = min(PART_TIMEOUT_S["c_timed" if "_r" in p else p], left - 5)
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--out", str(out), "--part", p] + (["--quick"] if args.quick else [])
+        cmd = module_command("bench.fixes", "--out", str(out), "--part", p, *(["--quick"] if args.quick else []))
         t0 = time.perf_counter()
-        print(f"[bench_issue5] part {p} (timeout {timeout:.0f} s) ...", flush=True)
+        print(f"[bench.fixes] part {p} (timeout {timeout:.0f} s) ...", flush=True)
         try:
-            proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True)
+            proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True, env=repo_env())
             tail = (proc.stdout + proc.stderr)[-3000:]
             if proc.returncode != 0:
-                print(f"[bench_issue5] part {p} exited {proc.returncode}:\n{tail}", flush=True)
+                print(f"[bench.fixes] part {p} exited {proc.returncode}:\n{tail}", flush=True)
         except subprocess.TimeoutExpired:
-            print(f"[bench_issue5] part {p} timed out after {timeout:.0f} s (partial results kept)", flush=True)
+            print(f"[bench.fixes] part {p} timed out after {timeout:.0f} s (partial results kept)", flush=True)
         wall[p] = round(time.perf_counter() - t0, 1)
-        print(f"[bench_issue5] part {p} done in {wall[p]} s", flush=True)
+        print(f"[bench.fixes] part {p} done in {wall[p]} s", flush=True)
     try:
         results, md = summarize(out, parts, wall)
     except Exception:  # noqa: BLE001 - never lose the per-part results to a bug in the summary
@@ -988,7 +984,7 @@ def main() -> int:
     try:
         write_commit(out, results, md, quick=args.quick)
     except Exception:  # noqa: BLE001 - the results above are kept whatever happens here
-        print("[bench_issue5] commit files failed:\n" + traceback.format_exc(), flush=True)
+        print("[bench.fixes] commit files failed:\n" + traceback.format_exc(), flush=True)
     print(md, flush=True)
     return 0
 

@@ -3,7 +3,7 @@ four analyses) vs tracekit's load + the bridge (``tracekit.analyses.hta``) + the
 analyses. It times only; that the two give the same tables is tests/tracekit/test_hta_bridge.py's
 job.
 
-    python bench/hta_bridge_bench.py [TRACE] [--repeat N]
+    python -m bench.hta_bridge [TRACE] [--repeat N]
 
 TRACE defaults to ../shared/traces/public/hta_ns_resolution_rank0.json.gz. Prints one line per
 measured phase (best of N runs, wall-clock seconds) and the speed-up of the parse/bridge step.
@@ -18,10 +18,8 @@ import sys
 import tempfile
 import time
 import warnings
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.common import REPO
 
 DEFAULT = REPO.parent / "shared" / "traces" / "public" / "hta_ns_resolution_rank0.json.gz"
 

@@ -6,7 +6,7 @@ steps with record_shapes, profile_memory and with_stack. With the defaults this 
 of JSON (~1.6 M events). It uses plain torch (no tracekit, no runtime) so it is what any user's
 trace looks like, labelled with TorchRec's stage names.
 
-    python bench/make_large_trace.py --out DIR [--steps 160] [--tables 26] [--batch 2048]
+    python -m bench.common.large_trace --out DIR [--steps 160] [--tables 26] [--batch 2048]
 
 Writes DIR/<name>.json.gz (and prints its size and event count).
 """
@@ -19,10 +19,14 @@ import json
 import os
 import shutil
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from bench.common.synthetic_trace import Written
 
 
 class DLRM(nn.Module):
@@ -66,19 +70,32 @@ def make_batches(n: int, *, tables: int, rows: int, batch: int, pooling: int, de
     return out
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--name", default="large_rank0")
-    p.add_argument("--steps", type=int, default=160)
-    p.add_argument("--tables", type=int, default=26)
-    p.add_argument("--rows", type=int, default=200_000)
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--batch", type=int, default=2048)
-    p.add_argument("--pooling", type=int, default=20)
-    p.add_argument("--no-stack", action="store_true", help="leave out with_stack (smaller trace)")
-    args = p.parse_args()
+@dataclass(frozen=True)
+class LargeTraceConfig:
+    """The training loop :func:`write_large_trace` profiles (the defaults: ~500 MB of JSON)."""
 
+    name: str = "large_rank0"
+    """File name, without ``.json.gz``."""
+    steps: int = 160
+    """Profiled steps (after 1 wait and 2 warm-up steps)."""
+    tables: int = 26
+    """EmbeddingBag tables (Adagrad)."""
+    rows: int = 200_000
+    """Rows per table."""
+    dim: int = 64
+    """Embedding dim."""
+    batch: int = 2048
+    """Samples per batch."""
+    pooling: int = 20
+    """Mean ids per bag (lengths uniform in [1, 2 * pooling))."""
+    stack: bool = True
+    """Profile with ``with_stack`` (a larger trace)."""
+
+
+def write_large_trace(out_dir: str | Path, cfg: LargeTraceConfig = LargeTraceConfig()) -> Written:
+    """Run and profile the loop of ``cfg`` on the GPU (else the CPU) and write
+    ``out_dir/<name>.json.gz``."""
+    args = cfg
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
     model = DLRM(args.tables, args.rows, args.dim, 13).to(dev)
@@ -110,15 +127,15 @@ def main() -> None:
 
     wait, warmup = 1, 2
     total = wait + warmup + args.steps
-    os.makedirs(args.out, exist_ok=True)
-    json_path = os.path.join(args.out, f"{args.name}.json")
+    os.makedirs(out_dir, exist_ok=True)
+    json_path = os.path.join(out_dir, f"{args.name}.json")
     t0 = time.time()
     with profile(
         activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else []),
         schedule=schedule(wait=wait, warmup=warmup, active=args.steps, repeat=1),
         record_shapes=True,
         profile_memory=True,
-        with_stack=not args.no_stack,
+        with_stack=args.stack,
         on_trace_ready=lambda prof: prof.export_chrome_trace(json_path),
     ) as prof:
         for i in range(total):
@@ -144,10 +161,26 @@ def main() -> None:
     with open(json_path, "rb") as f:
         n_events = len(json.load(f)["traceEvents"])
     os.remove(json_path)
-    print(
-        f"wrote {gz_path}: {raw / 1e6:.1f} MB JSON, {os.path.getsize(gz_path) / 1e6:.1f} MB gzipped, "
-        f"{n_events} events, {args.steps} profiled steps in {t1 - t0:.1f} s on {dev}"
-    )
+    print(f"{args.steps} profiled steps in {t1 - t0:.1f} s on {dev}")
+    return Written(Path(gz_path), raw, n_events)
+
+
+def main(argv: list[str] | None = None) -> None:
+    d = LargeTraceConfig()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--name", default=d.name)
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--tables", type=int, default=d.tables)
+    p.add_argument("--rows", type=int, default=d.rows)
+    p.add_argument("--dim", type=int, default=d.dim)
+    p.add_argument("--batch", type=int, default=d.batch)
+    p.add_argument("--pooling", type=int, default=d.pooling)
+    p.add_argument("--no-stack", action="store_true", help="leave out with_stack (smaller trace)")
+    a = p.parse_args(argv)
+    w = write_large_trace(a.out, LargeTraceConfig(name=a.name, steps=a.steps, tables=a.tables, rows=a.rows, dim=a.dim,
+                                                  batch=a.batch, pooling=a.pooling, stack=not a.no_stack))
+    print(f"wrote {w.path}: {w.json_bytes / 1e6:.1f} MB JSON, {w.path.stat().st_size / 1e6:.1f} MB gzipped, {w.events} events")
 
 
 if __name__ == "__main__":

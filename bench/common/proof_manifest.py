@@ -1,11 +1,11 @@
 """The explain proof's manifest: for each fix the runtime can run on a GPU, the "before" trace
 and what the same GPU run measured for the fix off and on (issue 9, section 4).
 
-    python bench/proof_manifest.py merge OUT.json IN.json [IN.json ...]   # one manifest from several
-    python bench/proof_manifest.py show MANIFEST.json                      # the pairs, one line each
+    python -m bench.common.proof_manifest merge OUT.json IN.json [IN.json ...]   # one manifest from several
+    python -m bench.common.proof_manifest show MANIFEST.json                      # the pairs, one line each
 
-Written by ``bench/bench_pipelines.py`` (FusedSparseDist vs SparseDist, on the headline preset
-and on a host-bound one where the fix cannot help) and ``bench/bench_issue5.py`` (blocking ->
+Written by ``bench/pipelines.py`` (FusedSparseDist vs SparseDist, on the headline preset
+and on a host-bound one where the fix cannot help) and ``bench/fixes.py`` (blocking ->
 async delta copy, legacy -> precomputed writeback, standard -> in-place batch copy); read by
 ``bench/explain_proof.py``, which predicts each "after" from the "before" trace. The format (the
 keys explain_proof.py reads, and beside them the method's intervals)::
@@ -27,7 +27,7 @@ keys explain_proof.py reads, and beside them the method's intervals)::
 
 ``step_ms`` / ``peak_reserved_bytes`` are the medians over the benchmark's timed rounds (or
 windows); EST is ``{"median", "lo", "hi", "n"}``, that median with its 95 % bootstrap interval
-(bench/method.py). ``step_ms`` is untraced (CUDA events, or the host clock around a drained
+(bench/common/method.py). ``step_ms`` is untraced (CUDA events, or the host clock around a drained
 window); ``traced_step_ms`` are the traced steps' own times (profiler overhead included), to
 judge how far the trace is from the untraced run. ``measured`` is paired within each round:
 ratio after/before, saving before - after. Paths are relative to the manifest's folder (in the
@@ -43,9 +43,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import method  # noqa: E402
+from bench.common import method
 
 FORMAT = "tracekit-explain-proof/1"
 FIXES = ("fused_sparse_dist", "async_delta_copy", "precomputed_writeback", "inplace_batch_copy")
@@ -104,7 +103,7 @@ def pair(fix: str, context: dict, *, expect: str, before: dict, after: dict,
 
 
 def pipeline_pair(pdoc: dict, before: str, after: str, *, fix: str, trace_file: str) -> dict:
-    """A pair from one preset of bench_pipelines' results (its timed rounds and trace runs)."""
+    """A pair from one preset of bench.pipelines' results (its timed rounds and trace runs)."""
     rounds = [rd for rd in pdoc["rounds"] if not rd["warmup"] and before in rd["runs"] and after in rd["runs"]]
 
     def series(v: str) -> dict:
@@ -201,6 +200,9 @@ def main(argv: list[str]) -> int:
         return 0
     if len(argv) == 2 and argv[0] == "show":
         print("\n".join(show(load(Path(argv[1])))))
+        return 0
+    if argv in (["-h"], ["--help"]):
+        print(__doc__.split("\n\n")[1])
         return 0
     print(__doc__.split("\n\n")[1], file=sys.stderr)
     return 2

@@ -8,7 +8,7 @@ events of the annotation's span and the GPU work they launched); tracekit's step
 from the previous step's completion to this step's: in a steady state the same work.
 
     python -m venv /tmp/htavenv && /tmp/htavenv/bin/pip install 'pandas<3' HolisticTraceAnalysis==0.5.0
-    python bench/hta_critical_path.py TRACE --step N --hta-python /tmp/htavenv/bin/python
+    python -m bench.critical_path_vs_hta TRACE --step N --hta-python /tmp/htavenv/bin/python
 
 Classes compared (HTA's ``bound_by`` of each critical-path edge -> tracekit's segments):
 
@@ -32,7 +32,6 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 HTA_SCRIPT = r"""
 import json, os, shutil, sys, tempfile, time

@@ -1,6 +1,6 @@
 """Do two runs of the pipeline benchmark agree? Every median ratio within the other run's interval.
 
-    python bench/compare_results.py A/results.json B/results.json [--memory]
+    python -m bench.pipelines_compare A/results.json B/results.json [--memory]
 
 For every (preset, variant) of both files: the step-time ratio to SparseDist of each run
 (median [95 % interval over rounds]) and whether each median lies inside the other run's
@@ -19,18 +19,17 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.method import agreement, median, ratio_resolution, round_ratios  # noqa: E402
+from bench.common.method import agreement, median, ratio_resolution, round_ratios
 
 
 def _load(path: str) -> dict:
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
-        raise SystemExit(f"compare_results: error: {path}: {e}") from None
+        raise SystemExit(f"pipelines_compare: error: {path}: {e}") from None
     if not isinstance(doc, dict) or "presets" not in doc:
-        raise SystemExit(f"compare_results: error: {path}: not a bench_pipelines results.json")
+        raise SystemExit(f"pipelines_compare: error: {path}: not a bench.pipelines results.json")
     return doc
 
 
