@@ -1,4 +1,5 @@
-"""Issue 5 benchmark: delta tracking, sync-free writeback, in-place batch copy (one GPU).
+"""What the fixes of issue 5 cost or save: delta tracking, sync-free writeback, in-place batch
+copy (one GPU).
 
     python -m bench.fixes --out "$OUT"            # on a GPU; all three parts
     python -m bench.fixes --out /tmp/x --quick    # tiny sizes, runs on a CPU too

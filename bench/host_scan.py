@@ -1,5 +1,5 @@
 """Where does the host's speed move? A scan of every CPU this process may use (GPU machine or any
-Linux host; no GPU needed). Answers the questions of bench/NOTES-pipelines.md, "The host":
+Linux host; no GPU needed). Answers the questions of d124cf4:bench/NOTES-pipelines.md, "The host" (git history):
 
 1. **Timeline**: for ``--seconds``, every CPU probed in turn (the main thread pinned there, then
    :func:`bench.host.host_probe`): is a slow spell one CPU's or every CPU's at once?

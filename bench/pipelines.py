@@ -33,7 +33,7 @@ SemiSync, SparseDist with the in-place copy); SparseDist is the reference. For e
    ours elsewhere), the cyclic GC off during each run, a host probe (us per tiny CPU op) right
    before each run and the main thread's counters over it (involuntary context switches, its
    CPU's steal and interrupt time): on the host-bound presets the step time is the host's speed,
-   and the results say how much the host moved (bench/NOTES-pipelines.md, issue 13 part 2).
+   and the results say how much the host moved (d124cf4:bench/NOTES-pipelines.md, "Issue 13", in git history).
 4. **Traces**: then one more run of each variant the plan traces (the headline's main variants,
    and what the 16k question and the explain proof need) with ``--profile-steps`` profiled steps (Kineto with ``[memory]`` and ``cuda_sync`` events:
    ``runtime.profiling``), written in the repository's layout under ``<out>/commit/`` so the lead
@@ -116,14 +116,14 @@ _RUN = dict(warmup=3, timed=4)
 """The shape of one run: 3 warm-up steps (pipeline fill; the allocator's growth after
 ``empty_cache`` is over by the second step) and 4 timed steps, then TAIL_STEPS untimed. Short
 runs, many rounds: on a host whose speed moves within seconds, two runs next to each other see
-nearly the same host, and more rounds narrow the interval (bench/NOTES-pipelines.md, "Issue 13, part 2", with the simulation on
+nearly the same host, and more rounds narrow the interval (d124cf4:bench/NOTES-pipelines.md, "Issue 13", with the simulation on
 the noise of the 2026-11-23 run)."""
 
 TAIL_STEPS = 3
 """Steps after the timed ones in every run, not timed (``TrainConfig.tail_steps``): the pipeline
 drains in its last steps (SemiSync holds three batches ahead), and until 2026-11-24 those were the
 last timed steps (FusedSparseDist's last step 0.990 of its median on dense_heavy, the others
-1.010; bench/NOTES-pipelines.md, 2026-11-24 session 2)."""
+1.010; d124cf4:bench/NOTES-pipelines.md, "2026-11-24 session 2")."""
 
 PRESETS: dict[str, dict] = {
     # 26 tables of 1M x 128 (13 GB), pooling 20, a multi-task over arch: 128 task heads (256

@@ -1,8 +1,7 @@
 """How often two runs of the pipeline benchmark *can* agree: the method's intervals simulated on
 each figure's own measured noise.
 
-    python -m bench.pipelines_agreement_odds bench/results/pipelines-1gpu-h200-20261124-0242.json \
-        bench/results/pipelines-1gpu-h200-20261124-0250.json [--runs 400] [--json OUT]
+    python -m bench.pipelines_agreement_odds A/results.json B/results.json ... [--runs 400] [--json OUT]
 
 Issue 13 asks two runs in two calls to *agree*: every median ratio within the other run's 95 %
 interval. This script says what that asks of the benchmark's own noise. For every figure (a

@@ -2,7 +2,7 @@
 
 A question about a host-bound step (``multitask_b4k``: "GPU waited for host" 100 %), where a
 variant's extra host work is its extra step time: which calls make FusedSparseDist's step ~1 %
-longer than SparseDist's (bench/NOTES-pipelines.md, 2026-11-24 sessions 4 and 5)?
+longer than SparseDist's (d124cf4:bench/NOTES-pipelines.md, "2026-11-24 session 4" and "session 5")?
 
 Rounds of interleaved runs (the variants in a rotated order each round), each run once without
 the profiler (its median step time, for the ratio to the reference variant) and once under

@@ -11,7 +11,7 @@ overhead does not bias them), then ``tail_steps`` more steps, neither measured n
 the timed (and profiled) steps run with the pipeline full (batches i+1..i+3 in flight) rather
 than draining at the end of the data: the last steps of a pipelined run do less work (no next
 lookup to issue), and timed they made FusedSparseDist's and SemiSync's runs look ~1 % faster or
-slower than their steady state (bench/NOTES-pipelines.md, 2026-11-24 session 2).
+slower than their steady state (d124cf4:bench/NOTES-pipelines.md, "2026-11-24 session 2").
 
 The model is built once (``runtime.session.Session``) and trained by one run. Writes into
 ``out`` for each rank r: ``trace_rank{r}.json.gz`` (Kineto: ``ProfilerStep#N`` markers,

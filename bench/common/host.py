@@ -3,7 +3,7 @@
 On the multitask presets the step is bound by the host (the per-parameter Adam is ~1900 launches
 per step, ~20 us of Python and dispatch each), so a pipeline's step time there is the host's
 speed at that moment. The GPU run of 2026-11-23 showed that speed moving by 1.3-1.6x within
-seconds (bench/NOTES-pipelines.md, "Issue 13, part 2"). This module holds what the benchmark does
+seconds (d124cf4:bench/NOTES-pipelines.md, "Issue 13", in git history). This module holds what the benchmark does
 about it, and what it records so that a run shows whether the host moved:
 
 * :class:`HostPin`: the main thread alone on one CPU (the one with the fewest interrupts, not CPU

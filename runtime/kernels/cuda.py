@@ -54,7 +54,7 @@ AUTO = "auto"  # the DISPATCH table's choice for the call's shape class
 # both batches, both optimizers; the bench itself prints a table by geometric mean, which agrees
 # but for ties); buckets no run measured copy a neighbour. From the H200 run of 2026-11-23
 # 22:43 UTC, every variant timed in one process (fbgemm_gpu 1.6.0; the worst ratios below:
-# d124cf4:bench/results/tbe-h200-20261123-2243.md/.json (git show), bench/NOTES-tbe.md section 4; "bwd" ratios are
+# d124cf4:bench/results/tbe-h200-20261123-2243.md/.json (git show), d124cf4:bench/NOTES-tbe.md section 4; "bwd" ratios are
 # steps with that run's v2-8 / v2-4p forward). Checked by the run of 23:02 UTC with this table:
 # every case >= 1.03 forward, SGD and rowwise Adagrad (bench/results/tbe-h200-20261123-2302.md).
 DISPATCH: dict[tuple[str, int], tuple[str, str]] = {

@@ -22,7 +22,7 @@ update, so the numerics are the same):
 * ``after_backward`` (default): issued after batch i's backward and held on the data-dist stream
   until that backward is done on the GPU, then run ahead of batch i's embedding backward: beside
   the dense optimizer, whose ~1900 short kernels (the multitask presets) leave the GPU mostly
-  idle, instead of taking SMs from the backward. Measured on one H200 (bench/NOTES-pipelines.md,
+  idle, instead of taking SMs from the backward. Measured on one H200 (d124cf4:bench/NOTES-pipelines.md,
   four runs of 2026-11-23): 0.908-0.920x SparseDist's step on the headline preset, against
   0.919-0.946x for ``after_forward``.
 * ``after_forward`` (TorchRec's): issued right after batch i's forward, it runs beside batch i's
