@@ -498,3 +498,39 @@ def test_step_windows_take_each_steps_last_completing_node_exactly():
     assert w["sink"].tolist() == [1, 2]  # step 1: nodes 0 and 1 end together, the later id
     assert w["start"].tolist() == [base, base + 30]
     assert w["end"].tolist() == [base + 30, base + 70]
+
+
+def test_host_cost_seam(tmp_path):
+    """An overhead model's correction (``HostCost``) taken out of the replay: 1 us off each
+    call, 5 us off the host time before each call (``host_spans`` says which spans)."""
+    from tracekit.analyses import explain
+    from tracekit.graph import HostCost, NodeKind, host_spans
+
+    t = host_bound(tmp_path)
+    g = build_graph(t, RULES)
+    spans = host_spans(g, t)
+    calls = spans[g.kind[spans["node"]] == NodeKind.CALL]
+    assert calls["start"].tolist() == [ns(10), ns(40), ns(70)]
+    assert calls["gap_start"].tolist() == [ns(0), ns(12), ns(42)]  # from the step's start marker
+    own = np.zeros(g.n, np.int64)
+    before = np.zeros(g.n, np.int64)
+    own[calls["node"]] = 1 * US
+    before[calls["node"]] = 5 * US
+
+    def cost(trace, graph):
+        assert graph is g
+        return HostCost(own, before)
+
+    g2 = g.with_host_cost(cost(t, g))
+    s, e = replay(Plan.of(g2))
+    # calls 5..6, 29..30, 53..54; k3 launched +3 us: 57..97; the end marker 54 + 28 = 82
+    assert cr.step_windows(g2, s, e)["end"].tolist() == [ns(97)]
+    assert (g.dur == build_graph(t, RULES).dur).all()  # the graph itself is not modified
+    r = explain.compute(t, RULES, host_cost=cost,
+                        config=explain.ExplainConfig(what_ifs=("kernel:k3=4",)))
+    w = r.what_ifs.set_index("id").loc["kernel:k3=4"]
+    # the saving is measured from the corrected replay (97 us) to the changed one (k3 57..67,
+    # the end marker at 82 us): 15 us
+    assert w["saving_ns"] == 15 * US and w["predicted_step_ns"] == 82 * US
+    with pytest.raises(ValueError):
+        g.with_host_cost(HostCost.zero(g.n - 1))

@@ -19,6 +19,7 @@ mean step (``tracekit.graph.whatif``: all steps but the first when there are two
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,7 +33,7 @@ from tracekit.graph import critical as cr
 from tracekit.graph import fixes as fx
 from tracekit.graph import whatif as wi
 from tracekit.graph.build import GraphConfig
-from tracekit.graph.model import COMPUTE, BOUNDS, NodeKind, SYNC, bound_class
+from tracekit.graph.model import COMPUTE, BOUNDS, Graph, HostCost, NodeKind, SYNC, bound_class
 from tracekit.phases import Rules
 from tracekit.trace.model import Trace
 
@@ -184,14 +185,20 @@ def _finding(fid, title, fix, evidence, pred: wi.Prediction, kind="time") -> dic
 
 
 def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
-            config: ExplainConfig | None = None, parallel: bool = False) -> ExplainResult:
+            config: ExplainConfig | None = None, parallel: bool = False,
+            host_cost: Callable[[Trace, Graph], HostCost] | None = None) -> ExplainResult:
     """Critical path, bound and findings of ``trace`` (see the module docstring). ``snapshot``:
     a ``tracekit.analyses.snapshot.SnapshotResult`` of the same run, for the in-place copy's
     predicted peak reserved. ``parallel``: replay the generic findings' what-ifs but the first
     in a forked child (``tracekit.analyses.forked``; on a graph of at least
-    ``FORK_WHAT_IFS_MIN_NODES``) while this process computes the rest: the same result."""
+    ``FORK_WHAT_IFS_MIN_NODES``) while this process computes the rest: the same result.
+    ``host_cost``: ``f(trace, graph) -> HostCost`` (``tracekit.graph.model``), host time to take
+    out of every replay (the profiler's cost, estimated): the what-ifs replay the graph
+    without it (``Graph.with_host_cost``)."""
     config = ExplainConfig() if config is None else config
     g = build_graph(trace, rules, config.graph)
+    # the graph the what-ifs replay: without the host time ``host_cost`` takes out
+    gw = g if host_cost is None else g.with_host_cost(host_cost(trace, g))
     warnings = list(g.warnings)
     win = cr.step_windows(g)
     path = cr.step_paths(g, windows=win)
@@ -208,10 +215,10 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     chains = _chains(trace, g)
 
     def predict(applies, change) -> wi.Prediction | None:
-        return wi.predict(g, change, windows=win) if applies and change is not None and len(win) \
+        return wi.predict(gw, change, windows=win) if applies and change is not None and len(win) \
             else None
 
-    fixes = detect_fixes(trace, g, rules, config.fixes, snapshot=snapshot, chains=chains)
+    fixes = detect_fixes(trace, gw, rules, config.fixes, snapshot=snapshot, chains=chains)
     covered_syncs = any(f.applies and f.id in ("async_delta_copy", "precomputed_writeback")
                         for f in fixes)
     generic = []
@@ -234,7 +241,7 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
             generic.append(("syncs", "sync:all",
                             f"blocking calls and waits are {100 * share[SYNC]:.1f}% of the "
                             "critical path", "remove the host syncs (what-if: all of them)"))
-    changes = [(fid, title, fix, *wi.spec_change(g, wi.parse_spec(spec), chains))
+    changes = [(fid, title, fix, *wi.spec_change(gw, wi.parse_spec(spec), chains))
                for fid, spec, title, fix in generic]
     # the generic what-ifs' replays (on a big trace the largest part of explain after the
     # graph): all but the first in a child while this process computes the rest and the first
@@ -297,7 +304,7 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
             findings.append(_finding(fid, title, fix, title, pred))
     for text in config.what_ifs:
         spec = wi.parse_spec(text)
-        ch, n = wi.spec_change(g, spec, chains)
+        ch, n = wi.spec_change(gw, spec, chains)
         if n == 0:
             warnings.append(f"what-if {text!r} matches nothing in this trace")
         run(text, spec.title, n > 0, f"{n} nodes changed", predict(n > 0, ch))

@@ -5,13 +5,32 @@
     segs = critical_path(trace, rules, step=52)   # the step's critical path as time segments
 
 This package reads a ``Trace`` and knows nothing of rendering.
+
+Host corrections (the seam for an overhead model): a ``HostCost`` holds, per node, host time
+to take out of a replay (what the profiler cost the host): ``own_ns`` off a CPU call's
+duration, ``before_ns`` off the host time before it on its thread. ``host_spans(g, trace)``
+says which span of the trace each CPU node stands for (to count the events recorded in it);
+``g.with_host_cost(cost)`` is the graph without that cost, on which every replay, what-if and
+critical path works unchanged (``tracekit.analyses.explain.compute(..., host_cost=f)`` with
+``f(trace, graph) -> HostCost`` does it for explain)::
+
+    g = build_graph(trace, rules)
+    cost = HostCost(own_ns=..., before_ns=...)       # e.g. per recorded event in host_spans(g, trace)
+    g2 = g.with_host_cost(cost)
+    start, end = replay(Plan.of(g2))                 # the schedule without the profiler's cost
+
+The graph is plain data (numpy arrays and small tables; node ids are a topological order,
+every edge goes from a lower to a higher id): graphs of several ranks can be concatenated
+(lanes renumbered, nodes renumbered by their start on one aligned clock so that every edge,
+the added ones included, still goes forward) and joined with extra edges (a collective's
+kernels on every rank, say), then replayed the same way.
 """
 
-from tracekit.graph.build import GraphConfig, build_graph, wait_agreement
-from tracekit.graph.model import BOUNDS, EdgeKind, Graph, NodeKind
+from tracekit.graph.build import GraphConfig, build_graph, host_spans, wait_agreement
+from tracekit.graph.model import BOUNDS, EdgeKind, Graph, HostCost, NodeKind
 
-__all__ = ["BOUNDS", "EdgeKind", "Graph", "GraphConfig", "NodeKind", "build_graph",
-           "wait_agreement"]
+__all__ = ["BOUNDS", "EdgeKind", "Graph", "GraphConfig", "HostCost", "NodeKind", "build_graph",
+           "host_spans", "wait_agreement"]
 
 
 def critical_path(trace, rules=None, *, step: int | None = None,

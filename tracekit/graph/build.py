@@ -796,6 +796,35 @@ def _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes, p_prev, p_next, co
             np.array(ov, np.int64).reshape(-1, 2))
 
 
+def host_spans(g: Graph, trace: Trace) -> pd.DataFrame:
+    """The host time each CPU node (a call or a step marker) stands for, for a ``HostCost``
+    (``tracekit.graph.model``): one row per CPU node, ``node, pid, tid, gap_start, start,
+    end`` (ns, the trace's clock): the call's own span is ``[start, end)`` (the event's, a
+    blocking call's wait included; a marker's is empty) and the host time before it on its
+    thread ``[gap_start, start)`` (from the previous CPU node's end; the node's own start for
+    the first node of a thread). ``own_ns`` is taken off the first, ``before_ns`` off the
+    second."""
+    cpu = np.flatnonzero(g.kind != NodeKind.GPU)
+    ev = trace.events
+    row = g.row[cpu]
+    has = row >= 0
+    ts = g.start[cpu].copy()
+    end = g.end[cpu].copy()
+    if has.any():
+        ts[has] = ev["ts"].to_numpy(np.int64)[row[has]]
+        end[has] = ts[has] + ev["dur"].to_numpy(np.int64)[row[has]]
+    lane = g.lane[cpu].astype(np.int64)
+    order = np.lexsort((cpu, lane))  # node order within each lane
+    same = np.r_[False, lane[order][1:] == lane[order][:-1]]
+    gap = ts.copy()
+    prev_end = np.r_[0, end[order][:-1]]
+    gap[order] = np.where(same, np.minimum(prev_end, ts[order]), ts[order])
+    lanes = g.lanes
+    return pd.DataFrame({"node": cpu, "pid": lanes["pid"].to_numpy(np.int64)[lane],
+                         "tid": lanes["tid"].to_numpy(np.int64)[lane], "gap_start": gap,
+                         "start": ts, "end": end})
+
+
 def ready_times(g: Graph) -> np.ndarray:
     """Per node: when a GPU activity could have started without a cross-stream wait (its
     stream's previous activity ended, and its launch call returned + the launch latency; a

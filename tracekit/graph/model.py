@@ -41,7 +41,7 @@ program edges, the trace's typical launch latency for launch edges, 0 for the ot
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from functools import cached_property
 
@@ -203,6 +203,21 @@ class Graph:
     def n(self) -> int:
         return int(self.kind.size)
 
+    def with_host_cost(self, cost: "HostCost") -> "Graph":
+        """This graph with ``cost`` taken out of its host work (``HostCost``): CPU calls'
+        durations and program edges' lags reduced, each clipped at 0. Observed times
+        (``start``) stay the trace's; a replay of the result is the schedule without that cost.
+        Build changes (``tracekit.graph.whatif``) on the graph this returns."""
+        if cost.own_ns.size != self.n:
+            raise ValueError(f"HostCost has {cost.own_ns.size} nodes, the graph {self.n}")
+        cpu = self.kind != NodeKind.GPU
+        dur = self.dur.copy()
+        dur[cpu] = np.maximum(dur[cpu] - np.asarray(cost.own_ns, np.int64)[cpu], 0)
+        lag = self.lag.copy()
+        prog = self.edge_kind == int(EdgeKind.PROGRAM)
+        lag[prog] = np.maximum(lag[prog] - np.asarray(cost.before_ns, np.int64)[self.dst[prog]], 0)
+        return replace(self, dur=dur, lag=lag)
+
     def edge_counts(self) -> dict[str, int]:
         """Edges by kind (``EDGE_NAMES``)."""
         c = np.bincount(self.edge_kind.astype(np.int64), minlength=len(EdgeKind))
@@ -213,3 +228,35 @@ class Graph:
         if r["type"] == "gpu":
             return f"GPU {int(r['device'])} stream {int(r['stream'])}"
         return f"CPU {int(r['pid'])}/{int(r['tid'])}"
+
+
+@dataclass(frozen=True)
+class HostCost:
+    """Host time to take out of a replay, per node: what the profiler cost the host (estimated
+    by an overhead model from what the trace records), or any other correction of host work.
+
+    The replay (``tracekit.graph.replay.Plan.of``, ``tracekit.graph.whatif.predict``,
+    ``tracekit.analyses.explain.compute``) subtracts ``own_ns`` from a CPU node's duration and
+    ``before_ns`` from the host time before it on its thread (the lag of its program edge),
+    each clipped at 0. Which host time a node stands for: ``tracekit.graph.build.host_spans``
+    (the call's own span, and the gap since the previous node of its thread).
+    """
+
+    own_ns: np.ndarray
+    """int64 per node: taken off a CPU call's duration (0 for GPU activities and markers)."""
+    before_ns: np.ndarray
+    """int64 per node: taken off the host time between the previous node of its thread and it
+    (0 for GPU activities)."""
+
+    def __post_init__(self) -> None:
+        for f in ("own_ns", "before_ns"):
+            a = np.asarray(getattr(self, f))
+            if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
+                raise ValueError(f"HostCost.{f} must be a 1-d integer array (ns per node)")
+        if self.own_ns.shape != self.before_ns.shape:
+            raise ValueError("HostCost.own_ns and before_ns must have one value per node")
+
+    @classmethod
+    def zero(cls, n: int) -> "HostCost":
+        """No correction, for a graph of ``n`` nodes."""
+        return cls(np.zeros(n, np.int64), np.zeros(n, np.int64))

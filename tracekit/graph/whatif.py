@@ -67,7 +67,7 @@ class Change:
 
 @dataclass(frozen=True)
 class Prediction:
-    """Observed and predicted step times of one what-if."""
+    """Observed, replayed and predicted step times of one what-if."""
 
     observed_ns: float
     """Mean length of the counted steps, as traced."""
@@ -76,15 +76,23 @@ class Prediction:
     predicted_contention_ns: float
     """Contention-aware prediction."""
     steps: list
-    """Per step: ``(step, observed_ns, predicted_ns, predicted_contention_ns)``."""
+    """Per step: ``(step, observed_ns, replayed_ns, predicted_ns, predicted_contention_ns)``."""
+    replayed_ns: float | None = None
+    """Mean length of the counted steps in the replay of the unchanged graph (the baseline a
+    saving is measured from; None: the observed one)."""
+
+    @property
+    def baseline_ns(self) -> float:
+        return self.observed_ns if self.replayed_ns is None else self.replayed_ns
 
     @property
     def saving_ns(self) -> float:
-        return self.observed_ns - self.predicted_ns
+        """The unchanged graph's replayed step minus the changed one's."""
+        return self.baseline_ns - self.predicted_ns
 
     @property
     def saving_contention_ns(self) -> float:
-        return self.observed_ns - self.predicted_contention_ns
+        return self.baseline_ns - self.predicted_contention_ns
 
 
 def plan(g: Graph, change: Change) -> Plan:
@@ -167,12 +175,26 @@ def predict(g: Graph, change: Change, *, windows=None) -> Prediction:
         w2 = w1
     keep = counted_steps(obs)
     o = (obs["end"] - obs["start"]).to_numpy(np.int64)
+    base = _aligned(obs, base_windows(g))
     a = _aligned(obs, w1)
     b = _aligned(obs, w2)
-    rows = [(int(s), int(x), int(y), int(z)) for s, x, y, z in zip(obs["step"], o, a, b)]
+    rows = [(int(s), int(x), int(r), int(y), int(z))
+            for s, x, r, y, z in zip(obs["step"], o, base, a, b)]
     if not keep.any():
-        return Prediction(0.0, 0.0, 0.0, rows)
-    return Prediction(float(o[keep].mean()), float(a[keep].mean()), float(b[keep].mean()), rows)
+        return Prediction(0.0, 0.0, 0.0, rows, 0.0)
+    return Prediction(float(o[keep].mean()), float(a[keep].mean()), float(b[keep].mean()), rows,
+                      float(base[keep].mean()))
+
+
+def base_windows(g: Graph):
+    """``step_windows`` of the replay of the unchanged graph, computed once per graph."""
+    got = g.__dict__.get("_base_windows")
+    if got is None:
+        p = plan(g, Change())
+        s, e = replay_queued(g, p, queue_pairs(g, p.lane))
+        got = step_windows(g, s, e)
+        g.__dict__["_base_windows"] = got
+    return got
 
 
 def _requeue(g: Graph, src, dst, kind, new_lane) -> np.ndarray:
