@@ -110,9 +110,12 @@ class TraceBuilder:
         self._next_ext = 1
 
     # ---- host side -------------------------------------------------------------------------
-    def annotation(self, name: str, ts: float, dur: float, *, tid: int | None = None) -> None:
-        """A ``record_function`` range on a CPU thread (``user_annotation``)."""
-        self.events.append(_Ev("annotation", name, ts, dur, self.tid if tid is None else tid))
+    def annotation(self, name: str, ts: float, dur: float, *, tid: int | None = None,
+                   args: dict[str, Any] | None = None) -> None:
+        """A ``record_function`` range on a CPU thread (``user_annotation``); ``args`` are
+        written as they are (a range with recorded inputs: ``inputs(...)``)."""
+        self.events.append(_Ev("annotation", name, ts, dur, self.tid if tid is None else tid,
+                               args=dict(args or {})))
 
     def profiler_step(self, n: int, ts: float, dur: float, *, tid: int | None = None) -> None:
         """torch.profiler's ``ProfilerStep#n`` annotation."""
@@ -521,6 +524,27 @@ def _innermost_host(host: list[_Ev], calls: list[_Ev], ext_of: dict[int, int]) -
                     out[id(e)] = ext_of[id(h)]
                     break
     return out
+
+def inputs(*items: tuple) -> dict[str, Any]:
+    """The args ``record_shapes=True`` writes on an op, from ``(dims, type)`` for a tensor
+    (``([65536, 3328], "float")``), ``(value,)`` for a scalar (``(3328,)``: type ``Scalar``,
+    its value in ``Concrete Inputs``) and ``()`` for None."""
+    dims, types, concrete = [], [], []
+    for it in items:
+        if len(it) == 2:
+            dims.append(list(it[0]))
+            types.append(it[1])
+            concrete.append("")
+        elif len(it) == 1:
+            dims.append([])
+            types.append("Scalar")
+            concrete.append(str(it[0]))
+        else:
+            dims.append([])
+            types.append("")
+            concrete.append("")
+    return {"Input Dims": dims, "Input type": types, "Concrete Inputs": concrete}
+
 
 def load_built(builder: TraceBuilder, directory: str | Path, name: str = "trace.json"):
     """Write ``builder``'s trace into ``directory`` and read it back with tracekit's loader

@@ -17,8 +17,8 @@ import numpy as np
 from tracekit.intervals import is_nondecreasing
 from tracekit.trace._numbers import BAD, us_float_to_ns, us_text_to_ns
 from tracekit.trace._schema import (
-    CATEGORY_KIND, GPU_SIDE_KINDS, LEGACY_CATEGORIES, NO_ARGS, NO_CAT, STR_ARGS, Args, Event,
-    str_id,
+    CATEGORY_KIND, GPU_SIDE_KINDS, LEGACY_CATEGORIES, NO_ARGS, NO_CAT, RAW_ARGS, STR_ARGS, Args,
+    Event, str_id,
 )
 
 try:  # the compiled scanner (setup.py builds it; optional: msgspec alone reads the same)
@@ -47,7 +47,7 @@ def _scanner_matches_schema(scanner) -> bool:
     """Whether the built scanner reads exactly ``Args``' keys, with their types (a stale build
     after a schema change would accept values msgspec refuses: then it is not used)."""
     enc = dict(zip(Args.__struct_fields__, Args.__struct_encode_fields__))
-    ints = {enc[f] for f in Args.__struct_fields__ if f not in STR_ARGS}
+    ints = {enc[f] for f in Args.__struct_fields__ if f not in STR_ARGS and f not in RAW_ARGS}
     strs = {enc[f] for f in STR_ARGS}
     return (scanner.COLS == (_X_COLS, _M_COLS) and set(scanner.INT_KEYS) == ints
             and set(scanner.STR_KEYS) == strs
@@ -61,6 +61,11 @@ if _fastscan is not None and not _scanner_matches_schema(_fastscan):  # pragma: 
     _fastscan = None
 _ARG_NAME = re.compile(r"^record_param_comms$|(?i:nccl|rccl)")
 """Names of the events (besides every cuda_sync event) whose args go into ``Trace.args``."""
+SHAPE_NAME = re.compile(r"(?i)embedding|^tracekit_tbe::")
+"""Names of the host ops and annotations whose recorded inputs (``record_shapes``: Input Dims,
+Input type, Concrete Inputs) go into ``Trace.args``: FBGEMM's TBE ops, torch's embedding ops,
+the runtime's ``tracekit_tbe::`` annotations (``tracekit.analyses.embedding_bw`` reads them)."""
+_HOST_SIDE = np.array([int(Kind.CPU_OP), int(Kind.ANNOTATION)], dtype=np.int8)
 _ARG_FIELDS = tuple(c for c in ARG_COLUMNS if c != "event")
 _THREAD_NAME = "thread_name"
 _ARG_GET = {f: attrgetter(f) for f in _ARG_FIELDS}
@@ -80,6 +85,17 @@ _FIELD_TEXT = {
     "ts": "ts missing, not a JSON number or beyond int64 ns (nanoseconds written as µs?)",
     "dur": "dur missing or not a number",
 }
+
+
+def _canonical(raw: msgspec.Raw) -> str:
+    """A ``RAW_ARGS`` value as compact JSON text ("" when absent or not JSON): the same text
+    whichever path decoded the piece."""
+    if not len(raw):
+        return ""
+    try:
+        return msgspec.json.encode(msgspec.json.decode(raw)).decode()
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return ""
 
 
 def _kind_label(k: int) -> str:
@@ -189,6 +205,7 @@ class Columns:
         self.dropped_names: list[str] = []
         """The first few names of the events left out."""
         self._wants_args = np.zeros(0, dtype=bool)  # name code -> its events' args are kept
+        self._wants_shapes = np.zeros(0, dtype=bool)  # name code -> its host ops' inputs are kept
         self._arg_parts: list[dict] = []
         self._order: np.ndarray | None = None  # file order -> ts order, set by event_arrays
         self._thread_names: list[tuple[int, int, int, str]] = []  # (piece, pid, tid, name)
@@ -344,24 +361,33 @@ class Columns:
         event's row in the piece), None when none does."""
         known = len(self._wants_args)
         if len(self.names.values_) > known:
-            new = [bool(_ARG_NAME.search(s)) for s in self.names.values_[known:]]
+            fresh = self.names.values_[known:]
+            new = [bool(_ARG_NAME.search(s)) for s in fresh]
             self._wants_args = np.concatenate([self._wants_args, np.array(new, dtype=bool)])
-        rows = np.flatnonzero(self._wants_args[name] | (kind == int(Kind.SYNC)))
+            new = [bool(SHAPE_NAME.search(s)) for s in fresh]
+            self._wants_shapes = np.concatenate([self._wants_shapes, np.array(new, dtype=bool)])
+        shapes = self._wants_shapes[name] & np.isin(kind, _HOST_SIDE)
+        rows = np.flatnonzero(self._wants_args[name] | (kind == int(Kind.SYNC)) | shapes)
         if not len(rows):
             return None
         sub = args_at(rows)
+        with_shapes = shapes[rows].tolist()
         out: dict = {"row": rows}
         for f in _ARG_FIELDS:
             if f == "group":  # the name; older traces wrote a numeric "Process Group ID"
                 out[f] = [a.group or (str(a.group_id) if a.group_id >= 0 else "") for a in sub]
+            elif f in RAW_ARGS:  # as canonical JSON text, for the shape rows only
+                out[f] = [_canonical(_ARG_GET[f](a)) if keep else ""
+                          for a, keep in zip(sub, with_shapes)]
             elif f in STR_ARGS:
                 out[f] = list(map(_ARG_GET[f], sub))
             else:
                 out[f] = _ints(_ARG_GET[f], sub, len(sub))
+        del sub  # its Raw values may hold the reader's buffer
         carries = np.zeros(len(rows), dtype=bool)  # the events that wrote any of the fields
         for f in _ARG_FIELDS:
-            carries |= (np.array([v != "" for v in out[f]], dtype=bool) if f in STR_ARGS
-                        else out[f] != -1)
+            carries |= (np.array([v != "" for v in out[f]], dtype=bool)
+                        if f in STR_ARGS or f in RAW_ARGS else out[f] != -1)
         if not carries.any():
             return None
         if not carries.all():
@@ -500,7 +526,7 @@ class Columns:
             rows = where[rows]
         cols: dict[str, np.ndarray] = {"event": rows.astype(np.int64)}
         for f in _ARG_FIELDS:
-            if f in STR_ARGS:
+            if f in STR_ARGS or f in RAW_ARGS:
                 values = [v for p in parts for v in p[f]]
                 cols[f] = np.fromiter(map(strings.__getitem__, values), dtype=np.int32, count=len(values))
             else:

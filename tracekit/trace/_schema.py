@@ -45,12 +45,16 @@ class Args(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, rename={
     "src_rank": "Src Rank",
     "dst_rank": "Dst Rank",
     "label": "name",
+    "input_dims": "Input Dims",
+    "input_types": "Input type",
+    "concrete_inputs": "Concrete Inputs",
 }):
     """The ``args`` keys tracekit reads; absent ones are -1 (the tables' sentinel) or "".
 
     The fields after ``device_id`` go into ``Trace.args`` (see ``model.ARG_COLUMNS``): Kineto's
     ``cuda_sync`` fields and the collective metadata torch writes on ``record_param_comms`` and
-    on the NCCL kernels it launched."""
+    on the NCCL kernels it launched, and the inputs ``record_shapes`` writes on ops
+    (``RAW_ARGS``: kept as JSON text, never decoded for the events that do not need them)."""
 
     external_id: int = -1
     external_id_legacy: int = -1
@@ -83,6 +87,11 @@ class Args(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, rename={
     src_rank: int = -1
     dst_rank: int = -1
     label: str = ""  # a metadata event's name (``thread_name``: the thread's name)
+    # record_shapes: an op's inputs (lists, kept as their JSON text; read for the events whose
+    # names ``_columns.SHAPE_NAME`` matches, see ``model.ARG_COLUMNS``)
+    input_dims: msgspec.Raw = msgspec.Raw(b"")
+    input_types: msgspec.Raw = msgspec.Raw(b"")
+    concrete_inputs: msgspec.Raw = msgspec.Raw(b"")
 
 
 NO_ARGS = Args()
@@ -199,7 +208,24 @@ def _pid_or_tid(v: Any) -> int | str:
 
 _ARG_KEYS = {f: Args.__struct_encode_fields__[i] for i, f in enumerate(Args.__struct_fields__)}
 STR_ARGS = frozenset(f for f in Args.__struct_fields__ if isinstance(getattr(NO_ARGS, f), str))
-"""The ``Args`` fields that hold strings (the others are integers)."""
+"""The ``Args`` fields that hold strings."""
+RAW_ARGS = frozenset(f for f in Args.__struct_fields__ if isinstance(getattr(NO_ARGS, f), msgspec.Raw))
+"""The ``Args`` fields kept as JSON text (``msgspec.Raw``); every other field is an integer."""
+
+
+def raw_text(v: msgspec.Raw) -> str:
+    """A ``RAW_ARGS`` value as the JSON text it was written as ("" when absent)."""
+    return bytes(v).decode("utf-8", "replace") if len(v) else ""
+
+
+def _as_raw(v: Any) -> msgspec.Raw:
+    """A decoded value as JSON text again (the lenient path); absent or null: empty."""
+    if v is None:
+        return msgspec.Raw(b"")
+    try:
+        return msgspec.Raw(msgspec.json.encode(v))
+    except (TypeError, ValueError, OverflowError):
+        return msgspec.Raw(b"")
 
 
 def _as_str(v: Any) -> str:
@@ -234,6 +260,9 @@ def coerce(e: LenientEvent, problems: Counter | None = None) -> Event | None:
         fields = {}
         for f, k in _ARG_KEYS.items():
             if k in a:
+                if f in RAW_ARGS:
+                    fields[f] = _as_raw(a[k])
+                    continue
                 v = (_as_str if f in STR_ARGS else _as_int)(a[k])
                 if v in (-1, "") and a[k] not in (-1, "", None) and f != "correlation":
                     bad[f"args.{k}"] += 1  # (the columns count activities without correlation)

@@ -73,10 +73,17 @@ seq              int64    ``Seq``: the collective's sequence number in its group
 comm_rank        int64    ``Rank``: this rank in the group
 src_rank         int64    ``Src Rank`` (recv)
 dst_rank         int64    ``Dst Rank`` (send)
+input_dims       category ``Input Dims`` (``record_shapes``) as compact JSON text
+                          (``[[100,8],[50],[]]``: one list per input, [] for a non-tensor)
+input_types      category ``Input type`` as compact JSON text (``["float","long int","Scalar"]``)
+concrete_inputs  category ``Concrete Inputs`` as compact JSON text (``["","","3328"]``: the
+                          values of scalar inputs, as strings)
 ================ ======== =================================================================
 
 Integers not written are -1, strings "". Which events are asked for their args: every
-``cuda_sync`` event, and ``record_param_comms`` and names matching ``nccl``/``rccl`` (any case).
+``cuda_sync`` event, and ``record_param_comms`` and names matching ``nccl``/``rccl`` (any case);
+the three input columns are read for host ops and annotations whose names match
+``embedding`` (any case) or start ``tracekit_tbe::`` (and are "" on every other row).
 """
 
 from __future__ import annotations
@@ -143,6 +150,9 @@ ARG_COLUMNS: dict[str, Any] = {
     "comm_rank": np.int64,
     "src_rank": np.int64,
     "dst_rank": np.int64,
+    "input_dims": "category",
+    "input_types": "category",
+    "concrete_inputs": "category",
 }
 
 
