@@ -37,6 +37,9 @@ Rules file (TOML, passed with ``--rules``; the defaults are ``tracekit/default_r
     phase = "lookup"
     pattern = 'my_lookup_kernel'
     refines = ["forward"]
+    [[gpu]]                                   # peak memory bandwidth of a GPU, before the
+    pattern = 'H100 80GB HBM3'                # built-in table (tracekit.hardware); re.search
+    hbm_gbps = 3350                           # on deviceProperties' name, any case
 
 Patterns are Python regular expressions applied with ``re.search``. A bad file, an unknown key
 or an invalid pattern raises ``RulesError``. Assignment is vectorised: patterns run once per
@@ -62,6 +65,7 @@ import pandas as pd
 from tracekit import _objarrays as objarrays
 from tracekit import intervals
 from tracekit.errors import RulesError
+from tracekit.hardware import GpuPeak
 from tracekit.trace.model import GPU_ACTIVITY_KINDS, Kind, Trace
 
 OTHER = "other"
@@ -123,6 +127,8 @@ class Rules:
     """Phase whose activities start a batch's embedding lookup, for the gap."""
     communication: str = r"(?i)nccl|rccl"
     """Kernel-name pattern of the communication class in the stream overlap."""
+    gpus: tuple[GpuPeak, ...] = ()
+    """Peak memory bandwidth of GPUs (``[[gpu]]``), tried before ``tracekit.hardware``'s table."""
     source: str = "<default rules>"
     """Path of the rules file, or ``<default rules>``."""
 
@@ -150,12 +156,12 @@ class Rules:
         # once per object: the analyses' memo (``_memo``) asks for it at every lookup
         d = asdict(self)
         d.pop("source")
-        for r in d["annotations"] + d["kernels"]:
+        for r in d["annotations"] + d["kernels"] + d["gpus"]:
             r.pop("source")
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
-_TOP_KEYS = {"inherit", "steps", "batch", "gap", "classes", "annotation", "kernel"}
+_TOP_KEYS = {"inherit", "steps", "batch", "gap", "classes", "annotation", "kernel", "gpu"}
 _TABLE_KEYS = {
     "steps": {"profiler_step": "profiler_step", "boundary": "step_boundary"},
     "batch": {"index": "batch_index"},
@@ -181,6 +187,29 @@ def _rule_list(items: object, key: str, source: str, kernel: bool) -> list[Phase
         if not isinstance(refines, list):
             raise RulesError(f"[[{key}]] #{i + 1}: refines must be a list", path=source)
         out.append(PhaseRule(item["phase"], item["pattern"], tuple(refines), source))
+    return out
+
+
+def _gpu_list(items: object, source: str) -> list[GpuPeak]:
+    if not isinstance(items, list):
+        raise RulesError("[[gpu]] must be an array of tables", path=source)
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise RulesError(f"[[gpu]] #{i + 1} must be a table", path=source)
+        unknown = set(item) - {"pattern", "hbm_gbps", "label"}
+        if unknown:
+            raise RulesError(f"[[gpu]] #{i + 1}: unknown key(s) {sorted(unknown)}", path=source)
+        if "pattern" not in item or "hbm_gbps" not in item:
+            raise RulesError(f"[[gpu]] #{i + 1}: needs both 'pattern' and 'hbm_gbps'", path=source)
+        bw = item["hbm_gbps"]
+        if isinstance(bw, bool) or not isinstance(bw, (int, float)) or not 0 < bw < 1e6:
+            raise RulesError(f"[[gpu]] #{i + 1}: hbm_gbps must be a number of GB/s > 0", path=source)
+        label = item.get("label", "")
+        if not isinstance(label, str):
+            raise RulesError(f"[[gpu]] #{i + 1}: label must be a string", path=source)
+        _compile(item["pattern"], f"[[gpu]] #{i + 1}", source)
+        out.append(GpuPeak(item["pattern"], float(bw), label, source))
     return out
 
 
@@ -212,10 +241,13 @@ def rules_from_dict(doc: dict, source: str, base: Rules | None = None) -> Rules:
                 kwargs[attr] = t[k]
     ann = _rule_list(doc.get("annotation", []), "annotation", source, kernel=False)
     ker = _rule_list(doc.get("kernel", []), "kernel", source, kernel=True)
+    gpus = _gpu_list(doc.get("gpu", []), source)
     if base is not None and inherit:
         ann += list(base.annotations)
         ker += list(base.kernels)
-    return Rules(annotations=tuple(ann), kernels=tuple(ker), source=source, **kwargs)
+        gpus += list(base.gpus)
+    return Rules(annotations=tuple(ann), kernels=tuple(ker), gpus=tuple(gpus), source=source,
+                 **kwargs)
 
 
 @lru_cache(maxsize=1)
