@@ -40,6 +40,9 @@ import torch
 from torch import Tensor, nn
 
 from runtime.kernels import reference
+from runtime.kernels.record import BACKWARD as _REC_BACKWARD
+from runtime.kernels.record import FORWARD as _REC_FORWARD
+from runtime.kernels.record import recorded
 from runtime.kernels.common import (
     OPT_EXACT_ROWWISE_ADAGRAD,
     OPT_EXACT_SGD,
@@ -317,9 +320,13 @@ class TableBatchedEmbedding(nn.Module):
     # ---------------------------------------------------------------- backend calls
     def _lookup(self, indices: Tensor, offsets: Tensor, psw: Tensor | None) -> Tensor:
         w = self.weights.detach()
-        if self.backend == "reference":
-            return reference.forward(w, self.layout, indices, offsets, psw, self.pooling.value)
-        out, flag = self._cuda.forward(w, self.layout, indices, offsets, psw, self.pooling.value)
+        lay = self.layout
+        # under a profiler: a range with the call's inputs (runtime.kernels.record)
+        with recorded(_REC_FORWARD, w, indices, offsets, psw, lay.num_features, lay.total_dim,
+                      lay.max_dim, self.pooling.value):
+            if self.backend == "reference":
+                return reference.forward(w, lay, indices, offsets, psw, self.pooling.value)
+            out, flag = self._cuda.forward(w, lay, indices, offsets, psw, self.pooling.value)
         self._record_index_flag(flag)
         return out
 
@@ -339,10 +346,14 @@ class TableBatchedEmbedding(nn.Module):
         opt = self.optimizer
         args = (w, self.momentum, self.layout, indices, offsets, psw, self.pooling.value, grad_output.contiguous())
         kw = dict(optimizer=opt.type.value, lr=float(opt.lr), eps=float(opt.eps))
-        if self.backend == "reference":
-            self.last_update = reference.backward_update(*args, **kw)
-        else:
-            self.last_update = self._cuda.backward_update(*args, **kw)
+        lay = self.layout
+        with recorded(_REC_BACKWARD, args[7], w, self.momentum, indices, offsets, psw,
+                      lay.num_features, lay.total_dim, lay.max_dim, self.pooling.value,
+                      opt.type.value):
+            if self.backend == "reference":
+                self.last_update = reference.backward_update(*args, **kw)
+            else:
+                self.last_update = self._cuda.backward_update(*args, **kw)
         for hook in tuple(self._update_hooks.values()):
             hook(self, self.last_update)
 
