@@ -25,7 +25,9 @@
 # ${PIPEPROBE_S:-240} s, more options in $PIPEPROBE_ARGS: a question about a few variants, not the
 # results of record), hostprof (bench/pipelines_host_profile.py: a preset's variants under cProfile, host
 # time by function against the first variant; $HOSTPROF_PRESET, $HOSTPROF_VARIANTS,
-# $HOSTPROF_ROUNDS; ~3 min).
+# $HOSTPROF_ROUNDS; ~3 min), tbe_bw (gpu/tbe_bw.py: our TBE kernels at six of bench.tbe's shapes,
+# traced with record_shapes and timed the benchmark's way, for python -m bench.tbe_bw_check to compare
+# tracekit's embedding bandwidth with; <= 90 s once part kernels (or tbe) has built the kernels).
 # Each part runs with its own time limit and its own output folder; one failing part does not
 # stop the others. The device tool brings back at most 8 files of at most 16 MiB, so each part's
 # folder is packed into $OUT/<part>.tar.gz (split into <part>.tar.gz.part-aa, -ab, ... when larger
@@ -85,6 +87,7 @@ for p in "${parts[@]}"; do
     hostscan) part hostscan 120 bash -c 'python3 -m bench.host_scan --seconds 20 --out "$OUT/host_scan.json"' ;;
     hostprof) part hostprof 420 bash -c 'python3 -m bench.pipelines_host_profile --preset ${HOSTPROF_PRESET:-multitask_b4k} --variants ${HOSTPROF_VARIANTS:-sparse,fused,fused_current_stream} --rounds ${HOSTPROF_ROUNDS:-8} --out "$OUT"' ;;
     pipeprobe) part pipeprobe 420 bash -c 'python3 -m bench.pipelines --gpus 1 --budget-s ${PIPEPROBE_S:-240} --profile-steps 0 --plan "${PIPEPROBE_PLAN:?}" ${PIPEPROBE_ARGS:-} --out "$OUT"' ;;
+    tbe_bw) part tbe_bw 90 bash -c 'python3 gpu/tbe_bw.py --budget-s 60 --out "$OUT"' ;;
     snapshot) part snapshot 180 bash -c 'python3 gpu/snapshot_sample.py --out "$OUT"' ;;
     *) echo "unknown part: $p" >&2 ;;
     esac

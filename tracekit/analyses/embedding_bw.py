@@ -22,7 +22,7 @@ on the same thread. For each call:
   - torch's dense backward: the gradient table zeroed (``E*D*s``), the bag's gradient read
     once per lookup (``N*D*g``), one row written per lookup (``U = N``, an upper bound too).
 
-  This is the model ``bench/bench_tbe.py`` uses (a lower bound on DRAM traffic for the
+  This is the model the TBE benchmark (``bench.tbe``) uses (a lower bound on DRAM traffic for the
   forward: repeated rows may be served from L2, which then shows as a share above peak);
 - **GPU time**: the union of its activities' intervals (``gpu_ns``);
 - **achieved GB/s** = bytes / gpu_ns, and its **share** of the device's peak memory bandwidth
