@@ -505,6 +505,7 @@ COMPARE_FIGURES = (  # (title, headline key, unit, higher is better)
     ("exposed communication", "exposed_comm_ns", "ms", False),
     ("exposed memcpy", "exposed_memcpy_ns", "ms", False),
     ("sync stalls, CPU", "stall_total_ns", "ms", False),
+    ("polls (not stalls), CPU", "poll_total_ns", "ms", False),
     ("peak reserved", "peak_reserved_bytes", "GiB", False),
     ("peak allocated", "peak_allocated_bytes", "GiB", False),
     ("comm overlapped by compute", "comm_overlap_ratio", "%", True),

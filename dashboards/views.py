@@ -410,8 +410,17 @@ class Views:
         table = note("No blocking host-device synchronisation found in this trace.") if by_site.empty \
             else stall_table(by_site, DEFAULT_STALL_SORT)
         graph = [dcc.Graph(id="stalls-per-step", figure=figures.stall_steps(per_step), config=GRAPH_CONFIG)] if not per_step.empty else []
+        y = analysis.syncs
+        polls = []
+        if getattr(y, "poll_count", 0):
+            text = (f"Not counted as stalls: {y.poll_count} polls (cudaEventQuery / cudaStreamQuery return at once), "
+                    f"{fmt(y.poll_total_ns / 1e6)} ms of CPU time")
+            if y.allocator_known:
+                text += (f"; {y.allocator_poll_count} of them ({fmt(y.allocator_poll_total_ns / 1e6)} ms) the caching allocator's, "
+                         "querying the events of blocks record_stream tied to other streams before reusing them.")
+            polls = [html.Div(text + ("" if y.allocator_known else "."), id="stalls-polls", className="tk-note")]
         return [dcc.Store(id="stalls-sort", data=DEFAULT_STALL_SORT), html.Div(total_text, id="stalls-total", className="tk-lead"),
-                html.Div(table, id="stalls-table-box", className="tk-section"), *graph]
+                *polls, html.Div(table, id="stalls-table-box", className="tk-section"), *graph]
 
     # ---- memory --------------------------------------------------------------------------------
     def memory(self, index, rank, _step=None) -> list:

@@ -29,7 +29,8 @@ and each ``<rank>`` object is::
         "mean_gap_ns", "mean_gap_idle_ns": num|null,
         "comm_overlap_ratio": num|null, "exposed_comm_ns", "exposed_memcpy_ns": int,
         "stall_count": int, "stall_total_ns": int, "stall_idle_after_ns": int,
-        "bound": "host"|"gpu"|"communication"|"sync"|null, "bound_share": num|null
+        "bound": "host"|"gpu"|"communication"|"sync"|null, "bound_share": num|null,
+        "poll_count": int, "poll_total_ns": int      # cudaEventQuery/cudaStreamQuery: not stalls
       },
       "explain": {               # tracekit.analyses.explain; null when it did not run
         "bound": str|null, "bound_share": num|null,   # over all steps' critical paths
@@ -72,7 +73,12 @@ and each ``<rank>`` object is::
                             step, idle_after_ns, source}],
                 "by_call_site": [{call_site, count, total_ns, max_ns, idle_after_ns}],
                 "by_phase": [{phase, count, total_ns, max_ns, idle_after_ns}],
-                "by_step": [{step, count, total_ns, idle_after_ns}]},
+                "by_step": [{step, count, total_ns, idle_after_ns}],
+                # polls (cudaEventQuery/cudaStreamQuery; never stalls), their totals only:
+                "poll_count", "poll_total_ns", "allocator_poll_count",
+                "allocator_poll_total_ns": int, "allocator_known": bool,
+                "polls_by_call_site": [{call_site, count, total_ns, max_ns, allocator_count}],
+                "polls_by_step": [{step, count, total_ns, allocator_count, allocator_ns}]},
       "allocator": {"peak_allocated", "peak_reserved", "unused_at_peak_reserved": int|null,
                     "unused_fraction": num|null, "reconstructed": bool, "note": str,
                     "devices": [{device, events, allocations, frees, peak_allocated,
@@ -195,7 +201,8 @@ HEADLINE_KEYS = (
     "step_gpu_p90_ns", "peak_allocated_bytes", "peak_reserved_bytes",
     "unused_at_peak_reserved_bytes", "unused_fraction", "mean_gap_ns", "mean_gap_idle_ns",
     "comm_overlap_ratio", "exposed_comm_ns", "exposed_memcpy_ns", "stall_count",
-    "stall_total_ns", "stall_idle_after_ns", "bound", "bound_share",
+    "stall_total_ns", "stall_idle_after_ns", "bound", "bound_share", "poll_count",
+    "poll_total_ns",
 )
 TEXT_KEYS = ("step_source", "bound")
 """Headline keys whose values are words, not figures."""
@@ -333,6 +340,8 @@ def headline(a: Any) -> dict:
         "stall_idle_after_ns": y.idle_after_ns,
         "bound": getattr(a.explain, "bound", None),
         "bound_share": getattr(a.explain, "bound_share", None),
+        "poll_count": getattr(y, "poll_count", 0),
+        "poll_total_ns": getattr(y, "poll_total_ns", 0),
     }
 
 
@@ -488,11 +497,24 @@ def _text_gaps(g: dict, limit: int) -> str:
     return out
 
 
+def _text_polls(y: dict) -> str:
+    n = y.get("poll_count") or 0
+    if not n:
+        return ""
+    out = (f"  polls (cudaEventQuery/cudaStreamQuery: return at once, not stalls): {n}, "
+           f"{_ms(y.get('poll_total_ns'))} ms of CPU time")
+    if y.get("allocator_known"):
+        out += (f"; the caching allocator's (querying the events of blocks record_stream tied "
+                f"to other streams before reusing them): {y.get('allocator_poll_count', 0)}, "
+                f"{_ms(y.get('allocator_poll_total_ns'))} ms")
+    return out + "\n"
+
+
 def _text_syncs(y: dict, limit: int) -> str:
     if not y["count"]:
-        return "  no blocking calls\n"
+        return "  no blocking calls\n" + _text_polls(y)
     out = (f"  {y['count']} blocking calls, {_ms(y['total_ns'])} ms of CPU time; GPU idle "
-           f"after them {_ms(y['idle_after_ns'])} ms\n")
+           f"after them {_ms(y['idle_after_ns'])} ms\n") + _text_polls(y)
     rows, more = _limited(y["by_call_site"], limit)
     out += "  by call site (op chain > call):\n"
     out += table(["call site", "count", "total ms", "max ms", "GPU idle after ms"],
@@ -781,6 +803,8 @@ def render_rank(r: dict, *, limit: int = 20) -> str:
                                                f"{_ms(h['exposed_memcpy_ns'])}"],
         ["sync stalls: count, CPU ms, GPU idle after ms",
          f"{h['stall_count']}, {_ms(h['stall_total_ns'])}, {_ms(h['stall_idle_after_ns'])}"],
+        *([["polls (not stalls): count, CPU ms",
+            f"{h['poll_count']}, {_ms(h['poll_total_ns'])}"]] if h.get("poll_count") else []),
         *([["bound (share of the critical path)",
             f"{h.get('bound') or '-'} ({_pct(h.get('bound_share'))})"]] if "bound" in h else []),
     ]))
@@ -1026,6 +1050,8 @@ COMPARE_ROWS = (
     ("exposed memcpy, ms", "exposed_memcpy_ns", "ms"),
     ("sync stalls, CPU ms", "stall_total_ns", "ms"),
     ("sync stalls, count", "stall_count", "count"),
+    ("polls (not stalls), CPU ms", "poll_total_ns", "ms"),
+    ("polls (not stalls), count", "poll_count", "count"),
 )
 
 

@@ -79,3 +79,78 @@ def test_no_stalls(tmp_path):
     b.kernel("k", 10, 5, launch_at=1)
     r = syncs.compute(load_built(b, tmp_path), default_rules())
     assert r.count == 0 and r.total_ns == 0 and r.stalls.empty and r.by_phase.empty
+
+
+def _polling(tmp_path, memory=True):
+    """A step whose host polls events: twice inside an allocating op (the caching allocator's
+    process_events before an allocation), once on its own (a user's event.query()), and Kineto's
+    Event Sync cuda_sync event written for each poll; one real stall."""
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 300)
+    b.kernel("k", 0, 100, launch_at=1)
+    b.cpu_op("aten::to", 10, 40)
+    b.cpu_op("aten::_to_copy", 11, 38)
+    b.cpu_op("aten::empty_strided", 12, 10)
+    for t in (13, 16):
+        q = b.runtime("cudaEventQuery", t, 2)
+        b.cuda_sync(t, 2, kind="event_synchronize", correlation=q)
+    if memory:
+        b.memory(19, 4096, total_allocated=4096, total_reserved=8192)
+    b.runtime("cudaMemcpyAsync", 25, 3)
+    q = b.runtime("cudaEventQuery", 60, 4)  # no allocation follows before the next call
+    b.cuda_sync(60, 4, kind="event_synchronize", correlation=q)
+    b.runtime("cudaLaunchKernel", 70, 3)
+    if memory:
+        b.memory(80, 1024, total_allocated=5120, total_reserved=8192)
+    b.runtime("cudaStreamQuery", 90, 1)  # a poll without a cuda_sync event
+    s = b.runtime("cudaStreamSynchronize", 200, 50)
+    b.cuda_sync(200, 50, correlation=s)
+    return load_built(b, tmp_path)
+
+
+def test_polls_are_not_stalls(tmp_path):
+    r = syncs.compute(_polling(tmp_path), default_rules())
+    assert r.stalls["name"].tolist() == ["cudaStreamSynchronize"]
+    assert r.count == 1 and r.total_ns == 50 * US
+    p = r.polls
+    assert p["name"].tolist() == ["cudaEventQuery"] * 3 + ["cudaStreamQuery"]
+    assert p["ts"].tolist() == [ns(13), ns(16), ns(60), ns(90)]
+    assert r.poll_count == 4 and r.poll_total_ns == 9 * US
+    assert p["allocator"].tolist() == [True, True, False, False]
+    assert r.allocator_known and r.allocator_poll_count == 2 and r.allocator_poll_total_ns == 4 * US
+    assert p["op_chain"].tolist()[0] == "aten::to > aten::_to_copy > aten::empty_strided"
+    site = r.polls_by_call_site.set_index("call_site")
+    assert site.loc["aten::to > aten::_to_copy > aten::empty_strided > cudaEventQuery",
+                    "allocator_count"] == 2
+    st = r.polls_by_step.set_index("step")
+    assert st.loc[1, "count"] == 4 and st.loc[1, "allocator_ns"] == 4 * US
+
+
+def test_polls_without_memory_events(tmp_path):
+    r = syncs.compute(_polling(tmp_path, memory=False), default_rules())
+    assert r.poll_count == 4 and not r.allocator_known and r.allocator_poll_count == 0
+
+
+def test_polls_on_the_fused_sample_trace():
+    """sample_traces/pipelines_1gpu/fused: Kineto's Event Sync events are cudaEventQuery polls,
+    nearly all of them the caching allocator's; its one stall is the device synchronize."""
+    from pathlib import Path
+
+    from tracekit.trace import load
+
+    path = Path(__file__).resolve().parents[2] / "sample_traces/pipelines_1gpu/fused/trace_rank0.json.gz"
+    r = syncs.compute(load(str(path), progress=False).traces[0], default_rules())
+    assert r.stalls["name"].tolist() == ["cudaDeviceSynchronize"]
+    assert r.poll_count == 988 and r.allocator_poll_count == 980
+    assert "aten::to > aten::_to_copy > aten::empty_strided > cudaEventQuery" in \
+        set(r.polls_by_call_site["call_site"])
+
+
+def test_poll_is_no_host_wait_on_the_graph(tmp_path):
+    from tracekit.graph import build_graph
+    from tracekit.graph.model import NodeKind
+
+    g = build_graph(_polling(tmp_path), default_rules())
+    calls = g.kind == NodeKind.CALL
+    sync = {str(n) for n in g.name[calls & (g.category == "sync")]}
+    assert sync == {"cudaStreamSynchronize"}

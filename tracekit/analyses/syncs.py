@@ -11,6 +11,20 @@ A *stall* is one of:
 - a Kineto ``cuda_sync`` event (``Stream Sync``, ``Event Sync``, ``Context Sync``; not
   ``Stream Wait Event``, which blocks a stream, not the host). When its correlation id points
   to a runtime call, that call is the stall (counted once); otherwise the event itself is.
+  Except a *poll*: a runtime call that only asks whether the GPU got there
+  (``cudaEventQuery``, ``cudaStreamQuery``, their ``hip*``/``cu*`` forms, ``POLL``) never
+  blocks, whatever ``cuda_sync`` event Kineto wrote for it (``Event Sync``, with
+  ``enable_cuda_sync_events``).
+
+Polls are counted apart (``SyncsResult.polls``): every poll call, with its op chain, phase and
+step like a stall. A poll is the *caching allocator's* when its thread's next GPU allocation
+(a ``[memory]`` event with bytes > 0 on a CUDA/HIP device) comes before its thread's next
+runtime call other than a poll or the allocator's own (``cudaMalloc``/``cudaFree``...): before
+it hands out a block freed while ``record_stream`` tied it to other streams, the allocator
+queries the events it recorded on them (``process_events``), one ``cudaEventQuery`` each. That
+is host time a pipeline's side streams cost at every allocation. Without ``[memory]`` events
+(``profile_memory`` off) which polls are the allocator's cannot be told
+(``SyncsResult.allocator_known`` is False).
 
 For each stall: its CPU duration; its op chain, the ``cpu_op`` events on the same thread that
 enclose it, outermost first and innermost last (``aten::item > aten::_local_scalar_dense``);
@@ -24,7 +38,7 @@ sync event it is linked to, else that of the last activity its thread launched b
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import pandas as pd
@@ -46,10 +60,22 @@ BLOCKING = re.compile(
 ASYNC_COPY = re.compile(r"^(cuda|hip)Memcpy(2D|3D|Peer)?Async(_v\d+)?$")
 """Copies that block only when the host side is pageable."""
 HOST_SYNC_EVENT = re.compile(r"^(Stream Sync|Event Sync|Context Sync|Device Sync)", re.I)
-"""``cuda_sync`` event names that block the host."""
+"""``cuda_sync`` event names that block the host (unless the runtime call is a ``POLL``)."""
+POLL = re.compile(r"^(cuda|hip)(EventQuery|StreamQuery)(_v\d+)?$|^cu(EventQuery|StreamQuery)(_v\d+)?$")
+"""Runtime/driver calls that ask whether GPU work has finished and return at once: polls, never
+stalls."""
+ALLOCATOR_CALL = re.compile(r"^(cuda|hip)(Malloc|Free|MallocAsync|FreeAsync|MallocHost|FreeHost|"
+                            r"HostAlloc|HostRegister|HostUnregister)(_v\d+)?$|^cuMem")
+"""The caching allocator's own runtime calls (between its polls and the allocation they serve)."""
 
 STALL_COLUMNS = ["ts", "end", "dur_ns", "name", "tid", "device", "op_chain", "call_site",
                  "phase", "step", "idle_after_ns", "source"]
+POLL_COLUMNS = ["ts", "end", "dur_ns", "name", "tid", "op_chain", "call_site", "phase", "step",
+                "allocator"]
+
+
+def _empty(columns) -> pd.DataFrame:
+    return pd.DataFrame({c: [] for c in columns})
 
 
 @dataclass(frozen=True)
@@ -70,6 +96,32 @@ class SyncsResult:
     total_ns: int
     idle_after_ns: int
     """Sum of the finite idle_after_ns."""
+    polls: pd.DataFrame = field(default_factory=lambda: _empty(POLL_COLUMNS))
+    """One row per poll (``POLL``: never a stall), by time: ``ts, end, dur_ns, name, tid,
+    op_chain, call_site, phase, step``, ``allocator`` (bool: the caching allocator's, see the
+    module docstring)."""
+    polls_by_call_site: pd.DataFrame = field(
+        default_factory=lambda: _empty(["call_site", "count", "total_ns", "max_ns",
+                                        "allocator_count"]))
+    """``call_site, count, total_ns, max_ns, allocator_count``, largest total first."""
+    polls_by_step: pd.DataFrame = field(
+        default_factory=lambda: _empty(["step", "count", "total_ns", "allocator_count",
+                                        "allocator_ns"]))
+    """``step, count, total_ns, allocator_count, allocator_ns`` by step (-1: outside)."""
+    poll_count: int = 0
+    poll_total_ns: int = 0
+    """CPU time in polls."""
+    allocator_poll_count: int = 0
+    allocator_poll_total_ns: int = 0
+    """CPU time in the caching allocator's polls."""
+    allocator_known: bool = False
+    """Whether the trace has the ``[memory]`` events that tell the allocator's polls."""
+
+
+    def to_dict(self) -> dict:
+        """JSON: every field but the per-poll table (a big trace holds ~10^5 polls; their totals
+        by call site and step say what they cost)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "polls"}
 
 
 def op_chains(trace: Trace, tid: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -146,7 +198,8 @@ def compute(trace: Trace, rules: Rules) -> SyncsResult:
     host_sync = phases.name_matches(scodes, scats, HOST_SYNC_EVENT)
     sy = sy[host_sync]
     scorr = sy["correlation"].to_numpy(np.int64)
-    via_rt = _member(rcorr, scorr[scorr >= 0]) & (rcorr >= 0)
+    poll = phases.name_matches(rcodes, rcats, POLL)
+    via_rt = _member(rcorr, scorr[scorr >= 0]) & (rcorr >= 0) & ~poll
     source[via_rt & ~blocking] = "cuda_sync"
     blocking |= via_rt
     alone = sy[~_member(scorr, rcorr[rcorr >= 0]) | (scorr < 0)]
@@ -203,6 +256,9 @@ def compute(trace: Trace, rules: Rules) -> SyncsResult:
     by_step = stalls.groupby("step").agg(count=("dur_ns", "size"), total_ns=("dur_ns", "sum"),
                                          idle_after_ns=("idle_after_ns", "sum")).reset_index()
     by_step["idle_after_ns"] = by_step["idle_after_ns"].astype(np.int64)
+    pl = _polls(trace, rules, rt[poll], rt, rcodes, rcats, index)
+    known = bool((_allocations(trace)[0]).size)
+    alloc = pl["allocator"].to_numpy(bool) if len(pl) else np.zeros(0, bool)
     return SyncsResult(
         stalls=stalls,
         by_call_site=_totals(stalls, "call_site"),
@@ -211,4 +267,86 @@ def compute(trace: Trace, rules: Rules) -> SyncsResult:
         count=len(stalls),
         total_ns=int(stalls["dur_ns"].sum()),
         idle_after_ns=int(np.nansum(stalls["idle_after_ns"].to_numpy())),
+        polls=pl,
+        polls_by_call_site=_poll_totals(pl, "call_site"),
+        polls_by_step=_poll_steps(pl),
+        poll_count=len(pl),
+        poll_total_ns=int(pl["dur_ns"].sum()) if len(pl) else 0,
+        allocator_poll_count=int(alloc.sum()),
+        allocator_poll_total_ns=int(pl["dur_ns"].to_numpy(np.int64)[alloc].sum()) if len(pl) else 0,
+        allocator_known=known,
     )
+
+
+def _allocations(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """(tid, ts) of the GPU allocations (``[memory]`` bytes > 0 on a CUDA/HIP device)."""
+    m = trace.memory
+    if m is None or not len(m):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    sel = (m["bytes"].to_numpy(np.int64) > 0) & np.isin(m["device_type"].to_numpy(), (1, 6))
+    return m["tid"].to_numpy(np.int64)[sel], m["ts"].to_numpy(np.int64)[sel]
+
+
+def _polls(trace: Trace, rules: Rules, p: pd.DataFrame, rt: pd.DataFrame, rcodes, rcats,
+           index) -> pd.DataFrame:
+    """Every poll call with its attribution (module docstring)."""
+    if not len(p):
+        return _empty(POLL_COLUMNS)
+    ts = p["ts"].to_numpy(np.int64)
+    dur = p["dur"].to_numpy(np.int64)
+    end = ts + dur
+    tid = p["tid"].to_numpy(np.int64)
+    name = p["name"].astype(str).to_numpy(object)
+    # the allocator's: the thread's next allocation before its next other runtime call
+    a_tid, a_ts = _allocations(trace)
+    other = ~phases.name_matches(rcodes, rcats, POLL) & \
+        ~phases.name_matches(rcodes, rcats, ALLOCATOR_CALL)
+    o_tid = rt["tid"].to_numpy(np.int64)[other]
+    o_ts = rt["ts"].to_numpy(np.int64)[other]
+    allocator = np.zeros(ts.size, bool)
+    for t in np.unique(tid):
+        sel = np.flatnonzero(tid == t)
+        at = np.sort(a_ts[a_tid == t])
+        if not at.size:
+            continue
+        ot = np.sort(o_ts[o_tid == t])
+        k = np.searchsorted(at, end[sel], side="left")
+        has = k < at.size
+        nxt = at[np.minimum(k, at.size - 1)]
+        j = np.searchsorted(ot, end[sel], side="left")
+        call = np.where(j < ot.size, ot[np.minimum(j, max(ot.size - 1, 0))] if ot.size else 0,
+                        np.iinfo(np.int64).max)
+        allocator[sel] = has & (nxt <= call)
+    chain = op_chains(trace, tid, ts, end)
+    ann = index.enclosing(tid, ts, end) if not index.table.empty else np.full(ts.size, -1)
+    phase = np.where(ann >= 0, index.table["phase"].to_numpy(object)[np.maximum(ann, 0)]
+                     if not index.table.empty else phases.OTHER, phases.OTHER)
+    site = np.array([f"{c} > {n}" if c else n for c, n in zip(chain, name)], dtype=object)
+    return pd.DataFrame({
+        "ts": ts, "end": end, "dur_ns": dur, "name": name, "tid": tid, "op_chain": chain,
+        "call_site": site, "phase": phase.astype(object),
+        "step": phases.step_of(phases.profiler_steps(trace, rules), ts), "allocator": allocator,
+    }, columns=POLL_COLUMNS).sort_values("ts", kind="stable").reset_index(drop=True)
+
+
+def _poll_totals(polls: pd.DataFrame, key: str) -> pd.DataFrame:
+    if not len(polls):
+        return _empty([key, "count", "total_ns", "max_ns", "allocator_count"])
+    g = polls.groupby(key, sort=False)
+    out = g.agg(count=("dur_ns", "size"), total_ns=("dur_ns", "sum"), max_ns=("dur_ns", "max"),
+                allocator_count=("allocator", "sum")).reset_index()
+    out["allocator_count"] = out["allocator_count"].astype(np.int64)
+    return out.sort_values(["total_ns", key], ascending=[False, True]).reset_index(drop=True)
+
+
+def _poll_steps(polls: pd.DataFrame) -> pd.DataFrame:
+    cols = ["step", "count", "total_ns", "allocator_count", "allocator_ns"]
+    if not len(polls):
+        return _empty(cols)
+    t = polls.assign(a_ns=np.where(polls["allocator"].to_numpy(bool),
+                                   polls["dur_ns"].to_numpy(np.int64), 0))
+    out = t.groupby("step").agg(count=("dur_ns", "size"), total_ns=("dur_ns", "sum"),
+                                allocator_count=("allocator", "sum"),
+                                allocator_ns=("a_ns", "sum")).reset_index()
+    out["allocator_count"] = out["allocator_count"].astype(np.int64)
+    return out[cols]

@@ -15,7 +15,7 @@ import pandas as pd
 from tracekit import _objarrays as objarrays
 from tracekit import intervals, phases
 from tracekit.analyses import steps as steps_mod
-from tracekit.analyses.syncs import ASYNC_COPY, BLOCKING, HOST_SYNC_EVENT
+from tracekit.analyses.syncs import ASYNC_COPY, BLOCKING, HOST_SYNC_EVENT, POLL
 from tracekit.graph.model import (
     COMMUNICATION, COMPUTE, HOST, MEMCPY, SYNC, EdgeKind, Graph, NodeKind, lane_order,
 )
@@ -274,7 +274,9 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     if sy.size:
         host = phases.name_matches(ncodes[sy], ncats, HOST_SYNC_EVENT)
         scorr = ev["correlation"].to_numpy(np.int64)[sy[host]]
-        hit = np.isin(c_corr, scorr[scorr >= 0]) & (c_corr >= 0)
+        # a poll (cudaEventQuery/cudaStreamQuery) returns at once, whatever Kineto calls it
+        poll = phases.name_matches(ncodes[calls["row"].to_numpy(np.int64)], ncats, POLL)
+        hit = np.isin(c_corr, scorr[scorr >= 0]) & (c_corr >= 0) & ~poll
         blocking[np.unique(c_node_of_call[hit])] = True
     # which activity each (kept) call launched: the correlation ids
     act_call = np.full(len(acts), -1, np.int64)  # per activity: the kept call that launched it
