@@ -311,18 +311,35 @@ def explain_path(
     cache_dir: str | os.PathLike | None = None,
     use_cache: bool = True,
     progress: bool | None = None,
+    traced: bool = False,
+    step_ms: float | None = None,
+    beside: bool = True,
 ) -> list[tuple[Trace, Any]]:
     """``(Trace, ExplainResult)`` per rank of ``path``, with the user's what-ifs replayed too
     (``tracekit.graph.whatif.parse_spec``). Not cached: the report cache holds the explain
-    section without user what-ifs (``report_for_path``)."""
+    section without user what-ifs (``report_for_path``). ``traced``: explain the traced step,
+    not the estimated untraced one; ``step_ms``: the untraced step the user knows, else (with
+    ``beside``) the one the run wrote beside each trace (``tracekit.beside``) sets the scale."""
+    import dataclasses
+
     from tracekit.analyses.explain import ExplainConfig, compute
+    from tracekit.beside import untraced_step
     from tracekit.phases import load_rules
     from tracekit.trace import load
 
     src = os.fspath(path)
     if not os.path.exists(src):
         raise InputError("no such file or directory", path=src)
-    config = ExplainConfig(what_ifs=tuple(what_ifs))
+    config = ExplainConfig(what_ifs=tuple(what_ifs), untraced=not traced, step_ms=step_ms,
+                           step_ms_source="--step-ms" if step_ms else "")
+
+    def config_for(t: Trace) -> ExplainConfig:
+        if step_ms or not beside:
+            return config
+        got = untraced_step(t.source, t.rank)
+        if got is None:
+            return config
+        return dataclasses.replace(config, step_ms=got[0], step_ms_source=got[1] + " beside the trace")
     rules = load_rules(rules_path)
     ts = load(src, cache_dir=cache_dir, use_cache=use_cache, progress=progress)
     snap = None
@@ -331,7 +348,20 @@ def explain_path(
         from tracekit.analyses.snapshot import compute_snapshot
 
         snap = compute_snapshot(snap_path)
-    return [(t, compute(t, rules, snapshot=snap, config=config)) for t in ts.traces]
+    return [(t, compute(t, rules, snapshot=snap, config=config_for(t))) for t in ts.traces]
+
+
+def has_untraced_beside(path: str | os.PathLike) -> bool:
+    """Whether a run wrote its untraced step beside ``path`` (a file, or a directory's traces)."""
+    from tracekit.beside import untraced_step
+
+    src = os.fspath(path)
+    if os.path.isdir(src):
+        import glob
+
+        return any(untraced_step(f, 0) is not None
+                   for f in sorted(glob.glob(os.path.join(src, "*.json*")))[:64])
+    return untraced_step(src, 0) is not None
 
 
 def job_document(

@@ -700,11 +700,30 @@ def _saving(f: dict) -> str:
     return out
 
 
+def _text_view(e: dict) -> str:
+    """Which step the findings are about: traced, or estimated untraced (and on what)."""
+    o = e.get("overhead")
+    if not o:
+        return ""
+    traced, untraced = o.get("traced_step_ns"), o.get("untraced_step_ns")
+    out = (f"  step: traced {_ms(traced)} ms, estimated untraced {_ms(untraced)} ms "
+           f"({_pct((untraced / traced - 1) if traced and untraced else None)})")
+    if o.get("scale") == "given":
+        out += f"; untraced step given: {_ms(o.get('given_step_ns'))} ms ({o.get('source') or '-'})"
+    out += "\n"
+    out += f"  the estimate: {o.get('rests_on')}\n"
+    if e.get("view") == "untraced":
+        out += "  bound and findings: the estimated untraced step (--traced: the traced one)\n"
+    else:
+        out += "  bound and findings: the traced step, as the trace shows it\n"
+    return out
+
+
 def text_findings(e: dict | None, limit: int = 8) -> str:
     """The Findings section: the bound, the critical path's split, the findings."""
     if not e:
         return "  not computed\n"
-    out = ""
+    out = _text_view(e)
     if e.get("bound"):
         n = len(e.get("steps") or [])
         out += (f"  bound: {e['bound']} ({_pct(e['bound_share'])} of the critical path over "
@@ -736,8 +755,10 @@ def text_explain(e: dict, limit: int) -> str:
     if not steps:
         return "  no steps\n"
     rows, more = _limited(steps, limit)
-    out = table(["step", "ms", "bound", "share", "largest categories on the critical path"],
-                [[r["step"], _ms(r["duration_ns"]), r["bound"] or "-", _pct(r["bound_share"]),
+    out = table(["step", "ms", "traced ms", "untraced ms (est.)", "bound", "share",
+                 "largest categories on the critical path"],
+                [[r["step"], _ms(r["duration_ns"]), _ms(r.get("traced_ns")), _ms(r.get("untraced_ns")),
+                  r["bound"] or "-", _pct(r["bound_share"]),
                   _clip(", ".join(f"{k} {_ms(v, 2)}" for k, v in
                                   list(r["breakdown"].items())[:4]), 80)]
                  for r in rows]) + "\n" + more
@@ -748,7 +769,7 @@ def text_explain(e: dict, limit: int) -> str:
     wis = e.get("what_ifs") or []
     if wis:
         out += "  what-if (mean step, all steps but the first):\n"
-        out += table(["what-if", "applies", "traced ms", "predicted ms", "with contention ms",
+        out += table(["what-if", "applies", "step ms", "predicted ms", "with contention ms",
                       "saving"],
                      [[_clip(w["id"], 40), "yes" if w["applies"] else "no",
                        _ms(w["observed_step_ns"]), _ms(w["predicted_step_ns"]),

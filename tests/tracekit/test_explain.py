@@ -17,6 +17,9 @@ from tracekit.report import jsonable
 from tracekit.trace import load
 
 RULES = default_rules()
+TRACED = explain.ExplainConfig(untraced=False)
+"""These tests check the graph's mechanics on the trace as recorded (the untraced estimate:
+tests/tracekit/test_overhead.py)."""
 
 
 def _finding(r, fid):
@@ -39,7 +42,7 @@ def writeback_trace(tmp_path):
 
 
 def test_writeback(tmp_path):
-    r = explain.compute(load_built(writeback_trace(tmp_path), tmp_path), RULES)
+    r = explain.compute(load_built(writeback_trace(tmp_path), tmp_path), RULES, config=TRACED)
     f = _finding(r, "precomputed_writeback")
     assert f is not None and "1 host syncs" in f["evidence"]
     # sync gone: the host runs 0..1..(lag 41)..62 sync (0 us)..(12)..74 launch 75..(99)..174
@@ -60,7 +63,7 @@ def test_async_delta(tmp_path):
     c = b.runtime("cudaMemcpyAsync", 60, 90)  # to pageable memory: blocks until the copy ends
     b.memcpy(110, 38, direction="DtoH", dst="Pageable", launched_by=c)
     b.kernel("opt", 165, 5, launched_by=b.runtime("cudaLaunchKernel", 160, 1))
-    r = explain.compute(load_built(b, tmp_path), RULES)
+    r = explain.compute(load_built(b, tmp_path), RULES, config=TRACED)
     f = _finding(r, "async_delta_copy")
     assert f is not None
     # the copy leaves the main stream and the call no longer waits (1 us, the median call):
@@ -170,9 +173,10 @@ def test_command(tmp_path, capsys):
     code, out, err = run(["explain", src, "--cache-dir", cache], capsys)
     assert code == 0, err
     assert "Findings" in out and "precomputed writeback" in out and "bound: host" in out
+    assert "estimated untraced" in out and "bound and findings: the estimated untraced step" in out
     code, out2, _ = run(["explain", src, "--cache-dir", cache], capsys)  # from the cache
     assert code == 0 and out2 == out
-    code, out, err = run(["explain", src, "--format", "json", "--step", "1", "--what-if",
+    code, out, err = run(["explain", src, "--traced", "--format", "json", "--step", "1", "--what-if",
                           "kernel:bwd_long=2", "--no-cache"], capsys)
     assert code == 0, err
     doc = json.loads(out)
@@ -186,7 +190,7 @@ def test_annotate(tmp_path, capsys):
     src = writeback_trace(tmp_path).write(tmp_path / "wb.json.gz")
     before = src.read_bytes()
     dest = tmp_path / "annotated.json.gz"
-    code, _, err = run(["explain", src, "--annotate", dest, "--no-cache"], capsys)
+    code, _, err = run(["explain", src, "--traced", "--annotate", dest, "--no-cache"], capsys)
     assert code == 0, err
     assert src.read_bytes() == before  # the input is never written
     doc = json.loads(gzip.open(dest).read())

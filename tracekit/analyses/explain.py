@@ -31,6 +31,7 @@ from tracekit.analyses.forked import Forked
 from tracekit.graph import build_graph
 from tracekit.graph import critical as cr
 from tracekit.graph import fixes as fx
+from tracekit.graph import overhead as oh
 from tracekit.graph import whatif as wi
 from tracekit.graph.build import GraphConfig
 from tracekit.graph.model import COMPUTE, BOUNDS, Graph, HostCost, NodeKind, SYNC, bound_class
@@ -61,6 +62,15 @@ class ExplainConfig:
     """User what-ifs (``tracekit.graph.whatif.parse_spec``), replayed besides the fixes."""
     generic_findings: bool = True
     """Add the generic findings (top phase, host, syncs) to the fixes'."""
+    untraced: bool = True
+    """Explain the estimated untraced step (the profiler's host overhead taken out:
+    ``tracekit.graph.overhead``); False: the traced step as the trace shows it."""
+    step_ms: float | None = None
+    """An untraced step time the user knows (ms): it sets the estimate's scale."""
+    step_ms_source: str = ""
+    """Where ``step_ms`` comes from (``--step-ms``, a ``metrics.json`` beside the trace...)."""
+    overhead: oh.OverheadModel = field(default_factory=lambda: oh.DEFAULT_MODEL)
+    """The profiler's cost per recorded thing."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.graph, GraphConfig) or not isinstance(self.fixes, fx.FixConfig):
@@ -95,6 +105,12 @@ class ExplainResult:
     graph: dict
     """The graph's size: ``nodes``, ``edges`` by kind, ``launch_latency_ns``."""
     warnings: tuple[str, ...] = ()
+    view: str = "traced"
+    """``untraced`` (the estimate: bound, findings and steps of the untraced step) or
+    ``traced``."""
+    overhead: dict | None = None
+    """``tracekit.graph.overhead.Estimate.to_dict()`` plus ``source`` (where a given step came
+    from); None when not estimated (no host calls)."""
     path: pd.DataFrame | None = None
     """Every step's critical path segments (``tracekit.graph.critical.SEGMENT_COLUMNS``); not
     written to JSON."""
@@ -110,7 +126,14 @@ class ExplainResult:
                           np.isnan(r.bound_share) else float(r.bound_share),
                           "breakdown": {k: int(v) for k, v in r.breakdown.items()},
                           "top": jsonable(r.top)})
+        if self.overhead is not None:
+            by = {int(r["step"]): r for r in jsonable(self.overhead["steps"])}
+            for st in steps:
+                r = by.get(st["step"], {})
+                st["traced_ns"], st["untraced_ns"] = r.get("traced_ns"), r.get("untraced_ns")
         return {
+            "view": self.view, "overhead": jsonable({k: v for k, v in (self.overhead or {}).items()
+                                                     if k != "steps"}) if self.overhead else None,
             "bound": self.bound, "bound_share": self.bound_share, "steps": steps,
             "breakdown": jsonable(self.breakdown), "findings": jsonable(self.findings),
             "what_ifs": jsonable(self.what_ifs), "lanes": jsonable(self.lanes),
@@ -200,6 +223,12 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     # the graph the what-ifs replay: without the host time ``host_cost`` takes out
     gw = g if host_cost is None else g.with_host_cost(host_cost(trace, g))
     warnings = list(g.warnings)
+    est = None
+    if (g.kind == NodeKind.CALL).any():
+        counts = oh.count(trace, g)
+        est = oh.estimate(trace, g, config.overhead, step_ms=config.step_ms, counts=counts)
+        if config.untraced:
+            g = oh.untraced_graph(trace, g, est, counts)
     win = cr.step_windows(g)
     path = cr.step_paths(g, windows=win)
     bds = _breakdowns(path)
@@ -318,7 +347,9 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         bound=bound, bound_share=bound_share, steps=steps, breakdown=bd_t, findings=findings,
         what_ifs=what_ifs, lanes=lanes_t,
         graph={"nodes": g.n, "edges": g.edge_counts(), "launch_latency_ns": g.launch_latency_ns},
-        warnings=tuple(warnings), path=path)
+        warnings=tuple(warnings), path=path,
+        view="untraced" if est is not None and config.untraced else "traced",
+        overhead=None if est is None else {**est.to_dict(), "source": config.step_ms_source})
 
 
 def detect_fixes(trace: Trace, g, rules: Rules, config: fx.FixConfig, *,

@@ -52,6 +52,13 @@ def _render_path(rows: list[dict], step: int, limit: int) -> str:
 @click.option("--annotate", "annotate", type=click.Path(), default=None,
               help="Write a copy of the trace (.json or .json.gz) with the critical path, sync "
                    "stalls and optimizer -> lookup gaps added as tracks and flows.")
+@click.option("--traced", is_flag=True,
+              help="Explain the traced step as the trace shows it (default: the estimated "
+                   "untraced step, the profiler's host overhead taken out).")
+@click.option("--step-ms", "step_ms", type=float, default=None,
+              help="The untraced step time (ms), if known: it sets the scale of the untraced "
+                   "estimate (default: a metrics.json or TorchRec timing file beside the trace, "
+                   "else the overhead model alone).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
 @click.option("--out", type=click.Path(), default=None, help="Write to this file instead of stdout.")
@@ -62,8 +69,8 @@ def _render_path(rows: list[dict], step: int, limit: int) -> str:
               help="Rows per long table (and runs shown with --step).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the caches.")
 @click.option("--cache-dir", type=click.Path(), default=None, help="Cache directory.")
-def command(path, step, what_ifs, annotate, fmt, out, rules_path, rank, limit, no_cache,
-            cache_dir):
+def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_path, rank, limit,
+            no_cache, cache_dir):
     """What bounds each step of PATH's training loop, and what each fix would save.
 
     For every step: its critical path (the chain of dependencies that decided when it ended),
@@ -93,7 +100,12 @@ def command(path, step, what_ifs, annotate, fmt, out, rules_path, rank, limit, n
             raise InputError("--annotate and --out name the same file", path=annotate)
     if limit < 1:
         raise InputError("--limit must be at least 1")
-    slow = bool(step is not None or what_ifs or annotate)
+    if step_ms is not None and not (step_ms > 0 and step_ms < 1e9):
+        raise InputError("--step-ms must be a positive number of milliseconds")
+    from tracekit.api import has_untraced_beside
+
+    slow = bool(step is not None or what_ifs or annotate or traced or step_ms
+                or has_untraced_beside(path))
     ranks: list[dict]
     paths: dict[int, list[dict]] = {}
     if not slow:
@@ -107,7 +119,7 @@ def command(path, step, what_ifs, annotate, fmt, out, rules_path, rank, limit, n
         from tracekit.report import jsonable
 
         got = explain_path(path, rules_path=rules_path, what_ifs=what_ifs, cache_dir=cache_dir,
-                           use_cache=not no_cache)
+                           use_cache=not no_cache, traced=traced, step_ms=step_ms)
         if rank is not None:
             got = [(t, e) for t, e in got if t.rank == rank]
             if not got:

@@ -1,0 +1,403 @@
+"""What tracing cost the host: the profiler's overhead, modelled from what the trace records,
+and the step the same program would take untraced.
+
+The profiler does work on the host for everything it records, on the thread that does the
+recorded thing: a RecordFunction callback on entering and leaving every CPU op and annotation
+(``cpu_op``, ``user_annotation``), CUPTI's callback around every runtime/driver call (the call's
+own recorded span grows), an allocator record per ``[memory]`` event (``profile_memory``), a
+``cuda_sync`` record per synchronisation call it sees (``enable_cuda_sync_events``, inside that
+call), Python's tracer per ``python_function`` event (``with_stack``), and the inputs of every op
+when ``record_shapes`` is on. The GPU's own work is not slowed (activities keep their times).
+
+The model: a cost per recorded thing (``OverheadModel``, ns), placed where it happens on its
+thread: half of an op's cost at its start and half at its end, a ``[memory]`` or Python event's at
+its time, a runtime call's and its ``cuda_sync`` events' inside the call. On the dependency graph
+(``tracekit.graph.model``) a CPU thread is a lane of runtime calls joined by *program* edges
+whose lag is the host time between them; a cost that falls between two calls shortens that lag,
+one inside a call shortens the call (never below ``OverheadModel.min_call_ns`` or its own
+duration, never below 0 for a lag). ``corrections(trace, g, model)`` gives those per-node
+amounts: the seam the replay takes (``untraced_change``). Replaying the corrected graph
+(``tracekit.graph.whatif``: launches, stream order, waits and the launch queues as always) gives
+the estimated untraced step: where the GPU decides the step the host's overhead is hidden and
+the estimate stays near the traced step; where the host decides, it shrinks by the overhead on
+its path.
+
+``estimate(trace, g)`` is the pure function Trace (+ its graph) -> ``Estimate``: the counts per
+term, the host time taken out, the traced and estimated untraced step (per step and mean), and
+``untraced_graph`` gives the corrected graph itself (times replayed, lags and bindings
+consistent) for the critical path, bound and what-ifs of the untraced step.
+
+The coefficients are fitted on the runtime's traced and untraced runs (``bench/overhead_fit.py``
+says on which, and judges them on runs it was not fitted on); ``DEFAULT_MODEL`` holds the current
+fit, ``docs/explain.md`` its figures. A term whose events a trace lacks costs nothing there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+import numpy as np
+import pandas as pd
+
+from tracekit.graph.model import EdgeKind, Graph, NodeKind
+from tracekit.trace.model import Kind, Trace
+
+TERMS = ("cpu_op", "runtime", "memory", "sync_event", "python", "shapes")
+"""What a cost is counted per: a recorded CPU op or annotation, a runtime/driver call, a
+``[memory]`` event, a ``cuda_sync`` event, a ``python_function`` event, a CPU op whose inputs
+were recorded (``record_shapes``)."""
+
+TERM_TEXT = {
+    "cpu_op": "recorded CPU ops and annotations",
+    "runtime": "runtime/driver calls",
+    "memory": "[memory] events (profile_memory)",
+    "sync_event": "cuda_sync events",
+    "python": "python_function events (with_stack)",
+    "shapes": "CPU ops with recorded inputs (record_shapes)",
+}
+
+
+@dataclass(frozen=True)
+class OverheadModel:
+    """The profiler's host cost per recorded thing, ns (see the module docstring)."""
+
+    cpu_op_ns: float = 0.0
+    """Per recorded CPU op or annotation (RecordFunction enter + exit), half at each end."""
+    runtime_ns: float = 0.0
+    """Per runtime/driver call (CUPTI's callback; inside the call)."""
+    memory_ns: float = 0.0
+    """Per ``[memory]`` event (the allocator's record)."""
+    sync_event_ns: float = 0.0
+    """Per ``cuda_sync`` event, inside the runtime call it belongs to."""
+    python_ns: float = 0.0
+    """Per ``python_function`` event (Python's tracer), half at each end."""
+    shapes_ns: float = 0.0
+    """Per CPU op whose inputs were recorded (``record_shapes``), at its start."""
+    min_call_ns: int = 500
+    """An untraced runtime call takes at least this long (or its traced duration, if less)."""
+    source: str = ""
+    """Where the coefficients come from (the fit's runs, or what the user gave)."""
+
+    def cost(self, term: str) -> float:
+        return float(getattr(self, f"{term}_ns"))
+
+    def with_costs(self, **costs: float) -> "OverheadModel":
+        """This model with some per-term costs (ns) replaced: ``with_costs(cpu_op=1500)``."""
+        return replace(self, **{f"{k}_ns": float(v) for k, v in costs.items()})
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+DEFAULT_MODEL = OverheadModel(
+    cpu_op_ns=996.0, runtime_ns=1992.0, memory_ns=299.0, sync_event_ns=498.0, python_ns=498.0,
+    shapes_ns=996.0,
+    source="fitted on the runtime's 1-GPU multitask_b32k and multitask_b4k runs, H200, "
+           "bench/results/overhead-fit-20261127-0818.json")
+"""The current fit (``bench/overhead_fit.py``; its runs and figures in docs/explain.md)."""
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What a trace recorded on its host threads, per graph node: the events whose cost falls
+    inside a call (``in_call``) or in the host time before a node on its lane (``before``)."""
+
+    before: np.ndarray
+    """float (n nodes, len(TERMS)): events (halves for ops) in the gap before each CPU node."""
+    in_call: np.ndarray
+    """float (n nodes, len(TERMS)): events inside each call."""
+    totals: dict
+    """Per term: events on the host threads the graph holds (whole trace)."""
+    shapes_recorded: bool
+    """Whether the trace shows recorded inputs (``record_shapes``)."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The profiler's cost in one trace and the untraced step it implies."""
+
+    model: OverheadModel
+    counts_per_step: dict
+    """Per term: mean count per counted step (events on the host threads inside the steps)."""
+    host_ns_per_step: dict
+    """Per term: host time taken out per counted step (count x cost, after the clamps)."""
+    traced_step_ns: float
+    """Mean traced step (the counted steps: all but the first when there are two or more)."""
+    untraced_step_ns: float
+    """Mean estimated untraced step over the same steps."""
+    steps: pd.DataFrame
+    """``step, traced_ns, untraced_ns``."""
+    scale: str = "model"
+    """``model`` (the estimate), or ``given``: an untraced step time the user gave (or a
+    metrics file beside the trace) set the scale; then ``host_factor`` is applied on top."""
+    given_step_ns: float | None = None
+    """The untraced step time given, when ``scale == "given"``."""
+    host_factor: float = 1.0
+    """With a given step: the model's host time further divided by this factor so that the
+    replay's step is the given one (1.0 with the model alone)."""
+    rests_on: str = ""
+    """One sentence: what the estimate rests on."""
+
+    @property
+    def overhead_ns(self) -> float:
+        return self.traced_step_ns - self.untraced_step_ns
+
+    def to_dict(self) -> dict:
+        return {"model": self.model.as_dict(), "counts_per_step": self.counts_per_step,
+                "host_ns_per_step": self.host_ns_per_step, "traced_step_ns": self.traced_step_ns,
+                "untraced_step_ns": self.untraced_step_ns, "steps": self.steps,
+                "scale": self.scale, "given_step_ns": self.given_step_ns,
+                "host_factor": self.host_factor, "rests_on": self.rests_on}
+
+
+# ---- counting ---------------------------------------------------------------------------------
+
+def _shapes_recorded(trace: Trace) -> bool:
+    a = trace.args
+    col = "input_dims" if "input_dims" in a.columns else None
+    if col is None or not len(a):
+        return False
+    v = a[col].astype(str)
+    return bool((v.str.len() > 0).any())
+
+
+def count(trace: Trace, g: Graph) -> Counts:
+    """Where each recorded event's cost falls on the graph's CPU lanes (module docstring)."""
+    n = g.n
+    nt = len(TERMS)
+    before = np.zeros((n, nt))
+    in_call = np.zeros((n, nt))
+    totals = {t: 0.0 for t in TERMS}
+    ev = trace.events
+    e_ts = ev["ts"].to_numpy(np.int64)
+    e_end = e_ts + ev["dur"].to_numpy(np.int64)
+    e_kind = ev["kind"].to_numpy()
+    e_tid = ev["tid"].to_numpy(np.int64)
+    e_corr = ev["correlation"].to_numpy(np.int64)
+    shapes = _shapes_recorded(trace)
+    # per CPU node: its trace span (a call: the event's own ts/dur; a marker: its time)
+    host = g.kind != NodeKind.GPU
+    ids = np.flatnonzero(host)
+    if not ids.size:
+        return Counts(before, in_call, totals, shapes)
+    rows = g.row[ids]
+    t0 = np.where(rows >= 0, e_ts[np.maximum(rows, 0)], g.start[ids])
+    t1 = np.where(rows >= 0, e_end[np.maximum(rows, 0)], g.start[ids])
+    is_call = g.kind[ids] == NodeKind.CALL
+    lane_tid = g.lanes["tid"].to_numpy(np.int64)[g.lane[ids]]
+
+    def points(term: int, tid: np.ndarray, t: np.ndarray, w: np.ndarray) -> None:
+        """Events of ``term`` at times ``t`` on threads ``tid``, weight ``w`` each."""
+        for th in np.unique(lane_tid):
+            mine = np.flatnonzero(lane_tid == th)
+            o = mine[np.argsort(t0[mine], kind="stable")]
+            s, e = t0[o], t1[o]
+            sel = tid == th
+            if not sel.any():
+                continue
+            tt, ww = t[sel], w[sel]
+            totals[TERMS[term]] += float(ww.sum())
+            k = np.searchsorted(s, tt, side="right") - 1  # the last node starting at or before
+            inside = (k >= 0) & (tt < e[np.maximum(k, 0)]) & is_call[o[np.maximum(k, 0)]]
+            np.add.at(in_call[:, term], ids[o[k[inside]]], ww[inside])
+            nxt = k + 1  # else: the gap before the next node of the lane
+            gap = ~inside & (nxt < o.size)
+            np.add.at(before[:, term], ids[o[nxt[gap]]], ww[gap])
+
+    ops = np.isin(e_kind, (int(Kind.CPU_OP), int(Kind.ANNOTATION)))
+    half = np.full(int(ops.sum()), 0.5)
+    points(0, np.r_[e_tid[ops], e_tid[ops]], np.r_[e_ts[ops], e_end[ops]], np.r_[half, half])
+    if shapes:
+        cops = e_kind == int(Kind.CPU_OP)
+        points(5, e_tid[cops], e_ts[cops], np.ones(int(cops.sum())))
+    rt = np.isin(e_kind, (int(Kind.RUNTIME), int(Kind.DRIVER)))
+    # the call's own cost sits inside it: counted at its midpoint
+    points(1, e_tid[rt], (e_ts[rt] + e_end[rt]) // 2, np.ones(int(rt.sum())))
+    py = e_kind == int(Kind.PYTHON)
+    if py.any():
+        hp = np.full(int(py.sum()), 0.5)
+        points(4, np.r_[e_tid[py], e_tid[py]], np.r_[e_ts[py], e_end[py]], np.r_[hp, hp])
+    m = trace.memory
+    if m is not None and len(m):
+        points(2, m["tid"].to_numpy(np.int64), m["ts"].to_numpy(np.int64), np.ones(len(m)))
+    sy = e_kind == int(Kind.SYNC)
+    if sy.any():
+        # a cuda_sync event's cost is inside the runtime call with its correlation id
+        rcorr = e_corr[rt]
+        o = np.argsort(rcorr, kind="stable")
+        rc = rcorr[o]
+        sc = e_corr[sy]
+        k = np.minimum(np.searchsorted(rc, sc), max(rc.size - 1, 0))
+        ok = (sc >= 0) & (rc.size > 0) & (rc[k] == sc if rc.size else False)
+        r_rows = np.flatnonzero(rt)[o[k[ok]]]
+        points(3, e_tid[r_rows], (e_ts[r_rows] + e_end[r_rows]) // 2, np.ones(r_rows.size))
+    return Counts(before, in_call, totals, shapes)
+
+
+# ---- corrections (the seam) -------------------------------------------------------------------
+
+def corrections(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL,
+                counts: Counts | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(per node: ns taken off its duration, per node: ns taken off the host time before it on
+    its lane): the profiler's cost where the model puts it, clamped (module docstring)."""
+    c = count(trace, g) if counts is None else counts
+    cost = np.array([model.cost(t) for t in TERMS])
+    d_call = c.in_call @ cost
+    d_gap = c.before @ cost
+    calls = g.kind == NodeKind.CALL
+    floor = np.minimum(g.dur, model.min_call_ns)
+    d_call = np.where(calls, np.clip(d_call, 0, np.maximum(g.dur - floor, 0)), 0)
+    # the gap before a node: its program edge's lag
+    prog = g.edge_kind == int(EdgeKind.PROGRAM)
+    gap = np.zeros(g.n, np.int64)
+    gap[g.dst[prog]] = np.maximum(g.lag[prog], 0)
+    d_gap = np.clip(d_gap, 0, gap)
+    return np.round(d_call).astype(np.int64), np.round(d_gap).astype(np.int64)
+
+
+def untraced_change(g: Graph, d_call: np.ndarray, d_gap: np.ndarray, *, change=None,
+                    host_factor: float = 1.0):
+    """A ``tracekit.graph.whatif.Change`` with the corrections applied (on top of ``change``):
+    calls shortened by ``d_call``, program edges into a node by ``d_gap``; then the rest of the
+    host ``host_factor`` times faster (1: the model alone)."""
+    from tracekit.graph import whatif as wi
+
+    change = wi.Change() if change is None else change
+    dur = (g.dur if change.dur is None else change.dur).copy()
+    calls = g.kind == NodeKind.CALL
+    dur[calls] = np.maximum(dur[calls] - d_call[calls], 0)
+    lag = (g.lag if change.lag is None else change.lag).copy()
+    prog = g.edge_kind == int(EdgeKind.PROGRAM)
+    lag[prog] = np.maximum(lag[prog] - d_gap[g.dst[prog]], 0)
+    out = wi.Change(dur=dur, drop=change.drop, lag=lag, add_src=change.add_src,
+                    add_dst=change.add_dst, add_lag=change.add_lag, move=change.move)
+    return wi.with_host(g, out, host_factor) if host_factor != 1.0 else out
+
+
+# ---- the estimate -----------------------------------------------------------------------------
+
+def _steps(g: Graph, change, win) -> tuple[np.ndarray, np.ndarray]:
+    """(observed, replayed) length of each step of ``win`` with ``change`` (contention-free)."""
+    from tracekit.graph import whatif as wi
+    from tracekit.graph.critical import step_windows
+
+    p = wi.plan(g, change)
+    s, e = wi.replay_queued(g, p)
+    w = step_windows(g, s, e)
+    obs = (win["end"] - win["start"]).to_numpy(np.int64)
+    d = (w["end"] - w["start"]).to_numpy(np.int64)
+    rep = w.assign(d=d).set_index("step")["d"].reindex(win["step"]).fillna(0).to_numpy(np.int64)
+    return obs, rep
+
+
+def estimate(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL, *,
+             step_ms: float | None = None, counts: Counts | None = None) -> Estimate:
+    """The profiler's cost in ``trace`` and the estimated untraced step (module docstring).
+    ``step_ms``: an untraced step time the user knows; the host is then made faster (or slower)
+    on top of the model until the replay's mean step is that (``Estimate.scale == "given"``)."""
+    from tracekit.graph import whatif as wi
+    from tracekit.graph.critical import step_windows
+
+    c = count(trace, g) if counts is None else counts
+    d_call, d_gap = corrections(trace, g, model, c)
+    win = step_windows(g)
+    keep = wi.counted_steps(win)
+
+    def mean_step(f: float) -> tuple[float, np.ndarray, np.ndarray]:
+        o, r = _steps(g, untraced_change(g, d_call, d_gap, host_factor=f), win)
+        return (float(r[keep].mean()) if keep.any() else 0.0), o, r
+
+    m, obs, rep = mean_step(1.0)
+    factor, scale, given = 1.0, "model", None
+    if step_ms is not None and step_ms > 0:
+        given = float(step_ms) * 1e6
+        lo, hi = 0.25, 16.0
+        if mean_step(hi)[0] > given:
+            factor = hi  # the host alone cannot make the step that short
+        elif mean_step(lo)[0] < given:
+            factor = lo
+        else:
+            for _ in range(20):
+                mid = (lo * hi) ** 0.5
+                if mean_step(mid)[0] > given:
+                    lo = mid
+                else:
+                    hi = mid
+            factor = (lo * hi) ** 0.5
+        m, obs, rep = mean_step(factor)
+        scale = "given"
+    # per counted step: counts and host time on the steps' host nodes
+    counted = win["step"].to_numpy(np.int64)[keep] if len(win) else np.zeros(0, np.int64)
+    in_steps = np.isin(g.step, counted) & (g.kind != NodeKind.GPU)
+    nsteps = max(counted.size, 1)
+    cost = np.array([model.cost(t) for t in TERMS])
+    per = (c.before[in_steps] + c.in_call[in_steps]).sum(axis=0) / nsteps
+    raw = per * cost
+    taken = float((d_call[in_steps].sum() + d_gap[in_steps].sum()) / nsteps)
+    left = taken / raw.sum() if raw.sum() > 0 else 0.0  # what the clamps left of it
+    counts_per_step = {t: float(per[i]) for i, t in enumerate(TERMS)}
+    host_per_step = {t: float(raw[i] * left) for i, t in enumerate(TERMS)}
+    steps = pd.DataFrame({"step": win["step"].to_numpy(np.int64), "traced_ns": obs,
+                          "untraced_ns": rep})
+    terms = ", ".join(f"{counts_per_step[t]:,.0f} {TERM_TEXT[t]} x {model.cost(t) / 1e3:.2g} us"
+                      for t in TERMS if counts_per_step[t] > 0 and model.cost(t) > 0)
+    rests = (f"per step {terms}: {taken / 1e6:,.3f} ms of host time taken out and the graph "
+             f"replayed (costs: {model.source})")
+    if scale == "given":
+        rests = (f"the untraced step given ({given / 1e6:,.3f} ms) sets the scale: the model's "
+                 f"corrections, then the host {factor:.2f}x faster still; " + rests)
+    traced = float(obs[keep].mean()) if keep.any() else 0.0
+    return Estimate(model=model, counts_per_step=counts_per_step, host_ns_per_step=host_per_step,
+                    traced_step_ns=traced, untraced_step_ns=m, steps=steps, scale=scale,
+                    given_step_ns=given, host_factor=factor, rests_on=rests)
+
+
+def untraced_graph(trace: Trace, g: Graph, est: Estimate, counts: Counts | None = None) -> Graph:
+    """The graph of the untraced step: the corrected durations and lags replayed (the launch
+    queues held), start times, bindings and waits made consistent, so that the critical path,
+    bound and what-ifs (``tracekit.graph.critical``, ``whatif``) read it as a trace."""
+    from tracekit.graph import whatif as wi
+    from tracekit.graph.replay import Plan, rebind, replay
+
+    d_call, d_gap = corrections(trace, g, est.model, counts)
+    ch = untraced_change(g, d_call, d_gap, host_factor=est.host_factor)
+    p = wi.plan(g, ch)
+    a, c = wi.queue_pairs(g, p.lane)
+    s, e = replay(p)
+    added = np.zeros(a.size, bool)
+    for _ in range(wi.QUEUE_ROUNDS):
+        broke = ~added & (s[c] < e[a]) if a.size else np.zeros(0, bool)
+        if not broke.any():
+            break
+        added |= broke
+        k = int(broke.sum())
+        p = Plan(start=p.start, dur=p.dur, lane=p.lane, lane_is_cpu=p.lane_is_cpu,
+                 src=np.r_[p.src, a[broke]], dst=np.r_[p.dst, c[broke]],
+                 kind=np.r_[p.kind, np.full(k, int(EdgeKind.QUEUE), np.int8)],
+                 lag=np.r_[p.lag, np.zeros(k, np.int64)])
+        s, e = replay(p)
+    # edges sorted by destination, as the graph keeps them; nodes keep their ids (a node's
+    # replayed start never moves before an edge's source: the order stays topological)
+    o = np.argsort(p.dst * max(g.n, 1) + p.src, kind="stable")
+    src, dst, kind, lag = p.src[o], p.dst[o], p.kind[o].astype(np.int8), p.lag[o]
+    plan_sorted = Plan(start=p.start, dur=p.dur, lane=p.lane, lane_is_cpu=p.lane_is_cpu,
+                       src=src, dst=dst, kind=kind, lag=lag)
+    binding = rebind(plan_sorted, s, e)
+    # a blocking call's wait: from when the host reached it to when its GPU work ended
+    arrive = np.full(g.n, np.iinfo(np.int64).min // 4, np.int64)
+    nonwait = (kind != int(EdgeKind.HOST_WAIT)) & (kind != int(EdgeKind.QUEUE))
+    np.maximum.at(arrive, dst[nonwait], e[src[nonwait]] + lag[nonwait])
+    wait_ns = np.where(g.wait_ns > 0, np.maximum(s - np.maximum(arrive, 0), 0), 0)
+    wait_ns = np.where(arrive < 0, g.wait_ns, wait_ns)
+    steps = g.steps.copy()
+    if len(steps):
+        steps["cpu_start"] = s[steps["start_node"].to_numpy(np.int64)]
+        steps["cpu_end"] = s[steps["end_node"].to_numpy(np.int64)]
+    new = replace(g, start=s.astype(np.int64), dur=(e - s).astype(np.int64), src=src, dst=dst,
+                  edge_kind=kind, lag=lag.astype(np.int64), binding=binding, steps=steps,
+                  wait_ns=wait_ns.astype(np.int64))
+    return new
+
+
+__all__ = ["DEFAULT_MODEL", "Counts", "Estimate", "OverheadModel", "TERMS", "corrections",
+           "count", "estimate", "untraced_change", "untraced_graph"]
