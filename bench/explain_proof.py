@@ -151,7 +151,11 @@ def trace_side(path: str, fix_id: str | None, snapshot=None) -> dict:
     steps = r.steps[keep]
     host = [bd.get("host", 0) for bd in steps["breakdown"]]
     out = {"result": r, "graph": g, "trace": trace,
-           "traced_ms": float(steps["duration_ns"].mean()) / 1e6 if len(steps) else None,
+           # explain's view is the estimated untraced step (no untraced input: raw); the traced
+           # step and the estimate are in its overhead object
+           "traced_ms": (r.overhead["traced_step_ns"] / 1e6 if r.overhead else
+                         float(steps["duration_ns"].mean()) / 1e6 if len(steps) else None),
+           "estimated_untraced_ms": r.overhead["untraced_step_ns"] / 1e6 if r.overhead else None,
            "host_path_ms": sum(host) / len(host) / 1e6 if host else None,
            "floor_ms": wi.predict(g, wi.with_host(g, wi.Change(), HOST_FLOOR)).predicted_ns / 1e6,
            "untraced_ms": untraced_trace_run(path), "fix": None}
@@ -219,6 +223,7 @@ def run_pair(pair: dict, base: str) -> dict:
                floor_fix_ms=bs.get("floor_fix_ms"),
                floor_fix_contention_ms=bs.get("floor_fix_contention_ms"),
                untraced_before_ms=bs["untraced_ms"],
+               estimated_untraced_before_ms=bs["estimated_untraced_ms"],
                predicted_traced_after_ms=(bs["traced_ms"] - f["saving_ns"] / 1e6) if f else None,
                predicted_contention_traced_after_ms=(bs["traced_ms"] - f["saving_contention_ns"] / 1e6)
                if f else None)
