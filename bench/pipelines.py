@@ -39,6 +39,36 @@ SemiSync, SparseDist with the in-place copy); SparseDist is the reference. For e
    ``runtime.profiling``), written in the repository's layout under ``<out>/commit/`` so the lead
    can copy them in: ``sample_traces/pipelines_{N}gpu/<variant>/`` for the headline preset,
    ``.../<preset>/<variant>/`` for the others.
+   With ``--profile-options default,no_memory,...`` (runtime.profiling.PROFILER_OPTIONS: the
+   runtime's ``default``, ``[memory]`` and ``cuda_sync`` events on, no shapes or stacks; each
+   option toggled from it: ``no_memory``, ``no_sync``, ``bare``, ``shapes`` (record_shapes),
+   ``stack`` (with_stack); ``torchrec``: the set TorchRec 1.6.1's benchmark profiles with,
+   record_shapes + profile_memory + with_flops + with_modules, no cuda_sync) each traced variant
+   gets one trace run per option set: the profiler-overhead question (issue 24). Each run is one
+   process's model and data: its warm-up steps, ``max(3, timed)`` untraced timed steps, one
+   profiler warm-up step, ``--profile-steps`` traced steps, 3 tail steps; options outer,
+   variants in alternating order (``--window-variants``: only these under the non-default sets). ``--window-trace-max-mb`` / ``--window-traces-max-mb`` drop
+   a non-default option's traces past a size (their counts and times stay).
+
+   **Results for the overhead question** (``results.json``, and the same document compact in
+   ``commit/bench/results/pipelines-<tag>.json``): top level ``device``, ``date_utc``,
+   ``versions`` (torch, CUDA, NCCL), ``world_size``; per preset (``presets[i]``): ``spec``,
+   ``summary[variant]`` (the interleaved untraced rounds: ``step`` {median, lo, hi, n} ms and
+   ``ratio`` to SparseDist with its 95 % interval: the measured saving of FusedSparseDist is
+   ``1 - summary.fused.ratio``, in ms ``summary.sparse.step.median * (1 - ratio)``),
+   ``rounds[k].runs[variant].step_ms_median`` (each round's figure, for one's own statistics), and
+   ``windows``: one entry per trace run, ``{variant, option, profiler: {memory, cuda_sync,
+   record_shapes, with_stack, with_flops, with_modules}, dir (the trace folder, relative to the
+   repository), trace ("kept" or why dropped), t: [start, end] s, step_ms (untraced timed steps,
+   CUDA events, ms), host_step_ms (their host times: perf_counter between the ends of issuing two
+   steps), traced_step_ms, traced_host_step_ms (the profiled steps), profiler_warmup_step_ms:
+   [GPU, host] of the profiler's warm-up step, step_ms_median, host_probe_us (us per tiny CPU op
+   right before the run), trace_counts: {events, cuda_sync, memory, kernels, by_cat: events per
+   Kineto category, bytes} (rank 0's trace), ranks (2+ GPUs: each rank's step_ms, host_step_ms,
+   traced_step_ms, traced_host_step_ms, profiler_warmup_step_ms)}``. On the GPU the host time of
+   a step equals its GPU time once the launch queue is full (the host waits); where the host
+   bounds the step (``gpu_waited_share`` near 1), the host's time is the step.
+
 5. **Diagnostics** (``--diagnostics``, GPU, ~60 s more): why the old method's first run of a call
    was slow and its ratios moved from run to run. ``old_method``: the GPU left idle for
    ``--idle-s`` seconds, then SparseDist, FusedSparseDist and SemiSync back to back, 10 warm-up +
@@ -87,7 +117,7 @@ from bench.common.host import HostPin, ThreadCounters, cpu_model, host_probe, qu
 from runtime.data import DataConfig, SyntheticLoader
 from runtime.dist import init_from_env
 from runtime.model import DenseOptimizerConfig, ModelConfig
-from runtime.profiling import cuda_sync_events, trace_counts
+from runtime.profiling import PROFILER_OPTIONS, cuda_sync_events, trace_counts
 from runtime.session import RunResult, Session
 from runtime.train import TrainConfig, config_dict, versions
 
@@ -179,7 +209,7 @@ OLD_METHOD_PRESETS = ("multitask_b32k", "multitask")
 presets)."""
 
 # the explain proof (issue 9 section 4): (before, after, fix, presets)
-PROOF_PAIRS = (("sparse", "fused", "fused_sparse_dist", ("multitask_b32k", "multitask_b4k", "tiny")),)
+PROOF_PAIRS = (("sparse", "fused", "fused_sparse_dist", ("multitask_b32k", "multitask_b4k", "multitask", "dense_heavy", "tiny")),)
 
 TARGETS = {"fused": (0.95, 0.97), "semi": (0.92, 0.95)}
 """Headline preset: median ratio <= first, interval's upper end <= second."""
@@ -214,7 +244,7 @@ def run_config(preset: dict, variant: str, *, device: str, warmup: int, timed: i
 # ------------------------------------------------------------------------------------------
 def _run_summary(run: RunResult) -> dict:
     steps = run.step_ms
-    return {
+    out = {
         "step_ms_median": method.median(steps),
         "step_ms_p90": method.percentile(steps, 0.9),
         "step_ms": [round(x, 4) for x in steps],
@@ -234,6 +264,12 @@ def _run_summary(run: RunResult) -> dict:
         "traced_step_ms": [round(x, 4) for x in run.traced_step_ms],
         "embedding_backend": run.embedding_backend,
     }
+    if run.profiled is not None:  # a trace run: every step's host and GPU time, untraced and traced
+        out["host_step_ms"] = [round(x, 4) for x in run.host_step_ms]
+        out["traced_host_step_ms"] = [round(x, 4) for x in run.traced_host_step_ms]
+        out["profiler_warmup_step_ms"] = [round(run.step_ms_all[run.profiled[0] - 1], 4),
+                                          round(run.host_step_ms_all[run.profiled[0] - 1], 4)]
+    return out
 
 
 def _combine(ranks: list[dict]) -> dict:
@@ -243,7 +279,10 @@ def _combine(ranks: list[dict]) -> dict:
         vals = [r[k] for r in ranks if r.get(k) is not None]
         out[k] = max(vals) if vals else None
     if len(ranks) > 1:
-        out["ranks"] = [{k: r[k] for k in ("step_ms_median", "peak_reserved_bytes")} for r in ranks]
+        # a trace run (host_step_ms set): each rank's steps, untraced and traced, host and GPU
+        keep = ("step_ms_median", "peak_reserved_bytes", "step_ms", "host_step_ms", "traced_step_ms", "traced_host_step_ms",
+                "profiler_warmup_step_ms")
+        out["ranks"] = [{k: r[k] for k in (keep if "host_step_ms" in r else keep[:2]) if k in r} for r in ranks]
     return out
 
 
@@ -268,6 +307,8 @@ class Bench:
                            rank=int(os.environ.get("LOCAL_RANK", 0)), ranks=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         self.last_clock_sample = -1e9
         self.samples_dir = f"sample_traces/pipelines_{info.world_size}gpu"
+        self.profiler_dir = f"sample_traces/profiler_{info.world_size}gpu"
+        self.profile_options = parse_profile_options(args.profile_options)
         self.commit = self.out / "commit"
         self.clocks = None
         self.old_clock_rows: list[str] = []  # clocks.csv rows of the passes before (a process each)
@@ -405,6 +446,25 @@ class Bench:
                  f"{proc['tbe_extension_load_s']} s, clock log {proc.get('clock_log')}, pin {self.pin.status}, "
                  f"host probe {proc['host_probe_us']} us/op")
 
+    def keep_window_trace(self, folder: Path) -> str:
+        """Rank 0, after a window's run (every rank's trace written: the run ends with a gather):
+        its traces stay unless one is larger than ``--window-trace-max-mb`` or the window traces
+        of this call (every pass) pass ``--window-traces-max-mb`` in all; a trace dropped is
+        said, its counts (``trace_counts``, taken before) and step times stay in the results."""
+        files = sorted(folder.glob("trace_rank*.json.gz"))
+        size = sum(f.stat().st_size for f in files)
+        total = sum(f.stat().st_size for f in (self.commit / self.profiler_dir).rglob("trace_rank*.json.gz"))
+        why = None
+        if self.args.window_trace_max_mb and max((f.stat().st_size for f in files), default=0) > self.args.window_trace_max_mb * 2**20:
+            why = f"dropped: larger than {self.args.window_trace_max_mb:g} MiB ({size / 2**20:.1f} MiB)"
+        elif self.args.window_traces_max_mb and total > self.args.window_traces_max_mb * 2**20:
+            why = f"dropped: the window traces passed {self.args.window_traces_max_mb:g} MiB in all ({size / 2**20:.1f} MiB)"
+        if why is None:
+            return "kept"
+        for f in files:
+            f.unlink()
+        return why
+
     # ---- probes (per round) ----------------------------------------------------------------
     def probes(self, session: Session, loader: SyntheticLoader) -> dict:
         """GEMM (bound by SM clocks) and lookup (bound by memory, on the preset's tables) timed
@@ -480,9 +540,21 @@ class Bench:
         pdoc.setdefault("main_cpus", []).append(self.pin.main_cpu)
         cfgs = {v: run_config(spec, v, device=args.device, warmup=warmup, timed=timed, profile=0,
                            out=folder / v, seed=args.seed) for v in variants}
-        trace_cfgs = {v: dataclasses.replace(cfgs[v], timed_steps=3, profile_steps=args.profile_steps)
-                      for v in variants if v in traced and args.profile_steps and last}
-        longest = max([c.total_steps for c in cfgs.values()] + [c.total_steps for c in trace_cfgs.values()] + [50])
+        # the trace runs ("windows"): each traced variant under each profiler option set
+        # (--profile-options; "default" is the runtime's, written in the sample traces' layout,
+        # the others under sample_traces/profiler_{N}gpu/<preset>/<variant>/<option>/), variants
+        # in alternating order from one option to the next
+        windows: list[tuple[str, str, TrainConfig]] = []
+        if args.profile_steps and last:
+            tv = [v for v in variants if v in traced]
+            for i, opt in enumerate(self.profile_options):
+                for v in (tv if i % 2 == 0 else tv[::-1]):
+                    if opt != "default" and args.window_variants and v not in args.window_variants.split(","):
+                        continue
+                    out = folder / v if opt == "default" else self.commit / self.profiler_dir / name / v / opt
+                    windows.append((v, opt, dataclasses.replace(cfgs[v], timed_steps=max(3, timed), profile_steps=args.profile_steps,
+                                                                out=str(out), profiler=PROFILER_OPTIONS[opt])))
+        longest = max([c.total_steps for c in cfgs.values()] + [c.total_steps for _, _, c in windows] + [50])
         first = cfgs[variants[0]]
         pdoc.update(model=dataclasses.asdict(first.model), data=dataclasses.asdict(first.data),
                     dense_optimizer=dataclasses.asdict(first.dense_optimizer), main_stream_priority=first.main_stream_priority)
@@ -520,7 +592,10 @@ class Bench:
 
         if most > done:
             one_round(0, list(variants))
-        traces_s = len(trace_cfgs) * (4.0 + 0.002 * spec["est_step_ms"] * 13) if self.gpu else 2.0 * len(trace_cfgs)
+        # a trace run: its steps, the profiler's start and the trace's export (~1.5-2.6 s on the
+        # multitask presets, H200 2026-11-24); with stacks (Python's tracer) or TorchRec's set, more
+        traces_s = sum((1.0 + 0.03 * spec["est_step_ms"]) * (3.0 if c.profiler.with_stack else 1.5 if c.profiler.record_shapes else 1.0)
+                       for _, _, c in windows) if self.gpu else 2.0 * len(windows)
         diag_s = 0.0
         if self.gpu and args.diagnostics and last:
             diag_s += self.old_method_s(name, variants) + (15.0 if headline else 0.0)
@@ -534,15 +609,24 @@ class Bench:
             one_round(r, order)
 
         self.summarize(pdoc)  # the figures each sample trace's metrics.json carries
-        for v, cfg in trace_cfgs.items():
+        for v, opt, cfg in windows:
             seg = self.run(session, loader, cfg)
             if self.rank0:
                 seg["trace_counts"] = trace_counts(seg["trace"])  # did cuda_sync and [memory] make it in?
                 write_run_metrics(Path(cfg.out), seg, pdoc, v, cfg, self)
-            pdoc["traces"][v] = {"dir": str(Path(cfg.out).relative_to(self.commit)), **{k: seg.get(k) for k in (
-                "step_ms_median", "traced_step_ms", "peak_reserved_bytes", "gpu_waited_share", "trace_counts")}}
-            self.say(f"{name} trace {v}: untraced {seg['step_ms_median']:.3f} ms, traced {seg['traced_step_ms']}, "
-                     f"events {seg.get('trace_counts')}")
+                kept = self.keep_window_trace(Path(cfg.out)) if opt != "default" else "kept"
+            kept = self.decide(kept if self.rank0 else None)
+            rel = str(Path(cfg.out).relative_to(self.commit))
+            if opt == "default":
+                pdoc["traces"][v] = {"dir": rel, **{k: seg.get(k) for k in (
+                    "step_ms_median", "traced_step_ms", "peak_reserved_bytes", "gpu_waited_share", "trace_counts")}}
+            pdoc.setdefault("windows", []).append({
+                "variant": v, "option": opt, "profiler": dataclasses.asdict(cfg.profiler), "dir": rel, "trace": kept,
+                **{k: seg.get(k) for k in ("t", "step_ms", "host_step_ms", "traced_step_ms", "traced_host_step_ms",
+                                           "profiler_warmup_step_ms", "step_ms_median", "host_probe_us", "trace_counts", "ranks")}})
+            self.say(f"{name} trace {v} [{opt}]: untraced {seg['step_ms_median']:.3f} ms, traced {seg['traced_step_ms']} "
+                     f"(host {seg.get('traced_host_step_ms')}), events {(seg.get('trace_counts') or {}).get('events')}, trace {kept}")
+            self.publish(every_s=15.0)
         self.publish()
 
         diagnose = self.gpu and args.diagnostics and last
@@ -782,6 +866,22 @@ def write_commit(bench: Bench) -> None:
                          f"{t['step_ms_median']:.3f} ms/step, traced steps {t['traced_step_ms']} ms; {n.get('cuda_sync')} "
                          f"cuda_sync and {n.get('memory')} [memory] events")
     (samples / "README.md").write_text("\n".join(lines) + "\n")
+    wins = [(p["preset"], w) for p in doc["presets"] for w in p.get("windows", []) if w["option"] != "default"]
+    if wins:
+        prof = c / bench.profiler_dir
+        prof.mkdir(parents=True, exist_ok=True)
+        lines = [f"# Traces by profiler option set, {doc['world_size']} x {doc['device']}", "",
+                 f"Written by `{doc['command']}` on {doc['date_utc']} (torch {doc['versions'].get('torch')}): the "
+                 f"profiler-overhead question (issue 24). `<preset>/<variant>/<option>/`: one run of the variant with the "
+                 f"profiler's options set as `runtime.profiling.PROFILER_OPTIONS[option]` (its `metrics.json`: `config.profiler`, "
+                 f"the run's untraced and traced step times in `trace_run`); the `default` option's traces are "
+                 f"the pipeline sample traces in `{bench.samples_dir}/`. Every run's step times, host and GPU, untraced and "
+                 f"traced: `windows` of each preset in bench/results/pipelines-{bench.tag}.json.", ""]
+        for preset, w in wins:
+            n = w.get("trace_counts") or {}
+            lines.append(f"- `{preset}/{w['variant']}/{w['option']}/`: traced steps {w.get('traced_step_ms')} ms (untraced "
+                         f"{w.get('step_ms')}); {n.get('events')} events, {n.get('bytes')} bytes; trace {w.get('trace')}")
+        (prof / "README.md").write_text("\n".join(lines) + "\n")
     rows = readme_rows(doc, bench.tag)
     (c / "README-rows.md").write_text("\n".join(rows) + "\n")
     pairs = []
@@ -911,6 +1011,18 @@ def markdown(doc: dict) -> list[str]:
                              f"{', '.join(f'{x:.1f}' for x in w['warmup_step_ms'])} | {w['step_ms_median']:.3f} | "
                              f"{_cell(None if s.get('first_step_ms') is None else round(s['first_step_ms'], 1))} | "
                              f"{_cell(None if not s.get('step') else round(s['step']['median'], 3))} |")
+        if p.get("windows"):
+            lines += ["", "Trace runs by profiler option set (runtime.profiling.PROFILER_OPTIONS; one run each: its untimed "
+                      "warm-up, its untraced timed steps, one profiler warm-up step, its traced steps; medians, ms; GPU: CUDA "
+                      "events on the main stream, host: between the ends of issuing two steps):", "",
+                      "| option | variant | untraced GPU | traced GPU | traced / untraced | untraced host | traced host "
+                      "| events | trace |", "|---|---|---|---|---|---|---|---|---|"]
+            for w in p["windows"]:
+                u, t = method.median(w.get("step_ms") or []), method.median(w.get("traced_step_ms") or [])
+                uh, th = method.median(w.get("host_step_ms") or []), method.median(w.get("traced_host_step_ms") or [])
+                lines.append(f"| {w['option']} | {w['variant']} | {_cell(_r(u))} | {_cell(_r(t))} | "
+                             f"{'-' if not u or t is None else f'{t / u:.3f}'} | {_cell(_r(uh))} | {_cell(_r(th))} | "
+                             f"{(w.get('trace_counts') or {}).get('events', '-')} | {w.get('trace')} |")
         diag = p.get("diagnostics") or {}
         old = diag.get("old_method")
         if isinstance(old, dict):
@@ -974,6 +1086,15 @@ def run_passes(args) -> int:  # noqa: ANN001
     return 143 if stop and rc == 0 else rc
 
 
+def parse_profile_options(text: str | None) -> list[str]:
+    """The option sets of ``--profile-options``, "default" first (added where missing)."""
+    names = [n.strip() for n in (text or "").split(",") if n.strip()]
+    bad = [n for n in names if n not in PROFILER_OPTIONS]
+    if bad:
+        raise ValueError(f"unknown --profile-options {bad} (known: {', '.join(PROFILER_OPTIONS)})")
+    return ["default"] + [n for n in dict.fromkeys(names) if n != "default"]
+
+
 def parse_plan(text: str | None) -> list[tuple[str, list[str], tuple[str, ...]]]:
     """(preset, variants, traced variants) of the built-in plan or of ``--plan`` (whose presets
     trace the TRACED variants they have)."""
@@ -1004,6 +1125,15 @@ def main() -> int:
     ap.add_argument("--min-rounds", type=int, default=6, help="timed rounds at least, whatever the budget "
                     "(even: whole mirrored pairs of orders, bench/common/method.py)")
     ap.add_argument("--profile-steps", type=int, default=2, help="profiled steps of each trace run (0: no traces)")
+    ap.add_argument("--profile-options", default="default", help="profiler option sets (runtime.profiling.PROFILER_OPTIONS: "
+                    + ", ".join(PROFILER_OPTIONS) + "), comma-separated: one trace run of each traced variant under each "
+                    "(the profiler-overhead question); 'default' (the runtime's) is always among them")
+    ap.add_argument("--window-variants", default=None, help="variants that get the non-default option sets' trace "
+                    "runs, comma-separated (default: every traced variant)")
+    ap.add_argument("--window-trace-max-mb", type=float, default=0.0, help="a trace run's traces of a non-default option "
+                    "set larger than this are deleted (their counts and times stay); 0: no limit")
+    ap.add_argument("--window-traces-max-mb", type=float, default=0.0, help="the non-default option sets' traces of "
+                    "the call in all: past this, further ones are deleted; 0: no limit")
     ap.add_argument("--idle-s", type=float, default=20.0, help="diagnostics: GPU idle before the old method's runs")
     ap.add_argument("--diagnostics", action="store_true", help="also the old method after an idle GPU and the "
                     "model built afresh (the first call's questions, answered in bench/NOTES-pipelines.md: ~60 s)")
@@ -1039,6 +1169,13 @@ def main() -> int:
     if args.pass_index and not (Path(args.out) / "results.json").exists():
         print(f"bench.pipelines: error: --pass-index {args.pass_index} continues {Path(args.out) / 'results.json'}, "
               "which is not there", file=sys.stderr)
+        return 2
+    try:
+        parse_profile_options(args.profile_options)
+        if args.window_variants and any(v not in VARIANTS for v in args.window_variants.split(",")):
+            raise ValueError(f"unknown --window-variants {args.window_variants!r}")
+    except ValueError as e:
+        print(f"bench.pipelines: error: {e}", file=sys.stderr)
         return 2
     if args.label is not None and not args.label.replace("-", "").replace("_", "").isalnum():
         print("bench.pipelines: error: --label takes letters, digits, '-' and '_'", file=sys.stderr)

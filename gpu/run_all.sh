@@ -27,7 +27,17 @@
 # time by function against the first variant; $HOSTPROF_PRESET, $HOSTPROF_VARIANTS,
 # $HOSTPROF_ROUNDS; ~3 min), tbe_bw (gpu/tbe_bw.py: our TBE kernels at six of bench.tbe's shapes,
 # traced with record_shapes and timed the benchmark's way, for python -m bench.tbe_bw_check to compare
-# tracekit's embedding bandwidth with; <= 90 s once part kernels (or tbe) has built the kernels).
+# tracekit's embedding bandwidth with; <= 90 s once part kernels (or tbe, or tbe_build) has built the
+# kernels), tbe_build (the TBE extension built, or loaded from its cache, once
+# before the parts that run it on several ranks at once; ~60 s on a fresh machine, ~5 s warm),
+# overhead1 / overhead2 (issue 24, the profiler's cost: bench/pipelines.py on 1 / 2 GPUs,
+# SparseDist and FusedSparseDist of four / two presets in interleaved untraced rounds, then one
+# trace run of each under each profiler option set; <= 240 / 200 s), jobs4 (issue 25: 4 ranks on
+# NCCL, gpu/ranks_jobs.py: hot tables on one rank, a planted host delay and the balanced job,
+# interleaved untraced rounds and every rank traced; <= 240 s), torchrec (issue 24: TorchRec
+# 1.6.1's own benchmark_train_pipeline, gpu/torchrec_bench.py, after installing fbgemm_gpu from
+# the parts in $FBPARTS (default /tmp/fbparts: part-aa, part-ab, part-ac, sha256, install.sh) and
+# the wheels in .whl/torchrec into /tmp/site; <= 330 s). gpu/CALLS.md: the calls that run them.
 # Each part runs with its own time limit and its own output folder; one failing part does not
 # stop the others. The device tool brings back at most 8 files of at most 16 MiB, so each part's
 # folder is packed into $OUT/<part>.tar.gz (split into <part>.tar.gz.part-aa, -ab, ... when larger
@@ -68,7 +78,7 @@ parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(env kernels tbe tbe_ncu pipetests pipelines issue5 snapshot)
 for p in "${parts[@]}"; do
     case "$p" in
-    env) part env 60 bash -c 'date -u; nvidia-smi; python3 -c "import torch,sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0), torch.cuda.device_count())"; nvcc --version' ;;
+    env) part env 60 bash -c 'date -u; nvidia-smi -L; nvidia-smi; ls -l /tmp/fbparts 2>&1; ls /tmp/tracekit-torch-ext 2>&1; python3 -c "import torch,sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0), torch.cuda.device_count())"; nvcc --version' ;;
     kernels) part kernels 480 bash -c "python3 -c '$fbgemm_check' || echo 'fbgemm_gpu: not importable (the agreement test skips)';
                                        python3 -c 'from runtime.kernels import cuda; cuda.load(verbose=False)' &&
                                        python3 gpu/tbe_smoke.py --out $SKIP_FILE; cp $SKIP_FILE \"\$OUT\"/ 2>/dev/null;
@@ -89,6 +99,21 @@ for p in "${parts[@]}"; do
     pipeprobe) part pipeprobe 420 bash -c 'python3 -m bench.pipelines --gpus 1 --budget-s ${PIPEPROBE_S:-240} --profile-steps 0 --plan "${PIPEPROBE_PLAN:?}" ${PIPEPROBE_ARGS:-} --out "$OUT"' ;;
     tbe_bw) part tbe_bw 90 bash -c 'python3 gpu/tbe_bw.py --budget-s 60 --out "$OUT"' ;;
     snapshot) part snapshot 180 bash -c 'python3 gpu/snapshot_sample.py --out "$OUT"' ;;
+    tbe_build) part tbe_build 200 python3 -c 'import time; t = time.time(); from runtime.kernels import cuda; cuda.load(verbose=False); print(f"TBE extension ready in {time.time() - t:.1f} s")' ;;
+    overhead1) part overhead1 260 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 180 --min-rounds 6 \
+                  --plan multitask_b32k:sparse+fused,multitask_b4k:sparse+fused,multitask:sparse+fused,dense_heavy:sparse+fused \
+                  --profile-options default,no_memory,no_sync,shapes,torchrec,stack --window-variants sparse \
+                  --window-trace-max-mb 3 --window-traces-max-mb 16 --out "$OUT"' ;;
+    overhead2) part overhead2 215 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 160 --min-rounds 6 \
+                  --plan multitask_b32k:sparse+fused,multitask_b4k:sparse+fused \
+                  --profile-options default,no_memory,no_sync,shapes,stack --window-variants sparse \
+                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
+    jobs4) part jobs4 250 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --budget-s 190 --out "$OUT"' ;;
+    torchrec) part torchrec 340 bash -c 'set -e; fb=${FBPARTS:-/tmp/fbparts}; ls -l "$fb";
+                  t=$SECONDS; bash "$fb/install.sh" "$fb" /tmp/site;
+                  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/torchrec/*.whl;
+                  export PYTHONPATH=/tmp/site:$PYTHONPATH; python3 -c "$0"; echo "install: $((SECONDS - t)) s";
+                  python3 gpu/torchrec_bench.py --budget-s $((300 - (SECONDS - t))) --out "$OUT"' "$fbgemm_check" ;;
     *) echo "unknown part: $p" >&2 ;;
     esac
 done

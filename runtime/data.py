@@ -32,6 +32,9 @@ class DataConfig:
     """Batches the loader yields before it stops."""
     pooling_factor: float = 8.0
     """Mean ids per (feature, sample); lengths are uniform in ``[0, 2 * pooling_factor]``."""
+    pooling_factors: tuple[float, ...] = ()
+    """Per table, in place of ``pooling_factor`` (hot tables: more ids per sample); empty: every
+    table has ``pooling_factor``."""
     distribution: str = "zipf"
     """``"zipf"`` or ``"uniform"`` ids."""
     zipf_alpha: float = 1.05
@@ -58,6 +61,9 @@ class DataConfig:
             raise ValueError(f"num_batches must be >= 0, got {self.num_batches}")
         if self.pooling_factor < 0:
             raise ValueError(f"pooling_factor must be >= 0, got {self.pooling_factor}")
+        object.__setattr__(self, "pooling_factors", tuple(float(p) for p in self.pooling_factors))
+        if self.pooling_factors and (len(self.pooling_factors) != len(self.num_embeddings) or min(self.pooling_factors) < 0):
+            raise ValueError("pooling_factors must give one factor >= 0 per table")
         if self.distribution not in ("zipf", "uniform"):
             raise ValueError(f"distribution must be 'zipf' or 'uniform', got {self.distribution!r}")
         if self.zipf_alpha <= 0 or self.zipf_alpha == 1.0:
@@ -85,8 +91,12 @@ def _zipf_ids(n: int, rows: int, alpha: float, gen: torch.Generator) -> torch.Te
 def make_batch(cfg: DataConfig, gen: torch.Generator) -> Batch:
     """One host batch drawn from ``gen``."""
     b, f = cfg.batch_size, len(cfg.num_embeddings)
-    hi = int(round(2 * cfg.pooling_factor))
-    lengths = torch.randint(0, hi + 1, (f * b,), generator=gen, dtype=torch.int64)  # [F*B]
+    if cfg.pooling_factors:
+        lengths = torch.cat([torch.randint(0, int(round(2 * p)) + 1, (b,), generator=gen, dtype=torch.int64)
+                             for p in cfg.pooling_factors])  # [F*B], feature-major
+    else:
+        hi = int(round(2 * cfg.pooling_factor))
+        lengths = torch.randint(0, hi + 1, (f * b,), generator=gen, dtype=torch.int64)  # [F*B]
     per_key = lengths.view(f, b).sum(dim=1).tolist()  # [F]
     chunks = []
     for rows, n in zip(cfg.num_embeddings, per_key):

@@ -7,12 +7,18 @@ stream wait, event synchronize and stream/device synchronize (``wait_on_stream``
 inferring cross-stream waits. The option is ``torch.profiler._ExperimentalConfig(
 enable_cuda_sync_events=True)``, an experimental API: where it is missing or refused, the
 profiler runs without it and :func:`cuda_sync_events` says why.
+
+What the profiler records is a :class:`ProfilerOptions` (the runtime's default: ``[memory]`` and
+``cuda_sync`` events, no shapes, no stacks); :data:`PROFILER_OPTIONS` names the sets the
+profiler-overhead benchmark compares (each option toggled from the default, and the set
+TorchRec's own benchmark uses).
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
@@ -38,25 +44,62 @@ def cuda_sync_events() -> str:
     return _experimental_config()[1]
 
 
+@dataclass(frozen=True)
+class ProfilerOptions:
+    """What the Kineto profiler records besides CPU ops, runtime calls and GPU activities."""
+
+    memory: bool = True
+    """``profile_memory``: a ``[memory]`` event at every allocation and free."""
+    cuda_sync: bool = True
+    """cuda_sync events (stream waits, event and stream synchronizes), where this torch has them."""
+    record_shapes: bool = False
+    """``record_shapes``: the input shapes (and types, concrete inputs) of every op."""
+    with_stack: bool = False
+    """``with_stack``: the Python stack of every op (python_function events)."""
+    with_flops: bool = False
+    """``with_flops``: estimated FLOPs of matmuls and convolutions (needs shapes: TorchRec's set)."""
+    with_modules: bool = False
+    """``with_modules``: the nn.Module hierarchy of every op (TorchRec's set)."""
+
+
+PROFILER_OPTIONS: dict[str, ProfilerOptions] = {
+    "default": ProfilerOptions(),
+    "no_memory": ProfilerOptions(memory=False),
+    "no_sync": ProfilerOptions(cuda_sync=False),
+    "bare": ProfilerOptions(memory=False, cuda_sync=False),
+    "shapes": ProfilerOptions(record_shapes=True),
+    "stack": ProfilerOptions(with_stack=True),
+    # torchrec.distributed.benchmark.base._run_benchmark_core (TorchRec 1.6.1): record_shapes,
+    # profile_memory, with_flops, with_modules, with_stack only with --export_stacks; no cuda_sync
+    "torchrec": ProfilerOptions(cuda_sync=False, record_shapes=True, with_flops=True, with_modules=True),
+}
+"""Named option sets: the runtime's default, each option toggled from it, and TorchRec's."""
+
+
 def make_profiler(
     device: torch.device,
     *,
     schedule: Callable[[int], Any] | None,
     on_trace_ready: Callable[[profile], None] | None,
     memory: bool = True,
+    options: ProfilerOptions | None = None,
 ) -> profile:
     """A ``torch.profiler.profile`` with the runtime's settings: CPU (+ CUDA on a GPU)
-    activities, ``[memory]`` events when ``memory``, cuda_sync events where available, no
-    shapes or stacks (they cost host time on steps of thousands of ops)."""
+    activities and ``options`` (default :class:`ProfilerOptions`: ``[memory]`` events (unless
+    ``memory`` is False) and cuda_sync events where available, no shapes or stacks: they cost
+    host time on steps of thousands of ops)."""
+    o = options or ProfilerOptions(memory=memory)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     return profile(
         activities=acts,
         schedule=schedule,
         on_trace_ready=on_trace_ready,
-        profile_memory=memory,
-        record_shapes=False,
-        with_stack=False,
-        experimental_config=_experimental_config()[0],
+        profile_memory=o.memory,
+        record_shapes=o.record_shapes,
+        with_stack=o.with_stack,
+        with_flops=o.with_flops,
+        with_modules=o.with_modules,
+        experimental_config=_experimental_config()[0] if o.cuda_sync else None,
     )
 
 
@@ -69,8 +112,11 @@ def trace_counts(path: str | Path) -> dict:
     with opener(path, "rt") as f:
         events = json.load(f).get("traceEvents", [])
     sync: dict[str, int] = {}
+    cats: dict[str, int] = {}
     for e in events:
-        if e.get("cat") == "cuda_sync":
+        cat = str(e.get("cat", "?"))
+        cats[cat] = cats.get(cat, 0) + 1
+        if cat == "cuda_sync":
             sync[e.get("name", "?")] = sync.get(e.get("name", "?"), 0) + 1
     return {
         "events": len(events),
@@ -78,4 +124,6 @@ def trace_counts(path: str | Path) -> dict:
         "cuda_sync_by_name": sync,
         "memory": sum(1 for e in events if e.get("name") == "[memory]"),
         "kernels": sum(1 for e in events if e.get("cat") == "kernel"),
+        "by_cat": cats,
+        "bytes": path.stat().st_size,
     }

@@ -36,7 +36,7 @@ from runtime.dist import init_from_env
 from runtime.model import DLRM, make_dense_optimizer
 from runtime.pipelines import PIPELINES
 from runtime.profiling import make_profiler
-from runtime.sharding import shard_model
+from runtime.sharding import ShardingPlan, shard_model
 
 class ConfigError(ValueError):
     """The run cannot start as configured (one line for the user)."""
@@ -117,6 +117,11 @@ class RunResult:
         """The profiled steps' times (profiler overhead included)."""
         return [] if self.profiled is None else self.step_ms_all[self.profiled[0] : self.profiled[1]]
 
+    @property
+    def traced_host_step_ms(self) -> list[float]:
+        """The profiled steps' host times (perf_counter between the ends of issuing them)."""
+        return [] if self.profiled is None else self.host_step_ms_all[self.profiled[0] : self.profiled[1]]
+
 
 def _counters() -> dict:
     stats = torch.cuda.memory_stats()
@@ -152,7 +157,9 @@ class Session:
     """The model of ``cfg`` (a ``runtime.train.TrainConfig``: its model, device, dense
     optimizer, main-stream priority and TF32 setting), built and sharded once on this rank."""
 
-    def __init__(self, cfg) -> None:  # noqa: ANN001 - TrainConfig (runtime.train imports this module)
+    def __init__(self, cfg, *, plan: ShardingPlan | None = None) -> None:  # noqa: ANN001 - TrainConfig
+        """``plan``: which rank owns each table (default: ``runtime.sharding.plan_table_wise``,
+        tables balanced by bytes)."""
         if cfg.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("--device cuda but torch sees no CUDA GPU")
         self.cfg = cfg
@@ -160,7 +167,7 @@ class Session:
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}") if cfg.device == "cuda" else torch.device("cpu")
         t0 = time.perf_counter()
         self.model = DLRM(cfg.model, device=self.device, materialize_embeddings=False)
-        shard_model(self.model, process_group=dist.group.WORLD, device=self.device)
+        shard_model(self.model, process_group=dist.group.WORLD, device=self.device, plan=plan)
         self._dense_initial = [p.detach().clone() for p in self.model.dense_parameters()]
         # the main stream: the current one, or a new one of higher priority made current in run()
         self.main_stream = None
@@ -240,7 +247,7 @@ class Session:
                 device,
                 schedule=torch.profiler.schedule(wait=hi, warmup=1, active=cfg.profile_steps, repeat=1),
                 on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)),
-                memory=True,
+                options=cfg.profiler,
             )
             prof.start()
 

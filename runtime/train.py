@@ -38,7 +38,7 @@ import torch.distributed as dist
 from runtime.data import DataConfig, SyntheticLoader
 from runtime.model import DenseOptimizerConfig, ModelConfig
 from runtime.pipelines import FUSED_EMB_BACKWARDS, LOOKUP_PLACEMENTS, LOOKUP_STREAMS, PIPELINES, SEMI_LOOKUP_PLACEMENTS
-from runtime.profiling import cuda_sync_events
+from runtime.profiling import ProfilerOptions, cuda_sync_events
 from runtime.session import ConfigError, Session
 
 
@@ -79,6 +79,9 @@ class TrainConfig:
     backward); same numerics."""
     inplace_copy_batch_to_gpu: bool = False
     """Allocate each device batch on the main stream and fill it from the memcpy stream."""
+    profiler: ProfilerOptions = field(default_factory=ProfilerOptions)
+    """What the profiled steps' trace records (``runtime.profiling``: ``[memory]`` and cuda_sync
+    events by default; shapes, stacks, FLOPs, modules on request)."""
     memory_snapshot: bool = False
     """Record allocator history and dump a snapshot pickle beside the trace (CUDA only)."""
     allow_tf32: bool = False

@@ -122,4 +122,5 @@ def test_trace_counts_of_a_hand_made_trace(tmp_path):
     with gzip.open(path, "wt") as f:
         json.dump({"traceEvents": events}, f)
     assert trace_counts(path) == {"events": 5, "cuda_sync": 3, "cuda_sync_by_name": {"Stream Wait Event": 2, "Event Sync": 1},
-                                  "memory": 1, "kernels": 1}
+                                  "memory": 1, "kernels": 1, "by_cat": {"kernel": 1, "cuda_sync": 3, "cpu_instant_event": 1},
+                                  "bytes": path.stat().st_size}
