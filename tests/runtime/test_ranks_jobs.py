@@ -79,7 +79,7 @@ def test_two_ranks_end_to_end(tmp_path):
     out = tmp_path / "jobs"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(REPO / "gpu" / "ranks_jobs.py"),
            "--device", "cpu", "--preset", "tiny", "--budget-s", "5", "--min-rounds", "2", "--max-rounds", "2", "--warmup", "1",
-           "--timed", "2", "--profile-steps", "1", "--delay-rank", "1", "--delay-ms", "20", "--date", "20000101", "--out", str(out)]
+           "--timed", "2", "--profile-steps", "1", "--delay-rank", "1", "--delay-ms", "150", "--date", "20000101", "--out", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads((out / "results.json").read_text())
@@ -91,8 +91,9 @@ def test_two_ranks_end_to_end(tmp_path):
             assert len(run["job_step_ms_per_step"]) == 2
     s = doc["summary"]
     assert s["balanced"]["ratio"]["median"] == 1.0 and s["balanced"]["job_step"]["n"] == 2
-    # a 20 ms host delay on one rank before each input dist: the job's step is longer by about that
-    assert s["delay"]["saving_ms"] > 10 and s["delay"]["ratio"]["median"] > 1
+    # a 150 ms host delay on one rank before each input dist: the job's step is longer by about that (steps
+    # of ~20-100 ms on a loaded 2-core machine)
+    assert s["delay"]["saving_ms"] > 75 and s["delay"]["ratio"]["median"] > 1
     assert doc["cases"]["hot"]["owners"][:2] == [0, 0] and doc["cases"]["delay"]["delay_rank"] == 1
     c = out / "commit"
     assert (c / "bench/results/jobs-2gpu-cpu-20000101.json").is_file() and (c / "bench/results/jobs-2gpu-cpu-20000101.md").is_file()
@@ -105,7 +106,7 @@ def test_two_ranks_end_to_end(tmp_path):
             events = json.loads(gzip.open(folder / f"trace_rank{rank}.json.gz").read())["traceEvents"]
             delays = [e for e in events if e.get("name") == "## planted_host_delay ##"]
             assert bool(delays) == (case == "delay" and rank == 1)
-            assert all(e["dur"] >= 20_000 for e in delays)
+            assert all(e["dur"] >= 150_000 for e in delays)
 
 
 def test_not_under_torchrun_is_one_line_and_exit_2(tmp_path):
