@@ -82,7 +82,8 @@ def test_option_sets_take_effect_in_the_traces(windows_out):
     assert any("Input Dims" in (e.get("args") or {}) for e in shapes if e.get("cat") == "cpu_op")
     m = json.loads((c / "sample_traces/profiler_1gpu/tiny/fused/shapes/metrics.json").read_text())
     assert m["config"]["profiler"]["record_shapes"] is True and m["variant"] == "fused"
-    assert len(m["trace_run"]["traced_step_ms"]) == 2 and m["device"] and m["date_utc"]
+    assert len(m["trace_run"]["traced_step_ms"]) == len(m["trace_run"]["traced_host_step_ms"]) == 2 and m["device"] and m["date_utc"]
+    assert len(m["trace_run"]["step_ms"]) == len(m["trace_run"]["host_step_ms"]) == 3
     readme = (c / "sample_traces/profiler_1gpu/README.md").read_text()
     assert "`tiny/fused/shapes/`" in readme and "default" not in readme.split("\n- ")[1]
 
