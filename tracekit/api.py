@@ -378,7 +378,7 @@ def job_document(
 ) -> dict:
     """The document ``tracekit analyze DIRECTORY --format json`` writes, for a program (the
     dashboard's ranks view): ``{"tracekit_version", "format", "analyses": [<rank>...],
-    "jobs": [<job>]}``, the job object documented in ``tracekit.report``.
+    "jobs": [<job>]}``, the job object documented in ``tracekit.report.schema.Job``.
 
     ``whole=False`` (the default) keeps in each rank object only what the job reads
     (``tracekit.ranks.work.SUMMARY_KEYS``: headline, steps, collectives, identity, explain...):

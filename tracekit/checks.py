@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass
 
 from tracekit.errors import TracekitError
-from tracekit.report import HEADLINE_KEYS, TEXT_KEYS, unit_of
+from tracekit.report.keys import HEADLINE_KEYS, TEXT_KEYS
+from tracekit.report.tables import unit_of
 
 _TIME = {"ns": 1, "us": 1e3, "µs": 1e3, "μs": 1e3, "ms": 1e6, "s": 1e9}
 _SIZE = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30}

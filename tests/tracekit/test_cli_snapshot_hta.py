@@ -12,7 +12,7 @@ import pytest
 from tests.tracegen import TraceBuilder
 from tests.tracekit.test_cli_analyze import run
 from tests.tracekit.test_snapshot import MB, SIDE, known_snapshot
-from tracekit import report
+from tracekit.report import rank_text
 
 
 def small_trace(path):
@@ -124,9 +124,9 @@ def test_hta_section_text(tmp_path, capsys):
 
 def test_unavailable_sections_render(capsys):
     r = {"available": False, "reason": "the trace has no GPU activity"}
-    assert report._text_hta(r, 20) == "  not available: the trace has no GPU activity\n"
+    assert rank_text._text_hta(r, 20) == "  not available: the trace has no GPU activity\n"
     empty = {"source": "s.pickle", "main_stream": 0, "reserved": 0, "allocated": 0, "free": 0,
              "pending_free": 0, "reserved_off_main": 0, "inactive_split": 0, "streams": [],
              "pools": [], "trace_entries": 0}
-    text = report._text_snapshot(empty, 20)
+    text = rank_text._text_snapshot(empty, 20)
     assert "s.pickle (main stream: 0)" in text and "per stream" not in text

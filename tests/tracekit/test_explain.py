@@ -13,7 +13,7 @@ from tests.tracekit.test_cli_analyze import run
 from tracekit.analyses import explain
 from tracekit.analyses.snapshot import compute_snapshot
 from tracekit.phases import default_rules
-from tracekit.report import jsonable
+from tracekit.report import explain_dict
 from tracekit.trace import load
 
 RULES = default_rules()
@@ -133,7 +133,7 @@ def test_cpu_only(tmp_path):
     r = explain.compute(load_built(b, tmp_path), RULES)
     assert r.bound == "host" and r.bound_share == 1.0
     assert all(f["id"] == "host" for f in r.findings)
-    json.dumps(jsonable(r))
+    json.dumps(explain_dict(r))
 
 
 # ---- the runtime's before/after pairs (sample_traces, one H200 run each) -------------------------

@@ -10,6 +10,7 @@ import pytest
 
 from tests.tracegen import TraceBuilder, load_built
 from tracekit import report
+from tracekit.report import serialise
 from tracekit.analyses import analyze_trace
 from tracekit.phases import default_rules
 
@@ -133,7 +134,7 @@ def test_series_downsampled_keeps_peaks():
     alloc[4321] = 10**9
     series = pd.DataFrame({"device": 0, "ts": np.arange(n), "allocated": alloc,
                            "reserved": np.full(n, -1)})
-    rows = report._downsample(series)
+    rows = serialise._downsample(series)
     assert len(rows) == report.SERIES_POINTS
     assert max(r["allocated"] for r in rows) == 10**9
     assert rows[0]["ts"] == 0
@@ -174,7 +175,7 @@ def test_report_cache_key_sees_a_snapshot_beside_the_trace(tmp_path):
 
 
 def _pandas_records(df: pd.DataFrame) -> list[dict]:
-    """What ``report._records`` gave before it built the rows itself (pandas' ``to_dict``)."""
+    """What ``serialise._records`` gave before it built the rows itself (pandas' ``to_dict``)."""
     df = df.rename(columns=str)
     nan = df.isna().to_numpy()
     if nan.any():
@@ -196,6 +197,6 @@ def _pandas_records(df: pd.DataFrame) -> list[dict]:
     pd.DataFrame({"c": pd.Categorical(["x", "y"]), "g": [np.nan, 1.0]}),
 ])
 def test_records_equal_pandas_to_dict(df):
-    got, want = report._records(df), _pandas_records(df)
+    got, want = serialise._records(df), _pandas_records(df)
     assert got == want
     assert [[type(v) for v in r.values()] for r in got] == [[type(v) for v in r.values()] for r in want]

@@ -113,32 +113,7 @@ class ExplainResult:
     from); None when not estimated (no host calls)."""
     path: pd.DataFrame | None = None
     """Every step's critical path segments (``tracekit.graph.critical.SEGMENT_COLUMNS``); not
-    written to JSON."""
-
-    def to_dict(self) -> dict:
-        from tracekit.report import jsonable
-
-        steps = []
-        for r in self.steps.itertuples(index=False):
-            steps.append({"step": int(r.step), "start_ns": int(r.start_ns), "end_ns": int(r.end_ns),
-                          "duration_ns": int(r.duration_ns), "bound": r.bound,
-                          "bound_share": None if r.bound_share is None or
-                          np.isnan(r.bound_share) else float(r.bound_share),
-                          "breakdown": {k: int(v) for k, v in r.breakdown.items()},
-                          "top": jsonable(r.top)})
-        if self.overhead is not None:
-            by = {int(r["step"]): r for r in jsonable(self.overhead["steps"])}
-            for st in steps:
-                r = by.get(st["step"], {})
-                st["traced_ns"], st["untraced_ns"] = r.get("traced_ns"), r.get("untraced_ns")
-        return {
-            "view": self.view, "overhead": jsonable({k: v for k, v in (self.overhead or {}).items()
-                                                     if k != "steps"}) if self.overhead else None,
-            "bound": self.bound, "bound_share": self.bound_share, "steps": steps,
-            "breakdown": jsonable(self.breakdown), "findings": jsonable(self.findings),
-            "what_ifs": jsonable(self.what_ifs), "lanes": jsonable(self.lanes),
-            "graph": jsonable(self.graph), "warnings": list(self.warnings),
-        }
+    written to JSON (``tracekit.report.explain_dict`` writes the rest)."""
 
 
 def _label(g, lane: int) -> str:

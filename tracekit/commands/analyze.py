@@ -8,48 +8,11 @@ import os
 import click
 
 from tracekit import __version__
-from tracekit._files import check_out, check_readable, display
+from tracekit._files import check_out, check_readable
+from tracekit.commands.common import (cache_options, echo_problems, echo_warnings, emit,
+                                      format_option, job_options, out_option, rules_option,
+                                      select_rank, warn_cache)
 from tracekit.errors import InputError
-
-
-def select_rank(ranks: list[dict], rank: int | None, path: str) -> list[dict]:
-    """The rank objects asked for (all when ``rank`` is None)."""
-    if rank is None:
-        return ranks
-    got = [r for r in ranks if r["rank"] == rank]
-    if not got:
-        have = ", ".join(str(r["rank"]) for r in ranks)
-        raise InputError(f"no rank {rank} here (ranks: {have})", path=path)
-    return got
-
-
-def emit(text: str, out: str | None) -> None:
-    """Write ``text`` to ``out`` (a file) or stdout."""
-    if out is None:
-        click.echo(text, nl=False)
-        return
-    try:
-        with open(out, "w") as f:
-            f.write(text)
-    except OSError as exc:
-        raise InputError(f"cannot write: {exc.strerror or exc}", path=out) from None
-
-
-def warn_cache(no_cache: bool, cache_dir: str | None) -> None:
-    """Say once, on stderr, that the cache cannot be written (each run is then a cold one)."""
-    if no_cache:
-        return
-    from tracekit.api import cache_problem
-
-    problem = cache_problem(cache_dir)
-    if problem:
-        click.echo(f"tracekit: warning: {problem}", err=True)
-
-
-def echo_warnings(rank: dict) -> None:
-    """A rank's loader and analysis warnings on stderr, one line each."""
-    for w in rank["warnings"]:
-        click.echo(f"tracekit: warning: {display(rank['source'])}: {w}", err=True)
 
 
 def with_snapshot(ranks: list[dict], snapshot_path: str) -> dict:
@@ -65,44 +28,11 @@ def with_snapshot(ranks: list[dict], snapshot_path: str) -> dict:
     return {**ranks[0], "snapshot": snapshot_dict(compute_snapshot(snapshot_path))}
 
 
-def job_options(f):
-    """The options of the commands that analyse a directory of ranks as one job."""
-    f = click.option("--workers", type=int, default=None,
-                     help="Local processes analysing the ranks of a directory in parallel "
-                          "(default: one per CPU; 1: one after the other).")(f)
-    f = click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
-                     help="Analyse the ranks on this Dask scheduler's workers instead (the "
-                          "[cluster] extra; the workers read the traces at the same paths "
-                          "and keep their own caches).")(f)
-    f = click.option("--scheduler-timeout", type=float, default=None, metavar="SECONDS",
-                     help="How long to try to reach the Dask scheduler and wait for a worker "
-                          "(default 10).")(f)
-    return f
-
-
-def echo_problems(problems: list, directory: str) -> None:
-    """One ``tracekit: error:`` line per file of a job that was not read, and one for the ranks
-    that have no file."""
-    from tracekit.report import ranges
-
-    missing = [p for p in problems if p.kind == "missing"]
-    for p in problems:
-        if p.kind != "missing":
-            click.echo(f"tracekit: error: {p.line(directory)}", err=True)
-    if len(missing) == 1:
-        click.echo(f"tracekit: error: {missing[0].line(directory)}", err=True)
-    elif missing:
-        click.echo(f"tracekit: error: {directory}: ranks {ranges([p.rank for p in missing])} "
-                   "have no trace file", err=True)
-
-
 @click.command("analyze")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="Text tables, or one JSON object (schema: tracekit.report).")
-@click.option("--out", type=click.Path(), default=None, help="Write to this file instead of stdout.")
-@click.option("--rules", "rules_path", type=click.Path(), default=None,
-              help="A TOML file of phase rules overriding the defaults.")
+@format_option("Text tables, or one JSON object (schema: tracekit.report.schema).")
+@out_option
+@rules_option
 @click.option("--rank", type=int, default=None,
               help="Only this rank of a multi-rank directory (its full report).")
 @click.option("--detail", is_flag=True,
@@ -120,9 +50,8 @@ def echo_problems(problems: list, directory: str) -> None:
                    "leave them out. Default: include them for traces of at most 500,000 events "
                    "(they cost ~3 s per million events); a directory's job summary alone "
                    "never needs them.")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the trace and report caches.")
-@click.option("--cache-dir", type=click.Path(), default=None,
-              help="Cache directory (default: $TRACEKIT_CACHE_DIR or the user cache dir).")
+@cache_options("Neither read nor write the trace and report caches.",
+               "Cache directory (default: $TRACEKIT_CACHE_DIR or the user cache dir).")
 def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, scheduler,
             scheduler_timeout, snapshot_path, hta, no_cache, cache_dir):
     """Where do the training steps in these Kineto traces go?

@@ -15,15 +15,9 @@ import click
 
 from tracekit import __version__
 from tracekit._files import check_out
-from tracekit.commands.analyze import (echo_problems, echo_warnings, emit, job_options, select_rank,
-                                       warn_cache)
-
-
-def _fmt(key: str, v: float | None) -> str:
-    from tracekit.report import fmt_figure, unit_of
-
-    unit = unit_of(key)
-    return fmt_figure(v, unit) + (" ms" if unit == "ms" and v is not None else "")
+from tracekit.commands.common import (cache_options, echo_problems, echo_warnings, emit,
+                                      format_option, job_options, out_option, rules_option,
+                                      select_rank, warn_cache)
 
 
 @click.command("check")
@@ -33,15 +27,12 @@ def _fmt(key: str, v: float | None) -> str:
                    "peak_reserved=60GiB, step_gpu_p90=6s.")
 @click.option("--min", "minima", multiple=True, metavar="KEY=VALUE",
               help="Fail when the figure is below VALUE, e.g. comm_overlap_ratio=80%.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
-@click.option("--out", type=click.Path(), default=None, help="Write to this file instead of stdout.")
-@click.option("--rules", "rules_path", type=click.Path(), default=None,
-              help="A TOML file of phase rules overriding the defaults.")
+@format_option()
+@out_option
+@rules_option
 @click.option("--rank", type=int, default=None, help="Only this rank of a multi-rank directory.")
 @job_options
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the caches.")
-@click.option("--cache-dir", type=click.Path(), default=None, help="Cache directory.")
+@cache_options()
 def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, scheduler,
             scheduler_timeout, no_cache, cache_dir):
     """Check headline figures of traces against thresholds (exit 1 when one fails).
@@ -55,7 +46,7 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, schedule
     from tracekit.checks import parse, evaluate
     from tracekit.errors import InputError
     from tracekit.ranks.sources import is_url
-    from tracekit.report import table
+    from tracekit.report import render_check
 
     thresholds = [parse(s, upper=True) for s in maxima] + [parse(s, upper=False) for s in minima]
     if not thresholds:
@@ -90,18 +81,7 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, schedule
                 results.append({"source": r["source"], "rank": r["rank"], "key": row.key,
                                 "op": row.op, "bound": row.bound, "value": row.value,
                                 "passed": row.passed, "reason": row.reason})
-    if fmt == "json":
-        emit(json.dumps({"tracekit_version": __version__, "passed": failed == 0,
-                         "checks": results}) + "\n", out)
-    else:
-        rows = [[c["source"], "-", "all ranks read", f"== {c['bound']}", c["value"],
-                 "ok" if c["passed"] else "FAIL"] if c["key"] == "ranks_read" else
-                [c["source"], c["rank"], c["key"], f"{c['op']} {_fmt(c['key'], c['bound'])}",
-                 _fmt(c["key"], c["value"]), "ok" if c["passed"] else "FAIL"] for c in results]
-        why = [f"  {c['key']} of {c['source']} rank {c['rank']} cannot be measured: {c['reason']}"
-               for c in results if c["reason"]]
-        emit(table(["trace", "rank", "figure", "threshold", "value", "result"], rows)
-             + "".join(f"\n{w}" for w in why)
-             + f"\n{len(results) - failed} of {len(results)} checks passed\n", out)
+    doc = {"tracekit_version": __version__, "passed": failed == 0, "checks": results}
+    emit(json.dumps(doc) + "\n" if fmt == "json" else render_check(doc), out)
     if failed:
         raise SystemExit(1)

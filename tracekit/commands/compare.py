@@ -7,22 +7,19 @@ import json
 import click
 
 from tracekit import __version__
-from tracekit._files import short_labels
-from tracekit._files import check_out
-from tracekit.commands.analyze import echo_warnings, emit, select_rank, warn_cache
+from tracekit._files import check_out, short_labels
+from tracekit.commands.common import (cache_options, echo_warnings, emit, format_option,
+                                      out_option, rules_option, select_rank, warn_cache)
 
 
 @click.command("compare")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
-@click.option("--out", type=click.Path(), default=None, help="Write to this file instead of stdout.")
-@click.option("--rules", "rules_path", type=click.Path(), default=None,
-              help="A TOML file of phase rules overriding the defaults.")
+@format_option()
+@out_option
+@rules_option
 @click.option("--rank", type=int, default=None,
               help="Rank to compare in multi-rank directories (default: the lowest).")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the caches.")
-@click.option("--cache-dir", type=click.Path(), default=None, help="Cache directory.")
+@cache_options()
 def command(paths, fmt, out, rules_path, rank, no_cache, cache_dir):
     """Compare the headline figures of two or more traces (the first is the baseline).
 

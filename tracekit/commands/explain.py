@@ -7,39 +7,9 @@ import json
 import click
 
 from tracekit import __version__
-from tracekit.commands.analyze import check_out, echo_warnings, emit, select_rank
-
-
-def _path_rows(path, limit: int) -> list[dict]:
-    """A step's critical path with consecutive segments of one lane and category merged."""
-    rows: list[dict] = []
-    for r in path.itertuples(index=False):
-        lane = (f"GPU {r.device} stream {r.stream}" if r.lane_type == "gpu"
-                else f"CPU {r.pid}/{r.tid}")
-        if rows and rows[-1]["lane"] == lane and rows[-1]["category"] == r.category:
-            rows[-1]["end_ns"] = int(r.end)
-            rows[-1]["ns"] += int(r.dur)
-            rows[-1]["segments"] += 1
-            continue
-        rows.append({"start_ns": int(r.start), "end_ns": int(r.end), "ns": int(r.dur),
-                     "lane": lane, "category": r.category, "first": str(r.name), "what": r.what,
-                     "segments": 1})
-    return rows
-
-
-def _render_path(rows: list[dict], step: int, limit: int) -> str:
-    from tracekit.report import _clip, _ms, table
-
-    if not rows:
-        return f"  step {step}: no critical path\n"
-    t0 = rows[0]["start_ns"]
-    shown = sorted(sorted(rows, key=lambda r: -r["ns"])[:limit], key=lambda r: r["start_ns"])
-    out = (f"  step {step}: {len(rows)} runs on the critical path; the {len(shown)} longest, in "
-           "time order (ms from the step's start):\n")
-    out += table(["at ms", "ms", "lane", "category", "segments", "first event"],
-                 [[_ms(r["start_ns"] - t0), _ms(r["ns"]), r["lane"], r["category"],
-                   r["segments"], _clip(r["first"], 60)] for r in shown], "    ") + "\n"
-    return out
+from tracekit._files import check_out
+from tracekit.commands.common import (cache_options, echo_warnings, emit, format_option,
+                                      out_option, rules_option, select_rank)
 
 
 @click.command("explain")
@@ -59,16 +29,13 @@ def _render_path(rows: list[dict], step: int, limit: int) -> str:
               help="The untraced step time (ms), if known: it sets the scale of the untraced "
                    "estimate (default: a metrics.json or TorchRec timing file beside the trace, "
                    "else the overhead model alone).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
-@click.option("--out", type=click.Path(), default=None, help="Write to this file instead of stdout.")
-@click.option("--rules", "rules_path", type=click.Path(), default=None,
-              help="A TOML file of phase rules overriding the defaults.")
+@format_option()
+@out_option
+@rules_option
 @click.option("--rank", type=int, default=None, help="Only this rank of a multi-rank directory.")
 @click.option("--limit", type=int, default=20, show_default=True,
               help="Rows per long table (and runs shown with --step).")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the caches.")
-@click.option("--cache-dir", type=click.Path(), default=None, help="Cache directory.")
+@cache_options()
 def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_path, rank, limit,
             no_cache, cache_dir):
     """What bounds each step of PATH's training loop, and what each fix would save.
@@ -80,7 +47,7 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
     comes from the report cache that `tracekit analyze` shares.
     """
     from tracekit.errors import InputError
-    from tracekit.report import document, text_explain, text_findings
+    from tracekit.report import explain_document, render_explain
 
     if what_ifs:  # (numpy and pandas only when the slow path runs)
         from tracekit.graph.whatif import parse_spec
@@ -116,7 +83,7 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
         ranks = select_rank(got, rank, path)
     else:
         from tracekit.api import explain_path
-        from tracekit.report import jsonable
+        from tracekit.report import explain_dict, path_rows
 
         got = explain_path(path, rules_path=rules_path, what_ifs=what_ifs, cache_dir=cache_dir,
                            use_cache=not no_cache, traced=traced, step_ms=step_ms)
@@ -127,14 +94,14 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
         ranks = []
         for t, e in got:
             r = {"source": t.source, "rank": int(t.rank), "warnings": list(t.warnings),
-                 "explain": jsonable(e)}
+                 "explain": explain_dict(e)}
             ranks.append(r)
             if step is not None:
                 seg = e.path[e.path["step"] == step] if e.path is not None else None
                 if seg is None or seg.empty:
                     have = ", ".join(str(s["step"]) for s in r["explain"]["steps"])
                     raise InputError(f"no step {step} here (steps: {have or 'none'})", path=path)
-                paths[int(t.rank)] = _path_rows(seg, limit)
+                paths[int(t.rank)] = path_rows(seg)
             if annotate is not None:
                 from tracekit.analyses import gaps, syncs
                 from tracekit.annotate import write_annotated
@@ -149,19 +116,8 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
                 click.echo(f"tracekit: wrote {annotate} ({n} events added)", err=True)
     for r in ranks:
         echo_warnings(r)
+    ranks = [{**r, "path": paths.get(r["rank"])} for r in ranks]
     if fmt == "json":
-        doc = document([{"source": r["source"], "rank": r["rank"], **(r.get("explain") or {}),
-                         **({"path": paths[r["rank"]]} if r["rank"] in paths else {})}
-                        for r in ranks], __version__)
-        doc["explain"] = doc.pop("analyses")
-        emit(json.dumps(doc, allow_nan=False) + "\n", out)
-        return
-    text = ""
-    for r in ranks:
-        text += f"== {r['source']}  (rank {r['rank']})\n\nFindings\n"
-        text += text_findings(r.get("explain"), limit=limit)
-        if r.get("explain"):
-            text += "\nCritical path per step\n" + text_explain(r["explain"], limit)
-        if r["rank"] in paths:
-            text += "\n" + _render_path(paths[r["rank"]], step, limit)
-    emit(text, out)
+        emit(json.dumps(explain_document(ranks, __version__), allow_nan=False) + "\n", out)
+    else:
+        emit(render_explain(ranks, limit=limit, step=step), out)

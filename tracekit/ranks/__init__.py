@@ -8,7 +8,7 @@ which are not part of the job (``inputs``), and combines the ranks' small result
 object (``job``, using ``match`` and ``clocks``). Only the per-rank work touches a trace; the
 cross-rank part reads rank objects and is pure.
 
-The job object's keys are documented in ``tracekit.report``; ``tracekit analyze DIR`` prints it
+The job object's keys are documented in ``tracekit.report.schema.Job``; ``tracekit analyze DIR`` prints it
 first (``report.render_job``), ``tracekit analyze DIR --format json`` writes it under ``jobs``,
 and ``tracekit.api.job_document`` returns that document to a program.
 """
@@ -33,7 +33,7 @@ class JobReport:
     problems: list[Problem]
     """Files and ranks that are not read (empty when the job is complete)."""
     job: dict
-    """The job object (``tracekit.report`` documents its keys)."""
+    """The job object (``tracekit.report.schema.Job`` documents its keys)."""
 
 
 def analyze_job(

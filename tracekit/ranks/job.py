@@ -2,7 +2,7 @@
 
 ``build(rankset, config)`` takes the ranks of a job (``tracekit.ranks.inputs.RankSet``: rank
 objects with their ``headline``, ``steps``, ``collectives``, ``identity`` and, when the explain
-section exists, ``explain``) and returns the job object documented in ``tracekit.report``. It is
+section exists, ``explain``) and returns the job object documented in ``tracekit.report.schema.Job``. It is
 pure: no file is read, nothing is printed.
 
 Definitions (every time is on the reference rank's clock once offsets are applied, see
@@ -79,7 +79,7 @@ def _spread(ranks: list[dict]) -> dict:
 
 
 def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
-    """The job object of ``rankset`` (see the module docstring and ``tracekit.report``)."""
+    """The job object of ``rankset`` (see the module docstring and ``tracekit.report.schema.Job``)."""
     config = JobConfig() if config is None else config
     ranks = rankset.ranks
     rank_ids = [int(r["rank"]) for r in ranks]

@@ -1,0 +1,143 @@
+"""The explain section as text: the findings, the critical path per step and the what-ifs
+(``tracekit explain``, and the Findings and section 8 of ``tracekit analyze``)."""
+
+from __future__ import annotations
+
+from tracekit.report.tables import clip, fmt_bytes, limited, ms, pct, table
+
+
+NO_HELP_FRACTION = 0.01
+"""A finding whose predicted saving is below this share of the step "would not help here"."""
+
+
+def would_not_help(f: dict) -> bool:
+    """A time finding predicted to save under ``NO_HELP_FRACTION`` of the step."""
+    return f.get("kind") != "memory" and f.get("saving_fraction") is not None and f["saving_fraction"] < NO_HELP_FRACTION
+
+
+def _saving(f: dict) -> str:
+    """A finding's predicted saving as text."""
+    if f.get("kind") == "memory":
+        pr, pk = f.get("predicted_peak_reserved_bytes"), f.get("peak_reserved_bytes")
+        if pr is None:
+            return "memory: no prediction (needs a memory snapshot beside the trace)"
+        return (f"predicted peak reserved {fmt_bytes(pr)} (traced {fmt_bytes(pk)}, "
+                f"saves {fmt_bytes(f.get('saving_bytes'))})")
+    ns = f.get("saving_ns")
+    if ns is None:
+        return "no prediction"
+    out = f"saves {ms(ns)} ms/step ({pct(f.get('saving_fraction'))})"
+    c = f.get("saving_contention_ns")
+    if c is not None and abs(c - ns) >= 1000:
+        out += f", {ms(c)} ms with contention ({pct(f.get('saving_contention_fraction'))})"
+    if would_not_help(f):
+        out += ": would not help here"
+    return out
+
+
+def _text_view(e: dict) -> str:
+    """Which step the findings are about: traced, or estimated untraced (and on what)."""
+    o = e.get("overhead")
+    if not o:
+        return ""
+    traced, untraced = o.get("traced_step_ns"), o.get("untraced_step_ns")
+    out = (f"  step: traced {ms(traced)} ms, estimated untraced {ms(untraced)} ms "
+           f"({pct((untraced / traced - 1) if traced and untraced else None)})")
+    if o.get("scale") == "given":
+        out += f"; untraced step given: {ms(o.get('given_step_ns'))} ms ({o.get('source') or '-'})"
+    out += "\n"
+    out += f"  the estimate: {o.get('rests_on')}\n"
+    if e.get("view") == "untraced":
+        out += "  bound and findings: the estimated untraced step (--traced: the traced one)\n"
+    else:
+        out += "  bound and findings: the traced step, as the trace shows it\n"
+    return out
+
+
+def text_findings(e: dict | None, limit: int = 8) -> str:
+    """The Findings section: the bound, the critical path's split, the findings."""
+    if not e:
+        return "  not computed\n"
+    out = _text_view(e)
+    if e.get("bound"):
+        n = len(e.get("steps") or [])
+        out += (f"  bound: {e['bound']} ({pct(e['bound_share'])} of the critical path over "
+                f"{n} step{'s' if n != 1 else ''})\n")
+    else:
+        out += "  bound: - (no critical path)\n"
+    bd = e.get("breakdown") or []
+    if bd:
+        out += "  critical path: " + ", ".join(f"{r['category']} {pct(r['share'])}"
+                                                for r in bd[:6]) + "\n"
+    for w in e.get("warnings") or []:
+        out += f"  warning: {w}\n"
+    fs = e.get("findings") or []
+    if not fs:
+        out += "  no finding\n"
+    for i, f in enumerate(fs[:limit], 1):
+        out += f"  {i}. {f['title']}: {_saving(f)}\n"
+        if f.get("fix"):
+            out += f"     fix: {f['fix']}\n"
+        out += f"     evidence: {f['evidence']}\n"
+    if len(fs) > limit:
+        out += f"  ... {len(fs) - limit} more (see --format json)\n"
+    return out
+
+
+def text_explain(e: dict, limit: int) -> str:
+    """The critical path per step and the what-if table."""
+    steps = e.get("steps") or []
+    if not steps:
+        return "  no steps\n"
+    rows, more = limited(steps, limit)
+    out = table(["step", "ms", "traced ms", "untraced ms (est.)", "bound", "share",
+                 "largest categories on the critical path"],
+                [[r["step"], ms(r["duration_ns"]), ms(r.get("traced_ns")), ms(r.get("untraced_ns")),
+                  r["bound"] or "-", pct(r["bound_share"]),
+                  clip(", ".join(f"{k} {ms(v, 2)}" for k, v in
+                                  list(r["breakdown"].items())[:4]), 80)]
+                 for r in rows]) + "\n" + more
+    lanes = e.get("lanes") or []
+    if lanes:
+        out += "  time on the critical path by lane: " + ", ".join(
+            f"{r['lane']} {pct(r['share'])}" for r in lanes[:6]) + "\n"
+    wis = e.get("what_ifs") or []
+    if wis:
+        out += "  what-if (mean step, all steps but the first):\n"
+        out += table(["what-if", "applies", "step ms", "predicted ms", "with contention ms",
+                      "saving"],
+                     [[clip(w["id"], 40), "yes" if w["applies"] else "no",
+                       ms(w["observed_step_ns"]), ms(w["predicted_step_ns"]),
+                       ms(w["predicted_contention_step_ns"]), pct(w["saving_fraction"])]
+                      for w in wis], "    ") + "\n"
+    return out
+
+
+def text_path(rows: list[dict], step: int, limit: int) -> str:
+    """One step's critical path (``schema.PathRun`` rows): the ``limit`` longest runs, in time
+    order."""
+    if not rows:
+        return f"  step {step}: no critical path\n"
+    t0 = rows[0]["start_ns"]
+    shown = sorted(sorted(rows, key=lambda r: -r["ns"])[:limit], key=lambda r: r["start_ns"])
+    out = (f"  step {step}: {len(rows)} runs on the critical path; the {len(shown)} longest, in "
+           "time order (ms from the step's start):\n")
+    out += table(["at ms", "ms", "lane", "category", "segments", "first event"],
+                 [[ms(r["start_ns"] - t0), ms(r["ns"]), r["lane"], r["category"],
+                   r["segments"], clip(r["first"], 60)] for r in shown], "    ") + "\n"
+    return out
+
+
+def render_explain(ranks: list[dict], *, limit: int = 20, step: int | None = None) -> str:
+    """``tracekit explain``'s text: per rank (``{"source", "rank", "explain": schema.Explain |
+    None, "path": [PathRun] (with --step)}``) the findings, the critical path per step and,
+    with ``step``, that step's path."""
+    text = ""
+    for r in ranks:
+        text += f"== {r['source']}  (rank {r['rank']})\n\nFindings\n"
+        text += text_findings(r.get("explain"), limit=limit)
+        if r.get("explain"):
+            text += "\nCritical path per step\n" + text_explain(r["explain"], limit)
+        if r.get("path") is not None:
+            text += "\n" + text_path(r["path"], step, limit)
+    return text

@@ -1,0 +1,172 @@
+"""``tracekit analyze DIR``'s text for a job of many ranks: the summary, then the cross-rank
+sections, from the job object (``tracekit.report.schema.Job``)."""
+
+from __future__ import annotations
+
+from tracekit.report.tables import bound_text, clip, fmt_bytes, limited, ms, ranges, share, table
+
+
+def _notable(rows: list[dict], job: dict, limit: int) -> tuple[list[dict], str]:
+    """All rows up to ``limit``; beyond, the ranks worth a look (straggler, slowest, fastest,
+    heaviest, most waited-for) and the slowest by P90 step time, in rank order."""
+    if len(rows) <= limit:
+        return rows, ""
+    keep = {job["stragglers"]["rank"], job["all_to_all"]["heaviest_rank"]}
+    sp = job.get("spread") or {}
+    for q in ("p50", "p90"):
+        if sp.get(q):
+            keep |= {sp[q]["slowest_rank"], sp[q]["fastest_rank"]}
+    keep |= {r["rank"] for r in sorted(rows, key=lambda r: -r["caused_wait_ns"])[:5]}
+    key = sp.get("figure", "step_gpu") + "_p90_ns"
+    for r in sorted(rows, key=lambda r: -(r.get(key) or 0)):
+        if len(keep - {None}) >= limit:
+            break
+        keep.add(r["rank"])
+    shown = [r for r in rows if r["rank"] in keep]
+    return shown, (f"  ... {len(rows) - len(shown)} more ranks (the straggler, the slowest, "
+                   "fastest and heaviest ranks and the slowest by P90 are shown; every rank: "
+                   "--format json)\n")
+
+
+def render_job(job: dict, *, limit: int = 64) -> str:
+    """A job object (``tracekit.ranks``) as text: the summary first, then the cross-rank
+    sections. ``limit``: rows shown in the longest tables."""
+    n, ws = job["ranks_read"], job["world_size"]
+    state = "complete" if job["complete"] else "INCOMPLETE"
+    head = (f"== job {job['source']}: {n} rank{'s' if n != 1 else ''} read"
+            + (f" of world size {ws}" if ws else "") + f" ({state})")
+    out = [head, "  per-rank detail: --rank N (one rank) or --detail (every rank)"]
+    if job["problems"]:
+        out.append(f"  not read ({len(job['problems'])}):")
+        missing = [p["rank"] for p in job["problems"] if p["kind"] == "missing"]
+        for p in job["problems"]:
+            if p["kind"] != "missing":
+                out.append(f"    {p['source']}: {p['message']}")
+        if missing:
+            out.append(f"    ranks without a trace file: {ranges(missing)}")
+    if not job["ranks"]:
+        return "\n".join(out) + "\n"
+    sp = job["spread"] or {}
+    which = "GPU" if sp.get("figure") == "step_gpu" else "CPU"
+    fig = sp.get("figure", "step_gpu")
+    align = job["clock"]["aligned"]
+
+    out += ["", "Ranks"]
+    rows, more = _notable(job["ranks"], job, limit)
+    out.append(table(
+        ["rank", "trace", "steps", f"{which} P50 ms", f"{which} P90 ms", "bound",
+         "collectives", "wait ms", "last", "caused wait ms"]
+        + (["clock offset ms"] if align else []),
+        [[r["rank"], clip(r["source"].rsplit("/", 1)[-1], 40), r["steps"],
+          ms(r[f"{fig}_p50_ns"]), ms(r[f"{fig}_p90_ns"]), bound_text(r["bound"], r["bound_share"]),
+          r["collectives"], ms(r["wait_ns"]), r["last_count"], ms(r["caused_wait_ns"])]
+         + ([ms(r["clock_offset_ns"])] if align else []) for r in rows]))
+    if more:
+        out.append(more.rstrip("\n"))
+    for q in ("p50", "p90"):
+        v = sp.get(q)
+        if v:
+            over = v["max_over_median"]
+            out.append(f"  spread of {which} step {q.upper()} over ranks: {ms(v['min_ns'])} .. "
+                       f"{ms(v['max_ns'])} ms (median {ms(v['median_ns'])}); slowest rank "
+                       f"{v['slowest_rank']}" + (f" (+{100 * (over - 1):.1f}% over the median)"
+                                                 if over else "")
+                       + f", fastest rank {v['fastest_rank']}")
+    if any(r["bound"] is None for r in job["ranks"]):
+        out.append("  bound: what each rank's steps are bound by (tracekit explain); - where "
+                   "the rank's report has no explain section")
+
+    c = job["clock"]
+    out += ["", "Clocks"]
+    if c["reference_rank"] is None:
+        out.append("  no collective shared by two ranks: clocks not compared")
+    else:
+        offs = [o for o in c["offsets"] if o["rank"] != c["reference_rank"]]
+        big = sorted(offs, key=lambda o: -abs(o["offset_ns"] or 0))[:limit]
+        out.append(f"  offsets from collective ends (a rank's clock minus rank "
+                   f"{c['reference_rank']}'s); "
+                   + ("applied before arrivals are compared" if c["aligned"]
+                      else "NOT applied (--no-align)"))
+        if big:
+            out.append(table(["rank", "offset ms", "± ms", "collectives"],
+                             [[o["rank"], ms(o["offset_ns"]), ms(o["spread_ns"]), o["samples"]]
+                              for o in sorted(big, key=lambda o: o["rank"])]))
+        if len(offs) > len(big):
+            out.append(f"  ... {len(offs) - len(big)} more ranks (largest offsets shown)")
+        for note in c["notes"]:
+            out.append(f"  warning: {note}")
+
+    mt = job["matching"]
+    out += ["", f"Collectives ({mt['instances']} instances matched across ranks in "
+                f"{len(mt['groups'])} process group{'s' if len(mt['groups']) != 1 else ''})"]
+    if mt["groups"]:
+        out.append(table(["group", "description", "ranks", "matched by", "instances", "partial",
+                          "inconsistent"],
+                         [[g["group"], g["desc"] or "-", clip(ranges(g["ranks"]), 30),
+                           g["matched_by"], g["instances"], g["partial"], g["inconsistent"]]
+                          for g in mt["groups"]]))
+        if any(g["inconsistent"] for g in mt["groups"]):
+            out.append("  warning: inconsistent instances name different collectives on "
+                       "different ranks: the traces may not start at the same collective; "
+                       "they are left out")
+    if job["by_type"]:
+        out.append(table(["collective", "instances", "transfer ms", "waited ms", "skew P50 ms",
+                          "skew P90 ms", "skew max ms", "bytes sent"],
+                         [[t["collective"], t["instances"], ms(t["transfer_ns"]),
+                           ms(t["waited_ns"]), ms(t["skew_p50_ns"]), ms(t["skew_p90_ns"]),
+                           ms(t["skew_max_ns"]), fmt_bytes(t["bytes"])]
+                          for t in job["by_type"]]))
+        out.append("  transfer: the shortest kernel of each instance; waited: summed over ranks, "
+                   "last arrival - each rank's arrival")
+
+    st = job["stragglers"]
+    out += ["", "Stragglers"]
+    if st["rank"] is None:
+        out.append(f"  none: no instance with an arrival skew of "
+                   f"{ms(st['min_skew_ns'])} ms or more")
+    else:
+        srow = next(r for r in job["ranks"] if r["rank"] == st["rank"])
+        out.append(f"  rank {st['rank']} arrived last at {st['last_count']} of the "
+                   f"{st['instances']} instances with a skew of {ms(st['min_skew_ns'])} ms or "
+                   f"more; the others waited {ms(st['caused_wait_ns'])} ms for it "
+                   f"({share(st['caused_wait_ns'], st['waited_ns'])} of the "
+                   f"{ms(st['waited_ns'])} ms all ranks waited)")
+        out.append(f"  its bound (tracekit explain): {bound_text(st['bound'], st['bound_share'])}"
+                   f"; its {which} step P90 {ms(srow[f'{fig}_p90_ns'])} ms")
+        rows_s, more_s = limited(st["steps"], limit)
+        out.append(table(["step", "straggler", "caused wait ms", "all waited ms", "max skew ms",
+                          "straggler's bound"],
+                         [[x["step"], x["straggler"], ms(x["caused_wait_ns"]),
+                           ms(x["waited_ns"]), ms(x["skew_max_ns"]), x["bound"] or "-"]
+                          for x in rows_s]))
+        if more_s:
+            out.append(more_s.rstrip("\n"))
+        counts = sorted((r for r in job["ranks"] if r["last_count"]),
+                        key=lambda r: (-r["caused_wait_ns"], r["rank"]))[:10]
+        out.append("  last to arrive (count, wait caused): " + ", ".join(
+            f"rank {r['rank']} {r['last_count']}x {ms(r['caused_wait_ns'])} ms" for r in counts))
+
+    a = job["all_to_all"]
+    out += ["", f"All-to-all sizes ({a['instances']} instances)"]
+    if a["imbalance"] is None:
+        out.append("  no all-to-all with known sizes")
+    else:
+        out.append(f"  imbalance: rank {a['heaviest_rank']} received {a['imbalance']:.3f}x the "
+                   f"mean over ranks (per instance: median {a['instance_imbalance_p50']:.3f}, "
+                   f"max {a['instance_imbalance_max']:.3f})")
+        rows_a = sorted(a["per_rank"], key=lambda r: (-r["received_bytes"], r["rank"]))
+        rows_a, more_a = limited(rows_a, min(limit, 16))
+        out.append(table(["rank", "sent", "received", "received / mean"],
+                         [[r["rank"], fmt_bytes(r["sent_bytes"]), fmt_bytes(r["received_bytes"]),
+                           f"{r['received_over_mean']:.3f}"] for r in rows_a]))
+        if more_a:
+            out.append(more_a.rstrip("\n"))
+
+    if job["worst"]:
+        out += ["", "Worst instances (largest arrival skew)"]
+        out.append(table(["group", "collective", "key", "step", "skew ms", "last rank",
+                          "waited ms", "transfer ms"],
+                         [[w["group"], w["collective"], w["key"], w["step"], ms(w["skew_ns"]),
+                           w["straggler"], ms(w["waited_ns"]), ms(w["transfer_ns"])]
+                          for w in job["worst"][:10]]))
+    return "\n".join(out) + "\n"

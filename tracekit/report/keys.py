@@ -1,0 +1,27 @@
+"""The format number and the orders of keys that the writers and readers of tracekit's JSON
+share. ``tracekit.report.schema`` describes every key; a test holds these tuples to its classes.
+No classes here: a warm run (a report-cache hit) imports this, not the schema."""
+
+FORMAT = 1
+"""The format of every document (``"format"``): keys are only ever added, never renamed or
+removed within a format."""
+SERIES_POINTS = 1000
+"""``schema.Allocator.series`` keeps at most this many points per device."""
+
+HEADLINE_KEYS = (
+    "steps", "step_source", "step_cpu_p50_ns", "step_cpu_p90_ns", "step_gpu_p50_ns",
+    "step_gpu_p90_ns", "peak_allocated_bytes", "peak_reserved_bytes",
+    "unused_at_peak_reserved_bytes", "unused_fraction", "mean_gap_ns", "mean_gap_idle_ns",
+    "comm_overlap_ratio", "exposed_comm_ns", "exposed_memcpy_ns", "stall_count",
+    "stall_total_ns", "stall_idle_after_ns", "bound", "bound_share", "poll_count",
+    "poll_total_ns",
+)
+"""``schema.Headline``'s keys, in order."""
+TEXT_KEYS = ("step_source", "bound")
+"""Headline keys whose values are words, not figures."""
+SECTION_KEYS = ("explain", "steps", "overlap", "gaps", "syncs", "allocator", "hta", "snapshot",
+                "collectives", "identity")
+"""The sections of a rank's object, in order."""
+RANK_KEYS = ("source", "rank", "schema", "platform", "warnings", "rules", "headline",
+             *SECTION_KEYS)
+"""``schema.Rank``'s keys, in order."""

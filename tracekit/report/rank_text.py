@@ -1,0 +1,325 @@
+"""``tracekit analyze``'s text for one rank (trace): its report object as sections of tables.
+
+Rendered from the JSON object (``tracekit.report.serialise.to_dict``), so a cached report
+prints without the trace, numpy or pandas.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracekit.report.explain_text import text_explain, text_findings
+from tracekit.report.tables import clip, fmt_bytes, limited, ms, num, pct, ranges, table, us
+
+
+def _text_steps(s: dict, limit: int) -> str:
+    if not s["steps"]:
+        return ("  no steps: the trace has no ProfilerStep#N annotation and too few optimizer "
+                "boundaries to infer any\n")
+    src = s["source"] + (f" ({s['boundary']})" if s.get("boundary") else "")
+    rows, more = limited(s["steps"], limit)
+    out = f"  steps from {src}: {len(s['steps'])}\n"
+    out += table(["step", "CPU ms", "GPU ms", "GPU activities"],
+                 [[r["step"], ms(r["cpu_ns"]), ms(r["gpu_ns"] if r["activities"] else None),
+                   r["activities"]] for r in rows]) + "\n" + more
+    out += (f"  P50 / P90 CPU: {ms(s['cpu_p50_ns'])} / {ms(s['cpu_p90_ns'])} ms;  "
+            f"GPU: {ms(s['gpu_p50_ns'])} / {ms(s['gpu_p90_ns'])} ms\n")
+    return out
+
+
+def _text_overlap(o: dict) -> str:
+    if not o["streams"]:
+        return "  no GPU activity\n"
+    out = table(["device:stream", "activities", "busy ms"],
+                [[f"{r['device']}:{r['stream']}", r["activities"], ms(r["busy_ns"])]
+                 for r in o["streams"]]) + "\n"
+    if o["pairs"]:
+        out += "  pairwise overlap |busy(A) ∩ busy(B)|, ms:\n"
+        keys = [f"{r['device']}:{r['stream']}" for r in o["streams"]]
+        m = {(f"{p['device']}:{p['stream_a']}", f"{p['device']}:{p['stream_b']}"): p["overlap_ns"]
+             for p in o["pairs"]}
+        rows = []
+        for a in keys:
+            rows.append([a] + [ms(m.get((a, b), m.get((b, a))), 2) if a != b and
+                               ((a, b) in m or (b, a) in m) else "" for b in keys])
+        out += table([""] + keys, rows) + "\n"
+    out += table(["class", "busy ms"], [["compute", ms(o["compute_ns"])],
+                                        ["communication", ms(o["communication_ns"])],
+                                        ["memcpy/memset", ms(o["memcpy_ns"])],
+                                        ["any (GPU busy)", ms(o["gpu_busy_ns"])]]) + "\n"
+    if o["communication_ns"]:
+        out += (f"  communication overlapped with compute: {pct(o['comm_overlap_ratio'])} "
+                f"({ms(o['comm_compute_overlap_ns'])} ms, over the whole trace; HTA's figure "
+                f"below covers its own window); exposed communication "
+                f"{ms(o['exposed_comm_ns'])} ms\n")
+    else:
+        out += "  no communication kernels\n"
+    out += f"  exposed memcpy (not under compute or communication): {ms(o['exposed_memcpy_ns'])} ms\n"
+    return out
+
+
+def _text_gaps(g: dict, limit: int) -> str:
+    if not g["gaps"]:
+        return f"  no optimizer -> lookup pair: {g['note']}\n"
+    rows, more = limited(g["gaps"], limit)
+    out = f"  {g['note']}; gap < 0: the next lookup overlaps the optimizer\n"
+    out += table(["step", "opt batch", "lookup batch", "gap ms", "overlap ms", "GPU idle ms"],
+                 [[r["step"], r["optimizer_batch"], r["lookup_batch"], ms(r["gap_ns"]),
+                   ms(r["overlap_ns"]), ms(r["idle_ns"])] for r in rows]) + "\n" + more
+    if any(r["step"] == -1 or r["optimizer_batch"] == -1 for r in g["gaps"]):
+        out += ("  -1: step = the optimizer was launched outside every ProfilerStep; batch = the "
+                "labels carry no batch index (paired by time order)\n")
+    out += (f"  mean gap {ms(g['mean_gap_ns'])} ms (median {ms(g['median_gap_ns'])}), "
+            f"mean overlap {ms(g['mean_overlap_ns'])} ms, mean GPU idle "
+            f"{ms(g['mean_idle_ns'])} ms\n")
+    return out
+
+
+def _text_polls(y: dict) -> str:
+    n = y.get("poll_count") or 0
+    if not n:
+        return ""
+    out = (f"  polls (cudaEventQuery/cudaStreamQuery: return at once, not stalls): {n}, "
+           f"{ms(y.get('poll_total_ns'))} ms of CPU time")
+    if y.get("allocator_known"):
+        out += (f"; the caching allocator's (querying the events of blocks record_stream tied "
+                f"to other streams before reusing them): {y.get('allocator_poll_count', 0)}, "
+                f"{ms(y.get('allocator_poll_total_ns'))} ms")
+    return out + "\n"
+
+
+def _text_syncs(y: dict, limit: int) -> str:
+    if not y["count"]:
+        return "  no blocking calls\n" + _text_polls(y)
+    out = (f"  {y['count']} blocking calls, {ms(y['total_ns'])} ms of CPU time; GPU idle "
+           f"after them {ms(y['idle_after_ns'])} ms\n") + _text_polls(y)
+    rows, more = limited(y["by_call_site"], limit)
+    out += "  by call site (op chain > call):\n"
+    out += table(["call site", "count", "total ms", "max ms", "GPU idle after ms"],
+                 [[clip(r["call_site"]), r["count"], ms(r["total_ns"]), ms(r["max_ns"]),
+                   ms(r["idle_after_ns"])] for r in rows]) + "\n" + more
+    out += "  by phase:\n"
+    out += table(["phase", "count", "total ms", "max ms", "GPU idle after ms"],
+                 [[r["phase"], r["count"], ms(r["total_ns"]), ms(r["max_ns"]),
+                   ms(r["idle_after_ns"])] for r in y["by_phase"]]) + "\n"
+    rows, more = limited(y["by_step"], limit)
+    out += "  per step (-1: outside any ProfilerStep):\n"
+    out += table(["step", "count", "total ms", "GPU idle after ms"],
+                 [[r["step"], r["count"], ms(r["total_ns"]), ms(r["idle_after_ns"])]
+                  for r in rows]) + "\n" + more
+    return out
+
+
+def _text_allocator(m: dict, limit: int) -> str:
+    if not m["devices"]:
+        return f"  {m['note']}\n"
+    out = f"  note: {m['note']}\n" if m["note"] else ""
+    out += table(["device", "events", "peak allocated", "peak reserved",
+                  "reserved - allocated at reserved peak", "fraction"],
+                 [[r["device"], r["events"], fmt_bytes(r["peak_allocated"]),
+                   fmt_bytes(r["peak_reserved"]), fmt_bytes(r["unused_at_peak_reserved"]),
+                   pct(r["unused_fraction"])] for r in m["devices"]]) + "\n"
+    if m["per_step"]:
+        rows, more = limited(m["per_step"], limit)
+        out += "  allocations per step:\n"
+        out += table(["step", "device", "allocations", "bytes allocated"],
+                     [[r["step"], r["device"], r["allocations"], fmt_bytes(r["allocated_bytes"])]
+                      for r in rows]) + "\n" + more
+    return out
+
+
+def _text_generic(d: Any, indent: str = "  ") -> str:
+    """Any other section (HTA, snapshot): scalars as lines, tables as tables."""
+    if not isinstance(d, dict):
+        return f"{indent}{d}\n"
+    out = ""
+    for k, v in d.items():
+        if isinstance(v, list) and v and all(isinstance(r, dict) for r in v):
+            cols = list(v[0].keys())
+            rows, more = limited(v, 15)
+            out += f"{indent}{k}:\n" + table(cols, [[clip(str(num(r.get(c))), 60) for c in cols]
+                                                   for r in rows], indent + "  ") + "\n"
+            out += more
+        elif isinstance(v, dict):
+            out += f"{indent}{k}:\n" + _text_generic(v, indent + "  ")
+        elif isinstance(v, list) and not v:
+            out += f"{indent}{k}: none\n"
+        else:
+            out += f"{indent}{k}: {num(v)}\n"
+    return out
+
+
+def _text_hta(h: dict, limit: int) -> str:
+    """The HTA section (``tracekit.analyses.hta.HtaResult``): HTA's own tables, in HTA's us."""
+    if h.get("available") is False:
+        return f"  not available: {h.get('reason') or 'unknown reason'}\n"
+    window = ("every ProfilerStep" if h.get("include_last_profiler_step")
+              else "the last ProfilerStep's GPU work left out, as HTA does by default")
+    out = f"  HTA {h.get('hta_version') or '?'}; times in us; window: {window}\n"
+    overlap = {r["rank"]: r.get("comp_comm_overlap_pctg") for r in h.get("comm_comp_overlap") or []}
+    if h.get("temporal"):
+        out += "  temporal breakdown (of the span from the first to the last GPU activity):\n"
+        out += table(["rank", "GPU span", "idle", "compute", "non-compute", "comm overlapped"],
+                     [[r["rank"], us(r["kernel_time(us)"]),
+                       f"{us(r['idle_time(us)'])} ({num(r['idle_time_pctg'])}%)",
+                       f"{us(r['compute_time(us)'])} ({num(r['compute_time_pctg'])}%)",
+                       f"{us(r['non_compute_time(us)'])} ({num(r['non_compute_time_pctg'])}%)",
+                       "no NCCL kernels" if overlap.get(r["rank"]) is None
+                       else f"{overlap[r['rank']]:.2f}%"]
+                      for r in h["temporal"]], "    ") + "\n"
+    if h.get("idle_by_category"):
+        by_rank: dict = {}
+        for r in h["idle_by_category"]:
+            by_rank.setdefault(r["rank"], {})[r["idle_category"]] = r
+        cats = ("host_wait", "kernel_wait", "other")
+        out += "  idle time by category (summed over streams; per stream: --format json):\n"
+        out += table(["rank", *cats],
+                     [[rank, *(f"{us(c[k]['idle_time'])} ({pct(c[k]['idle_time_ratio'])})"
+                               if k in c else "-" for k in cats)]
+                      for rank, c in by_rank.items()], "    ") + "\n"
+    if h.get("kernel_types"):
+        ranks = h.get("ranks") or []
+        whose = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+        out += f"  kernel time by type ({whose}):\n"
+        out += table(["kernel type", "us", "%"],
+                     [[r["kernel_type"], us(r["sum"]), num(r["percentage"])]
+                      for r in h["kernel_types"]], "    ") + "\n"
+    if h.get("top_kernels"):
+        rows, more = limited(h["top_kernels"], limit)
+        out += ("  top kernels by type (HTA's mean/max: over a kernel's instances, but once a type "
+                "has more than 10 kernels over the kernels' totals, so equal to the total for a "
+                "kernel of its own):\n")
+        out += table(["kernel", "type", "rank", "total us", "mean us", "max us"],
+                     [[clip(str(r["name"]), 70), r["kernel_type"], r["rank"],
+                       us(r["sum (us)"]), us(r["mean (us)"]), us(r["max (us)"])]
+                      for r in rows], "    ") + "\n" + more
+        if any((r.get("sum (us)") or 0) < 0 for r in h["top_kernels"]):
+            out += ("  negative us: HTA rounds a start up and an end down to whole us on ns "
+                    "traces, so a kernel shorter than 1 us counts -1 us (HTA's own parser)\n")
+    for n in h.get("notes") or []:
+        out += f"  note: {n}\n"
+    return out
+
+
+def _text_snapshot(s: dict, limit: int) -> str:
+    """The memory-snapshot section (``tracekit.analyses.snapshot.SnapshotResult``)."""
+    reserved = s.get("reserved") or 0
+    off = s.get("reserved_off_main")
+    out = f"  {s.get('source')} (main stream: {s.get('main_stream')})\n"
+    out += table(["figure", "bytes"], [
+        ["reserved", fmt_bytes(reserved)],
+        ["allocated", fmt_bytes(s.get("allocated"))],
+        ["free (cached, reusable by its own stream and pool)", fmt_bytes(s.get("free"))],
+        ["waiting in active_pending_free", fmt_bytes(s.get("pending_free"))],
+        ["reserved on other streams (the main stream cannot reuse it)",
+         f"{fmt_bytes(off)} ({pct(off / reserved) if reserved and off is not None else '-'})"],
+        ["inactive split (free pieces of segments in use)", fmt_bytes(s.get("inactive_split"))],
+        *([["peak reserved on other streams, recorded history",
+            fmt_bytes(s["peak_reserved_off_main"])]]
+          if s.get("peak_reserved_off_main") is not None else []),
+    ]) + "\n"
+    if s.get("streams"):
+        out += "  per stream:\n"
+        out += table(["device", "stream", "segments", "reserved", "allocated", "pending free",
+                      "free", "inactive split"],
+                     [[r["device"], f"{r['stream']}{' (main)' if r['is_main'] else ''}",
+                       r["segments"], fmt_bytes(r["reserved"]), fmt_bytes(r["allocated"]),
+                       fmt_bytes(r["pending_free"]), fmt_bytes(r["free"]), fmt_bytes(r["inactive_split"])]
+                      for r in s["streams"]], "    ") + "\n"
+    if s.get("pools"):
+        rows, more = limited(s["pools"], limit)
+        out += "  free memory per (stream, pool):\n"
+        out += table(["device", "stream", "pool", "type", "reserved", "free", "largest free",
+                      "free blocks", "fragmentation"],
+                     [[r["device"], r["stream"], r["pool_id"], r["segment_type"],
+                       fmt_bytes(r["reserved"]), fmt_bytes(r["free"]), fmt_bytes(r["largest_free"]),
+                       r["free_blocks"], pct(r["free_fragmentation"])]
+                      for r in rows], "    ") + "\n" + more
+    if s.get("history"):
+        out += f"  recorded history ({s.get('trace_entries')} entries), reserved per stream:\n"
+        out += table(["device", "stream", "segment events", "at start", "now", "peak"],
+                     [[r["device"], f"{r['stream']}{' (main)' if r['is_main'] else ''}",
+                       r["segment_events"], fmt_bytes(r["reserved_at_start"]),
+                       fmt_bytes(r["reserved_now"]), fmt_bytes(r["peak_reserved"])]
+                      for r in s["history"]], "    ") + "\n"
+    return out
+
+
+def _text_collectives(c: dict) -> str:
+    out = (f"  {c['count']} kernels, {ms(c['kernel_ns'])} ms (collective and group from "
+           f"{c['source']}):\n")
+    out += table(["collective", "kernels", "ms", "sent", "received"],
+                 [[r["collective"], r["count"], ms(r["kernel_ns"]),
+                   fmt_bytes(r["in_bytes"]) if r["in_bytes"] else "-",
+                   fmt_bytes(r["out_bytes"]) if r["out_bytes"] else "-"]
+                  for r in c["by_type"]]) + "\n"
+    out += "  groups: " + "; ".join(
+        f"{g['group']}" + (f" ({g['desc']})" if g.get("desc") else "")
+        + (f" ranks {ranges(g['ranks'])}" if g.get("ranks") else "") for g in c["groups"]) + "\n"
+    return out
+
+
+def render_rank(r: dict, *, limit: int = 20) -> str:
+    """One rank's report as text (``limit``: rows shown per long table)."""
+    h = r["headline"]
+    out = [f"== {r['source']}  (rank {r['rank']}, {r['schema']} schema, {r['platform']})"]
+    for w in r["warnings"]:
+        out.append(f"  warning: {w}")
+    if "explain" in r:
+        out.append("")
+        out.append("Findings")
+        out.append(text_findings(r.get("explain")).rstrip("\n"))
+    out.append("")
+    out.append("Headline")
+    out.append(table(["figure", "value"], [
+        ["steps", f"{h['steps']} ({h['step_source']})"],
+        ["step time P50 / P90, CPU ms", f"{ms(h['step_cpu_p50_ns'])} / {ms(h['step_cpu_p90_ns'])}"],
+        ["step time P50 / P90, GPU ms", f"{ms(h['step_gpu_p50_ns'])} / {ms(h['step_gpu_p90_ns'])}"],
+        ["peak allocated / reserved", f"{fmt_bytes(h['peak_allocated_bytes'])} / "
+                                      f"{fmt_bytes(h['peak_reserved_bytes'])}"],
+        ["reserved - allocated at reserved peak", f"{fmt_bytes(h['unused_at_peak_reserved_bytes'])}"
+                                                  f" ({pct(h['unused_fraction'])})"],
+        ["optimizer -> lookup gap, mean ms", ms(h["mean_gap_ns"])],
+        ["communication overlapped by compute", pct(h["comm_overlap_ratio"])],
+        ["exposed communication / memcpy, ms", f"{ms(h['exposed_comm_ns'])} / "
+                                               f"{ms(h['exposed_memcpy_ns'])}"],
+        ["sync stalls: count, CPU ms, GPU idle after ms",
+         f"{h['stall_count']}, {ms(h['stall_total_ns'])}, {ms(h['stall_idle_after_ns'])}"],
+        *([["polls (not stalls): count, CPU ms",
+            f"{h['poll_count']}, {ms(h['poll_total_ns'])}"]] if h.get("poll_count") else []),
+        *([["bound (share of the critical path)",
+            f"{h.get('bound') or '-'} ({pct(h.get('bound_share'))})"]] if "bound" in h else []),
+    ]))
+    gpu = r["platform"] != "cpu"
+    no_gpu = "  no GPU activity\n"
+    sections = [
+        ("1. Steps", _text_steps(r["steps"], limit)),
+        ("2. Stream overlap", _text_overlap(r["overlap"]) if gpu else no_gpu),
+        ("3. Optimizer -> next lookup gap", _text_gaps(r["gaps"], limit) if gpu else no_gpu),
+        ("4. Sync stalls", _text_syncs(r["syncs"], limit) if gpu else no_gpu),
+        ("5. Allocator ([memory] events)", _text_allocator(r["allocator"], limit)),
+    ]
+    if r.get("hta") is not None:
+        hta = r["hta"]
+        body = _text_hta(hta, limit) if isinstance(hta, dict) else _text_generic(hta)
+        sections.append(("6. HTA (Holistic Trace Analysis on the same parsed trace)", body))
+    if r.get("snapshot") is not None:
+        snap = r["snapshot"]
+        body = _text_snapshot(snap, limit) if isinstance(snap, dict) else _text_generic(snap)
+        sections.append(("7. Memory snapshot (CUDA caching allocator)", body))
+    if r.get("explain"):
+        sections.append(("8. Critical path per step (tracekit explain)",
+                         text_explain(r["explain"], limit)))
+    if (r.get("collectives") or {}).get("count"):
+        sections.append(("9. Collectives (communication kernels)",
+                         _text_collectives(r["collectives"])))
+    for title, body in sections:
+        out.append("")
+        out.append(title)
+        out.append(body.rstrip("\n"))
+    return "\n".join(out) + "\n"
+
+
+def render_text(doc: dict, *, limit: int = 20) -> str:
+    """``tracekit analyze``'s text output for a document from ``document``."""
+    return "\n".join(render_rank(r, limit=limit) for r in doc["analyses"])

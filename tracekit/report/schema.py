@@ -1,0 +1,873 @@
+"""The JSON that tracekit writes, as code: one ``TypedDict`` per object, and a checker.
+
+``keys.FORMAT`` (1): keys are only ever added, never renamed or removed within a format. Times are
+integer nanoseconds (keys ending ``_ns``; percentiles and means may be fractional), memory is
+bytes, ratios are 0..1; a figure that cannot be measured is ``null``. A table is a list of row
+objects whose keys are the column names given here. Columns documented as ``-1`` for "none" in
+the analyses keep ``-1``; NaN becomes null.
+
+The documents: ``AnalyzeDocument`` (``tracekit analyze --format json``, and
+``tracekit.api.job_document`` for one directory), ``ExplainDocument`` (``tracekit explain``),
+``CompareDocument`` (``tracekit compare``) and ``CheckDocument`` (``tracekit check``). A rank's
+object is ``Rank``; a directory analysed as one job is ``Job``. In the annotations, ``float``
+is any JSON number, ``int`` a whole one.
+
+``problems(value, schema)`` lists where a value departs from a schema (``[]``: it conforms);
+the tests hold every document tracekit writes to these classes, so a key that is added,
+renamed or typed differently in the output must be changed here too. ``tracekit.report.keys``
+holds the format number and the key orders (a test holds them to these classes): the writers
+import that, not this module, so that a warm run does not build these classes. Standard
+library only.
+"""
+
+import types
+import typing
+from typing import Any, Literal, TypedDict, Union
+
+Bound = Literal["host", "gpu", "communication", "sync"]
+"""What bounds a step: the class with the largest share of its critical path (``host``;
+``gpu`` = compute + memcpy; ``communication``; ``sync``)."""
+
+
+# ---- one rank (``tracekit analyze``'s ``analyses``) ---------------------------------------------
+
+class Headline(TypedDict):
+    """The figures ``compare`` puts side by side and ``check`` tests (``keys.HEADLINE_KEYS``;
+    ``keys.TEXT_KEYS`` are words, not figures)."""
+
+    steps: int
+    step_source: str
+    step_cpu_p50_ns: float | None
+    step_cpu_p90_ns: float | None
+    step_gpu_p50_ns: float | None
+    step_gpu_p90_ns: float | None
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    unused_at_peak_reserved_bytes: int | None
+    unused_fraction: float | None
+    mean_gap_ns: float | None
+    mean_gap_idle_ns: float | None
+    comm_overlap_ratio: float | None
+    exposed_comm_ns: int
+    exposed_memcpy_ns: int
+    stall_count: int
+    stall_total_ns: int
+    stall_idle_after_ns: int
+    bound: Bound | None
+    bound_share: float | None
+
+
+class TopItem(TypedDict):
+    """One of a step's largest items on its critical path: its time grouped by lane, name and
+    category."""
+
+    lane: str
+    name: str
+    category: str
+    ns: int
+    count: int
+
+
+class ExplainStep(TypedDict):
+    """A step's window runs from the previous step's completion (the first step: its own start)
+    to its completion (the last end among its CPU calls and the GPU work it launched);
+    ``breakdown``'s categories are ``host``, ``compute:<phase>``, ``communication``,
+    ``memcpy``, ``sync`` and ``idle`` and sum to ``duration_ns``."""
+
+    step: int
+    start_ns: int
+    end_ns: int
+    duration_ns: int
+    bound: Bound | None
+    bound_share: float | None
+    breakdown: dict[str, int]
+    top: list[TopItem]
+
+
+class Share(TypedDict):
+    category: str
+    ns: int
+    share: float | None
+
+
+class LaneShare(TypedDict):
+    lane: str
+    ns: int
+    share: float | None
+
+
+class _Finding(TypedDict):
+    id: str
+    title: str
+    fix: str | None
+    evidence: str
+    kind: Literal["time", "memory"]
+    saving_ns: float | None
+    saving_fraction: float | None
+    saving_contention_ns: float | None
+    saving_contention_fraction: float | None
+    observed_step_ns: float | None
+    predicted_step_ns: float | None
+    predicted_contention_step_ns: float | None
+
+
+class Finding(_Finding, total=False):
+    """A fix that applies, with its evidence and predicted saving (``tracekit.analyses.explain``
+    says what each one means); findings come first in the text output. A memory finding
+    (``kind == "memory"``) has no time saving and carries the bytes instead."""
+
+    peak_reserved_bytes: int | None
+    predicted_peak_reserved_bytes: int | None
+    saving_bytes: int | None
+    bytes_per_batch_copy: int | None
+    batches_in_flight: int | None
+    main_stream_reserved_bytes: int | None
+    reserved_off_main_bytes: int | None
+
+
+class WhatIf(TypedDict):
+    """Every fix and user what-if, replayed (mean step, all steps but the first)."""
+
+    id: str
+    title: str
+    applies: bool
+    evidence: str
+    observed_step_ns: float | None
+    predicted_step_ns: float | None
+    predicted_contention_step_ns: float | None
+    saving_ns: float | None
+    saving_fraction: float | None
+    saving_contention_ns: float | None
+
+
+class GraphSize(TypedDict):
+    nodes: int
+    edges: dict[str, int]
+    launch_latency_ns: int
+
+
+class Explain(TypedDict):
+    """``tracekit.analyses.explain``: critical path, bound and findings; ``bound`` and
+    ``bound_share`` over all steps' critical paths."""
+
+    bound: Bound | None
+    bound_share: float | None
+    steps: list[ExplainStep]
+    breakdown: list[Share]
+    findings: list[Finding]
+    what_ifs: list[WhatIf]
+    lanes: list[LaneShare]
+    graph: GraphSize
+    warnings: list[str]
+
+
+class StepRow(TypedDict):
+    step: int
+    cpu_start: int
+    cpu_end: int
+    cpu_ns: int
+    gpu_start: int
+    gpu_end: int
+    gpu_ns: int
+    activities: int
+
+
+class Steps(TypedDict):
+    """``tracekit.analyses.steps``: CPU and GPU span per step (``gpu_*`` -1 for a step that
+    launched no GPU work)."""
+
+    steps: list[StepRow]
+    source: str
+    boundary: str | None
+    cpu_p50_ns: float | None
+    cpu_p90_ns: float | None
+    gpu_p50_ns: float | None
+    gpu_p90_ns: float | None
+
+
+class StreamRow(TypedDict):
+    device: int
+    stream: int
+    activities: int
+    busy_ns: int
+    first_ts: int
+    last_end: int
+
+
+class PairRow(TypedDict):
+    device: int
+    stream_a: int
+    stream_b: int
+    overlap_ns: int
+
+
+class ClassRow(TypedDict):
+    device: int
+    compute_ns: int
+    communication_ns: int
+    memcpy_ns: int
+    gpu_busy_ns: int
+    comm_compute_overlap_ns: int
+    exposed_comm_ns: int
+    exposed_memcpy_ns: int
+    comm_overlap_ratio: float | None
+
+
+class Overlap(TypedDict):
+    """``tracekit.analyses.overlap``: stream overlap."""
+
+    streams: list[StreamRow]
+    pairs: list[PairRow]
+    classes: list[ClassRow]
+    compute_ns: int
+    communication_ns: int
+    memcpy_ns: int
+    gpu_busy_ns: int
+    comm_compute_overlap_ns: int
+    exposed_comm_ns: int
+    exposed_memcpy_ns: int
+    comm_overlap_ratio: float | None
+
+
+class GapRow(TypedDict):
+    device: int
+    step: int
+    optimizer_batch: int
+    lookup_batch: int
+    optimizer_start: int
+    optimizer_end: int
+    lookup_start: int
+    lookup_end: int
+    gap_ns: int
+    overlap_ns: int
+    idle_ns: int
+    matched_by: str
+
+
+class Gaps(TypedDict):
+    """``tracekit.analyses.gaps``: the optimizer -> next lookup gap per step."""
+
+    gaps: list[GapRow]
+    optimizer_occurrences: int
+    lookup_occurrences: int
+    mean_gap_ns: float | None
+    median_gap_ns: float | None
+    mean_idle_ns: float | None
+    mean_overlap_ns: float | None
+    note: str
+
+
+class StallRow(TypedDict):
+    ts: int
+    end: int
+    dur_ns: int
+    name: str
+    tid: int
+    device: int
+    op_chain: str
+    call_site: str
+    phase: str
+    step: int
+    idle_after_ns: float | None
+    source: str
+
+
+class StallGroupRow(TypedDict):
+    call_site: str
+    count: int
+    total_ns: int
+    max_ns: int
+    idle_after_ns: int
+
+
+class StallPhaseRow(TypedDict):
+    phase: str
+    count: int
+    total_ns: int
+    max_ns: int
+    idle_after_ns: int
+
+
+class StallStepRow(TypedDict):
+    step: int
+    count: int
+    total_ns: int
+    idle_after_ns: int
+
+
+class Syncs(TypedDict):
+    """``tracekit.analyses.syncs``: sync stalls."""
+
+    stalls: list[StallRow]
+    by_call_site: list[StallGroupRow]
+    by_phase: list[StallPhaseRow]
+    by_step: list[StallStepRow]
+    count: int
+    total_ns: int
+    idle_after_ns: int
+
+
+class DeviceMemoryRow(TypedDict):
+    device: int
+    events: int
+    allocations: int
+    frees: int
+    peak_allocated: int
+    peak_allocated_ts: int
+    peak_reserved: int
+    peak_reserved_ts: int
+    allocated_at_peak_reserved: int
+    unused_at_peak_reserved: int
+    unused_fraction: float | None
+    reconstructed: bool
+
+
+class StepMemoryRow(TypedDict):
+    step: int
+    device: int
+    allocations: int
+    allocated_bytes: int
+
+
+class SeriesPoint(TypedDict):
+    device: int
+    ts: int
+    allocated: int
+    reserved: int
+
+
+class Allocator(TypedDict):
+    """``tracekit.analyses.allocator`` (``[memory]`` events). ``series`` holds at most
+    ``keys.SERIES_POINTS`` points per device: when there are more events, the series is cut into
+    that many equal runs of events and each run keeps its largest allocated and reserved (so
+    peaks survive); ``series_points`` is the number of events before that."""
+
+    series: list[SeriesPoint]
+    devices: list[DeviceMemoryRow]
+    per_step: list[StepMemoryRow]
+    peak_allocated: int | None
+    peak_reserved: int | None
+    unused_at_peak_reserved: int | None
+    unused_fraction: float | None
+    reconstructed: bool
+    note: str
+    series_points: int
+
+
+class SnapshotStreamRow(TypedDict):
+    device: int
+    stream: int
+    is_main: bool
+    segments: int
+    reserved: int
+    allocated: int
+    active: int
+    pending_free: int
+    free: int
+    inactive_split: int
+
+
+class SnapshotPoolRow(TypedDict):
+    device: int
+    stream: int
+    pool_id: str
+    segment_type: str
+    segments: int
+    reserved: int
+    free: int
+    free_blocks: int
+    largest_free: int
+    free_fragmentation: float | None
+
+
+class SnapshotHistoryRow(TypedDict):
+    device: int
+    stream: int
+    is_main: bool
+    segment_events: int
+    reserved_at_start: int
+    reserved_now: int
+    peak_reserved: int
+
+
+class Snapshot(TypedDict):
+    """``tracekit.analyses.snapshot.SnapshotResult``'s fields but its per-address table: a
+    memory snapshot beside the trace (or given with ``--snapshot``)."""
+
+    source: str
+    main_stream: int
+    segments: int
+    reserved: int
+    allocated: int
+    pending_free: int
+    free: int
+    reserved_off_main: int
+    inactive_split: int
+    streams: list[SnapshotStreamRow]
+    pools: list[SnapshotPoolRow]
+    trace_entries: int
+    history: list[SnapshotHistoryRow] | None
+    peak_reserved_off_main: int | None
+    allocator_settings: dict[str, Any]
+
+
+class CollectiveTypeRow(TypedDict):
+    collective: str
+    count: int
+    kernel_ns: int
+    in_bytes: int
+    out_bytes: int
+
+
+class CollectiveGroup(TypedDict):
+    group: str
+    desc: str | None
+    size: int | None
+    ranks: list[int] | None
+
+
+class CollectiveKernelRow(TypedDict):
+    group: str
+    collective: str
+    seq: int
+    index: int
+    step: int
+    stream: int
+    ts: int
+    end: int
+    in_bytes: int
+    out_bytes: int
+
+
+class Collectives(TypedDict):
+    """``tracekit.analyses.collectives``: every communication kernel of the rank (its process
+    group, collective, sequence number, step, sizes; -1 where unknown)."""
+
+    source: Literal["args", "kernel names", "args and kernel names", "none"]
+    count: int
+    kernel_ns: int
+    by_type: list[CollectiveTypeRow]
+    groups: list[CollectiveGroup]
+    kernels: list[CollectiveKernelRow]
+
+
+class Identity(TypedDict):
+    """``tracekit.analyses.trace_identity``: the ``distributedInfo`` as written, Kineto's
+    ``baseTimeNanoseconds``, the first start and last end on the rank's clock."""
+
+    distributed_info: dict[str, Any] | None
+    base_time_ns: int | None
+    start_ns: int | None
+    end_ns: int | None
+
+
+class Rank(TypedDict):
+    """One rank's report (``tracekit.report.to_dict(analysis)``), keys in this order
+    (``keys.RANK_KEYS``; the sections: ``keys.SECTION_KEYS``)."""
+
+    source: str
+    rank: int
+    schema: str
+    """``pytorch2`` or ``legacy2021``."""
+    platform: Literal["cuda", "rocm", "cpu"]
+    warnings: list[str]
+    rules: str
+    headline: Headline
+    explain: Explain | None
+    """null when explain did not run."""
+    steps: Steps
+    overlap: Overlap
+    gaps: Gaps
+    syncs: Syncs
+    allocator: Allocator
+    hta: dict[str, Any] | None
+    """The HTA section's fields (``tracekit.analyses.hta``), null when it did not run."""
+    snapshot: Snapshot | None
+    collectives: Collectives | None
+    identity: Identity | None
+
+
+# ---- a job of many ranks (``tracekit.ranks``) ---------------------------------------------------
+
+class Problem(TypedDict):
+    kind: Literal["unreadable", "other_job", "duplicate_rank", "missing"]
+    source: str | None
+    rank: int | None
+    message: str
+
+
+class JobRank(TypedDict):
+    """A rank in the job's summary; ``bound`` is the rank's explain headline, ``collectives``
+    and ``collective_ns`` its collective kernels and their time, ``wait_ns`` its wait at
+    collectives, ``last_count`` / ``caused_wait_ns`` the times it arrived last and the wait it
+    caused, ``clock_offset_ns`` its clock minus the reference's, the bytes over the
+    all-to-alls."""
+
+    rank: int
+    source: str
+    steps: int
+    step_source: str
+    step_cpu_p50_ns: float | None
+    step_cpu_p90_ns: float | None
+    step_gpu_p50_ns: float | None
+    step_gpu_p90_ns: float | None
+    bound: Bound | None
+    bound_share: float | None
+    collectives: int
+    collective_ns: int
+    wait_ns: int
+    last_count: int
+    caused_wait_ns: int
+    clock_offset_ns: int | None
+    sent_bytes: int | None
+    received_bytes: int | None
+    warnings: list[str]
+
+
+class SpreadFigure(TypedDict):
+    min_ns: float
+    median_ns: float
+    max_ns: float
+    spread_ns: float
+    slowest_rank: int
+    fastest_rank: int
+    max_over_median: float | None
+
+
+class Spread(TypedDict):
+    figure: Literal["step_gpu", "step_cpu"]
+    p50: SpreadFigure | None
+    p90: SpreadFigure | None
+
+
+class ClockOffset(TypedDict):
+    rank: int
+    offset_ns: int | None
+    spread_ns: float | None
+    samples: int
+    aligned: bool
+
+
+class Clock(TypedDict):
+    aligned: bool
+    reference_rank: int | None
+    offsets: list[ClockOffset]
+    notes: list[str]
+
+
+class MatchGroup(TypedDict):
+    group: str
+    desc: str | None
+    ranks: list[int]
+    matched_by: Literal["seq", "step and order", "order"]
+    instances: int
+    partial: int
+    inconsistent: int
+    outside_steps: int
+
+
+class Matching(TypedDict):
+    instances: int
+    groups: list[MatchGroup]
+
+
+class CollectiveType(TypedDict):
+    collective: str
+    instances: int
+    transfer_ns: float
+    waited_ns: float
+    skew_p50_ns: float
+    skew_p90_ns: float
+    skew_max_ns: float
+    bytes: int
+
+
+class StragglerStep(TypedDict):
+    step: int
+    straggler: int
+    caused_wait_ns: int
+    waited_ns: int
+    skew_max_ns: int
+    bound: Bound | None
+
+
+class Stragglers(TypedDict):
+    """``rank`` is the rank that caused the most wait (null when no instance has a skew of at
+    least ``min_skew_ns``), ``instances`` the instances with such a skew, ``waited_ns`` all the
+    wait of all ranks, ``share`` the straggler's part of it, ``bound`` its explain bound;
+    ``steps`` names each step's straggler and that rank's bound in that step."""
+
+    rank: int | None
+    last_count: int
+    instances: int
+    caused_wait_ns: int
+    waited_ns: int
+    share: float | None
+    bound: Bound | None
+    bound_share: float | None
+    min_skew_ns: int
+    steps: list[StragglerStep]
+
+
+class AllToAllRank(TypedDict):
+    rank: int
+    sent_bytes: int
+    received_bytes: int
+    received_over_mean: float | None
+
+
+class AllToAll(TypedDict):
+    instances: int
+    per_rank: list[AllToAllRank]
+    imbalance: float | None
+    heaviest_rank: int | None
+    instance_imbalance_p50: float | None
+    instance_imbalance_max: float | None
+
+
+class JobStep(TypedDict):
+    """Ranks x steps, the heatmap's cells: a rank's ``wait_ns`` and ``last_count`` count the
+    instances its own kernels launched in that step."""
+
+    rank: int
+    step: int
+    cpu_ns: int
+    gpu_ns: int | None
+    wait_ns: int
+    last_count: int
+    bound: Bound | None
+
+
+class Arrival(TypedDict):
+    rank: int
+    start: int
+    end: int
+    wait_ns: int
+    in_bytes: int
+    out_bytes: int
+
+
+class _Instance(TypedDict):
+    instance: int
+    group: str
+    collective: str
+    key: str
+    step: int
+    ranks: int
+    first_arrival: int
+    last_arrival: int
+    skew_ns: int
+    straggler: int
+    waited_ns: int
+    transfer_ns: int
+    end_spread_ns: int
+    imbalance: float | None
+
+
+class Instance(_Instance, total=False):
+    """One collective matched across ranks; ``arrivals`` on every instance when
+    ``arrivals_everywhere``, else on the worst only."""
+
+    arrivals: list[Arrival]
+
+
+class Job(TypedDict):
+    """A directory of per-rank traces analysed as one job (``tracekit.ranks``; definitions in
+    ``tracekit.ranks.job``). Every time is in ns on the reference rank's clock once the offsets
+    are applied. ``bound`` fields read the rank objects' ``explain`` section and are null where
+    it is absent."""
+
+    source: str
+    """The directory."""
+    world_size: int | None
+    """``distributedInfo.world_size`` of the job's ranks."""
+    ranks_read: int
+    complete: bool
+    """Every rank read, nothing left out."""
+    problems: list[Problem]
+    ranks: list[JobRank]
+    spread: Spread | None
+    clock: Clock
+    matching: Matching
+    by_type: list[CollectiveType]
+    """``transfer_ns``: the shortest kernel of each instance; ``waited_ns``: summed over ranks,
+    last arrival - each rank's arrival."""
+    stragglers: Stragglers
+    all_to_all: AllToAll
+    steps: list[JobStep]
+    arrivals_everywhere: bool
+    instances: list[Instance]
+    worst: list[Instance]
+    """``JobConfig.worst_kept`` instances of the largest skews, with their arrivals."""
+
+
+# ---- the documents ------------------------------------------------------------------------------
+
+class AnalyzeDocument(TypedDict):
+    """``tracekit analyze --format json``; ``jobs``: one per directory analysed."""
+
+    tracekit_version: str
+    format: int
+    analyses: list[Rank]
+    jobs: list[Job]
+
+
+class PathRun(TypedDict):
+    """A run of a step's critical path: consecutive segments of one lane and category."""
+
+    start_ns: int
+    end_ns: int
+    ns: int
+    lane: str
+    category: str
+    first: str
+    what: str
+    segments: int
+
+
+class _ExplainRank(TypedDict):
+    source: str
+    rank: int
+
+
+_ExplainFields = TypedDict("_ExplainFields", {**Explain.__annotations__, "path": list[PathRun]},
+                           total=False)
+
+
+class ExplainRank(_ExplainRank, _ExplainFields):
+    """One rank in ``tracekit explain --format json``: its source and rank, then the
+    ``Explain`` fields (none when explain did not run), and with ``--step`` that step's
+    critical path (``path``: ``PathRun`` rows)."""
+
+
+class ExplainDocument(TypedDict):
+    tracekit_version: str
+    format: int
+    jobs: list[Job]
+    explain: list[ExplainRank]
+
+
+class CompareEntry(TypedDict):
+    label: str
+    source: str
+    rank: int
+    headline: Headline
+
+
+class CompareDocument(TypedDict):
+    """``tracekit compare --format json``: each difference is the trace's headline figure minus
+    the first trace's (null where either is null), for every numeric headline key, and its
+    ``label``."""
+
+    tracekit_version: str
+    format: int
+    baseline: str
+    traces: list[CompareEntry]
+    differences: list[dict[str, Union[float, str, None]]]
+
+
+class CheckRow(TypedDict):
+    """One threshold on one rank, or (``key == "ranks_read"``, ``rank`` null) a job's "every
+    rank read"."""
+
+    source: str
+    rank: int | None
+    key: str
+    op: str
+    bound: float | None
+    value: float | None
+    passed: bool
+    reason: str | None
+
+
+class CheckDocument(TypedDict):
+    """``tracekit check --format json``."""
+
+    tracekit_version: str
+    passed: bool
+    checks: list[CheckRow]
+
+
+# ---- the checker --------------------------------------------------------------------------------
+
+def problems(value: Any, schema: Any, where: str = "$") -> list[str]:
+    """Where ``value`` (plain JSON values) departs from ``schema`` (a class of this module or a
+    type built of ``int``, ``float``, ``str``, ``bool``, ``None``, ``list[...]``,
+    ``dict[str, ...]``, unions, ``Literal`` and ``Any``): one line per problem, ``[]`` when it
+    conforms. A ``TypedDict`` must have its required keys and no others."""
+    if schema is Any:
+        return []
+    if schema is None or schema is type(None):
+        return [] if value is None else [f"{where}: {_what(value)}, not null"]
+    if _is_typeddict(schema):
+        if not isinstance(value, dict):
+            return [f"{where}: {_what(value)}, not an object ({schema.__name__})"]
+        hints = typing.get_type_hints(schema)
+        out = [f"{where}: no key {k!r} ({schema.__name__})"
+               for k in hints if k in schema.__required_keys__ and k not in value]
+        out += [f"{where}: key {k!r} not in {schema.__name__}" for k in value if k not in hints]
+        for k, v in value.items():
+            if k in hints:
+                out += problems(v, hints[k], f"{where}.{k}")
+        return out
+    origin, args = typing.get_origin(schema), typing.get_args(schema)
+    if origin in (Union, types.UnionType):
+        tries = [problems(value, a, where) for a in args]
+        if any(not t for t in tries):
+            return []
+        shaped = [t for a, t in zip(args, tries) if not _is_scalar(a)]
+        return min(shaped, key=len) if value is not None and shaped else [
+            f"{where}: {_what(value)}, not {_name(schema)}"]
+    if origin is Literal:
+        return [] if value in args else [f"{where}: {value!r} not one of {list(args)}"]
+    if origin is list:
+        if not isinstance(value, list):
+            return [f"{where}: {_what(value)}, not a list"]
+        out: list[str] = []
+        for i, v in enumerate(value):
+            out += problems(v, args[0], f"{where}[{i}]")
+            if len(out) > 20:
+                break
+        return out
+    if origin is dict:
+        if not isinstance(value, dict):
+            return [f"{where}: {_what(value)}, not an object"]
+        out = []
+        for k, v in value.items():
+            if not isinstance(k, str):
+                out.append(f"{where}: key {k!r} is not a string")
+            out += problems(v, args[1], f"{where}.{k}")
+        return out
+    ok = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+          str: lambda v: isinstance(v, str), bool: lambda v: isinstance(v, bool)}.get(schema)
+    if ok is None:
+        raise TypeError(f"problems: no rule for {schema!r}")
+    return [] if ok(value) else [f"{where}: {_what(value)}, not {_name(schema)}"]
+
+
+def _is_typeddict(t: Any) -> bool:
+    return isinstance(t, type) and issubclass(t, dict) and hasattr(t, "__required_keys__")
+
+
+def _is_scalar(t: Any) -> bool:
+    return t in (int, float, str, bool, type(None)) or typing.get_origin(t) is Literal
+
+
+def _name(t: Any) -> str:
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin in (Union, types.UnionType):
+        return " | ".join(_name(a) for a in args)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in args)
+    if t is None or t is type(None):
+        return "null"
+    return getattr(t, "__name__", None) or str(t).replace("typing.", "")
+
+
+def _what(v: Any) -> str:
+    return "null" if v is None else f"{type(v).__name__} {str(v)[:40]!r}"
+
+
+__all__ = [name for name, v in list(globals().items())
+           if not name.startswith("_") and _is_typeddict(v)] + ["Bound", "problems"]

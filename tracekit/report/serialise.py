@@ -1,0 +1,267 @@
+"""Results as JSON values: an ``Analysis`` (one rank) as the object ``tracekit.report.schema``
+describes, and the documents the commands write.
+
+``to_dict(analysis)`` is one rank's object; ``explain_dict`` the explain section (also what
+``tracekit explain`` writes per rank); ``document`` / ``compare_document`` the top-level objects.
+numpy is imported only where a frame is turned into rows, never at import: the warm path (a
+report-cache hit) imports this package without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from tracekit._files import display
+from tracekit.report.keys import FORMAT, HEADLINE_KEYS, SERIES_POINTS, TEXT_KEYS
+
+
+def _scalar(v: Any) -> Any:
+    if v is None or isinstance(v, (str, bool)):
+        return v
+    if hasattr(v, "item") and not hasattr(v, "columns"):  # numpy scalar
+        v = v.item()
+    if isinstance(v, float):
+        return None if math.isnan(v) or math.isinf(v) else v
+    if isinstance(v, int):
+        return v
+    return str(v)
+
+
+def _records(df: Any) -> list[dict]:
+    """Rows as dicts of plain Python values, NaN as None: what ``df.to_dict(orient="records")``
+    gives once the missing values are None, built column by column (``tolist`` makes the
+    Python values of a numeric column at once; pandas' own ``to_dict`` indexes the frame per
+    column and boxes value by value: a third of a cold analyze's report, 2026-11-24). A frame
+    with repeated column names or a column of another kind (datetimes, say) takes pandas' way."""
+    names = [str(c) for c in df.columns]
+    unique = len(set(names)) == len(names)
+    columns = [_column_values(df.iloc[:, j]) for j in range(len(names))] if unique else []
+    if not unique or any(c is None for c in columns):
+        df = df.rename(columns=str)
+        nan = df.isna().to_numpy()
+        if nan.any():
+            df = df.astype(object).where(~nan, None)
+        return df.to_dict(orient="records")
+    return [dict(zip(names, row)) for row in zip(*columns)] if names else [{} for _ in range(len(df))]
+
+
+def _column_values(col: Any) -> list | None:
+    """A column's values as plain Python ones, missing ones None; None for a column of a kind
+    ``_records`` leaves to pandas."""
+    import numpy as np  # not at the top: the warm path (a report-cache hit) imports this module
+
+    a = col.to_numpy()
+    kind = a.dtype.kind
+    if kind in "iub":
+        return a.tolist()
+    if kind == "f":
+        return [None if v != v else v for v in a.tolist()]  # NaN -> None
+    if kind != "O":
+        return None
+    missing = col.isna().to_numpy()
+    out = a.tolist()  # an object array's tolist keeps numpy scalars as they are: box them
+    for i, v in enumerate(out):
+        if missing[i]:
+            out[i] = None
+        elif isinstance(v, np.generic):
+            if not isinstance(v, (np.integer, np.floating, np.bool_)):
+                return None  # datetime64 and the like: pandas boxes them its own way
+            out[i] = v.item()
+    return out
+
+
+def jsonable(obj: Any) -> Any:
+    """Plain JSON values of a result: dataclasses by field, DataFrames as lists of rows."""
+    if obj is None:
+        return None
+    t = type(obj)  # the plain types first (most of a big report: its per-step items)
+    if t is str or t is int or t is bool:
+        return obj
+    if t is float:
+        return None if math.isnan(obj) or math.isinf(obj) else obj
+    if t is dict:
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if t is list or t is tuple:
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "columns") and hasattr(obj, "itertuples"):
+        return _records(obj)
+    if isinstance(obj, type):
+        return _scalar(obj)
+    if hasattr(obj, "to_dict"):  # a result with its own JSON form (HTA's, say)
+        return jsonable(obj.to_dict())
+    if dataclasses.is_dataclass(obj):
+        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    return _scalar(obj)
+
+
+def _downsample(series: Any) -> list[dict]:
+    """At most SERIES_POINTS rows per device, keeping each run's maxima (see module docstring)."""
+    out: list[dict] = []
+    for dev, d in series.groupby("device", sort=True):
+        n = len(d)
+        if n <= SERIES_POINTS:
+            out += _records(d)
+            continue
+        import numpy as np
+
+        run = (np.arange(n) * SERIES_POINTS) // n
+        g = d.assign(_run=run).groupby("_run")
+        agg = g.agg(ts=("ts", "first"), allocated=("allocated", "max"),
+                    reserved=("reserved", "max")).reset_index(drop=True)
+        agg.insert(0, "device", int(dev))
+        out += _records(agg)
+    return out
+
+
+def headline(a: Any) -> dict:
+    """The figures ``compare`` puts side by side, from an ``Analysis``."""
+    s, o, g, y, m = a.steps, a.overlap, a.gaps, a.syncs, a.allocator
+    return {
+        "steps": len(s.steps),
+        "step_source": s.source,
+        "step_cpu_p50_ns": s.cpu_p50_ns,
+        "step_cpu_p90_ns": s.cpu_p90_ns,
+        "step_gpu_p50_ns": s.gpu_p50_ns,
+        "step_gpu_p90_ns": s.gpu_p90_ns,
+        "peak_allocated_bytes": m.peak_allocated,
+        "peak_reserved_bytes": m.peak_reserved,
+        "unused_at_peak_reserved_bytes": m.unused_at_peak_reserved,
+        "unused_fraction": m.unused_fraction,
+        "mean_gap_ns": g.mean_gap_ns,
+        "mean_gap_idle_ns": g.mean_idle_ns,
+        "comm_overlap_ratio": o.comm_overlap_ratio,
+        "exposed_comm_ns": o.exposed_comm_ns,
+        "exposed_memcpy_ns": o.exposed_memcpy_ns,
+        "stall_count": y.count,
+        "stall_total_ns": y.total_ns,
+        "stall_idle_after_ns": y.idle_after_ns,
+        "bound": getattr(a.explain, "bound", None),
+        "bound_share": getattr(a.explain, "bound_share", None),
+        "poll_count": getattr(y, "poll_count", 0),
+        "poll_total_ns": getattr(y, "poll_total_ns", 0),
+    }
+
+
+def snapshot_dict(s: Any) -> dict | None:
+    """A ``SnapshotResult`` as JSON, without its per-address table (only the stream matching
+    reads it)."""
+    if s is None:
+        return None
+    d = jsonable(dataclasses.replace(s, addresses=None))
+    d.pop("addresses", None)
+    return d
+
+
+def explain_dict(e: Any) -> dict | None:
+    """An ``ExplainResult`` (``tracekit.analyses.explain``) as ``schema.Explain``; None for None.
+    Its per-segment ``path`` is not written (``path_rows`` gives one step's, merged)."""
+    if e is None:
+        return None
+    steps = []
+    for r in e.steps.itertuples(index=False):
+        share = r.bound_share
+        steps.append({"step": int(r.step), "start_ns": int(r.start_ns), "end_ns": int(r.end_ns),
+                      "duration_ns": int(r.duration_ns), "bound": r.bound,
+                      "bound_share": None if share is None or share != share else float(share),
+                      "breakdown": {k: int(v) for k, v in r.breakdown.items()},
+                      "top": jsonable(r.top)})
+    if e.overhead is not None:
+        by = {int(r["step"]): r for r in jsonable(e.overhead["steps"])}
+        for st in steps:
+            r = by.get(st["step"], {})
+            st["traced_ns"], st["untraced_ns"] = r.get("traced_ns"), r.get("untraced_ns")
+    return {
+        "view": e.view, "overhead": jsonable({k: v for k, v in (e.overhead or {}).items()
+                                              if k != "steps"}) if e.overhead else None,
+        "bound": e.bound, "bound_share": e.bound_share, "steps": steps,
+        "breakdown": jsonable(e.breakdown), "findings": jsonable(e.findings),
+        "what_ifs": jsonable(e.what_ifs), "lanes": jsonable(e.lanes),
+        "graph": jsonable(e.graph), "warnings": list(e.warnings),
+    }
+
+
+def path_rows(path: Any) -> list[dict]:
+    """A step's critical path (rows of ``tracekit.graph.critical.SEGMENT_COLUMNS``) as
+    ``schema.PathRun`` rows: consecutive segments of one lane and category merged."""
+    rows: list[dict] = []
+    for r in path.itertuples(index=False):
+        lane = (f"GPU {r.device} stream {r.stream}" if r.lane_type == "gpu"
+                else f"CPU {r.pid}/{r.tid}")
+        if rows and rows[-1]["lane"] == lane and rows[-1]["category"] == r.category:
+            rows[-1]["end_ns"] = int(r.end)
+            rows[-1]["ns"] += int(r.dur)
+            rows[-1]["segments"] += 1
+            continue
+        rows.append({"start_ns": int(r.start), "end_ns": int(r.end), "ns": int(r.dur),
+                     "lane": lane, "category": r.category, "first": str(r.name), "what": r.what,
+                     "segments": 1})
+    return rows
+
+
+def to_dict(a: Any) -> dict:
+    """One rank's ``Analysis`` as ``schema.Rank``."""
+    # the full series is never turned into rows: only its downsampled points are written
+    alloc = jsonable(dataclasses.replace(a.allocator, series=None))
+    alloc["series_points"] = len(a.allocator.series)
+    alloc["series"] = _downsample(a.allocator.series)
+    d = {
+        "source": display(a.source),
+        "rank": int(a.rank),
+        "schema": a.schema,
+        "platform": a.platform,
+        "warnings": list(a.warnings),
+        "rules": a.rules,
+        "headline": jsonable(headline(a)),
+        "explain": explain_dict(a.explain),
+        "steps": jsonable(a.steps),
+        "overlap": jsonable(a.overlap),
+        "gaps": jsonable(a.gaps),
+        "syncs": jsonable(a.syncs),
+        "allocator": alloc,
+        "hta": jsonable(a.hta),
+        "snapshot": snapshot_dict(a.snapshot),
+        "collectives": jsonable(a.collectives),
+        "identity": jsonable(a.identity),
+    }
+    return d
+
+
+def document(ranks: list[dict], version: str, jobs: list[dict] | None = None) -> dict:
+    """The top-level object of ``tracekit analyze --format json`` (``jobs``: the job objects of
+    the directories analysed, ``tracekit.ranks``)."""
+    return {"tracekit_version": version, "format": FORMAT, "analyses": ranks,
+            "jobs": list(jobs or [])}
+
+
+def explain_document(ranks: list[dict], version: str) -> dict:
+    """``tracekit explain --format json`` (``schema.ExplainDocument``) from per-rank
+    ``{"source", "rank", "explain": schema.Explain | None, "path": [PathRun] | None}``."""
+    doc = document([{"source": r["source"], "rank": r["rank"], **(r.get("explain") or {}),
+                     **({"path": r["path"]} if r.get("path") is not None else {})}
+                    for r in ranks], version)
+    doc["explain"] = doc.pop("analyses")
+    return doc
+
+
+def compare_document(entries: list[dict], version: str) -> dict:
+    """``entries``: ``{"label", "source", "rank", "headline"}`` each; the first is the baseline."""
+    base = entries[0]["headline"]
+    diffs = []
+    for e in entries:
+        d: dict[str, Any] = {"label": e["label"]}
+        for k in HEADLINE_KEYS:
+            a, b = e["headline"].get(k), base.get(k)
+            if isinstance(a, (int, float)) and not isinstance(a, bool) and \
+                    isinstance(b, (int, float)) and not isinstance(b, bool):
+                d[k] = a - b
+            elif k not in TEXT_KEYS:
+                d[k] = None
+        diffs.append(d)
+    return {"tracekit_version": version, "format": FORMAT, "baseline": entries[0]["label"],
+            "traces": entries, "differences": diffs}
