@@ -17,6 +17,7 @@ from tracekit.graph import build_graph
 from tracekit.graph import overhead as oh
 from tracekit.graph.model import NodeKind
 from tracekit.phases import default_rules
+from tracekit.report import explain_dict
 
 RULES = default_rules()
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +104,7 @@ def test_explain_views(tmp_path):
     t = host_bound(tmp_path)
     r = explain.compute(t, RULES)
     assert r.view == "untraced" and r.overhead is not None
-    d = r.to_dict()
+    d = explain_dict(r)
     assert d["view"] == "untraced" and d["steps"][1]["traced_ns"] == 100 * US
     assert d["steps"][1]["untraced_ns"] < 100 * US
     assert d["steps"][1]["duration_ns"] == d["steps"][1]["untraced_ns"]

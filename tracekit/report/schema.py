@@ -55,6 +55,9 @@ class Headline(TypedDict):
     stall_idle_after_ns: int
     bound: Bound | None
     bound_share: float | None
+    poll_count: int
+    """cudaEventQuery/cudaStreamQuery calls: they return at once, they are not stalls."""
+    poll_total_ns: int
 
 
 class TopItem(TypedDict):
@@ -68,12 +71,7 @@ class TopItem(TypedDict):
     count: int
 
 
-class ExplainStep(TypedDict):
-    """A step's window runs from the previous step's completion (the first step: its own start)
-    to its completion (the last end among its CPU calls and the GPU work it launched);
-    ``breakdown``'s categories are ``host``, ``compute:<phase>``, ``communication``,
-    ``memcpy``, ``sync`` and ``idle`` and sum to ``duration_ns``."""
-
+class _ExplainStep(TypedDict):
     step: int
     start_ns: int
     end_ns: int
@@ -82,6 +80,17 @@ class ExplainStep(TypedDict):
     bound_share: float | None
     breakdown: dict[str, int]
     top: list[TopItem]
+
+
+class ExplainStep(_ExplainStep, total=False):
+    """A step's window runs from the previous step's completion (the first step: its own start)
+    to its completion (the last end among its CPU calls and the GPU work it launched);
+    ``breakdown``'s categories are ``host``, ``compute:<phase>``, ``communication``,
+    ``memcpy``, ``sync`` and ``idle`` and sum to ``duration_ns``. With the overhead's
+    estimate: the step traced and estimated untraced."""
+
+    traced_ns: float | None
+    untraced_ns: float | None
 
 
 class Share(TypedDict):
@@ -150,6 +159,12 @@ class Explain(TypedDict):
     """``tracekit.analyses.explain``: critical path, bound and findings; ``bound`` and
     ``bound_share`` over all steps' critical paths."""
 
+    view: Literal["traced", "untraced"]
+    """``untraced``: bound, findings and steps are those of the estimated untraced step (the
+    profiler's host overhead taken out); ``traced``: as the trace shows it."""
+    overhead: dict[str, Any] | None
+    """``tracekit.graph.overhead.Estimate.to_dict()`` but its steps, plus ``source`` (where a
+    given untraced step came from); null when not estimated (no host calls)."""
     bound: Bound | None
     bound_share: float | None
     steps: list[ExplainStep]
@@ -295,8 +310,26 @@ class StallStepRow(TypedDict):
     idle_after_ns: int
 
 
+class PollGroupRow(TypedDict):
+    call_site: str
+    count: int
+    total_ns: int
+    max_ns: int
+    allocator_count: int
+
+
+class PollStepRow(TypedDict):
+    step: int
+    count: int
+    total_ns: int
+    allocator_count: int
+    allocator_ns: int
+
+
 class Syncs(TypedDict):
-    """``tracekit.analyses.syncs``: sync stalls."""
+    """``tracekit.analyses.syncs``: sync stalls; and polls (cudaEventQuery/cudaStreamQuery:
+    never stalls), their totals only, the caching allocator's told apart where it can be
+    (``allocator_known``)."""
 
     stalls: list[StallRow]
     by_call_site: list[StallGroupRow]
@@ -305,6 +338,13 @@ class Syncs(TypedDict):
     count: int
     total_ns: int
     idle_after_ns: int
+    polls_by_call_site: list[PollGroupRow]
+    polls_by_step: list[PollStepRow]
+    poll_count: int
+    poll_total_ns: int
+    allocator_poll_count: int
+    allocator_poll_total_ns: int
+    allocator_known: bool
 
 
 class DeviceMemoryRow(TypedDict):
