@@ -15,6 +15,8 @@ import stat
 import zlib
 from pathlib import Path
 
+from tracekit.errors import InputError, display  # noqa: F401 (display: what the callers print paths with)
+
 TRACE_SUFFIXES = (".json", ".json.gz")
 """Suffixes of the files of a directory that may be traces (``*.pt.trace.json(.gz)`` included)."""
 SNIFF_BYTES = 1 << 16
@@ -35,8 +37,6 @@ def check_readable(path: str | os.PathLike, what: str = "file", *, directory_ok:
     """Raise ``InputError`` unless ``path`` (symlinks followed) is a regular file (or, with
     ``directory_ok``, a directory). Called before anything opens a user's path: opening a FIFO
     blocks until something writes to it, and a device such as /dev/zero never ends."""
-    from tracekit.errors import InputError
-
     src = os.fspath(path)
     try:
         st = os.stat(src)
@@ -113,8 +113,6 @@ def check_out(out: str | None, paths, *, rules_path=None, snapshot_path=None,
     input. ``what``: the option's name in the message."""
     if out is None:
         return
-    from tracekit.errors import InputError
-
     if os.path.isdir(out):
         raise InputError(f"{what} is a directory", path=out)
     try:
@@ -144,17 +142,6 @@ def cache_dir(explicit: str | os.PathLike | None = None) -> str:
     import platformdirs
 
     return platformdirs.user_cache_dir("tracekit")
-
-
-def display(path: str | os.PathLike) -> str:
-    """``path`` as text that can be printed and JSON-encoded: bytes of a file name that are not
-    UTF-8 (carried as surrogates by Python) are shown as ``\\xNN``."""
-    s = os.fspath(path)
-    try:
-        s.encode("utf-8")
-        return s
-    except UnicodeEncodeError:
-        return os.fsencode(s).decode("utf-8", "backslashreplace")
 
 
 _stamps: dict[tuple, tuple[str, int, int, str]] = {}

@@ -10,6 +10,19 @@ analysed (the command then prints a line per problem and exits 2).
 
 from __future__ import annotations
 
+import os
+
+
+def display(path: str | os.PathLike) -> str:
+    """``path`` as text that can be printed and JSON-encoded: bytes of a file name that are not
+    UTF-8 (carried as surrogates by Python) are shown as ``\\xNN``."""
+    s = os.fspath(path)
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return os.fsencode(s).decode("utf-8", "backslashreplace")
+
 
 class TracekitError(Exception):
     """Base class. ``exit_code`` is what the CLI exits with."""
@@ -17,8 +30,6 @@ class TracekitError(Exception):
     exit_code = 2
 
     def __init__(self, message: str, *, path: str | None = None) -> None:
-        from tracekit._files import display
-
         self.path = path
         super().__init__(f"{display(path)}: {message}" if path else message)
 

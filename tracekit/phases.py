@@ -53,7 +53,6 @@ import hashlib
 import json
 import re
 import tomllib
-import weakref
 from dataclasses import asdict, dataclass, field
 from functools import cached_property, lru_cache
 from importlib import resources
@@ -153,7 +152,7 @@ class Rules:
 
     @cached_property
     def _digest(self) -> str:
-        # once per object: the analyses' memo (``_memo``) asks for it at every lookup
+        # once per object: the analyses' memo (``derived``) asks for it at every lookup
         d = asdict(self)
         d.pop("source")
         for r in d["annotations"] + d["kernels"] + d["gpus"]:
@@ -294,7 +293,7 @@ def host_ops(trace: Trace) -> tuple[pd.DataFrame, np.ndarray, pd.Index]:
         ops = select(trace, Kind.ANNOTATION, Kind.CPU_OP, columns=("name", "ts", "dur", "tid"))
         return (ops, *name_codes(ops))
 
-    return _memo(trace, None, "host_ops", compute)
+    return derived(trace, None, "host_ops", compute)
 
 
 def select(trace: Trace, *kinds: Kind, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -370,7 +369,7 @@ def name_codes(events: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:
 def profiler_steps(trace: Trace, rules: Rules) -> pd.DataFrame:
     """``ProfilerStep#N`` annotations: columns ``step, ts, end`` (ns), sorted by ts (memoised
     per trace object and rules: do not modify the frame)."""
-    return _memo(trace, rules, "profiler_steps", lambda: _profiler_steps(trace, rules))
+    return derived(trace, rules, "profiler_steps", lambda: _profiler_steps(trace, rules))
 
 
 def _profiler_steps(trace: Trace, rules: Rules) -> pd.DataFrame:
@@ -481,10 +480,6 @@ def annotation_index(trace: Trace, rules: Rules) -> AnnotationIndex:
 
 # ---- GPU activities with their phase -----------------------------------------------------------
 
-ACTIVITY_COLUMNS = ("device", "stream", "kind", "name", "ts", "end", "correlation", "launch_ts",
-                    "launch_tid", "phase", "batch", "annotation", "phase_source")
-
-
 def _launches(trace: Trace) -> pd.DataFrame:
     """Runtime/driver calls that carry a correlation id, one row per id: ``correlation, ts, end, tid``."""
     rt = select(trace, Kind.RUNTIME, Kind.DRIVER, columns=("correlation", "ts", "dur", "tid"))
@@ -579,21 +574,11 @@ def assign_activities(
     return out.sort_values("ts", kind="stable").reset_index(drop=True)
 
 
-# one trace is analysed by several sections: keep the last few results per (trace, rules)
-_MEMO: dict[tuple[int, str, str], tuple[object, object]] = {}
-_MEMO_SIZE = 8
-
-
-def _memo(trace: Trace, rules: Rules | None, what: str, compute):
-    key = (id(trace), rules.digest() if rules is not None else "", what)
-    hit = _MEMO.get(key)
-    if hit is not None and hit[0]() is trace:
-        return hit[1]
-    value = compute()
-    while len(_MEMO) >= _MEMO_SIZE:
-        _MEMO.pop(next(iter(_MEMO)), None)
-    _MEMO[key] = (weakref.ref(trace), value)
-    return value
+def derived(trace: Trace, rules: Rules | None, what: str, compute):
+    """``compute()`` once per (trace object, rules' meaning, ``what``): one trace is read by
+    several sections and by the graph, which share what they derive from it (``Trace.memo``).
+    Callers must not modify the value."""
+    return trace.memo((what, rules.digest() if rules is not None else ""), compute)
 
 
 def activities(trace: Trace, rules: Rules) -> tuple[pd.DataFrame, AnnotationIndex]:
@@ -604,4 +589,4 @@ def activities(trace: Trace, rules: Rules) -> tuple[pd.DataFrame, AnnotationInde
         index = annotation_index(trace, rules)
         return assign_activities(trace, rules, index=index), index
 
-    return _memo(trace, rules, "activities", compute)
+    return derived(trace, rules, "activities", compute)

@@ -85,7 +85,7 @@ def _inferred_steps(trace: Trace, rules: Rules) -> tuple[pd.DataFrame, str | Non
 def compute(trace: Trace, rules: Rules) -> StepsResult:
     """Steps and their CPU/GPU spans (see the module docstring); memoised per trace object and
     rules (explain's graph asks for them too): do not modify the result's frame."""
-    return phases._memo(trace, rules, "steps", lambda: _compute(trace, rules))
+    return phases.derived(trace, rules, "steps", lambda: _compute(trace, rules))
 
 
 def _compute(trace: Trace, rules: Rules) -> StepsResult:

@@ -201,7 +201,7 @@ def build_graph(trace: Trace, rules: Rules, config: GraphConfig | None = None) -
     """The dependency graph of ``trace`` (see ``tracekit.graph.model``), memoised per trace
     object, rules and config (do not modify it)."""
     config = DEFAULT_CONFIG if config is None else config
-    return phases._memo(trace, rules, f"graph:{config!r}", lambda: _build(trace, rules, config))
+    return phases.derived(trace, rules, f"graph:{config!r}", lambda: _build(trace, rules, config))
 
 
 def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C901 - one pass

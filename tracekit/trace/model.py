@@ -90,7 +90,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -216,6 +216,27 @@ class Trace:
     def of_kind(self, *kinds: Kind) -> pd.DataFrame:
         """Rows of the given kinds (a view-like selection; do not modify it)."""
         return self.events[self.events["kind"].isin([int(k) for k in kinds])]
+
+    def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()``, computed once per ``key`` for this trace object and kept as long as
+        it: what the analyses derive from a trace (its activities with their phases, its steps,
+        its dependency graph...) under the same key is computed once however many of them ask
+        (``tracekit.phases.derived`` makes the keys). Callers must not modify what it returns.
+        Not pickled: a copy of the trace in another process derives its own."""
+        memo = self.__dict__.get("_derived")
+        if memo is None:
+            memo = self.__dict__.setdefault("_derived", {})
+        try:
+            return memo[key]
+        except KeyError:
+            pass
+        value = memo[key] = compute()
+        return value
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_derived", None)
+        return state
 
 
 @dataclass(frozen=True)
