@@ -17,12 +17,18 @@ across the ranks of a job.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
-from tracekit.analyses import allocator, collectives, gaps, overlap, steps, syncs
+from tracekit import steps
+from tracekit.analyses import allocator, collectives, gaps, overlap, syncs
 from tracekit.analyses.forked import Forked
 from tracekit.phases import Rules, default_rules
 from tracekit.trace.model import Trace
+
+# The step windows live below the analyses and the graph (``tracekit.steps``), which both read
+# them; ``tracekit.analyses.steps`` names the same module, as it always has.
+sys.modules.setdefault(f"{__name__}.steps", steps)
 
 
 @dataclass(frozen=True)

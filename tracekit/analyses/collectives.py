@@ -190,7 +190,7 @@ def compute(trace: Trace, rules: Rules, *, steps=None) -> CollectivesResult:
     table["index"] = table.groupby("group", sort=False).cumcount().astype(np.int64)
 
     if steps is None:
-        from tracekit.analyses import steps as steps_mod
+        from tracekit import steps as steps_mod
 
         steps = steps_mod.compute(trace, rules)
     spans = steps.steps.rename(columns={"cpu_start": "ts", "cpu_end": "end"})[["step", "ts", "end"]]
