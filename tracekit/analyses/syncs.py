@@ -37,7 +37,6 @@ sync event it is linked to, else that of the last activity its thread launched b
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -46,27 +45,11 @@ import pandas as pd
 from tracekit import _objarrays as objarrays
 from tracekit import intervals
 from tracekit import phases
+from tracekit.calls import (  # noqa: F401 (also named here, as always)
+    ALLOCATOR_CALL, ASYNC_COPY, BLOCKING, HOST_SYNC_EVENT, POLL,
+)
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
-
-BLOCKING = re.compile(
-    r"^(cuda|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|ThreadSynchronize|"
-    r"Memcpy|Memcpy2D|Memcpy3D|MemcpyPeer|MemcpyToSymbol|MemcpyFromSymbol)(_v\d+)?$"
-    r"|^hip(MemcpyWithStream|MemcpyDtoH|MemcpyHtoD|MemcpyDtoD)$"
-    r"|^cu(StreamSynchronize|CtxSynchronize|EventSynchronize|MemcpyDtoH|MemcpyHtoD|MemcpyDtoD)"
-    r"(_v\d+)?$"
-)
-"""Runtime/driver calls that block the host whatever their arguments."""
-ASYNC_COPY = re.compile(r"^(cuda|hip)Memcpy(2D|3D|Peer)?Async(_v\d+)?$")
-"""Copies that block only when the host side is pageable."""
-HOST_SYNC_EVENT = re.compile(r"^(Stream Sync|Event Sync|Context Sync|Device Sync)", re.I)
-"""``cuda_sync`` event names that block the host (unless the runtime call is a ``POLL``)."""
-POLL = re.compile(r"^(cuda|hip)(EventQuery|StreamQuery)(_v\d+)?$|^cu(EventQuery|StreamQuery)(_v\d+)?$")
-"""Runtime/driver calls that ask whether GPU work has finished and return at once: polls, never
-stalls."""
-ALLOCATOR_CALL = re.compile(r"^(cuda|hip)(Malloc|Free|MallocAsync|FreeAsync|MallocHost|FreeHost|"
-                            r"HostAlloc|HostRegister|HostUnregister)(_v\d+)?$|^cuMem")
-"""The caching allocator's own runtime calls (between its polls and the allocation they serve)."""
 
 STALL_COLUMNS = ["ts", "end", "dur_ns", "name", "tid", "device", "op_chain", "call_site",
                  "phase", "step", "idle_after_ns", "source"]

@@ -15,7 +15,7 @@ import pandas as pd
 from tracekit import _objarrays as objarrays
 from tracekit import intervals, phases
 from tracekit import steps as steps_mod
-from tracekit.analyses.syncs import ASYNC_COPY, BLOCKING, HOST_SYNC_EVENT, POLL
+from tracekit.calls import ASYNC_COPY, BLOCKING, HOST_SYNC_EVENT, POLL
 from tracekit.graph.model import (
     COMMUNICATION, COMPUTE, HOST, MEMCPY, SYNC, EdgeKind, Graph, NodeKind, lane_order,
 )
