@@ -21,8 +21,9 @@ import numpy as np
 import pandas as pd
 
 from tracekit import _objarrays as objarrays
-from tracekit.graph.model import (
-    BOUNDS, EDGE_CATEGORY, EDGE_NAMES, IDLE, EdgeKind, Graph, NodeKind, bound_class, lane_order,
+from tracekit.graph.model import (  # noqa: F401 (completes, main_lanes: named here as always)
+    BOUNDS, EDGE_CATEGORY, EDGE_NAMES, IDLE, EdgeKind, Graph, NodeKind, bound_class, completes,
+    main_lanes,
 )
 from tracekit.graph.replay import _core
 
@@ -65,27 +66,6 @@ def step_windows(g: Graph, start: np.ndarray | None = None,
     first = int(g.steps.set_index("step").loc[steps[0], "start_node"])
     begin = np.r_[start[first], comp[:-1]].astype(np.int64)
     return pd.DataFrame({"step": steps, "start": begin, "end": comp, "sink": sink})
-
-
-def main_lanes(g: Graph) -> np.ndarray:
-    """bool per lane: the GPU lane with the most activity time on its device (the stream a
-    training loop's step-time events are recorded on)."""
-    out = np.zeros(len(g.lanes), bool)
-    gpu = g.kind == NodeKind.GPU
-    if gpu.any():
-        busy = pd.DataFrame({"lane": g.lane[gpu], "dur": g.dur[gpu]}).groupby("lane")["dur"].sum()
-        dev = g.lanes["device"].to_numpy(np.int64)[busy.index.to_numpy()]
-        best = pd.DataFrame({"lane": busy.index, "dev": dev, "dur": busy.to_numpy()}) \
-            .sort_values(["dev", "dur"]).drop_duplicates("dev", keep="last")
-        out[best["lane"].to_numpy(np.int64)] = True
-    return out
-
-
-def completes(g: Graph) -> np.ndarray:
-    """bool per node: whether it can complete its step: CPU calls and markers, and activities
-    on a device's main GPU lane (a copy prefetched on a side stream for a later batch does not
-    hold its step open)."""
-    return (g.kind != NodeKind.GPU) | main_lanes(g)[g.lane]
 
 
 def walk(g: Graph, sink: int, t_from: int, *, start: np.ndarray | None = None,
@@ -206,21 +186,10 @@ def _walks(start: np.ndarray, end: np.ndarray, binding: np.ndarray, src: np.ndar
     return tuple(c[o] for c in (col[0], col[3], col[4], col[5], col[6]))
 
 
-def segments_frame(g: Graph, step, segs: list[tuple],
-                   edge_kind: np.ndarray | None = None) -> pd.DataFrame:
-    """The walk's segments (latest first, as ``walk`` gives them) as a table, earliest first
-    (``SEGMENT_COLUMNS``); ``step``: the step, or one per segment; ``edge_kind``: the kinds of
-    the edges the walk used (default: the graph's)."""
-    if not segs:
-        return pd.DataFrame({c: [] for c in SEGMENT_COLUMNS})
-    a = np.array(segs[::-1], dtype=np.int64).reshape(-1, 4)
-    step = np.broadcast_to(np.asarray(step, np.int64)[::-1] if np.ndim(step) else
-                           np.asarray(step, np.int64), (a.shape[0],))
-    return _segments(g, step, a[:, 0], a[:, 1], a[:, 2], a[:, 3], edge_kind)
-
-
 def _segments(g: Graph, step, s, e, v, edge, edge_kind) -> pd.DataFrame:
-    """``segments_frame`` of segments given as arrays, earliest first."""
+    """Segments given as arrays (step, start, end, node, edge: -1 for a node's own time, -2
+    for time before a node nothing precedes) as a ``SEGMENT_COLUMNS`` table, earliest first;
+    ``edge_kind``: the kinds of the edges they used (default: the graph's)."""
     if not s.size:
         return pd.DataFrame({c: [] for c in SEGMENT_COLUMNS})
     own = edge == -1
@@ -300,14 +269,6 @@ def bound_of(bd: dict[str, int], total: int) -> tuple[str | None, float | None]:
     if cls[best] <= 0:
         return None, None
     return best, cls[best] / total
-
-
-def lane_nodes(g: Graph) -> dict[int, np.ndarray]:
-    """Node ids per lane, in order."""
-    order = lane_order(g.lane)
-    ln = g.lane[order]
-    cut = np.flatnonzero(np.r_[True, ln[1:] != ln[:-1]])
-    return {int(ln[c]): order[c:e] for c, e in zip(cut, np.r_[cut[1:], order.size])}
 
 
 __all__ = ["SEGMENT_COLUMNS", "breakdown", "bound_of", "step_paths", "step_windows", "walk",

@@ -71,8 +71,6 @@ class EdgeKind(IntEnum):
 
 
 EDGE_NAMES = {k: k.name.lower() for k in EdgeKind}
-IN_LANE = (EdgeKind.PROGRAM, EdgeKind.STREAM)
-"""Edges between consecutive nodes of one lane."""
 
 # ---- categories of time on the critical path --------------------------------------------------
 
@@ -184,10 +182,8 @@ class Graph:
 
     @cached_property
     def completing(self) -> np.ndarray:
-        """``tracekit.graph.critical.completes`` (bool per node), computed once: every
-        replay's step windows ask for it."""
-        from tracekit.graph.critical import completes
-
+        """``completes`` (bool per node), computed once: every replay's step windows ask for
+        it."""
         return completes(self)
 
     @cached_property
@@ -260,3 +256,24 @@ class HostCost:
     def zero(cls, n: int) -> "HostCost":
         """No correction, for a graph of ``n`` nodes."""
         return cls(np.zeros(n, np.int64), np.zeros(n, np.int64))
+
+
+def main_lanes(g: Graph) -> np.ndarray:
+    """bool per lane: the GPU lane with the most activity time on its device (the stream a
+    training loop's step-time events are recorded on)."""
+    out = np.zeros(len(g.lanes), bool)
+    gpu = g.kind == NodeKind.GPU
+    if gpu.any():
+        busy = pd.DataFrame({"lane": g.lane[gpu], "dur": g.dur[gpu]}).groupby("lane")["dur"].sum()
+        dev = g.lanes["device"].to_numpy(np.int64)[busy.index.to_numpy()]
+        best = pd.DataFrame({"lane": busy.index, "dev": dev, "dur": busy.to_numpy()}) \
+            .sort_values(["dev", "dur"]).drop_duplicates("dev", keep="last")
+        out[best["lane"].to_numpy(np.int64)] = True
+    return out
+
+
+def completes(g: Graph) -> np.ndarray:
+    """bool per node: whether it can complete its step: CPU calls and markers, and activities
+    on a device's main GPU lane (a copy prefetched on a side stream for a later batch does not
+    hold its step open)."""
+    return (g.kind != NodeKind.GPU) | main_lanes(g)[g.lane]
