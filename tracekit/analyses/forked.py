@@ -11,7 +11,7 @@ fork's copy-on-write and the pickled critical path included.)
 The child never decides anything: whatever fails there (an exception, a killed process, a
 result that does not unpickle) makes ``Forked.result`` compute the section here, as it always
 was, so the result and any error are the same with or without it. Used only where a fork is
-safe and helps (``tracekit.trace._parallel.available``: Linux, more than one CPU, no thread
+safe and helps (``tracekit._fork.available``: Linux, more than one CPU, no thread
 running but the loader's own cache writer; ``TRACEKIT_LOAD_PARALLEL=0`` turns it off).
 """
 
@@ -36,7 +36,7 @@ class Forked(Generic[T]):
     by ``result``, here)."""
 
     def __init__(self, fn: Callable[[], T], *, fork: bool = True) -> None:
-        from tracekit.trace._parallel import available
+        from tracekit._fork import available
 
         self._fn = fn
         self._pid: int | None = None

@@ -87,9 +87,9 @@ class RankSet:
 def declared_rank(rank: dict) -> int | None:
     """``distributedInfo.rank`` of a rank object, None when absent or not an integer (the
     loader's reading of it)."""
-    from tracekit.trace.loader import _declared_rank
+    from tracekit.trace.loader import declared_rank as from_metadata
 
-    return _declared_rank({"distributedInfo": (rank.get("identity") or {}).get("distributed_info")})
+    return from_metadata({"distributedInfo": (rank.get("identity") or {}).get("distributed_info")})
 
 
 def _fingerprint(rank: dict) -> str | None:

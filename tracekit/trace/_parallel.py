@@ -16,13 +16,9 @@ dies, ``HelperFailed`` makes the loader read the file again without it.
 from __future__ import annotations
 
 import mmap
-import os
-import sys
-import threading
 
-ENV_DISABLE = "TRACEKIT_LOAD_PARALLEL"
-"""Set to ``0`` to never start the helper (nor any other forked child: the prefetch, the
-explain child of ``tracekit.analyses.forked``)."""
+from tracekit._fork import ENV_DISABLE, available
+
 SLOT_BYTES = (8 << 20) + (1 << 16)
 """A piece bigger than this is decoded in the main process."""
 N_SLOTS = 2
@@ -30,18 +26,6 @@ N_SLOTS = 2
 
 class HelperFailed(Exception):
     """The helper could not decode a piece or went away: read again without it."""
-
-
-def available(allow_threads: tuple[str, ...] = ()) -> bool:
-    """Whether a helper can be forked safely here and is worth it (more than one CPU): no
-    thread running but this one (and threads named in ``allow_threads``, which the caller
-    knows the child does not need)."""
-    if os.environ.get(ENV_DISABLE, "1") == "0":
-        return False
-    if not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2:
-        return False
-    me = threading.current_thread()
-    return all(t is me or t.name in allow_threads for t in threading.enumerate())
 
 
 class Helper:
@@ -56,7 +40,9 @@ class Helper:
         self.pieces = 0
 
     @classmethod
-    def start(cls) -> Helper | None:
+    def start(cls, decode) -> Helper | None:
+        """A helper that decodes pieces with ``decode(columns, piece, 0) -> elements`` (the
+        reader's ``decode_into``), None where none can be forked."""
         if not available():
             return None
         import multiprocessing as mp  # here, not at import: only big traces start a helper
@@ -64,7 +50,8 @@ class Helper:
         ctx = mp.get_context("fork")
         buf = mmap.mmap(-1, SLOT_BYTES * N_SLOTS)  # MAP_SHARED | MAP_ANONYMOUS: seen by the child
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_serve, args=(child, buf), name="tracekit-decode", daemon=True)
+        proc = ctx.Process(target=_serve, args=(child, buf, decode), name="tracekit-decode",
+                           daemon=True)
         proc.start()
         child.close()
         return cls(proc, parent, buf)
@@ -133,10 +120,10 @@ class Helpers:
         self.helpers = helpers
 
     @classmethod
-    def start(cls, n: int = N_HELPERS) -> Helpers | None:
+    def start(cls, decode, n: int = N_HELPERS) -> Helpers | None:
         helpers = []
         for _ in range(n):
-            h = Helper.start()
+            h = Helper.start(decode)
             if h is None:
                 break
             helpers.append(h)
@@ -170,14 +157,14 @@ class Helpers:
                 pass
 
 
-def _serve(conn, buf: mmap.mmap) -> None:
-    """The helper's loop: decode the piece in a slot, answer with its columns."""
+def _serve(conn, buf: mmap.mmap, decode_into) -> None:
+    """The helper's loop: decode the piece in a slot (with ``decode_into``), answer with its
+    columns."""
     import signal
 
-    import msgspec  # here: available() is imported where the parser is not (analyses.forked)
+    import msgspec  # here, not at import: the loader imports it only when it parses
 
     from tracekit.trace._columns import Columns
-    from tracekit.trace._reader import decode_into
 
     # Ctrl-C goes to the whole process group: the main process handles it and stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

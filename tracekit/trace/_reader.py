@@ -481,7 +481,7 @@ def read(path: str, sink, *, progress=None, threaded: bool = True, parallel: boo
     it fails, again replacing bytes that are not UTF-8 if a decode met one, and ``read_whole``
     for layouts that cannot be streamed. JSON nested deeper than msgspec decodes is an error."""
     # where the compiled scanner is built, a thread does the helpers' work (it releases the GIL)
-    helper = (ScanThread.start() or Helpers.start()) if parallel else None
+    helper = (ScanThread.start() or Helpers.start(decode_into)) if parallel else None
     try:
         return read_events(path, sink, progress=progress, threaded=threaded, helper=helper,
                            clean_utf8=clean_utf8)

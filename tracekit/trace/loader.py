@@ -73,7 +73,9 @@ def load(
     return TraceSet(source=src, traces=tuple(sorted(traces, key=lambda t: t.rank)))
 
 
-def _declared_rank(metadata: dict) -> int | None:
+def declared_rank(metadata: dict) -> int | None:
+    """``distributedInfo.rank`` of a trace's top-level keys: an int, or a string of digits;
+    None when absent or anything else (then the loader numbers the file by its position)."""
     info = metadata.get("distributedInfo")
     if not isinstance(info, dict):
         return None
@@ -94,7 +96,7 @@ def _assign_ranks(parsed: list[dict], *, many: bool) -> list[Trace]:
     rank_of: list[int | None] = []
     clash: list[str | None] = []
     for p in parsed:
-        r = _declared_rank(p["metadata"])
+        r = declared_rank(p["metadata"])
         other = taken.get(r) if r is not None else None
         clash.append(other)
         if other is not None:
@@ -111,7 +113,7 @@ def _assign_ranks(parsed: list[dict], *, many: bool) -> list[Trace]:
             taken[r] = p["source"]
             if clash[i] is not None:
                 p["warnings"].append(
-                    f"distributedInfo.rank {_declared_rank(p['metadata'])} is also "
+                    f"distributedInfo.rank {declared_rank(p['metadata'])} is also "
                     f"{display(os.path.basename(clash[i]))}'s rank; loaded as rank {r}")
             elif many:
                 p["warnings"].append(f"no usable distributedInfo.rank; loaded as rank {r}")
