@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dashboards.names import Variant, variant
-from tracekit._files import short_labels
+from tracekit.api import short_labels
 from tracekit.errors import TracekitError
 
 log = logging.getLogger("tracekit.dashboard")

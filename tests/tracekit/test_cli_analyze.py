@@ -12,7 +12,7 @@ import pytest
 
 from tests.tracegen import TraceBuilder
 from tests.tracekit.test_report import full_builder
-from tracekit import api, report
+from tracekit import api, loaded, report, reportcache
 from tracekit.cli import main
 
 
@@ -140,8 +140,8 @@ def test_report_cache_hit_and_miss(trace_file, tmp_path, capsys, monkeypatch):
     assert code == 0
     assert len(os.listdir(cache / "reports")) == 1
     calls = []
-    real = api._analyze
-    monkeypatch.setattr(api, "_analyze", lambda *a: calls.append(a) or real(*a))
+    real = loaded.loading
+    monkeypatch.setattr(loaded, "loading", lambda *a, **k: calls.append(a) or real(*a, **k))
     code, second, _ = run(["analyze", trace_file, "--cache-dir", cache], capsys)
     assert code == 0 and second == first and calls == []  # served from the report cache
     # other rules: a miss
@@ -210,9 +210,9 @@ def test_no_hta(trace_file, tmp_path, capsys):
 
 
 def test_report_cache_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(api, "MAX_REPORTS", 2)
+    monkeypatch.setattr(reportcache, "MAX_REPORTS", 2)
     for i in range(4):
-        api._store(tmp_path, f"k{i}", [])
+        reportcache.store(tmp_path, f"k{i}", [])
         os.utime(tmp_path / "reports" / f"k{i}.json", ns=(i * 10**9, i * 10**9))
     assert sorted(os.listdir(tmp_path / "reports")) == ["k2.json", "k3.json"]
 

@@ -21,7 +21,7 @@ from tests import damage
 from tests.damage import DROP
 from tests.tracegen import TraceBuilder
 from tests.tracekit.test_report import full_builder
-from tracekit import api
+from tracekit import api, reportcache
 from tracekit.cli import main
 
 
@@ -255,7 +255,7 @@ def test_report_cache_checks_its_entry_and_the_whole_file(good, tmp_path, capsys
     code, out, _ = run(argv, capsys)
     assert code == 0 and json.loads(out)["analyses"][0]["headline"] != \
         json.loads(first_out)["analyses"][0]["headline"]
-    assert api.report_key(str(path), api._rules_bytes(None), False) is not None
+    assert api.report_key(str(path), reportcache.rules_bytes(None), False) is not None
 
 
 # ---- misleading messages ---------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import click
 
@@ -63,8 +62,8 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
     lookup gap, sync stalls, allocator (every figure is defined in docs/metrics.md). Exit 2
     when a rank of a directory cannot be read (the others are still analysed).
     """
-    from tracekit.api import report_for_path, trace_files
-    from tracekit.ranks import JobConfig, analyze_job
+    from tracekit import api
+    from tracekit.ranks import JobConfig
     from tracekit.ranks.sources import is_url
     from tracekit.report import document, render_job, render_rank
 
@@ -76,27 +75,23 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
     texts: list[str] = []
     problems: list[tuple] = []
     for p in paths:
-        if not (os.path.isdir(p) or is_url(p)):
-            got = report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
-                                  use_cache=not no_cache, prefetch=True, with_hta=hta)
-            ranks += select_rank(got, rank, p)
-            texts += [("rank", r) for r in select_rank(got, rank, p)]
-            continue
+        job = api.is_job(p)
         # a directory of one trace is shown as that rank: its whole report is needed
         whole = fmt == "json" or detail or rank is not None or (
-            not is_url(p) and len(trace_files(p)) == 1)
-        rep = analyze_job(p, rules_path=rules_path, cache_dir=cache_dir, use_cache=not no_cache,
-                          with_hta=hta if whole else False, whole=whole, workers=workers,
-                          scheduler=scheduler, scheduler_timeout_s=scheduler_timeout,
-                          config=config)
-        problems.append((rep.problems, p))
-        jobs.append(rep.job)
-        sel = select_rank(rep.ranks, rank, p) if rank is not None else rep.ranks
+            job and not is_url(p) and len(api.trace_files(p)) == 1)
+        got = api.reports(p, rules_path=rules_path, cache_dir=cache_dir, use_cache=not no_cache,
+                          prefetch=True, with_hta=hta if whole or not job else False,
+                          whole=whole, workers=workers, scheduler=scheduler,
+                          scheduler_timeout_s=scheduler_timeout, config=config)
+        sel = select_rank(got.ranks, rank, p)
         ranks += sel
-        if rank is not None or (len(rep.ranks) == 1 and not rep.problems):
+        if got.job is not None:
+            problems.append((got.problems, p))
+            jobs.append(got.job)
+        if got.job is None or rank is not None or (len(got.ranks) == 1 and not got.problems):
             texts += [("rank", r) for r in sel]
         else:
-            texts.append(("job", rep.job))
+            texts.append(("job", got.job))
             texts += [("rank", r) for r in sel] if detail else []
     if snapshot_path is not None:
         ranks = [with_snapshot(ranks, snapshot_path)]

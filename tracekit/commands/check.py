@@ -9,7 +9,6 @@ ranks are checked, and a job of which a rank could not be read (or is missing) f
 from __future__ import annotations
 
 import json
-import os
 
 import click
 
@@ -42,10 +41,9 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, schedule
     sizes (B, KiB, MiB, GiB, KB, MB, GB), ratios are 0..1 or a percentage (80%). A figure the
     trace cannot give fails the check, and the output says why.
     """
-    from tracekit.api import report_for_path
+    from tracekit import api
     from tracekit.checks import parse, evaluate
     from tracekit.errors import InputError
-    from tracekit.ranks.sources import is_url
     from tracekit.report import render_check
 
     thresholds = [parse(s, upper=True) for s in maxima] + [parse(s, upper=False) for s in minima]
@@ -55,26 +53,19 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, schedule
     warn_cache(no_cache, cache_dir)
     results, failed = [], 0
     for p in paths:
-        if os.path.isdir(p) or is_url(p):
-            from tracekit.ranks import analyze_job
-
-            rep = analyze_job(p, rules_path=rules_path, cache_dir=cache_dir,
-                              use_cache=not no_cache, with_hta=False, whole=True,
-                              workers=workers, scheduler=scheduler,
-                              scheduler_timeout_s=scheduler_timeout)
-            echo_problems(rep.problems, p)
-            job = rep.job
+        got = api.reports(p, rules_path=rules_path, cache_dir=cache_dir, use_cache=not no_cache,
+                          prefetch=True, with_hta=False, whole=True, workers=workers,
+                          scheduler=scheduler, scheduler_timeout_s=scheduler_timeout)
+        if got.job is not None:
+            echo_problems(got.problems, p)
+            job = got.job
             expected = job["world_size"] or job["ranks_read"] + sum(
                 1 for x in job["problems"] if x["kind"] != "missing")
             failed += not job["complete"]
             results.append({"source": p, "rank": None, "key": "ranks_read", "op": "==",
                             "bound": expected, "value": job["ranks_read"],
                             "passed": job["complete"], "reason": None})
-            got = rep.ranks
-        else:
-            got = report_for_path(p, rules_path=rules_path, cache_dir=cache_dir,
-                                  use_cache=not no_cache, prefetch=True, with_hta=False)
-        for r in select_rank(got, rank, p):
+        for r in select_rank(got.ranks, rank, p):
             echo_warnings(r)
             for row in evaluate(r["headline"], thresholds, r):
                 failed += not row.passed

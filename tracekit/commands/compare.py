@@ -26,7 +26,7 @@ def command(paths, fmt, out, rules_path, rank, no_cache, cache_dir):
     Figures: P90 step time, peak allocated and reserved, optimizer -> lookup gap, overlap of
     communication by compute, exposed communication and memcpy, sync-stall time.
     """
-    from tracekit.api import report_for_path
+    from tracekit.loaded import report_for_path
     from tracekit.errors import InputError
     from tracekit.report import compare_document, render_compare
 

@@ -69,51 +69,47 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
         raise InputError("--limit must be at least 1")
     if step_ms is not None and not (step_ms > 0 and step_ms < 1e9):
         raise InputError("--step-ms must be a positive number of milliseconds")
-    from tracekit.api import has_untraced_beside
+    from tracekit.loaded import has_untraced_beside
 
     slow = bool(step is not None or what_ifs or annotate or traced or step_ms
                 or has_untraced_beside(path))
     ranks: list[dict]
     paths: dict[int, list[dict]] = {}
     if not slow:
-        from tracekit.api import report_for_path
+        from tracekit.loaded import report_for_path
 
         got = report_for_path(path, rules_path=rules_path, cache_dir=cache_dir,
                               use_cache=not no_cache, with_hta=None, prefetch=True)
         ranks = select_rank(got, rank, path)
     else:
-        from tracekit.api import explain_path
+        from tracekit.loaded import loading
         from tracekit.report import explain_dict, path_rows
 
-        got = explain_path(path, rules_path=rules_path, what_ifs=what_ifs, cache_dir=cache_dir,
-                           use_cache=not no_cache, traced=traced, step_ms=step_ms)
-        if rank is not None:
-            got = [(t, e) for t, e in got if t.rank == rank]
-            if not got:
-                select_rank([], rank, path)
-        ranks = []
-        for t, e in got:
-            r = {"source": t.source, "rank": int(t.rank), "warnings": list(t.warnings),
-                 "explain": explain_dict(e)}
-            ranks.append(r)
-            if step is not None:
-                seg = e.path[e.path["step"] == step] if e.path is not None else None
-                if seg is None or seg.empty:
-                    have = ", ".join(str(s["step"]) for s in r["explain"]["steps"])
-                    raise InputError(f"no step {step} here (steps: {have or 'none'})", path=path)
-                paths[int(t.rank)] = path_rows(seg)
-            if annotate is not None:
-                from tracekit.analyses import gaps, syncs
-                from tracekit.annotate import write_annotated
-                from tracekit.phases import load_rules
-
-                if len(got) != 1:
-                    raise InputError("--annotate goes with one trace (choose one with --rank)",
-                                     path=path)
-                rules = load_rules(rules_path)
-                n = write_annotated(t.source, annotate, e, syncs.compute(t, rules),
-                                    gaps.compute(t, rules))
-                click.echo(f"tracekit: wrote {annotate} ({n} events added)", err=True)
+        view = {"traced": traced, "step_ms": step_ms}
+        with loading(path, rules=rules_path, cache_dir=cache_dir, use_cache=not no_cache,
+                     prefetch=True) as traces:
+            if rank is not None:
+                traces = [lt for lt in traces if lt.rank == rank]
+                if not traces:
+                    select_rank([], rank, path)
+            ranks = []
+            for lt in traces:
+                r = {"source": lt.source, "rank": int(lt.rank), "warnings": list(lt.warnings),
+                     "explain": explain_dict(lt.explain(what_ifs, **view))}
+                ranks.append(r)
+                if step is not None:
+                    seg = lt.critical_path(step, what_ifs, **view)
+                    if seg.empty:
+                        have = ", ".join(str(s["step"]) for s in r["explain"]["steps"])
+                        raise InputError(f"no step {step} here (steps: {have or 'none'})",
+                                         path=path)
+                    paths[int(lt.rank)] = path_rows(seg)
+                if annotate is not None:
+                    if len(traces) != 1:
+                        raise InputError("--annotate goes with one trace (choose one with "
+                                         "--rank)", path=path)
+                    n = lt.annotate(annotate, what_ifs, **view)
+                    click.echo(f"tracekit: wrote {annotate} ({n} events added)", err=True)
     for r in ranks:
         echo_warnings(r)
     ranks = [{**r, "path": paths.get(r["rank"])} for r in ranks]

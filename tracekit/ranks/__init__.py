@@ -98,7 +98,7 @@ def analyze_job(
     paths = [os.path.abspath(f) for f in files] if remote and not url else files
     results: list = [None] * len(files)
     if use_cache and not remote and not url:  # reports already cached here need no worker
-        from tracekit.api import cached_report
+        from tracekit.reportcache import cached_report
         from tracekit.ranks.work import summary
 
         for i, f in enumerate(files):

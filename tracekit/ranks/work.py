@@ -59,7 +59,7 @@ class RankTask:
         return self._work(path)
 
     def _work(self, path: str) -> dict | Failed:
-        from tracekit.api import report_for_path
+        from tracekit.loaded import report_for_path
         from tracekit.ranks import sources
 
         local = None
