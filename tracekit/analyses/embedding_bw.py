@@ -50,10 +50,10 @@ import numpy as np
 import pandas as pd
 
 from tracekit import intervals, phases
-from tracekit.analyses import steps as steps_mod
+from tracekit import steps as steps_mod
 from tracekit.hardware import GpuPeak, device_names, peak_hbm
 from tracekit.phases import Rules
-from tracekit.trace.model import Kind, Trace
+from tracekit.trace.model import SHAPE_NAME, Kind, Trace
 
 
 @dataclass(frozen=True)
@@ -558,8 +558,6 @@ def compute(trace: Trace, rules: Rules, config: EmbeddingBwConfig | None = None)
     is_model = phases.per_used_name(
         codes, cats, lambda n: np.array([model_of(str(x)) is not None for x in n.tolist()], bool),
         False)
-    from tracekit.trace._columns import SHAPE_NAME  # the names the loader keeps inputs for
-
     is_emb = phases.name_matches(codes, cats, SHAPE_NAME)
     ts = ops["ts"].to_numpy(np.int64)
     host = pd.DataFrame({"tid": ops["tid"].to_numpy(np.int64), "ts": ts,

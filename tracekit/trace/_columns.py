@@ -25,7 +25,8 @@ try:  # the compiled scanner (setup.py builds it; optional: msgspec alone reads 
     from tracekit.trace import _fastscan
 except ImportError:  # pragma: no cover - no compiler where tracekit was installed
     _fastscan = None
-from tracekit.trace.model import ARG_COLUMNS, EVENT_COLUMNS, GPU_ACTIVITY_KINDS, MEMORY_COLUMNS, Kind
+from tracekit.trace.model import (ARG_COLUMNS, EVENT_COLUMNS, GPU_ACTIVITY_KINDS, MEMORY_COLUMNS,
+                                  SHAPE_NAME, Kind)
 
 _get = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")}
 _aget = {
@@ -61,10 +62,6 @@ if _fastscan is not None and not _scanner_matches_schema(_fastscan):  # pragma: 
     _fastscan = None
 _ARG_NAME = re.compile(r"^record_param_comms$|(?i:nccl|rccl)")
 """Names of the events (besides every cuda_sync event) whose args go into ``Trace.args``."""
-SHAPE_NAME = re.compile(r"(?i)embedding|^tracekit_tbe::")
-"""Names of the host ops and annotations whose recorded inputs (``record_shapes``: Input Dims,
-Input type, Concrete Inputs) go into ``Trace.args``: FBGEMM's TBE ops, torch's embedding ops,
-the runtime's ``tracekit_tbe::`` annotations (``tracekit.analyses.embedding_bw`` reads them)."""
 _HOST_SIDE = np.array([int(Kind.CPU_OP), int(Kind.ANNOTATION)], dtype=np.int8)
 _ARG_FIELDS = tuple(c for c in ARG_COLUMNS if c != "event")
 _THREAD_NAME = "thread_name"

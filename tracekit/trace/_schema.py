@@ -88,7 +88,7 @@ class Args(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, rename={
     dst_rank: int = -1
     label: str = ""  # a metadata event's name (``thread_name``: the thread's name)
     # record_shapes: an op's inputs (lists, kept as their JSON text; read for the events whose
-    # names ``_columns.SHAPE_NAME`` matches, see ``model.ARG_COLUMNS``)
+    # names ``model.SHAPE_NAME`` matches, see ``model.ARG_COLUMNS``)
     input_dims: msgspec.Raw = msgspec.Raw(b"")
     input_types: msgspec.Raw = msgspec.Raw(b"")
     concrete_inputs: msgspec.Raw = msgspec.Raw(b"")

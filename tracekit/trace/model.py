@@ -88,6 +88,7 @@ the three input columns are read for host ops and annotations whose names match
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Callable
@@ -154,6 +155,10 @@ ARG_COLUMNS: dict[str, Any] = {
     "input_types": "category",
     "concrete_inputs": "category",
 }
+SHAPE_NAME = re.compile(r"(?i)embedding|^tracekit_tbe::")
+"""Names of the host ops and annotations whose recorded inputs (``record_shapes``: Input Dims,
+Input type, Concrete Inputs) go into ``Trace.args``: FBGEMM's TBE ops, torch's embedding ops,
+the runtime's ``tracekit_tbe::`` annotations (``tracekit.analyses.embedding_bw`` reads them)."""
 
 
 def empty_args() -> pd.DataFrame:
