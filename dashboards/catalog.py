@@ -6,9 +6,9 @@ serves exactly the paths it was started with. Two levels per source:
 - ``summary(i)``: the per-rank report objects of ``tracekit.report`` (headline figures, steps,
   gaps...). When the trace was analysed before they come from tracekit's report cache (a small
   JSON file, milliseconds), so the overview, gaps and compare pages are up at once;
-- ``get(i)``: the parsed trace and its ``Analysis`` per rank (``tracekit.api.analyze_path``,
-  whose parse cache makes a restart fast), needed by the timeline, overlap, stalls and memory
-  pages; loaded the first time a page asks for it, or in the background by ``prefetch``.
+- ``get(i)``: each rank loaded and analysed (``tracekit.api.analyzed``: a ``LoadedTrace`` per
+  rank, whose parse cache makes a restart fast), needed by the timeline, overlap, stalls and
+  memory pages; loaded the first time a page asks for it, or in the background by ``prefetch``.
 
 A source that fails to load keeps its error message, which the pages show in its place; the
 other sources are unaffected.
@@ -17,7 +17,6 @@ other sources are unaffected.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import traceback
@@ -30,6 +29,10 @@ from tracekit.errors import TracekitError
 
 log = logging.getLogger("tracekit.dashboard")
 
+ANALYSIS_HTA = False
+"""The dashboard's analyses leave HTA's section out: no view draws it (the idle view asks
+``LoadedTrace.hta`` for its figures), and it costs seconds on a big trace."""
+
 
 @dataclass
 class Source:
@@ -41,8 +44,8 @@ class Source:
     """The path as given at start."""
     label: str
     """Short unique name shown in the page."""
-    results: tuple[tuple[Any, Any], ...] | None = None
-    """``(Trace, Analysis)`` per rank, sorted by rank, once loaded."""
+    results: tuple[Any, ...] | None = None
+    """A ``tracekit.api.LoadedTrace`` per rank, sorted by rank, once loaded and analysed."""
     reports: tuple[dict, ...] | None = None
     """``tracekit.report.to_dict`` per rank, sorted by rank, once summarised."""
     error: str | None = None
@@ -79,7 +82,7 @@ class Source:
     def ranks(self) -> list[int]:
         if self.reports is not None:
             return [int(r["rank"]) for r in self.reports]
-        return [t.rank for t, _ in (self.results or ())]
+        return [lt.rank for lt in (self.results or ())]
 
     def report(self, rank: int | None) -> dict:
         """The report object of ``rank``, or of the lowest rank when absent or None."""
@@ -91,13 +94,12 @@ class Source:
         return self.reports[0]
 
     def pick(self, rank: int | None) -> tuple[Any, Any]:
-        """The ``(Trace, Analysis)`` of ``rank``, or of the lowest rank when absent or None."""
+        """The ``(LoadedTrace, Analysis)`` of ``rank``, or of the lowest rank when absent or
+        None."""
         if not self.results:
             raise LookupError(f"{self.label} has no trace")
-        for trace, analysis in self.results:
-            if trace.rank == rank:
-                return trace, analysis
-        return self.results[0]
+        got = next((lt for lt in self.results if lt.rank == rank), self.results[0])
+        return got, got.analysis(with_hta=ANALYSIS_HTA)
 
 
 class Catalog:
@@ -125,11 +127,11 @@ class Catalog:
 
     @property
     def rules(self) -> Any:
-        """The phase rules (``tracekit.phases.Rules``) every trace is analysed with; the timeline
-        uses them too. Read on first use: the default rules need pandas, which a first page
-        served from the report cache does not."""
+        """The phase rules (``tracekit.api.load_rules``) every trace is analysed with. Read on
+        first use: the default rules need pandas, which a first page served from the report
+        cache does not."""
         if self._rules is None:
-            from tracekit.phases import load_rules
+            from tracekit.api import load_rules
 
             self._rules = load_rules(self._rules_path)
         return self._rules
@@ -174,38 +176,15 @@ class Catalog:
         if source is None or source.reports is not None or source.error is not None:
             return source
         if self._use_cache and source.results is None:
-            from tracekit.api import cached_report
+            from tracekit.api import cached_reports
 
             for with_hta in (False, None, True):  # `tracekit analyze` caches with HTA's section when the trace is small
-                hit = cached_report(source.path, rules_path=self._rules_path, cache_dir=self._cache_dir, with_hta=with_hta)
-                if not hit and os.path.isdir(source.path):
-                    hit = self._cached_ranks(source.path, with_hta)
+                hit = cached_reports(source.path, rules_path=self._rules_path, cache_dir=self._cache_dir, with_hta=with_hta)
                 if hit:
                     source.reports = tuple(sorted(hit, key=lambda r: r["rank"]))
                     return source
         self._load(source)
         return source
-
-    def _cached_ranks(self, path: str, with_hta: bool | None) -> list[dict] | None:
-        """A directory's report objects from its rank files' own cache entries (``tracekit analyze
-        DIR`` caches each rank on its own; the directory's entry is written only by a full load),
-        or None unless every rank file has one and each declares its own, distinct rank: only then
-        does loading the directory give each file the rank it has alone, with no warning (a file
-        without ``distributedInfo.rank``, or a clash, is renumbered by the loader: a full load)."""
-        from tracekit.api import cached_report, trace_files
-
-        reports: list[dict] = []
-        for f in trace_files(path):
-            hit = cached_report(f, rules_path=self._rules_path, cache_dir=self._cache_dir, with_hta=with_hta)
-            if not hit or len(hit) != 1:
-                return None
-            declared = ((hit[0].get("identity") or {}).get("distributed_info") or {}).get("rank")
-            if type(declared) is not int or declared != hit[0].get("rank"):
-                return None
-            reports.append(hit[0])
-        if len({r["rank"] for r in reports}) != len(reports):
-            return None
-        return reports or None
 
     def _load(self, source: Source) -> None:
         if source.loaded:
@@ -213,18 +192,18 @@ class Catalog:
         with source._lock:
             if source.loaded:
                 return
-            from tracekit.api import analyze_path
+            from tracekit.api import analyzed
 
             t0 = time.perf_counter()
             try:
-                # with_hta=False: no view draws HTA's own section, and it costs seconds on a big trace
-                results = analyze_path(source.path, rules=self.rules, cache_dir=self._cache_dir,
-                                       use_cache=self._use_cache, with_hta=False)
-                source.results = tuple(sorted(results, key=lambda ta: ta[0].rank))
+                # no HTA section (ANALYSIS_HTA): no view draws it, and it costs seconds on a big trace
+                got = analyzed(source.path, rules=self.rules, cache_dir=self._cache_dir,
+                               use_cache=self._use_cache, with_hta=ANALYSIS_HTA)
+                for lt in got:
+                    lt.release()  # what the analyses derived: kept by the analyses' results, not twice
+                source.results = tuple(sorted(got, key=lambda lt: lt.rank))
                 if source.reports is None:
-                    from tracekit.report import to_dict
-
-                    source.reports = tuple(to_dict(a) for _, a in source.results)
+                    source.reports = tuple(lt.report(with_hta=ANALYSIS_HTA) for lt in source.results)
             except TracekitError as exc:
                 source.error = str(exc)
             except Exception as exc:  # a bug in an analysis: keep serving the other traces
@@ -250,9 +229,9 @@ class Catalog:
                 self._load(s)
             # The timeline's lanes (about 1 s for a 1.7 M-event trace), memoised for as many traces
             # as the memo keeps, first sources first: building more would push out the first ones.
-            traces = [trace for s in self.sources for trace, _ in s.results or ()]
-            for trace in traces[: results.LANES_KEPT]:
-                results.lane_events(trace, self.rules)
+            traces = [lt for s in self.sources for lt in s.results or ()]
+            for lt in traces[: results.LANES_KEPT]:
+                results.lane_events(lt)
             for s in self.sources:  # HTA's figures for the idle-time view
                 for r in s.ranks:
                     self.hta(s, r)
@@ -270,17 +249,14 @@ class Catalog:
             return rep["hta"]
         if not source.results:
             return None
-        trace, _ = source.pick(rank)
-        hit = source.hta.get(trace.rank)
+        lt, _ = source.pick(rank)
+        hit = source.hta.get(lt.rank)
         if hit is None:
-            from tracekit.analyses import hta as hta_mod
-            from tracekit.report import jsonable
-
-            hit = source.hta[trace.rank] = jsonable(hta_mod.compute(trace, self.rules))
+            hit = source.hta[lt.rank] = lt.hta()
         return hit
 
     def job(self, source: Source) -> dict:
-        """The job object (``tracekit.report``'s "The job object": collectives matched across
+        """The job object (``tracekit.report.schema.Job``: collectives matched across
         ranks, stragglers, clock offsets, ranks x steps) of a source with several ranks,
         computed once in this process (one worker: the ranks' reports come from the caches)."""
         if source.job is None:

@@ -1,6 +1,6 @@
-"""The one place that knows the shape of tracekit's results as Python objects: it turns an
-``Analysis`` (and, for gaps and compare, report objects) into the small, display-ready tables
-the views draw. Pure functions, no plotting. (What the first page needs from a report object,
+"""The one place that knows the shape of tracekit's results as Python objects: it turns a
+rank's ``tracekit.api.LoadedTrace`` and its ``Analysis`` (and, for gaps and compare, report
+objects) into the small, display-ready tables the views draw. Pure functions, no plotting. (What the first page needs from a report object,
 without numpy or pandas, is ``dashboards.reports``.)
 
 Times in columns called ``*_ms`` are milliseconds; bytes are in the unit a view chose
@@ -18,14 +18,13 @@ import pandas as pd
 
 from dashboards import names, timeline
 from dashboards.reports import bound_text, category_name, pct
-from tracekit.analyses.snapshot_streams import DEFAULT_STREAM_CUPTI
-from tracekit.trace.model import Kind, Trace
+from tracekit.api import DEFAULT_STREAM_CUPTI, LoadedTrace
 
 NS_PER_MS = 1e6
 MIB = 2**20
 
 
-def steps(trace: Trace, analysis: Any) -> pd.DataFrame:
+def steps(trace: LoadedTrace, analysis: Any) -> pd.DataFrame:
     """``step, start_ns, end_ns`` per step: its span (absolute, CPU ∪ GPU), which the timeline draws."""
     s = analysis.steps.steps
     if s.empty:
@@ -46,7 +45,7 @@ MARK_LANES = ("steps", "critical path", "optimizer → lookup gap", "sync stalls
 """The timeline's lanes of marks, drawn above the threads."""
 
 
-def timeline_marks(trace: Trace, analysis: Any, origin: int, window_ms: tuple[float, float] | None = None) -> pd.DataFrame:
+def timeline_marks(trace: LoadedTrace, analysis: Any, origin: int, window_ms: tuple[float, float] | None = None) -> pd.DataFrame:
     """What the timeline marks, in ms from ``origin``: ``lane`` (one of ``MARK_LANES``),
     ``start_ms, dur_ms, label, kind, category``: every step's span (``step``), the critical
     path's segments (``critical``, from tracekit explain: ``category`` says what the time was;
@@ -97,27 +96,22 @@ _LANES: "OrderedDict[int, tuple[Any, pd.DataFrame, int, dict]]" = OrderedDict()
 _LANES_LOCK = threading.Lock()
 
 
-def _roles(acts: pd.DataFrame) -> dict[tuple[int, int], str]:
-    """``dashboards.names.stream_roles`` of every (device, stream) from tracekit's phase assignment."""
-    if acts.empty:
+def _roles(busy: pd.DataFrame) -> dict[tuple[int, int], str]:
+    """``dashboards.names.stream_roles`` of every (device, stream) from tracekit's phase
+    assignment (``tracekit.lanes.Lanes.stream_busy``)."""
+    if busy.empty:
         return {}
-    busy = (acts["end"] - acts["ts"]).to_numpy(np.float64)
-    frame = pd.DataFrame({"device": acts["device"].to_numpy(np.int64), "stream": acts["stream"].to_numpy(np.int64),
-                          "phase": acts["phase"].astype(str).to_numpy(), "busy": busy,
-                          "copy": np.where(acts["kind"].to_numpy() != int(Kind.KERNEL), busy, 0.0)})
     by_phase: dict[tuple[int, int], dict[str, float]] = {}
-    for (d, st, ph), b in frame.groupby(["device", "stream", "phase"], sort=False)["busy"].sum().items():
+    copies: dict[tuple[int, int], float] = {}
+    for d, st, ph, b, c in busy[["device", "stream", "phase", "busy_ns", "copy_ns"]].itertuples(index=False):
         by_phase.setdefault((int(d), int(st)), {})[ph] = float(b)
-    copies = {(int(d), int(st)): float(b) for (d, st), b in frame.groupby(["device", "stream"])["copy"].sum().items()}
+        copies[(int(d), int(st))] = copies.get((int(d), int(st)), 0.0) + float(c)
     return names.stream_roles(by_phase, copies)
 
 
-def _lanes_entry(trace: Trace, rules: Any) -> tuple[pd.DataFrame, int, dict[tuple[int, int], str]]:
-    """(lane events, origin, stream names) of ``trace``, memoised per trace object (a trace is
-    only ever analysed with its catalog's rules)."""
+def _lanes_entry(trace: LoadedTrace) -> tuple[pd.DataFrame, int, dict[tuple[int, int], str]]:
+    """(lane events, origin, stream names) of a rank's trace, memoised per ``LoadedTrace``."""
     import weakref
-
-    from tracekit import phases
 
     key = id(trace)
     with _LANES_LOCK:
@@ -125,12 +119,12 @@ def _lanes_entry(trace: Trace, rules: Any) -> tuple[pd.DataFrame, int, dict[tupl
         if hit is not None and hit[0]() is trace:
             _LANES.move_to_end(key)
             return hit[1], hit[2], hit[3]
-    acts, index = phases.activities(trace, rules)
-    roles = _roles(acts)
+    lanes = trace.lanes()
+    trace.release()  # the activities the lanes were read from: the lanes are kept here
+    roles = _roles(lanes.stream_busy)
     n_dev = len({d for d, _ in roles})
     stream_names = {k: names.stream_label(k[0], k[1], r, n_dev) for k, r in roles.items()}
-    events, origin = timeline.lane_events(trace, acts, index.table, stream_names=stream_names,
-                                          thread_names=getattr(trace, "thread_names", None))
+    events, origin = timeline.lane_events(lanes, stream_names=stream_names)
     with _LANES_LOCK:
         _LANES[key] = (weakref.ref(trace), events, origin, stream_names)
         while len(_LANES) > LANES_KEPT:
@@ -138,19 +132,19 @@ def _lanes_entry(trace: Trace, rules: Any) -> tuple[pd.DataFrame, int, dict[tupl
     return events, origin, stream_names
 
 
-def lane_events(trace: Trace, rules: Any) -> tuple[pd.DataFrame, int]:
-    """``dashboards.timeline.lane_events`` with the phases ``rules`` (``tracekit.phases.Rules``)
-    give, GPU lanes named by role and CPU lanes by thread."""
-    events, origin, _ = _lanes_entry(trace, rules)
+def lane_events(trace: LoadedTrace) -> tuple[pd.DataFrame, int]:
+    """``dashboards.timeline.lane_events`` of a rank's trace, GPU lanes named by role and CPU
+    lanes by thread."""
+    events, origin, _ = _lanes_entry(trace)
     return events, origin
 
 
-def stream_names(trace: Trace, rules: Any) -> dict[tuple[int, int], str]:
+def stream_names(trace: LoadedTrace) -> dict[tuple[int, int], str]:
     """(device, stream) -> the name the timeline gives that stream (``main · stream 7``)."""
-    return _lanes_entry(trace, rules)[2]
+    return _lanes_entry(trace)[2]
 
 
-def overlap(trace: Trace, analysis: Any, stream_names: dict[tuple[int, int], str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame] | None:
+def overlap(trace: LoadedTrace, analysis: Any, stream_names: dict[tuple[int, int], str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame] | None:
     """(stream × stream overlap ms, NaN on the diagonal; busy ms per stream; class bars; the
     figures as text), streams named by ``stream_names``; None without GPU activity."""
     ov = analysis.overlap
@@ -219,13 +213,6 @@ def gaps(report: dict) -> pd.DataFrame | None:
     })
 
 
-GAP_KIND_TEXT = {
-    "gap": "the lookup waited for the optimizer",
-    "overlap": "the lookup started while the optimizer ran",
-    "ahead": "the lookup ran ahead, before the optimizer started (the pipeline looks up one step ahead)",
-}
-
-
 def gap_summary(g: pd.DataFrame) -> str:
     """One sentence on a trace's pairs: what the signed gap means for them."""
     kinds = set(g["kind"])
@@ -248,7 +235,7 @@ def gap_summary(g: pd.DataFrame) -> str:
 STALL_COLUMNS = ["call site", "phase", "count", "total ms", "max ms", "GPU idle after ms", "% of step time"]
 
 
-def stalls(trace: Trace, analysis: Any) -> tuple[pd.DataFrame, pd.DataFrame, float, float | None]:
+def stalls(trace: LoadedTrace, analysis: Any) -> tuple[pd.DataFrame, pd.DataFrame, float, float | None]:
     """(by call site and phase: ``STALL_COLUMNS``; per step stall ms; total ms; the total as a
     share of the steps' CPU time, None without steps). ``% of step time`` is each row's stall
     time inside steps over the sum of the steps' CPU spans; a stall outside any phase
@@ -286,7 +273,7 @@ def bytes_unit(peak: float) -> tuple[str, float]:
     return ("GiB", float(2**30)) if peak >= 2**30 else ("MiB", float(MIB))
 
 
-def memory(trace: Trace, analysis: Any) -> dict | None:
+def memory(trace: LoadedTrace, analysis: Any) -> dict | None:
     """For the device with the highest allocated peak: ``unit`` (GiB or MiB, chosen by the peak
     and used for every figure of the view), ``series`` (``t_ms, allocated, reserved`` in that
     unit; reserved NaN when unknown), ``peaks`` (table ``what, value, at ms``) and ``marks``
@@ -297,7 +284,7 @@ def memory(trace: Trace, analysis: Any) -> dict | None:
     dev_row = al.devices.sort_values("peak_allocated", ascending=False).iloc[0]
     dev = int(dev_row["device"])
     s = al.series[al.series["device"] == dev]
-    origin = timeline.trace_origin(trace)  # the timeline's time 0 too
+    origin = trace.origin  # the timeline's time 0 too
     peak_a, peak_r = int(dev_row["peak_allocated"]), int(dev_row["peak_reserved"])
     unit, scale = bytes_unit(max(peak_a, peak_r))
     res = s["reserved"].to_numpy(np.float64)
@@ -322,7 +309,7 @@ def memory(trace: Trace, analysis: Any) -> dict | None:
     return {"unit": unit, "series": series, "peaks": pd.DataFrame(rows, columns=["what", "value", "at ms"]), "marks": marks}
 
 
-def snapshot(trace: Trace, analysis: Any, stream_names: dict[tuple[int, int], str]) -> tuple[str, pd.DataFrame] | None:
+def snapshot(trace: LoadedTrace, analysis: Any, stream_names: dict[tuple[int, int], str]) -> tuple[str, pd.DataFrame] | None:
     """(unit, per stream of the snapshot beside the trace: ``stream`` (the allocator's handle),
     ``on the timeline`` (the timeline's name of the CUPTI stream that handle was matched to,
     ``tracekit.analyses.snapshot_streams``: the default stream, handle 0, is CUPTI's stream 7;

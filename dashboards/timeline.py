@@ -1,8 +1,8 @@
 """What the timeline view draws: lanes of bars for one window of one trace.
 
-A pure function of the parsed trace (and the phase of each GPU activity, which tracekit's phase
-rules give): GPU activities as lanes per (device, stream), CPU annotations as lanes per
-(thread, nesting depth) above them. Inside the chosen window every event is a bar of its own,
+From what tracekit publishes for a timeline (``tracekit.api.LoadedTrace.lanes``: GPU
+activities with their phase on lanes per (device, stream), CPU annotations on lanes per
+(thread, nesting depth) above them), named here. Inside the chosen window every event is a bar of its own,
 unless there are more than ``max_detail`` of them; everything else, and a too-busy window, is
 aggregated into time bins per lane (busy time and the dominant phase of each bin), so what goes
 to the browser is bounded whatever the trace's size: at most ``max_detail`` bars plus about
@@ -18,10 +18,7 @@ import numpy as np
 import pandas as pd
 
 from dashboards import names
-from tracekit.trace.model import GPU_ACTIVITY_KINDS, Kind, Trace
-
-CPU_DEPTHS = 4
-"""Nesting depths of CPU annotations drawn (ProfilerStep, then the stage labels, ...)."""
+from tracekit.api import Lanes as TraceLanes
 
 
 @dataclass(frozen=True)
@@ -44,112 +41,30 @@ class Lanes:
     """True when the window held more than ``max_detail`` events and was binned too."""
 
 
-def _cpu_depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Nesting depth of each interval among intervals sorted by start (one thread)."""
-    depth = np.zeros(len(starts), dtype=np.int64)
-    stack: list[int] = []  # end times of the open intervals
-    for i in range(len(starts)):
-        while stack and stack[-1] <= starts[i]:
-            stack.pop()
-        depth[i] = len(stack)
-        stack.append(ends[i])
-    return depth
+def lane_events(lanes: TraceLanes, *, stream_names: dict[tuple[int, int], str] | None = None,
+                thread_names: dict[int, str] | None = None) -> tuple[pd.DataFrame, int]:
+    """Every drawable event of a trace (``tracekit.api.LoadedTrace.lanes``) on its named lane,
+    and the trace's origin (its first event's ``ts``, ns).
 
-
-def trace_origin(trace: Trace) -> int:
-    """Time 0 of the dashboard's charts: the trace's first event's ``ts`` (ns; 0 for an empty trace)."""
-    return int(trace.events["ts"].min()) if len(trace.events) else 0
-
-
-def lane_events(
-    trace: Trace, activities: pd.DataFrame | None = None, annotation_phases: pd.DataFrame | None = None,
-    *, stream_names: dict[tuple[int, int], str] | None = None, thread_names: dict[int, str] | None = None,
-) -> tuple[pd.DataFrame, int]:
-    """Every drawable event and the trace's origin (its first event's ``ts``, ns).
-
-    ``activities`` is tracekit's phase assignment (``tracekit.phases.assign_activities``:
-    ``device, stream, name, ts, end, phase``); without it GPU activities come from the trace
-    with phase ``other``. ``annotation_phases`` (``tid, ts, end, phase``: tracekit's
-    ``AnnotationIndex.table``) colours the CPU annotations it names; the others are
-    ``annotation``. ``stream_names`` names the GPU lanes by (device, stream) (else ``GPU d ·
-    stream s``); ``thread_names`` gives the trace's thread names by tid, written as
-    ``dashboards.names.thread_label`` writes them, "main" being the thread whose annotations
-    include ``ProfilerStep#`` (else the most annotated one), drawn on top.
-    A thread's nesting depths below the first are lanes ``<thread> · level <depth>``. Returns columns
-    lane, lane_order, start, end (ns from the origin), phase, name.
+    ``stream_names`` names the GPU lanes by (device, stream) (else ``GPU d · stream s``); the
+    CPU lanes are named by their thread as ``dashboards.names.thread_label`` writes it, with
+    the trace's thread names (``thread_names``: else the trace's own), "main" being the thread
+    drawn on top. A thread's nesting depths below the first are lanes ``<thread> · level
+    <depth>``. Returns columns lane, lane_order, start, end (ns from the origin), phase, name.
     """
-    ev = trace.events
-    t_origin = trace_origin(trace)
-    if activities is None:
-        gpu = ev[ev["kind"].isin([int(k) for k in GPU_ACTIVITY_KINDS])]
-        activities = pd.DataFrame({
-            "device": gpu["device"].to_numpy(np.int64), "stream": gpu["stream"].to_numpy(np.int64),
-            "name": gpu["name"].astype(str).to_numpy(), "ts": gpu["ts"].to_numpy(np.int64),
-            "end": (gpu["ts"] + gpu["dur"]).to_numpy(np.int64), "phase": "other",
-        })
-    dev = activities["device"].to_numpy(np.int64)
-    stream = activities["stream"].to_numpy(np.int64)
-    gpu_rows = pd.DataFrame(
-        {
-            "lane": [(stream_names or {}).get((int(d), int(s))) or f"GPU {d} · stream {s}" for d, s in zip(dev, stream)],
-            "lane_order": 1_000_000 + dev * 100_000 + stream,
-            "start": activities["ts"].to_numpy(np.int64) - t_origin,
-            "end": activities["end"].to_numpy(np.int64) - t_origin,
-            "phase": activities["phase"].astype(object).to_numpy(),
-            "name": activities["name"].astype(str).to_numpy(),
-        }
-    )
-    # CPU ranges: user annotations, plus operators that are phase annotations or ProfilerStep
-    # (legacy traces wrote record_function ranges as operators)
-    is_ann = ev["kind"].to_numpy() == int(Kind.ANNOTATION)
-    ops = ev["kind"].to_numpy() == int(Kind.CPU_OP)
-    if ops.any():
-        op_rows = ev[ops]
-        keep_op = op_rows["name"].astype(str).str.startswith("ProfilerStep#").to_numpy().copy()
-        if annotation_phases is not None and len(annotation_phases):
-            key = pd.MultiIndex.from_arrays([op_rows["tid"].to_numpy(), op_rows["ts"].to_numpy(),
-                                             (op_rows["ts"] + op_rows["dur"]).to_numpy()])
-            known = pd.MultiIndex.from_frame(annotation_phases[["tid", "ts", "end"]])
-            keep_op |= key.isin(known)
-        is_ann[np.flatnonzero(ops)[keep_op]] = True
-    ann = ev[is_ann]
-    ann = pd.DataFrame({"pid": ann["pid"].to_numpy(), "tid": ann["tid"].to_numpy(), "ts": ann["ts"].to_numpy(),
-                        "dur": ann["dur"].to_numpy(), "name": ann["name"].astype(str).to_numpy()})
-    if annotation_phases is not None and len(annotation_phases):
-        ap = annotation_phases[["tid", "ts", "end", "phase"]].drop_duplicates(["tid", "ts", "end"])
-        ann["end"] = ann["ts"] + ann["dur"]
-        ann = ann.merge(ap, on=["tid", "ts", "end"], how="left")
-        ann["phase"] = ann["phase"].astype(object).where(ann["phase"].notna(), "annotation")
-    else:
-        ann["phase"] = "annotation"
-    parts = []
-    groups = list(ann.groupby(["pid", "tid"], sort=True))
-    main_tid = None
-    if groups:
-        stepped = [int(tid) for (_, tid), g in groups if g["name"].str.startswith("ProfilerStep#").any()]
-        main_tid = stepped[0] if stepped else int(max(groups, key=lambda kv: len(kv[1]))[0][1])
-        groups.sort(key=lambda kv: int(kv[0][1]) != main_tid)  # the main thread on top
-    for order, ((pid, tid), grp) in enumerate(groups):
-        thread = names.thread_label(int(tid), (thread_names or {}).get(int(tid)), int(tid) == main_tid)
-        grp = grp.sort_values(["ts", "dur"], ascending=[True, False])
-        s = grp["ts"].to_numpy() - t_origin
-        e = s + grp["dur"].to_numpy()
-        depth = _cpu_depth(s, e)
-        keep = depth < CPU_DEPTHS
-        parts.append(
-            pd.DataFrame(
-                {
-                    "lane": [thread if d == 0 else f"{thread} · level {d}" for d in depth[keep]],
-                    "lane_order": order * CPU_DEPTHS + depth[keep],
-                    "start": s[keep],
-                    "end": e[keep],
-                    "phase": grp["phase"].to_numpy()[keep],
-                    "name": grp["name"].to_numpy()[keep],
-                }
-            )
-        )
-    out = pd.concat([*parts, gpu_rows], ignore_index=True)
-    return out.sort_values(["lane_order", "start"], kind="stable", ignore_index=True), t_origin
+    ev = lanes.events
+    tnames = lanes.thread_names if thread_names is None else thread_names
+    gpu = ev["gpu"].to_numpy(bool)
+    threads = {int(t): names.thread_label(int(t), (tnames or {}).get(int(t)), int(t) == lanes.main_tid)
+               for t in pd.unique(ev["tid"].to_numpy()[~gpu])}
+    lane = [((stream_names or {}).get((int(d), int(s))) or f"GPU {d} · stream {s}") if g else
+            (threads[int(t)] if dp == 0 else f"{threads[int(t)]} · level {dp}")
+            for g, d, s, t, dp in zip(gpu, ev["device"].to_numpy(), ev["stream"].to_numpy(),
+                                      ev["tid"].to_numpy(), ev["depth"].to_numpy())]
+    out = pd.DataFrame({"lane": lane, "lane_order": ev["lane_order"].to_numpy(np.int64),
+                        "start": ev["start"].to_numpy(np.int64), "end": ev["end"].to_numpy(np.int64),
+                        "phase": ev["phase"].to_numpy(object), "name": ev["name"].to_numpy(object)})
+    return out, lanes.origin
 
 
 def _binned(rows: pd.DataFrame, lanes: list[str], lo: int, hi: int, n_bins: int) -> pd.DataFrame:

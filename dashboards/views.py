@@ -180,7 +180,7 @@ class Views:
             if s.error is not None:
                 return
             trace, _ = s.pick(rank)
-            results.lane_events(trace, self.catalog.rules)  # the timeline's lanes, the streams' names
+            results.lane_events(trace)  # the timeline's lanes, the streams' names
             if tab == "idle":
                 self.catalog.hta(s, trace.rank)
 
@@ -298,7 +298,7 @@ class Views:
         source, trace, analysis, err = self.picked(index, rank)
         if err is not None:
             return figures.empty(""), err, None
-        events, origin = results.lane_events(trace, self.catalog.rules)
+        events, origin = results.lane_events(trace)
         window = window_ns
         if window is None and step not in (None, "all"):
             steps = results.steps(trace, analysis)
@@ -350,7 +350,7 @@ class Views:
         source, trace, analysis, err = self.picked(index, rank)
         if err is not None:
             return [err]
-        ov = results.overlap(trace, analysis, results.stream_names(trace, self.catalog.rules))
+        ov = results.overlap(trace, analysis, results.stream_names(trace))
         if ov is None:
             return [note("No GPU activity in this trace: nothing overlaps.")]
         matrix, busy, classes, ratios = ov
@@ -434,7 +434,7 @@ class Views:
         else:
             out.append(html.Div(html_table(mem["peaks"], id="memory-peaks", text_right=True), className="tk-section"))
             out.append(dcc.Graph(id="memory-graph", figure=figures.memory_lines(mem["series"], mem["marks"], mem["unit"]), config=GRAPH_CONFIG))
-        snap = results.snapshot(trace, analysis, results.stream_names(trace, self.catalog.rules))
+        snap = results.snapshot(trace, analysis, results.stream_names(trace))
         if snap is not None:
             unit, table = snap
             out.append(html.Div([html.H4("Memory snapshot: reserved per stream"),
@@ -455,7 +455,7 @@ class Views:
         if not h or not h.get("available"):
             return [note(f"HTA's figures are not available for this trace: {(h or {}).get('reason') or 'not computed'}.")]
         out: list = []
-        idle = results.hta_idle(h, trace.rank, results.stream_names(trace, self.catalog.rules))
+        idle = results.hta_idle(h, trace.rank, results.stream_names(trace))
         if idle is not None:
             temporal, per_stream = idle
             out.append(html.Div(temporal, className="tk-lead", id="idle-summary"))

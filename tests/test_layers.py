@@ -20,7 +20,7 @@ LAYERS = [
     ("trace", ["tracekit.trace"]),
     ("phases", ["tracekit.phases"]),
     ("steps", ["tracekit.steps"]),
-    ("analyses and graph", ["tracekit.analyses", "tracekit.graph"]),
+    ("analyses and graph", ["tracekit.analyses", "tracekit.graph", "tracekit.lanes"]),
     ("explain", ["tracekit.analyses.explain"]),
     ("every section", ["tracekit.analyses.__init__"]),
     ("report", ["tracekit.report", "tracekit.checks", "tracekit.annotate"]),
@@ -32,6 +32,11 @@ LAYERS = [
 ]
 """Bottom first: a module imports only from its own layer and the layers below (the longest
 prefix names a module's layer; ``tracekit.analyses.__init__`` is the package's own module)."""
+
+DASHBOARD_MAY_IMPORT = ("tracekit.api", "tracekit.errors", "tracekit.report")
+"""All of tracekit the dashboard imports: the public API (whose ``LoadedTrace`` gives the
+results' dataclasses: the dashboard never holds a raw ``Trace``), the one error hierarchy, and
+the report objects' keys and how tracekit writes a figure."""
 
 RESULTS = ("tracekit.trace", "tracekit.phases", "tracekit.steps", "tracekit.calls",
            "tracekit.analyses", "tracekit.graph")
@@ -206,6 +211,14 @@ def test_each_layer_imports_only_the_ones_below():
         bad += [f"{_name(mod)} ({LAYERS[mine][0]}), line {line}: {_name(t)} "
                 f"({LAYERS[_layer(t)][0]})" for t, _, line in IMPORTS[mod]
                 if t.startswith(("tracekit", "dashboards")) and _layer(t) > mine]
+    assert bad == []
+
+
+def test_the_dashboard_reads_only_the_public_api():
+    bad = [f"{MODULES[m].relative_to(ROOT)}:{line}: {_name(t)}" for m in MODULES
+           if m.startswith("dashboards") for t, _, line in IMPORTS[m]
+           if t.startswith("tracekit") and not any(_name(t) == p or _name(t).startswith(p + ".")
+                                                  for p in DASHBOARD_MAY_IMPORT)]
     assert bad == []
 
 

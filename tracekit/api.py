@@ -12,13 +12,19 @@
   with its job object and the files that could not be read; ``job_document(directory)`` is
   the JSON document ``tracekit analyze DIR --format json`` writes.
 - ``cached_report(path)``: the report objects the report cache holds for a path, without
-  loading anything (``None`` on a miss).
+  loading anything (``None`` on a miss); ``cached_reports(path)`` also finds a directory's in
+  its rank files' own entries. ``analyzed(path)``: every rank loaded and analysed, the reports
+  stored in the report cache (what a viewer that keeps traces asks for).
+- ``load_rules(path)``: phase rules (``tracekit.phases``), checked when read.
 - ``short_labels(paths)``: short unique names for paths, as ``compare`` and the dashboard
   label them.
 - The results are the analyses' dataclasses (``tracekit.analyses``) and the JSON objects of
-  ``tracekit.report.schema``; ``lanes()`` of a ``LoadedTrace`` is what a timeline draws.
+  ``tracekit.report.schema``; ``lanes()`` of a ``LoadedTrace`` is what a timeline draws
+  (``Lanes``); ``DEFAULT_STREAM_CUPTI``: CUPTI's id of the default stream, the allocator's
+  handle 0 (``tracekit.analyses.snapshot_streams``).
 
-The dashboard uses only this module and those results.
+The dashboard uses only this module, those results and ``tracekit.report`` (how tracekit
+writes its figures).
 """
 
 from __future__ import annotations
@@ -28,13 +34,31 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tracekit._files import short_labels
-from tracekit.loaded import (LoadedTrace, analyze_path, explain_path, has_untraced_beside, load,
-                             loading, report_for_path)
+from tracekit.loaded import (LoadedTrace, analyze_path, analyzed, explain_path,
+                             has_untraced_beside, load, loading, report_for_path)
 from tracekit.reportcache import (MAX_REPORTS, REPORT_CACHE_VERSION, cache_problem,
-                                  cached_report, report_key, trace_files)
+                                  cached_report, cached_reports, report_key, trace_files)
 
 if TYPE_CHECKING:
     from tracekit.ranks import JobConfig
+
+
+_LAZY = {
+    "Lanes": ("tracekit.lanes", "Lanes"),
+    "DEFAULT_STREAM_CUPTI": ("tracekit.analyses.snapshot_streams", "DEFAULT_STREAM_CUPTI"),
+    "load_rules": ("tracekit.phases", "load_rules"),
+}
+"""Names of the API whose modules need numpy and pandas: imported when first read, so that a
+warm ``tracekit analyze`` (which imports this module) imports neither."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open(path: str | os.PathLike, *, rank: int | None = None, **options: Any) -> LoadedTrace:  # noqa: A001 - api.open, as TraceProcessor's
@@ -143,6 +167,7 @@ def job_document(
     return document(rep.ranks, __version__, [rep.job])
 
 
-__all__ = ["LoadedTrace", "MAX_REPORTS", "REPORT_CACHE_VERSION", "Reports", "analyze_path",
-           "cache_problem", "cached_report", "explain_path", "has_untraced_beside", "is_job", "job_document", "load",
+__all__ = ["DEFAULT_STREAM_CUPTI", "Lanes", "LoadedTrace", "MAX_REPORTS", "REPORT_CACHE_VERSION",
+           "Reports", "analyze_path", "analyzed", "cache_problem", "cached_report",
+           "cached_reports", "load_rules", "explain_path", "has_untraced_beside", "is_job", "job_document", "load",
            "loading", "open", "report_for_path", "report_key", "reports", "short_labels", "trace_files"]

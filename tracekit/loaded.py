@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # heavy imports stay out of the warm path
     from tracekit.analyses import Analysis
     from tracekit.analyses.explain import ExplainResult
     from tracekit.graph import Graph, GraphConfig
+    from tracekit.lanes import Lanes
     from tracekit.phases import Rules
     from tracekit.steps import StepsResult
     from tracekit.trace.model import Trace
@@ -101,6 +102,27 @@ class LoadedTrace:
         from tracekit.graph import build_graph
 
         return build_graph(self.trace, self.rules, config)
+
+    @property
+    def origin(self) -> int:
+        """Time 0 of the trace's timeline: its first event's ``ts`` (ns; 0 for an empty trace)."""
+        from tracekit.lanes import origin
+
+        return origin(self.trace)
+
+    def lanes(self) -> Lanes:
+        """What a timeline draws: every drawable event on its lane, with its phase
+        (``tracekit.lanes``). Not kept: a viewer keeps the lanes of the traces it shows."""
+        from tracekit import lanes, phases
+
+        acts, index = phases.activities(self.trace, self.rules)
+        return lanes.compute(self.trace, acts, index.table)
+
+    def release(self) -> None:
+        """Drop what the answers derived from the trace and share (the activities with their
+        phases, the steps, the graph: ``Trace.memo``); the answers themselves stay. For a
+        holder of many traces (the dashboard): what they derive is computed again if asked."""
+        self.trace.forget()
 
     # ---- the sections ---------------------------------------------------------------------
 
@@ -304,6 +326,26 @@ def report_for_path(
     return ranks
 
 
+def analyzed(
+    path: str | os.PathLike,
+    *,
+    rules: Rules | str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    use_cache: bool = True,
+    progress: bool | None = False,
+    with_hta: bool | None = True,
+) -> list[LoadedTrace]:
+    """Every rank of ``path`` loaded (``load``) and analysed (``LoadedTrace.analysis``); the
+    reports are stored in the report cache too, so a later ``tracekit analyze`` of the same
+    file is instant. ``rules``: a ``Rules`` object, a rules TOML path or None."""
+    src = os.fspath(path)
+    traces = load(src, rules=rules, cache_dir=cache_dir, use_cache=use_cache, progress=progress)
+    reports = [lt.report(with_hta=with_hta) for lt in traces]
+    if use_cache and traces:
+        remember(src, traces[0].rules_id, with_hta, cache_dir, reports)
+    return traces
+
+
 def analyze_path(
     path: str | os.PathLike,
     *,
@@ -313,15 +355,10 @@ def analyze_path(
     progress: bool | None = False,
     with_hta: bool | None = True,
 ) -> list[tuple[Trace, Analysis]]:
-    """``(Trace, Analysis)`` per rank of ``path``; the reports are stored in the report cache
-    too, so a later ``tracekit analyze`` of the same file is instant. ``rules``: a ``Rules``
-    object, a rules TOML path or None. ``with_hta``: as ``LoadedTrace.analysis``."""
-    src = os.fspath(path)
-    traces = load(src, rules=rules, cache_dir=cache_dir, use_cache=use_cache, progress=progress)
-    if use_cache and traces:
-        remember(src, traces[0].rules_id, with_hta, cache_dir,
-                 [lt.report(with_hta=with_hta) for lt in traces])
-    return [(lt.trace, lt.analysis(with_hta=with_hta)) for lt in traces]
+    """``(Trace, Analysis)`` per rank of ``path`` (``analyzed``)."""
+    return [(lt.trace, lt.analysis(with_hta=with_hta))
+            for lt in analyzed(path, rules=rules, cache_dir=cache_dir, use_cache=use_cache,
+                               progress=progress, with_hta=with_hta)]
 
 
 def explain_path(
@@ -357,5 +394,5 @@ def has_untraced_beside(path: str | os.PathLike) -> bool:
     return untraced_step(src, 0) is not None
 
 
-__all__ = ["LoadedTrace", "analyze_path", "explain_path", "has_untraced_beside", "load", "loading",
+__all__ = ["LoadedTrace", "analyze_path", "analyzed", "explain_path", "has_untraced_beside", "load", "loading",
            "report_for_path"]

@@ -118,6 +118,33 @@ def cached_report(
     return ranks if isinstance(ranks, list) else None
 
 
+def cached_reports(
+    path: str, *, rules_path: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None, with_hta: bool | None = True,
+) -> list[dict] | None:
+    """``cached_report`` of ``path``; for a directory without an entry of its own (``tracekit
+    analyze DIR`` caches each rank on its own; the directory's entry is written only by loading
+    it whole), its rank files' own entries, when every rank file has one and each declares its
+    own, distinct rank: only then does loading the directory give each file the rank it has
+    alone, with no warning (a file without ``distributedInfo.rank``, or a clash, is renumbered
+    by the loader). None on a miss."""
+    hit = cached_report(path, rules_path=rules_path, cache_dir=cache_dir, with_hta=with_hta)
+    if hit or not os.path.isdir(path):
+        return hit
+    reports: list[dict] = []
+    for f in trace_files(path):
+        hit = cached_report(f, rules_path=rules_path, cache_dir=cache_dir, with_hta=with_hta)
+        if not hit or len(hit) != 1:
+            return None
+        declared = ((hit[0].get("identity") or {}).get("distributed_info") or {}).get("rank")
+        if type(declared) is not int or declared != hit[0].get("rank"):
+            return None
+        reports.append(hit[0])
+    if len({r["rank"] for r in reports}) != len(reports):
+        return None
+    return reports or None
+
+
 def remember(path: str, rules_id: bytes, with_hta: bool | None,
               cache_dir: str | os.PathLike | None, ranks: list[dict]) -> None:
     """Keep ``ranks`` in the report cache under ``path``'s key (nothing when it has none)."""

@@ -88,13 +88,13 @@ def test_the_browser_cannot_open_another_path(tmp_path, monkeypatch):
     from dashboards.catalog import Catalog
 
     opened: list[str] = []
-    real = tracekit.api.analyze_path
+    real = tracekit.api.analyzed
 
     def spy(path, **kw):
         opened.append(str(path))
         return real(path, **kw)
 
-    monkeypatch.setattr(tracekit.api, "analyze_path", spy)
+    monkeypatch.setattr(tracekit.api, "analyzed", spy)
     app = create_app(Catalog([str(SAMPLE)], cache_dir=str(tmp_path)))
     for value in [str(SAMPLE), "/etc/passwd", "../sample_traces", 5, -1, 0.5, True, None, [0]]:
         out = _source_callback(app, value)

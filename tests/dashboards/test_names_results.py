@@ -205,14 +205,14 @@ def test_snapshot_streams_named_as_on_the_timeline():
     name of CUPTI stream 14 and its votes; the note says how streams are matched."""
     from pathlib import Path
 
-    from tracekit.api import analyze_path
-    from tracekit.phases import default_rules
+    from tracekit import api
 
     path = Path(__file__).resolve().parents[2] / "sample_traces" / "issue5" / "issue5_inplace_standard.json.gz"
     if not path.exists() or not path.with_suffix("").with_suffix(".pickle").exists():
         pytest.skip("sample_traces/issue5 not present")
-    [(trace, a)] = analyze_path(path, use_cache=False, with_hta=False)
-    lanes = results.stream_names(trace, default_rules())
+    trace = api.open(path, use_cache=False)
+    a = trace.analysis(with_hta=False)
+    lanes = results.stream_names(trace)
     unit, table = results.snapshot(trace, a, lanes)
     rows = dict(zip(table["stream"], zip(table["on the timeline"], table["votes"])))
     assert rows["default stream (handle 0) · main"] == (lanes[(0, 7)], "365 of 365 (100.0%)")

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from dashboards.timeline import build_lanes, lane_events
+from tracekit.lanes import compute as trace_lanes
 from tracekit.trace.model import EVENT_COLUMNS, MEMORY_COLUMNS, Kind, Trace
 
 
@@ -42,23 +43,23 @@ def trace() -> Trace:
 def test_lanes_cpu_above_gpu_with_depth_and_phase(trace):
     acts = pd.DataFrame({"device": [0, 0, 0], "stream": [7, 7, 20], "name": ["k_fwd", "k_opt", "Memcpy HtoD"],
                          "ts": [2000, 7000, 1000], "end": [4000, 8000, 4000], "phase": ["forward", "optimizer", "other"]})
-    ev, origin = lane_events(trace, acts)
+    ev, origin = lane_events(trace_lanes(trace, acts))
     assert origin == 1000
     # the thread with ProfilerStep is the main one; its second nesting level a lane of its own
     assert list(dict.fromkeys(ev["lane"])) == ["main thread 1", "main thread 1 · level 1", "GPU 0 · stream 7", "GPU 0 · stream 20"]
     # GPU lanes by the names given, CPU threads by the trace's names
-    named, _ = lane_events(trace, acts, stream_names={(0, 7): "main · stream 7"}, thread_names={1: "thread 1 (python3)"})
+    named, _ = lane_events(trace_lanes(trace, acts), stream_names={(0, 7): "main · stream 7"}, thread_names={1: "thread 1 (python3)"})
     assert list(dict.fromkeys(named["lane"]))[:3] == ["main python3 1", "main python3 1 · level 1", "main · stream 7"]
     k = ev[ev["name"] == "k_opt"].iloc[0]
     assert (k["start"], k["end"], k["phase"]) == (6000, 7000, "optimizer")
     assert ev[ev["name"] == "Memcpy HtoD"]["phase"].item() == "other"
     # without tracekit's phases, every GPU activity is "other" and nothing is lost
-    ev2, _ = lane_events(trace)
+    ev2, _ = lane_events(trace_lanes(trace))
     assert len(ev2) == len(ev) and set(ev2.loc[ev2["lane"].str.startswith("GPU"), "phase"]) == {"other"}
 
 
 def test_window_detail_and_bins_conserve_busy_time(trace):
-    ev, _ = lane_events(trace)
+    ev, _ = lane_events(trace_lanes(trace))
     # window 1..5 us from origin: k_fwd (1000..3000) and the memcpy (0..3000) and forward ann intersect
     lanes = build_lanes(ev, (1000, 5000), bins=10)
     names = set(lanes.detail["name"])
@@ -72,7 +73,7 @@ def test_window_detail_and_bins_conserve_busy_time(trace):
 
 def test_too_many_events_in_window_are_binned_and_busy_is_conserved():
     rows = [(Kind.KERNEL, f"k{i}", i * 100, 50, 7, 7) for i in range(500)]
-    ev, _ = lane_events(make_trace(rows))
+    ev, _ = lane_events(trace_lanes(make_trace(rows)))
     lanes = build_lanes(ev, None, max_detail=100, bins=7)
     assert lanes.aggregated_in_window and lanes.detail.empty
     assert lanes.events_in_window == 500
@@ -82,7 +83,7 @@ def test_too_many_events_in_window_are_binned_and_busy_is_conserved():
 
 
 def test_event_spanning_many_bins_fills_them():
-    ev, _ = lane_events(make_trace([(Kind.KERNEL, "long", 0, 1000, 7, 7), (Kind.KERNEL, "end", 1000, 0, 7, 7)]))
+    ev, _ = lane_events(trace_lanes(make_trace([(Kind.KERNEL, "long", 0, 1000, 7, 7), (Kind.KERNEL, "end", 1000, 0, 7, 7)])))
     lanes = build_lanes(ev, (1000, 1000), bins=10)  # an empty window falls back to the whole trace
     assert lanes.window_ms == (0.0, 1000 / 1e6)
     from dashboards.timeline import _binned

@@ -238,6 +238,10 @@ class Trace:
         value = memo[key] = compute()
         return value
 
+    def forget(self) -> None:
+        """Drop what ``memo`` keeps (it is computed again when asked)."""
+        self.__dict__.pop("_derived", None)
+
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_derived", None)
