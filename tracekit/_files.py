@@ -1,5 +1,5 @@
 """What identifies a user's file, and where caches live: shared by the parsed-trace cache
-(``tracekit.trace.cache``), the report cache (``tracekit.api``) and the snapshot finder.
+(``tracekit.trace.cache``), the report cache (``tracekit.reportcache``) and the snapshot finder.
 
 Standard library only, so that a warm ``tracekit analyze`` (answered from the report cache)
 never imports numpy or pandas.

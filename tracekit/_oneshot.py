@@ -1,4 +1,5 @@
-"""Settings of a one-shot process: the CLI's cold path (``tracekit.api``, ``prefetch=True``).
+"""Settings of a one-shot process: the CLI's cold path (``tracekit.loaded.loading``,
+``prefetch=True``).
 
 A process that analyses one trace and ends can trade what a long-lived one cannot: the cyclic
 garbage collector held off over the imports and the load (``hold_gc``, ``release_gc``), OpenBLAS
