@@ -346,19 +346,11 @@ def analyzed(
     return traces
 
 
-def analyze_path(
-    path: str | os.PathLike,
-    *,
-    rules: Rules | str | os.PathLike | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    use_cache: bool = True,
-    progress: bool | None = False,
-    with_hta: bool | None = True,
-) -> list[tuple[Trace, Analysis]]:
-    """``(Trace, Analysis)`` per rank of ``path`` (``analyzed``)."""
+def analyze_path(path: str | os.PathLike, *, with_hta: bool | None = True,
+                 **options: Any) -> list[tuple[Trace, Analysis]]:
+    """``(Trace, Analysis)`` per rank of ``path``: ``analyzed(path, with_hta=..., **options)``."""
     return [(lt.trace, lt.analysis(with_hta=with_hta))
-            for lt in analyzed(path, rules=rules, cache_dir=cache_dir, use_cache=use_cache,
-                               progress=progress, with_hta=with_hta)]
+            for lt in analyzed(path, with_hta=with_hta, **options)]
 
 
 def explain_path(
