@@ -90,6 +90,10 @@ PRESETS = {
     # lookups and the all-to-alls carry the imbalance
     "jobs": dict(tables=16, rows=1_000_000, dim=128, hot=4, hot_pooling=60.0, cold_pooling=4.0, batch=8192,
                  dense_arch=(512, 256), over_arch=(1024, 1024, 512)),
+    # a stronger imbalance: 4x the samples and 200 ids per sample in the hot tables (the lookups of the
+    # rank that owns them dominate its step)
+    "jobs_hot": dict(tables=16, rows=1_000_000, dim=128, hot=4, hot_pooling=200.0, cold_pooling=2.0, batch=32768,
+                     dense_arch=(512, 256), over_arch=(1024, 1024, 512)),
     # the CPU smoke test (gloo, the reference TBE)
     "tiny": dict(tables=8, rows=2_000, dim=16, hot=2, hot_pooling=16.0, cold_pooling=2.0, batch=64,
                  dense_arch=(32,), over_arch=(64, 32)),

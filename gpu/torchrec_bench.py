@@ -90,7 +90,7 @@ PLAN: dict[str, tuple[int, str, int, int, int]] = {
 def torchrec_argv(name: str, entry: tuple[int, str, int, int, int], profile_dir: Path) -> list[str]:
     """TorchRec's flags for one plan entry (cmd_conf: one ``--field=value`` per dataclass field)."""
     world, pipeline, batch, benchmarks, profiles = entry
-    argv = [f"--world_size={world}", f"--pipeline={pipeline}", f"--batch_size={batch}", f"--num_batches={NUM_BATCHES}",
+    argv = [f"--world_size={world}", f"--pipeline={pipeline}", f"--batch_size={batch}", "--num_float_features=10", "--feature_pooling_avg=10", f"--num_batches={NUM_BATCHES}",
             f"--num_benchmarks={benchmarks}", f"--num_profiles={profiles}", f"--profile_dir={profile_dir}", f"--name={name}"]
     if world > 1:
         argv.append("--all_rank_traces=True")
