@@ -19,7 +19,7 @@ import torchrec_bench  # noqa: E402
 def test_torchrec_flags_of_each_entry():
     argv = torchrec_bench.torchrec_argv("4gpu_sparse_b8192", torchrec_bench.PLAN["4gpu_sparse_b8192"], Path("/d"))
     # TorchRec 1.6.1's cmd_conf fields (RunOptions, BenchFuncConfig, PipelineConfig): --name has no default there
-    assert argv == ["--world_size=4", "--pipeline=sparse", "--batch_size=8192", "--num_batches=8", "--num_benchmarks=8",
+    assert argv == ["--world_size=4", "--pipeline=sparse", "--batch_size=8192", "--num_float_features=10", "--feature_pooling_avg=10", "--num_batches=8", "--num_benchmarks=8",
                     "--num_profiles=1", "--profile_dir=/d", "--name=4gpu_sparse_b8192", "--all_rank_traces=True"]
     one = torchrec_bench.torchrec_argv("1gpu_fused_b1024", torchrec_bench.PLAN["1gpu_fused_b1024"], Path("/d"))
     assert "--pipeline=fused" in one and "--batch_size=1024" in one and not any("all_rank" in a for a in one)
