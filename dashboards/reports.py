@@ -32,12 +32,13 @@ def warnings(report: dict) -> list[str]:
 
 BREAKDOWN_ORDER = ("host", "compute:batch_copy", "compute:input_dist", "compute:lookup", "compute:forward",
                    "compute:backward", "compute:emb_backward", "compute:optimizer", "compute:zero_grad",
-                   "communication", "memcpy", "sync", "idle")
+                   "communication", "memcpy", "sync", "idle", "unexplained")
 """The order of ``tracekit explain``'s critical-path categories in a stacked bar (bottom up);
 categories not named here (other ``compute:<phase>``) go after the compute ones."""
 
 CATEGORY_NAMES = {"host": "host (dispatch, launch)", "communication": "exposed communication", "memcpy": "exposed memcpy",
-                  "sync": "sync stall", "idle": "GPU idle", "gpu": "GPU"}
+                  "sync": "sync stall", "idle": "GPU gap", "gpu": "GPU",
+                  "unexplained": "unexplained (not in the model)"}
 
 
 def category_name(cat: str) -> str:
@@ -62,9 +63,15 @@ def _saving(f: dict) -> str:
     ns = f.get("saving_ns")
     if ns is None:
         return "no time saving predicted"
+    if ns < 0:  # never a saving: the replay predicts a slower step
+        frac = f.get("saving_fraction")
+        return f"would not help here: predicted {-ns / NS_PER_MS:,.3f} ms slower" + \
+            (f" ({pct(-frac)} of the step)" if frac is not None else "")
     text = f"saves {ns / NS_PER_MS:,.3f} ms" + (f" ({pct(f['saving_fraction'])} of the step)" if f.get("saving_fraction") is not None else "")
     if f.get("saving_contention_ns") is not None and f["saving_contention_ns"] != ns:
-        text += f" · {f['saving_contention_ns'] / NS_PER_MS:,.3f} ms with contention"
+        c = f["saving_contention_ns"]
+        text += (f" · {c / NS_PER_MS:,.3f} ms with contention" if c >= 0 else
+                 f" · {-c / NS_PER_MS:,.3f} ms slower with contention")
     if tk_report.would_not_help(f):
         text += ": would not help here"
     return text

@@ -43,7 +43,8 @@ def phase_colour(phase: str) -> str:
     return _EXTRA[sum(map(ord, str(phase))) % len(_EXTRA)]
 
 
-CATEGORY_COLOURS = {"host": "#5c6370", "communication": "#17becf", "memcpy": "#8c564b", "sync": "#111111", "idle": "#d9dce3"}
+CATEGORY_COLOURS = {"host": "#5c6370", "communication": "#17becf", "memcpy": "#8c564b", "sync": "#111111", "idle": "#d9dce3",
+                    "unexplained": "#f0b3b3"}
 """Colours of tracekit explain's critical-path categories other than ``compute:<phase>``."""
 
 

@@ -4,6 +4,7 @@ was worked out by hand (times in us; the trace's own helpers give the exact ns).
 from __future__ import annotations
 
 import glob
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -85,7 +86,7 @@ def sync_trace(tmp_path, platform="cuda"):
     b.kernel("long", 5, 100, launched_by=b.runtime(f"{p}LaunchKernel", 1, 1))
     b.cpu_op("aten::item", 9, 102)
     b.runtime(f"{p}StreamSynchronize", 10, 100)
-    b.kernel("after", 125, 10, launched_by=b.runtime(f"{p}LaunchKernel", 120, 1))
+    b.kernel("after", 124, 10, launched_by=b.runtime(f"{p}LaunchKernel", 120, 1))
     return load_built(b, tmp_path)
 
 
@@ -100,30 +101,72 @@ def test_sync(tmp_path, platform):
     assert _bd(path) == {"compute:other": 100.0, "host": 95.0, "sync": 5.0}
     sync_call = int(np.flatnonzero(g.category == "sync")[0])
     assert g.start[sync_call] == ns(105) and g.wait_ns[sync_call] == 95 * US
+    # the model: launch latency 3 us (both launches), no queued activity to show a stream's gap
+    # (the default, 1 us): the replay of the unchanged trace is the trace
+    assert g.launch_latency_ns == 3 * US and g.gap_ns == 1 * US
+    assert (g.unexplained == 0).all()
     # the sync removed: the host goes on at 10 (its end marker comes at 100), the last kernel
-    # is launched at 20 but follows the long one on its stream: 105..115, the step's end
+    # is launched at 20 but follows the long one on its stream: 106..116, the step's end
     ch, n = wi.spec_change(g, wi.parse_spec("sync:Synchronize"))
     assert n == 1
-    assert wi.predict(g, ch).predicted_ns == 115 * US
+    p = wi.predict(g, ch)
+    assert p.replayed_ns == 200 * US and p.predicted_ns == 116 * US and p.saving_ns == 84 * US
 
 
 def test_replay_reproduces_the_trace(tmp_path):
+    """On these hand-built traces the model explains every delay: its replay is the trace."""
     for t in (host_bound(tmp_path / "a"), gpu_bound(tmp_path / "b"), sync_trace(tmp_path / "c")):
         g = build_graph(t, RULES)
+        assert (g.unexplained == 0).all()
         s, e = replay(Plan.of(g))
         assert (s == g.start).all() and (e == g.end).all()
+
+
+def test_the_model_leaves_out_what_it_cannot_explain(tmp_path):
+    """A kernel 41 us later than its launch and its stream allow: 41 us unexplained, named on
+    the critical path; the model's replay starts it on time (the step 41 us shorter)."""
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 50)
+    b.kernel("k1", 4, 36, launched_by=b.runtime("cudaLaunchKernel", 1, 1))
+    b.kernel("k2", 43, 10, launched_by=b.runtime("cudaLaunchKernel", 2, 1))
+    b.kernel("k3", 56, 10, launched_by=b.runtime("cudaLaunchKernel", 3, 1))
+    b.kernel("k4", 110, 10, launched_by=b.runtime("cudaLaunchKernel", 4, 1))
+    g = build_graph(load_built(b, tmp_path), RULES)
+    # launch latency: k1 (launched onto a free stream) 4 - 2 = 2 us; a stream's gap between
+    # queued kernels: 3, 3 and 44 us, the median 3 us
+    assert g.launch_latency_ns == 2 * US and g.gap_ns == 3 * US
+    k4 = int(np.flatnonzero(g.name == "k4")[0])
+    assert g.unexplained[k4] == (110 - 66 - 3) * US
+    path = cr.step_paths(g)
+    assert _bd(path) == {"compute:other": 66.0, "unexplained": 41.0, "idle": 9.0, "host": 4.0}
+    assert path.loc[path["category"] == "unexplained", "what"].tolist() == ["unexplained before"]
+    s, e = replay(Plan.of(g))
+    assert s[k4] == ns(69) and e[k4] == ns(79)
+    assert cr.step_windows(g, s, e)["end"].tolist() == [ns(79)]
+    # the model plus its unexplained time is the trace
+    from tracekit.graph.build import observed_lags
+
+    s, e = replay(replace(Plan.of(g), lag=observed_lags(g)))
+    assert (s == g.start).all() and (e == g.end).all()
 
 
 @pytest.mark.parametrize("path", sorted(glob.glob("sample_traces/*/*.json.gz")
                                         + glob.glob("sample_traces/*/*/*.json.gz")))
 def test_replay_reproduces_real_traces(path):
+    """The model plus the time it cannot explain is the trace; the replay keeps what is pinned
+    as traced; every step's path tiles its window."""
+    from tracekit.graph.build import observed_lags
     from tracekit.trace import load
 
     for t in load(path, use_cache=False).traces:
         g = build_graph(t, RULES)
         assert (g.src < g.dst).all()
-        s, e = replay(Plan.of(g))
-        assert (s == g.start).all()
+        s, e = replay(replace(Plan.of(g), lag=observed_lags(g)))
+        assert (s == g.start).all() and (e == g.end).all()
+        win = cr.step_windows(g)
+        pin = wi.pin_of(g, win)
+        s, e = replay(Plan.of(g, pin=pin))
+        assert (s[:pin + 1] == g.start[:pin + 1]).all() and (e[:pin + 1] == g.end[:pin + 1]).all()
         segs = cr.step_paths(g)
         win = cr.step_windows(g)
         # a step's segments tile its window exactly
@@ -211,10 +254,12 @@ def test_wait_recorded_without_its_producer(tmp_path):
     a = wait_agreement(t, RULES)
     assert a == {"recorded": 2, "recorded_producer": 0, "recorded_binding": 1, "inferred": 1,
                  "matched": 1, "precision": 1.0, "recall": 1.0}
-    # the wait decided when the consumer started: the 50 us after its producer are the wait's
+    # the wait decided when the consumer started; the 50 us after its producer ("next" holding
+    # the GPU) are not in the model: unexplained
     c = int(np.flatnonzero(g.name == "consumer")[0])
     e = g.binding[c]
-    assert g.edge_kind[e] == EdgeKind.WAIT_INFERRED and g.lag[e] == 50 * US
+    assert g.edge_kind[e] == EdgeKind.WAIT_INFERRED and g.lag[e] == g.gap_ns
+    assert g.start[c] - g.end[g.src[e]] == 50 * US and g.unexplained[c] == 50 * US - g.gap_ns
 
 
 def handoff_trace(tmp_path):
@@ -380,13 +425,15 @@ if not PUBLIC.is_dir():
                                   "kineto_tbplugin_resnet50"])
 def test_public_traces(name):
     """Other people's traces (ns resolution, NCCL, the 2021 legacy schema with pageable copies
-    and syncs): the replay reproduces them and every step's path tiles its window."""
+    and syncs): the model plus its unexplained time reproduces them and every step's path
+    tiles its window."""
     from tracekit.analyses import explain
+    from tracekit.graph.build import observed_lags
     from tracekit.trace import load
 
     t = load(PUBLIC / f"{name}.json.gz", use_cache=False).traces[0]
     g = build_graph(t, RULES)
-    s, _ = replay(Plan.of(g))
+    s, _ = replay(replace(Plan.of(g), lag=observed_lags(g)))
     assert (s == g.start).all()
     r = explain.compute(t, RULES)
     assert r.bound in ("host", "gpu", "communication", "sync")
@@ -399,7 +446,7 @@ def test_public_traces(name):
 @pytest.mark.skipif(not PUBLIC.is_dir(), reason="public traces not present")
 def test_agrees_with_hta_on_its_own_trace():
     """HTA 0.5's critical path of ProfilerStep#104 of its own test trace (run with
-    bench/critical_path_vs_hta.py in a pandas<3 venv, bench/NOTES-explain.md): 95,662 us on the
+    bench/hta_critical_path.py in a pandas<3 venv, bench/NOTES-explain.md): 95,662 us on the
     path, 93,671 us of it GPU compute. tracekit's path of the same step covers the same work;
     HTA rounds ns times down to us, which moves ~1 us per kernel from compute to gaps."""
     from tracekit.trace import load
@@ -443,11 +490,15 @@ def queue_trace(tmp_path):
     """A slow host (1 us calls) launches three 30 us kernels (k0 at 0, k1 at 10, k2 at 40: the
     GPU runs them 2..92), then works 1 ms before launching a 2 us kernel at 1100; the step ends
     at 1200. With a launch queue of 2, k2's launch (at 40) had to wait for k0's end (32): the
-    trace honours it."""
+    trace honours it. The host's work shows as CPU ops (a thread that records nothing for a
+    while was blocked, ``GraphConfig.idle_ns``)."""
     b = TraceBuilder()
     b.profiler_step(1, 0, 1200)
     for i, (call, start, d) in enumerate([(0, 2, 30), (10, 32, 30), (40, 62, 30), (1100, 1102, 2)]):
         b.kernel(f"k{i}", start, d, launched_by=b.runtime("cudaLaunchKernel", call, 1))
+    for t0 in range(45, 1100, 100):
+        b.cpu_op("aten::work", t0, 90)
+    b.cpu_op("aten::work", 1105, 90)
     return load_built(b, tmp_path)
 
 
@@ -531,6 +582,7 @@ def test_host_cost_seam(tmp_path):
     w = r.what_ifs.set_index("id").loc["kernel:k3=4"]
     # the saving is measured from the corrected replay (97 us) to the changed one (k3 57..67,
     # the end marker at 82 us): 15 us
-    assert w["saving_ns"] == 15 * US and w["predicted_step_ns"] == 82 * US
+    assert w["replayed_step_ns"] == 97 * US and w["saving_ns"] == 15 * US
+    assert w["predicted_step_ns"] == (115 - 15) * US  # the traced step less the saving
     with pytest.raises(ValueError):
         g.with_host_cost(HostCost.zero(g.n - 1))

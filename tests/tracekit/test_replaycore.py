@@ -80,15 +80,16 @@ def test_an_edge_backwards_is_refused():
         rp.replay(p)
 
 
-def _walks_both(start, end, binding, src, sinks, t_from, monkeypatch) -> None:
+def _walks_both(start, end, binding, src, lag, sinks, t_from, monkeypatch) -> None:
     from tracekit.graph import critical as cr
 
-    args = (start, end, binding, src, sinks, t_from)
+    args = (start, end, binding, src, lag, sinks, t_from)
     got = cr._walks(*args, python=lambda: cr._Walker.__new__(cr._Walker))
     with monkeypatch.context() as m:
         m.setattr(cr, "_core", None)
         w = cr._Walker.__new__(cr._Walker)
-        w.start, w.end, w.binding, w.src = (a.tolist() for a in (start, end, binding, src))
+        w.start, w.end, w.binding, w.src, w.lag = (a.tolist()
+                                                   for a in (start, end, binding, src, lag))
         want = cr._walks(*args, python=lambda: w)
         alone = [cr._Walker.walk(w, int(s), int(end[s]), int(f)) for s, f in zip(sinks, t_from)]
     assert len(got) == len(want) == 5
@@ -101,8 +102,9 @@ def _walks_both(start, end, binding, src, sinks, t_from, monkeypatch) -> None:
 @pytest.mark.parametrize("seed", range(30))
 def test_compiled_walks_are_the_walkers(seed, monkeypatch):
     """Each walk back from a sink along the binding edges, compiled and in Python: the same
-    segments in the same order, on random schedules (bindings left out, lags, windows that
-    begin before, inside or after a node)."""
+    segments in the same order, on random schedules (bindings left out, lags shorter and longer
+    than the gaps they stand for: unexplained time, windows that begin before, inside or after
+    a node)."""
     r = np.random.default_rng(seed)
     p = _random_plan(r)
     start, end = rp.replay(p)
@@ -114,7 +116,8 @@ def test_compiled_walks_are_the_walkers(seed, monkeypatch):
     k = int(r.integers(1, 40))
     sinks = r.integers(0, n, k).astype(np.int64)
     t_from = (end[sinks] - r.integers(-100, 10 ** 6, k)).astype(np.int64)
-    _walks_both(start, end, binding, p.src.astype(np.int64), sinks, t_from, monkeypatch)
+    lag = r.integers(0, 3000, p.src.size).astype(np.int64)  # another model's lags than p's
+    _walks_both(start, end, binding, p.src.astype(np.int64), lag, sinks, t_from, monkeypatch)
 
 
 def test_compiled_walks_on_real_traces(monkeypatch):
@@ -138,11 +141,11 @@ def test_a_walk_along_an_edge_backwards_is_walked_in_python(monkeypatch):
     from tracekit.graph import critical as cr
 
     start, end = np.array([0, 10], np.int64), np.array([5, 20], np.int64)
-    binding, src = np.array([0, -1], np.int64), np.array([1], np.int64)
+    binding, src, lag = np.array([0, -1], np.int64), np.array([1], np.int64), np.zeros(1, np.int64)
     sinks, t_from = np.array([0], np.int64), np.array([-5], np.int64)
     with pytest.raises(ValueError, match="backwards"):
-        core.walks(start, end, binding, src, sinks, t_from)
+        core.walks(start, end, binding, src, lag, sinks, t_from)
     w = cr._Walker.__new__(cr._Walker)
-    w.start, w.end, w.binding, w.src = (a.tolist() for a in (start, end, binding, src))
-    _, s, e, v, edge = cr._walks(start, end, binding, src, sinks, t_from, python=lambda: w)
+    w.start, w.end, w.binding, w.src, w.lag = (a.tolist() for a in (start, end, binding, src, lag))
+    _, s, e, v, edge = cr._walks(start, end, binding, src, lag, sinks, t_from, python=lambda: w)
     assert (s.tolist(), e.tolist(), v.tolist(), edge.tolist()) == ([0, -5], [5, 0], [0, 1], [-1, -2])

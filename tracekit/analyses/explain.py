@@ -34,7 +34,9 @@ from tracekit.graph import fixes as fx
 from tracekit.graph import overhead as oh
 from tracekit.graph import whatif as wi
 from tracekit.graph.build import GraphConfig
-from tracekit.graph.model import COMPUTE, BOUNDS, Graph, HostCost, NodeKind, SYNC, bound_class
+from tracekit.graph.model import (
+    BOUNDS, COMPUTE, SYNC, UNEXPLAINED, Graph, HostCost, NodeKind, bound_class,
+)
 from tracekit.phases import Rules
 from tracekit.trace.model import Trace
 
@@ -71,6 +73,11 @@ class ExplainConfig:
     """Where ``step_ms`` comes from (``--step-ms``, a ``metrics.json`` beside the trace...)."""
     overhead: oh.OverheadModel = field(default_factory=lambda: oh.DEFAULT_MODEL)
     """The profiler's cost per recorded thing."""
+    replay_median_error: float = 0.03
+    """Warn when the model's replay of the trace misses its counted steps by more than this
+    fraction (median of the absolute errors)..."""
+    replay_worst_error: float = 0.10
+    """... or misses one step by more than this fraction."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.graph, GraphConfig) or not isinstance(self.fixes, fx.FixConfig):
@@ -88,7 +95,9 @@ class ExplainResult:
     bound_share: float | None
     steps: pd.DataFrame
     """Per step: ``step, start_ns, end_ns, duration_ns, bound, bound_share, breakdown``
-    (a dict category -> ns), ``top`` (list of the path's largest items)."""
+    (a dict category -> ns), ``top`` (list of the path's largest items), ``replayed_ns`` (the
+    step in the model's replay of the unchanged trace), ``replay_error`` (replayed / traced -
+    1), ``unexplained_ns`` (time on its critical path the model does not explain)."""
     breakdown: pd.DataFrame
     """Over all steps: ``category, ns, share`` (largest first)."""
     findings: list
@@ -103,7 +112,11 @@ class ExplainResult:
     lanes: pd.DataFrame
     """Time on the critical path per lane over all steps: ``lane, ns, share``."""
     graph: dict
-    """The graph's size: ``nodes``, ``edges`` by kind, ``launch_latency_ns``."""
+    """The graph's size and modelled delays: ``nodes``, ``edges`` by kind,
+    ``launch_latency_ns``, ``gap_ns``, ``handoff_ns``."""
+    replay: dict = field(default_factory=dict)
+    """The model's replay of the unchanged trace against it, over the counted steps:
+    ``steps``, ``median_abs_error``, ``worst_error`` (fractions of the traced step)."""
     warnings: tuple[str, ...] = ()
     view: str = "traced"
     """``untraced`` (the estimate: bound, findings and steps of the untraced step) or
@@ -178,8 +191,9 @@ def _finding(fid, title, fix, evidence, pred: wi.Prediction, kind="time") -> dic
             "saving_ns": pred.saving_ns, "saving_fraction": pred.saving_ns / obs if obs else None,
             "saving_contention_ns": pred.saving_contention_ns,
             "saving_contention_fraction": pred.saving_contention_ns / obs if obs else None,
-            "observed_step_ns": obs, "predicted_step_ns": pred.predicted_ns,
-            "predicted_contention_step_ns": pred.predicted_contention_ns}
+            "observed_step_ns": obs, "replayed_step_ns": pred.baseline_ns,
+            "predicted_step_ns": obs - pred.saving_ns,
+            "predicted_contention_step_ns": obs - pred.saving_contention_ns}
 
 
 def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
@@ -194,9 +208,7 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     out of every replay (the profiler's cost, estimated): the what-ifs replay the graph
     without it (``Graph.with_host_cost``)."""
     config = ExplainConfig() if config is None else config
-    g = build_graph(trace, rules, config.graph)
-    # the graph the what-ifs replay: without the host time ``host_cost`` takes out
-    gw = g if host_cost is None else g.with_host_cost(host_cost(trace, g))
+    g0 = g = build_graph(trace, rules, config.graph)  # g0: the trace as traced
     warnings = list(g.warnings)
     est = None
     if (g.kind == NodeKind.CALL).any():
@@ -204,6 +216,8 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         est = oh.estimate(trace, g, config.overhead, step_ms=config.step_ms, counts=counts)
         if config.untraced:
             g = oh.untraced_graph(trace, g, est, counts)
+    # the graph the what-ifs replay (the view's): without the host time ``host_cost`` takes out
+    gw = g if host_cost is None else g.with_host_cost(host_cost(trace, g))
     win = cr.step_windows(g)
     path = cr.step_paths(g, windows=win)
     bds = _breakdowns(path)
@@ -214,6 +228,26 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         for k, v in bds.get(int(r.step), {}).items():
             total_bd[k] = total_bd.get(k, 0) + v
     total = int(np.sum(np.array(durs, np.int64))) if durs else 0
+
+    # ---- the model's replay of the trace as traced, against it ---------------------------------
+    win0, path0 = (win, path) if g0 is g else (cr.step_windows(g0), None)
+    counted = wi.counted_steps(win0)
+    obs0 = (win0["end"] - win0["start"]).to_numpy(np.int64)
+    rep0 = wi.aligned(win0, wi.base_schedule(g0, win0).windows) if len(win0) else obs0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        err0 = np.where(obs0 > 0, rep0 / np.maximum(obs0, 1) - 1.0, np.nan)
+    replay = _replay_summary(err0, counted)
+    if replay["steps"] and (replay["median_abs_error"] > config.replay_median_error or
+                            abs(replay["worst_error"]) > config.replay_worst_error):
+        if path0 is None:
+            path0 = cr.step_paths(g0, windows=win0)
+        warnings.append(_replay_warning(g0, path0, win0, counted, replay))
+    at = pd.Index(win0["step"].to_numpy(np.int64))
+    k = at.get_indexer(win["step"].to_numpy(np.int64))
+    replayed = np.where(k >= 0, rep0[np.maximum(k, 0)], 0) if k.size else rep0[:0]
+    err = np.where(k >= 0, err0[np.maximum(k, 0)], np.nan) if k.size else err0[:0]
+    if len(win):
+        wi.base_schedule(gw, win)  # computed once, before a fork below shares it
 
     # ---- fixes and what-ifs --------------------------------------------------------------------
     chains = _chains(trace, g)
@@ -254,13 +288,15 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
 
     rows = []
     tops = _tops(g, path)
-    for r, dur in zip(win.itertuples(index=False), durs):
+    for r, dur, rp, er in zip(win.itertuples(index=False), durs, replayed.tolist(), err.tolist()):
         bd = bds.get(int(r.step), {})
         b, share = cr.bound_of(bd, dur)
         rows.append((int(r.step), int(r.start), int(r.end), dur, b,
-                     np.nan if share is None else share, bd, tops.get(int(r.step), [])))
+                     np.nan if share is None else share, bd, tops.get(int(r.step), []),
+                     int(rp), er, int(bd.get(UNEXPLAINED, 0))))
     steps = pd.DataFrame(rows, columns=["step", "start_ns", "end_ns", "duration_ns", "bound",
-                                        "bound_share", "breakdown", "top"])
+                                        "bound_share", "breakdown", "top", "replayed_ns",
+                                        "replay_error", "unexplained_ns"])
     bound, bound_share = cr.bound_of(total_bd, total)
     bd_t = pd.DataFrame([(k, v, v / total if total else None) for k, v in
                          sorted(total_bd.items(), key=lambda kv: -kv[1])],
@@ -276,8 +312,10 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
 
     def run(fid, title, applies, evidence, pred: wi.Prediction | None) -> wi.Prediction | None:
         obs = pred.observed_ns if pred else None
-        wrows.append((fid, title, applies, evidence, obs, pred.predicted_ns if pred else None,
-                      pred.predicted_contention_ns if pred else None,
+        wrows.append((fid, title, applies, evidence, obs,
+                      pred.baseline_ns if pred else None,
+                      obs - pred.saving_ns if pred else None,
+                      obs - pred.saving_contention_ns if pred else None,
                       pred.saving_ns if pred else None,
                       pred.saving_ns / obs if pred and obs else None,
                       pred.saving_contention_ns if pred else None))
@@ -287,14 +325,15 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         if f.kind == "memory":
             m = f.memory
             wrows.append((f.id, f.title, f.applies, f.evidence, None, None, None, None, None,
-                          None))
+                          None, None))
             if f.applies:
                 pr, pk = m.get("predicted_peak_reserved_bytes"), m.get("peak_reserved_bytes")
                 findings.append({"id": f.id, "title": f.title, "fix": f.fix,
                                  "evidence": f.evidence, "kind": "memory", "saving_ns": None,
                                  "saving_fraction": None, "saving_contention_ns": None,
                                  "saving_contention_fraction": None, "observed_step_ns": None,
-                                 "predicted_step_ns": None, "predicted_contention_step_ns": None,
+                                 "replayed_step_ns": None, "predicted_step_ns": None,
+                                 "predicted_contention_step_ns": None,
                                  **m, "saving_bytes": (pk - pr) if pr is not None and
                                  pk is not None else None})
             continue
@@ -316,15 +355,65 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     findings.sort(key=lambda d: (d["id"] not in nfix, -(d["saving_ns"] or 0),
                                  -(d.get("saving_bytes") or 0)))
     what_ifs = pd.DataFrame(wrows, columns=[
-        "id", "title", "applies", "evidence", "observed_step_ns", "predicted_step_ns",
-        "predicted_contention_step_ns", "saving_ns", "saving_fraction", "saving_contention_ns"])
+        "id", "title", "applies", "evidence", "observed_step_ns", "replayed_step_ns",
+        "predicted_step_ns", "predicted_contention_step_ns", "saving_ns", "saving_fraction",
+        "saving_contention_ns"])
     return ExplainResult(
         bound=bound, bound_share=bound_share, steps=steps, breakdown=bd_t, findings=findings,
         what_ifs=what_ifs, lanes=lanes_t,
-        graph={"nodes": g.n, "edges": g.edge_counts(), "launch_latency_ns": g.launch_latency_ns},
-        warnings=tuple(warnings), path=path,
+        graph={"nodes": g.n, "edges": g.edge_counts(), "launch_latency_ns": g.launch_latency_ns,
+               "gap_ns": g.gap_ns, "handoff_ns": g.handoff_ns},
+        replay=replay, warnings=tuple(warnings), path=path,
         view="untraced" if est is not None and config.untraced else "traced",
         overhead=None if est is None else {**est.to_dict(), "source": config.step_ms_source})
+
+
+def _replay_summary(err: np.ndarray, counted: np.ndarray) -> dict:
+    """The replay error over the counted steps: ``steps``, ``median_abs_error``,
+    ``worst_error`` (signed, the largest in size), fractions of the traced step."""
+    e = err[counted & np.isfinite(err)] if err.size else err
+    if not e.size:
+        return {"steps": 0, "median_abs_error": None, "worst_error": None}
+    return {"steps": int(e.size), "median_abs_error": float(np.median(np.abs(e))),
+            "worst_error": float(e[np.argmax(np.abs(e))])}
+
+
+_LACKS = {
+    "gpu": "GPU work that started later than its launch, its stream and its waits allow (work "
+           "or waits the trace does not show: other processes, sampled-away events, "
+           "contention)",
+    "wake": "threads that resumed with nothing in the trace that woke them (a sleep, a timer, "
+            "another process or rank)",
+    "call": "host calls that started later than the host time before them allows",
+    "released": "work that nothing in the trace precedes",
+}
+
+
+def _replay_warning(g, path: pd.DataFrame, win: pd.DataFrame, counted: np.ndarray,
+                    replay: dict) -> str:
+    """What the model lacks on this trace: the unexplained time on the counted steps' critical
+    paths, by what it precedes."""
+    steps = set(win["step"].to_numpy(np.int64)[counted].tolist())
+    n = max(len(steps), 1)
+    un = path[(path["category"] == UNEXPLAINED) & path["step"].isin(steps)] if len(path) else path
+    parts = []
+    if len(un):
+        node = un["node"].to_numpy(np.int64)
+        what = np.where(g.binding[node] < 0, "released",
+                        np.where(g.kind[node] == NodeKind.GPU, "gpu",
+                                 np.where(g.kind[node] == NodeKind.POINT, "wake", "call")))
+        by = pd.Series(un["dur"].to_numpy(np.int64)).groupby(what).sum().sort_values(
+            ascending=False)
+        for k, ns in by.items():
+            lanes = un[what == k].groupby("lane")["dur"].sum().sort_values(ascending=False)
+            top = ", ".join(g.lane_label(int(x)) for x in lanes.index[:2])
+            parts.append(f"{_LACKS[k]}: {ns / n / 1e6:.3f} ms per step ({top})")
+    lack = "; ".join(parts) if parts else "nothing on the critical path is unexplained: the " \
+        "replay's own path differs (work the model moves earlier than it ran)"
+    return (f"the model's replay of this trace misses its steps by "
+            f"{100 * replay['median_abs_error']:.1f}% (median) and up to "
+            f"{100 * replay['worst_error']:+.1f}%: what-if savings are less certain here; the "
+            f"model lacks {lack}")
 
 
 def detect_fixes(trace: Trace, g, rules: Rules, config: fx.FixConfig, *,

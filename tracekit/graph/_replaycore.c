@@ -88,13 +88,15 @@ done:
     return result;
 }
 
-/* walks(start, end, binding, src, sinks, t_from): critical.py's walks, every one in a loop of
- * its own: from sinks[i] at end[sinks[i]] back to t_from[i] along the binding edges (binding[v]:
- * the edge into v that decided its start, -1 for none; src[e]: its source). Returns five bytearrays
- * of int64 (walk, start, end, node, edge): the segments walk by walk in the order given,
- * each latest first, exactly _Walker.walk's (edge -1: a node's own time; -2: time before a node
- * nothing precedes; else the edge whose lag it is). Every edge goes from a lower to a higher id
- * (replay.Plan), so each walk ends; an edge that does not is refused (ValueError). */
+/* walks(start, end, binding, src, lag, sinks, t_from): critical.py's walks, every one in a loop
+ * of its own: from sinks[i] at end[sinks[i]] back to t_from[i] along the binding edges
+ * (binding[v]: the edge into v that decided its start, -1 for none; src[e]: its source; lag[e]:
+ * its modelled lag). Returns five bytearrays of int64 (walk, start, end, node, edge): the
+ * segments walk by walk in the order given, each latest first, exactly _Walker.walk's (edge -1:
+ * a node's own time; -2: time before a node nothing precedes; -3: time before a node beyond its
+ * binding edge's lag, which the model does not explain; else the edge whose lag it is). Every
+ * edge goes from a lower to a higher id (replay.Plan), so each walk ends; an edge that does not
+ * is refused (ValueError). */
 typedef struct { int64_t *a; Py_ssize_t n, cap; } Segs;
 
 static int emit(Segs *s, int64_t w, int64_t lo, int64_t hi, int64_t v, int64_t e) {
@@ -112,25 +114,25 @@ static int emit(Segs *s, int64_t w, int64_t lo, int64_t hi, int64_t v, int64_t e
 
 static PyObject *walks(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *o[6];
-    if (!PyArg_UnpackTuple(args, "walks", 6, 6, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5]))
+    PyObject *o[7];
+    if (!PyArg_UnpackTuple(args, "walks", 7, 7, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6]))
         return NULL;
-    static const char *names[6] = {"start", "end", "binding", "src", "sinks", "t_from"};
-    Py_buffer b[6];
+    static const char *names[7] = {"start", "end", "binding", "src", "lag", "sinks", "t_from"};
+    Py_buffer b[7];
     int got = 0;
     PyObject *result = NULL;
     Segs segs = {NULL, 0, 0};
     Py_ssize_t n = -1, m = -1, k = -1;
-    for (int i = 0; i < 6; i++) {
-        Py_ssize_t want = (i <= 2) ? n : (i == 5) ? k : -1;
+    for (int i = 0; i < 7; i++) {
+        Py_ssize_t want = (i <= 2) ? n : (i == 4) ? m : (i == 6) ? k : -1;
         if (get(o[i], &b[i], want, 8, 0, names[i]) < 0) goto done;
         got = i + 1;
         if (i == 0) n = b[0].len / 8;
         if (i == 3) m = b[3].len / 8;
-        if (i == 4) k = b[4].len / 8;
+        if (i == 5) k = b[5].len / 8;
     }
     const int64_t *start = b[0].buf, *end = b[1].buf, *binding = b[2].buf, *src = b[3].buf,
-                  *sinks = b[4].buf, *t_from = b[5].buf;
+                  *lag = b[4].buf, *sinks = b[5].buf, *t_from = b[6].buf;
     int bad = 0, nomem = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < k && !bad && !nomem; i++) {
@@ -152,7 +154,13 @@ static PyObject *walks(PyObject *self, PyObject *args) {
             if (u < 0 || u >= v) { bad = 1; break; }
             if (end[u] < t) {
                 int64_t lo = end[u] > tf ? end[u] : tf;
-                if (emit(&segs, i, lo, t, v, e) < 0) { nomem = 1; break; }
+                int64_t ready = end[u] + (lag[e] > 0 ? lag[e] : 0);  /* the model's start */
+                if (ready < t) {  /* beyond the lag: unexplained */
+                    int64_t mid = ready > lo ? ready : lo;
+                    if (emit(&segs, i, mid, t, v, -3) < 0) { nomem = 1; break; }
+                    t = mid;
+                }
+                if (lo < t && emit(&segs, i, lo, t, v, e) < 0) { nomem = 1; break; }
                 t = lo;
             }
             v = u;
@@ -187,7 +195,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "run(release, dur, lane_prev, has_pred, ilag, ptr, src, lag, start, end)"},
-    {"walks", walks, METH_VARARGS, "walks(start, end, binding, src, sinks, t_from) -> (walk, start, end, node, edge) as int64 bytearrays"},
+    {"walks", walks, METH_VARARGS, "walks(start, end, binding, src, lag, sinks, t_from) -> (walk, start, end, node, edge) as int64 bytearrays"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -35,7 +35,10 @@ class GraphConfig:
 
     launch_latency_ns: int | None = None
     """Nominal launch latency (launch call end -> activity start); None: the trace's own, the
-    10th percentile over activities whose stream was free when they were launched."""
+    median over activities whose stream was free when they were launched."""
+    gap_ns: int | None = None
+    """Nominal gap between consecutive activities of a stream, and from a cross-stream wait's
+    producer to its consumer; None: the trace's own (``_stream_gap``)."""
     wait_ready_ns: int = 5_000
     """An activity that starts this much later than it was ready (launched, and its stream
     free) was held by something: a cross-stream wait is looked for."""
@@ -49,10 +52,14 @@ class GraphConfig:
     of the recorded waits that name only their consumer; True = always, from timing and the
     ``cudaStreamWaitEvent`` calls (recorded ones are dropped, as the precision/recall test
     does); False = never."""
-    handoff_idle_ns: int = 200_000
-    """A secondary CPU thread idle this long before running again was woken by another thread
-    (a handoff edge from the latest call on another thread); when the thread holding the steps
-    ran nothing while it was busy, it resumes after it."""
+    idle_ns: int = 200_000
+    """A CPU thread that records nothing (no op, call or annotation) for this long was blocked
+    or asleep: the graph has a point where it stopped (``block``) and one where it resumed
+    (``wake``), and the time between is not host work."""
+    handoff_max_ns: int = 1_000_000
+    """A thread that resumes at most this long after another thread stopped was woken by it
+    (a handoff edge); a thread that resumes with no such stop before it resumes for a reason
+    the trace does not show (a timer, a process outside it): unexplained."""
     host_wait_tolerance_ns: int = 100_000
     """A blocking call waited for the GPU activity that ended last before it returned, if that
     activity ended at most this long before the call returned (beyond that the call's own
@@ -66,12 +73,15 @@ class GraphConfig:
     limit."""
 
     def __post_init__(self) -> None:
-        for f in ("wait_ready_ns", "wait_match_ns", "handoff_idle_ns", "host_wait_tolerance_ns"):
+        for f in ("wait_ready_ns", "wait_match_ns", "idle_ns", "handoff_max_ns",
+                  "host_wait_tolerance_ns"):
             v = getattr(self, f)
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"GraphConfig.{f} must be a non-negative int, got {v!r}")
-        if self.launch_latency_ns is not None and not isinstance(self.launch_latency_ns, int):
-            raise ValueError("GraphConfig.launch_latency_ns must be an int or None")
+        for f in ("launch_latency_ns", "gap_ns"):
+            v = getattr(self, f)
+            if v is not None and (not isinstance(v, int) or v < 0):
+                raise ValueError(f"GraphConfig.{f} must be a non-negative int or None")
         if self.launch_queue_depth is not None and (
                 not isinstance(self.launch_queue_depth, int) or self.launch_queue_depth < 0):
             raise ValueError("GraphConfig.launch_queue_depth must be a non-negative int or None")
@@ -80,6 +90,24 @@ class GraphConfig:
 
 
 DEFAULT_CONFIG = GraphConfig()
+DEFAULT_LAUNCH_LATENCY_NS = 2_500
+"""Launch latency when the trace shows none (no activity launched onto an idle stream): the
+runtime's H200 traces show 2.0-2.5 us from a launch call's return to its kernel's start."""
+MAX_LAUNCH_LATENCY_NS = 20_000
+"""The largest median launch latency taken from a trace."""
+DEFAULT_GAP_NS = 1_000
+"""The gap between two activities of a stream when the trace shows none: ~1.0-1.3 us between
+queued kernels on the runtime's H200 traces."""
+MAX_GAP_NS = 20_000
+"""The largest gap taken from a trace."""
+DEFAULT_HANDOFF_NS = 20_000
+"""A thread's wake-up after another thread stops, when the trace shows none."""
+POLL = re.compile(r"^(cuda|hip)(Event|Stream)Query(_v\d+)?$")
+"""Runtime calls that only ask whether GPU work is done (they never block)."""
+POLLING_SHARE = 0.8
+"""A thread whose calls are at least this share of polls (``POLL``), and at least
+``POLLING_MIN`` of them, is a polling thread."""
+POLLING_MIN = 10
 DEFAULT_QUEUE_DEPTH = 1021
 """A stream's launch queue depth when the trace does not show it: the runtime's H200 traces
 (torch 2.11, CUDA 13) block a launch on the activity launched 1,020-1,022 launches earlier."""
@@ -157,6 +185,89 @@ def _calls(trace: Trace) -> pd.DataFrame:
                         copy=False)
 
 
+@dataclass(frozen=True)
+class _Points:
+    """Where CPU threads stopped (``block``) and resumed (``wake``) work, and who woke whom."""
+
+    lane: np.ndarray
+    time: np.ndarray
+    wake: np.ndarray
+    """bool: a wake point (else a block point)."""
+    trigger: np.ndarray
+    """Per point: for a wake, the block point of another thread that woke it (-1: none)."""
+    polling: np.ndarray
+    """The lanes of polling threads."""
+
+
+def _host_points(trace: Trace, cl: pd.DataFrame, base: int, main_lane: int,
+                 k_lane: np.ndarray, k_poll: np.ndarray, config: GraphConfig) -> _Points:
+    """Per CPU lane (``cl``: its pid, tid; lane ids from ``base``): the stretches of at least
+    ``config.idle_ns`` in which its thread recorded nothing (no CPU op, runtime or driver call,
+    Python function, nor the start or end of an annotation), as a block point at the stretch's
+    start and a wake point at its end; a thread other than the main one also wakes at its first
+    event and blocks after its last. A wake point is triggered by the latest block point of
+    another thread at most ``config.handoff_max_ns`` before it (a baton pass: autograd's
+    engine thread running the backward while the main thread waits in ``backward()``, and
+    back); polling threads (``POLLING_SHARE`` of their calls polls) neither wake nor are woken
+    by others: they stop and resume on their own timer."""
+    ev = trace.events
+    kinds = ev["kind"].to_numpy()
+    busy = phases.of_kinds(kinds, (Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER, Kind.PYTHON))
+    ann = phases.of_kinds(kinds, (Kind.ANNOTATION,))
+    cpu = busy | ann
+    rows = np.flatnonzero(cpu)
+    tid = ev["tid"].to_numpy(np.int64)[rows]
+    pid = ev["pid"].to_numpy(np.int64)[rows]
+    ts = ev["ts"].to_numpy(np.int64)[rows]
+    end = ts + ev["dur"].to_numpy(np.int64)[rows]
+    is_ann = ann[rows]
+    lanes_l, time_l, wake_l = [], [], []
+    polling = []
+    for i, (p, t) in enumerate(zip(cl["pid"].to_numpy(np.int64).tolist(),
+                                   cl["tid"].to_numpy(np.int64).tolist())):
+        ln = base + i
+        mine = k_lane == ln
+        if mine.sum() >= POLLING_MIN and k_poll[mine].mean() >= POLLING_SHARE:
+            polling.append(ln)
+        sel = (tid == t) & (pid == p)
+        if not sel.any():
+            continue
+        a = is_ann[sel]
+        s_b, e_b = ts[sel][~a], end[sel][~a]
+        pts = np.r_[ts[sel][a], end[sel][a]]
+        s = np.r_[s_b, pts]
+        e = np.r_[e_b, pts]
+        o = np.argsort(s, kind="stable")
+        s, e = s[o], e[o]
+        reach = np.maximum.accumulate(e)
+        idle = np.flatnonzero(s[1:] - reach[:-1] >= config.idle_ns)
+        blocks, wakes = reach[idle], s[idle + 1]
+        if ln != main_lane:  # a thread of its own: it starts, and ends
+            wakes = np.r_[s[0], wakes]
+            blocks = np.r_[blocks, reach[-1]]
+        lanes_l += [np.full(blocks.size + wakes.size, ln, np.int64)]
+        time_l += [np.r_[blocks, wakes]]
+        wake_l += [np.r_[np.zeros(blocks.size, bool), np.ones(wakes.size, bool)]]
+    if not lanes_l:
+        z = np.zeros(0, np.int64)
+        return _Points(z, z, np.zeros(0, bool), z, np.array(polling, np.int64))
+    lane = np.concatenate(lanes_l)
+    time = np.concatenate(time_l)
+    wake = np.concatenate(wake_l)
+    trigger = np.full(lane.size, -1, np.int64)
+    can = np.flatnonzero(~wake & ~np.isin(lane, polling))
+    can = can[np.argsort(time[can], kind="stable")]
+    for ln in np.setdiff1d(np.unique(lane[wake]), polling):  # per thread (a trace has a few)
+        w = np.flatnonzero(wake & (lane == ln))
+        c = can[lane[can] != ln]
+        if not c.size:
+            continue
+        k = np.searchsorted(time[c], time[w], side="left") - 1
+        ok = (k >= 0) & (time[w] - time[c[np.maximum(k, 0)]] <= config.handoff_max_ns)
+        trigger[w[ok]] = c[k[ok]]
+    return _Points(lane, time, wake, trigger, np.array(polling, np.int64))
+
+
 def _main_thread(trace: Trace, rules: Rules, calls: pd.DataFrame) -> tuple[int, int]:
     """(pid, tid) of the thread holding the steps (else the one with most calls)."""
     _, index = phases.activities(trace, rules)
@@ -186,15 +297,33 @@ def stream_prev_end(a_start, a_end, a_lane) -> np.ndarray:
 
 
 def _launch_latency(a_start, a_end, a_lane, launch_end, nominal: int | None) -> int:
-    """The nominal launch latency: ``nominal``, else the 10th percentile of activity start -
-    launch end over the activities whose stream was free when their launch returned."""
+    """The nominal launch latency: ``nominal``, else the median of activity start - launch end
+    over the activities whose stream was free when their launch returned (``DEFAULT_LAUNCH_
+    LATENCY_NS`` without any, or when that median is beyond ``MAX_LAUNCH_LATENCY_NS``)."""
     if nominal is not None:
         return nominal
     free = (launch_end >= 0) & (stream_prev_end(a_start, a_end, a_lane) < launch_end)
     lat = (a_start - launch_end)[free]
     if not lat.size:
-        return 0
-    return int(np.clip(np.percentile(lat, 10), 0, 50_000))
+        return DEFAULT_LAUNCH_LATENCY_NS
+    med = int(np.median(lat))
+    # beyond MAX_LAUNCH_LATENCY_NS it is not a launch latency: something the trace does not show
+    # held those activities (their stream was free)
+    return max(med, 0) if med <= MAX_LAUNCH_LATENCY_NS else DEFAULT_LAUNCH_LATENCY_NS
+
+
+def _stream_gap(a_start, a_end, a_lane, launch_end, lat: int, nominal: int | None) -> int:
+    """The gap between consecutive activities of a stream: ``nominal``, else the median of
+    start - previous end over activities launched well before their stream was free (20 us
+    before: the stream, not the launch, held them; ``DEFAULT_GAP_NS`` without any)."""
+    if nominal is not None:
+        return nominal
+    prev = stream_prev_end(a_start, a_end, a_lane)
+    queued = (prev > NONE) & (launch_end >= 0) & (launch_end + lat + 20_000 < prev)
+    gap = (a_start - prev)[queued]
+    if not gap.size:
+        return DEFAULT_GAP_NS
+    return int(np.clip(np.median(gap), 0, MAX_GAP_NS))
 
 
 def build_graph(trace: Trace, rules: Rules, config: GraphConfig | None = None) -> Graph:
@@ -278,6 +407,8 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         poll = phases.name_matches(ncodes[calls["row"].to_numpy(np.int64)], ncats, POLL)
         hit = np.isin(c_corr, scorr[scorr >= 0]) & (c_corr >= 0) & ~poll
         blocking[np.unique(c_node_of_call[hit])] = True
+    k_poll = phases.name_matches(ncodes[k_rows], ncats, POLL)
+    blocking &= ~k_poll  # a poll returns at once (Kineto's Event Sync on a cudaEventQuery)
     # which activity each (kept) call launched: the correlation ids
     act_call = np.full(len(acts), -1, np.int64)  # per activity: the kept call that launched it
     ok = c_corr >= 0
@@ -309,6 +440,14 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     hw_src, hw_dst = _host_waits(
         np.flatnonzero(blocking), k_ts, k_end, device_sync, a_start, a_end, a_launch, a_lane,
         only_lane, config.host_wait_tolerance_ns)
+    # a blocking call that launched a copy (a synchronous or pageable one) waits for that copy,
+    # however long the call takes after it (a pageable copy's host side)
+    own = np.flatnonzero(blocking & ~queue & (call_act >= 0))
+    if own.size:
+        a = call_act[own]
+        ok = (a_end[a] <= k_end[own]) & (a_end[a] > k_ts[own])
+        hw_src = np.r_[hw_src, a[ok]].astype(np.int64)
+        hw_dst = np.r_[hw_dst, own[ok]].astype(np.int64)
     # graph start of a call: after the GPU work it waited for
     c_start = k_ts.copy()
     if hw_dst.size:
@@ -335,38 +474,47 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     m_name = np.array([f"step {s} start" for s in st["step"]] + [f"step {s} end" for s in st["step"]],
                       dtype=object) if n_st else np.zeros(0, object)
 
+    # ---- where threads stopped and resumed ----------------------------------------------------
+    pts = _host_points(trace, cl, len(gl), main_lane, c_lane, k_poll, config)
+    n_pt = pts.lane.size
+    pt_name = np.where(pts.wake, "thread wakes", "thread blocks").astype(object)
+
     # ---- all nodes, in topological order ---------------------------------------------------
     na, nc, nm = len(acts), len(kept), m_time.size
-    kind = np.r_[np.full(na, NodeKind.GPU), np.full(nc, NodeKind.CALL), np.full(nm, NodeKind.MARK)]
-    start = np.r_[a_start, c_start, m_time]
-    dur = np.r_[a_end - a_start, k_end - c_start, np.zeros(nm, np.int64)]
-    tie = np.r_[np.full(na, 2), np.full(nc, 1), np.zeros(nm, np.int64)]
+    kind = np.r_[np.full(na, NodeKind.GPU), np.full(nc, NodeKind.CALL), np.full(nm, NodeKind.MARK),
+                 np.full(n_pt, NodeKind.POINT)]
+    start = np.r_[a_start, c_start, m_time, pts.time]
+    dur = np.r_[a_end - a_start, k_end - c_start, np.zeros(nm + n_pt, np.int64)]
+    # at one time: a wake first, then markers, calls, GPU activities, a block last
+    tie = np.r_[np.full(na, 2), np.full(nc, 1), np.zeros(nm, np.int64),
+                np.where(pts.wake, -1, 3)]
     order = np.lexsort((tie, start))
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
     kind = kind[order].astype(np.int8)
-    lane = np.r_[a_lane, c_lane, np.full(nm, main_lane)][order].astype(np.int32)
+    lane = np.r_[a_lane, c_lane, np.full(nm, main_lane), pts.lane][order].astype(np.int32)
     start, dur = start[order], dur[order]
-    row = np.r_[grow, k_rows, np.full(nm, -1)][order].astype(np.int64)
-    ev_ts = np.r_[a_start, k_ts, m_time][order]  # the event's own start (calls: before waiting)
-    wait = np.r_[np.zeros(na, np.int64), c_wait, np.zeros(nm, np.int64)][order]
+    row = np.r_[grow, k_rows, np.full(nm + n_pt, -1)][order].astype(np.int64)
+    ev_ts = np.r_[a_start, k_ts, m_time, pts.time][order]  # the event's own start (calls: before waiting)
+    wait = np.r_[np.zeros(na, np.int64), c_wait, np.zeros(nm + n_pt, np.int64)][order]
     spans = st if n_st else st.iloc[:0]
-    a_step = phases.step_of(spans.rename(columns={"cpu_start": "ts", "cpu_end": "end"}),
-                            np.where(a_launch >= 0, a_launch, a_start))
-    c_step = phases.step_of(spans.rename(columns={"cpu_start": "ts", "cpu_end": "end"}), k_ts)
-    step = np.r_[a_step, c_step, m_step][order]
+    spans = spans.rename(columns={"cpu_start": "ts", "cpu_end": "end"})
+    a_step = phases.step_of(spans, np.where(a_launch >= 0, a_launch, a_start))
+    c_step = phases.step_of(spans, k_ts)
+    step = np.r_[a_step, c_step, m_step, phases.step_of(spans, pts.time)][order]
     c_cat = objarrays.where(blocking, SYNC, HOST)
-    category = np.r_[a_cat, c_cat, objarrays.full(nm, HOST)][order]
+    category = np.r_[a_cat, c_cat, objarrays.full(nm + n_pt, HOST)][order]
     name = np.r_[acts["name"].to_numpy(object), phases.name_strings(ncodes[k_rows], ncats)
-                 if nc else np.zeros(0, object), m_name][order]
-    phase = np.r_[a_phase, c_phase, objarrays.full(nm, phases.OTHER)][order]
-    batch = np.r_[acts["batch"].to_numpy(np.int64), c_batch, np.full(nm, -1)][order]
+                 if nc else np.zeros(0, object), m_name, pt_name][order]
+    phase = np.r_[a_phase, c_phase, objarrays.full(nm + n_pt, phases.OTHER)][order]
+    batch = np.r_[acts["batch"].to_numpy(np.int64), c_batch, np.full(nm + n_pt, -1)][order]
     a_id = rank[:na]
     c_id = rank[na:na + nc]
-    m_id = rank[na + nc:]
+    m_id = rank[na + nc:na + nc + nm]
+    p_id = rank[na + nc + nm:]
     end = start + dur
 
-    # ---- edges ------------------------------------------------------------------------------
+    # ---- edges, with modelled lags ---------------------------------------------------------
     srcs, dsts, kinds, noms = [], [], [], []
 
     def add(s, d, k, nominal):
@@ -378,13 +526,16 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
 
     is_gpu = kind == NodeKind.GPU
     ids = np.arange(kind.size)
-    # program order (lag: the host time between the calls)
+    # program order: the host time between consecutive nodes of a thread; none across the
+    # stretch where it was blocked (from its block point to its wake point)
     cpu = ~is_gpu
     p_prev, p_next = _pairs(lane[cpu].astype(np.int64), ids[cpu])
-    p_nom = ev_ts[p_next] - end[p_prev]
-    # stream order
-    s_prev, s_next = _pairs(lane[is_gpu].astype(np.int64), ids[is_gpu])
-    add(s_prev, s_next, EdgeKind.STREAM, 0)
+    p_nom = np.maximum(ev_ts[p_next] - end[p_prev], 0)
+    blocked = np.zeros(kind.size, bool)
+    blocked[p_id[~pts.wake]] = True
+    woke = np.zeros(kind.size, bool)
+    woke[p_id[pts.wake]] = True
+    p_nom[blocked[p_prev] & woke[p_next]] = 0
     # launches: the activity's correlation -> the (outer) call carrying it
     linked = act_call >= 0
     l_src, l_dst = c_id[act_call[linked]], a_id[linked]
@@ -395,6 +546,10 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         by_node[l_dst] = np.where(wait[l_src] > 0, -1, end[l_src])
         launch_end = by_node[a_id]
     lat = _launch_latency(a_start, a_end, a_lane, launch_end, config.launch_latency_ns)
+    gap = _stream_gap(a_start, a_end, a_lane, launch_end, lat, config.gap_ns)
+    # stream order
+    s_prev, s_next = _pairs(lane[is_gpu].astype(np.int64), ids[is_gpu])
+    add(s_prev, s_next, EdgeKind.STREAM, gap)
     # a blocking call launched its work when it began, before its wait: that launch edge comes
     # from the call before it on its thread, with the host time up to the call's start
     l_nom = np.full(l_src.size, lat, np.int64)
@@ -405,7 +560,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         pr = pred_of[l_src[waited]]
         has = pr >= 0
         idx = np.flatnonzero(waited)[has]
-        l_nom[idx] = ev_ts[l_src[idx]] - end[pr[has]] + lat
+        l_nom[idx] = np.maximum(ev_ts[l_src[idx]] - end[pr[has]], 0) + lat
         l_src = l_src.copy()
         l_src[idx] = pr[has]
     add(l_src, l_dst, EdgeKind.LAUNCH, l_nom)
@@ -421,7 +576,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     recorded = rec_s.size + rec_cons.size > 0
     use_rec = config.infer_waits is not True
     if use_rec and rec_s.size:
-        add(a_id[rec_s], a_id[rec_d], EdgeKind.WAIT_RECORDED, 0)
+        add(a_id[rec_s], a_id[rec_d], EdgeKind.WAIT_RECORDED, gap)
     hint = None
     if use_rec and recorded:
         # the trace says which activities waited (the consumers); where it does not say on
@@ -435,16 +590,16 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     if hint is not None and na and hint.any():
         w_src, w_dst = _inferred_waits(a_start, a_end, a_lane, acts["device"].to_numpy(np.int64),
                                        launch_end, lat, config, hint)
-        add(a_id[w_src], a_id[w_dst], EdgeKind.WAIT_INFERRED, 0)
+        add(a_id[w_src], a_id[w_dst], EdgeKind.WAIT_INFERRED, gap)
     wait_consumers = np.unique(a_id[np.r_[rec_d, rec_cons].astype(np.int64)])
-    # handoffs between CPU threads
-    h_src, h_dst, h_nom, p_override = _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes,
-                                                p_prev, p_next, config)
-    if p_override.size:
-        p_nom = p_nom.copy()
-        p_nom[p_override[:, 0]] = p_override[:, 1]
+    # handoffs between CPU threads: a thread stopped, another resumed right after
+    trig = np.flatnonzero(pts.trigger >= 0)
+    h_src, h_dst = p_id[pts.trigger[trig]], p_id[trig]
+    h_obs = start[h_dst] - end[h_src]
+    handoff = int(np.clip(np.median(h_obs), 0, config.handoff_max_ns)) if h_obs.size else \
+        min(DEFAULT_HANDOFF_NS, config.handoff_max_ns)
     add(p_prev, p_next, EdgeKind.PROGRAM, p_nom)
-    add(h_src, h_dst, EdgeKind.HANDOFF, h_nom)
+    add(h_src, h_dst, EdgeKind.HANDOFF, handoff)
 
     src = np.concatenate(srcs)
     dst = np.concatenate(dsts)
@@ -457,10 +612,23 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         src, dst, ekind, nom = src[~bad], dst[~bad], ekind[~bad], nom[~bad]
     o = np.argsort(dst.astype(np.int64) * max(kind.size, 1) + src, kind="stable")  # (dst, src)
     src, dst, ekind, nom = src[o], dst[o], ekind[o], nom[o]
-    lag, binding = _bind(src, dst, ekind, nom, start, end)
+    binding, unexplained = _bind(src, dst, ekind, nom, start, end)
+    # copies held by a copy engine busy with another stream's copy of the same direction
+    e_src, e_dst = _engine_waits(a_id, a_kind, acts["name"].to_numpy(object), a_start, a_end,
+                                 a_lane, acts["device"].to_numpy(np.int64),
+                                 unexplained[a_id], config)
+    if e_src.size:
+        src, dst = np.r_[src, e_src], np.r_[dst, e_dst]
+        ekind = np.r_[ekind, np.full(e_src.size, int(EdgeKind.ENGINE), np.int8)]
+        nom = np.r_[nom, np.full(e_src.size, gap, np.int64)]
+        o = np.argsort(dst.astype(np.int64) * max(kind.size, 1) + src, kind="stable")
+        src, dst, ekind, nom = src[o], dst[o], ekind[o], nom[o]
+        binding, unexplained = _bind(src, dst, ekind, nom, start, end)
 
     launched = np.full(kind.size, -1, np.int64)
     launched[c_id[act_call[linked]]] = a_id[linked]
+    launcher = np.full(kind.size, -1, np.int64)
+    launcher[a_id[linked]] = c_id[act_call[linked]]
     depth = config.launch_queue_depth
     if depth is None:
         depth = _queue_depth(src, dst, ekind, launched, lane) or DEFAULT_QUEUE_DEPTH
@@ -473,15 +641,17 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     })
     return Graph(kind=kind, lane=lane, start=start, dur=dur, row=row, step=step,
                  category=category, name=name, phase=phase, batch=batch, lanes=lanes,
-                 src=src, dst=dst, edge_kind=ekind, lag=lag, binding=binding, steps=steps_t,
-                 wait_ns=wait, launched=launched, launch_latency_ns=lat,
+                 src=src, dst=dst, edge_kind=ekind, lag=nom, binding=binding, steps=steps_t,
+                 wait_ns=wait, launched=launched, launcher=launcher, launch_latency_ns=lat,
                  wait_consumers=wait_consumers, queue_depth=int(depth),
+                 unexplained=unexplained, gap_ns=gap, handoff_ns=handoff,
+                 polling_lanes=pts.polling, main_lane=main_lane,
                  warnings=tuple(warnings))
 
 
 _PRIORITY = {EdgeKind.HOST_WAIT: 6, EdgeKind.QUEUE: 6, EdgeKind.WAIT_RECORDED: 5, EdgeKind.WAIT_INFERRED: 4,
-             EdgeKind.FIX: 4, EdgeKind.STREAM: 3, EdgeKind.HANDOFF: 2, EdgeKind.LAUNCH: 1,
-             EdgeKind.PROGRAM: 0}
+             EdgeKind.FIX: 4, EdgeKind.ENGINE: 4, EdgeKind.STREAM: 3, EdgeKind.HANDOFF: 2,
+             EdgeKind.LAUNCH: 1, EdgeKind.PROGRAM: 0}
 
 
 def edge_priority(kind: np.ndarray) -> np.ndarray:
@@ -493,9 +663,42 @@ def edge_priority(kind: np.ndarray) -> np.ndarray:
     return table[kind.astype(np.int64)]
 
 
+COPY_DIRECTION = re.compile(r"^Memcpy (\w+)")
+
+
+def _engine_waits(a_id, a_kind, a_name, a_start, a_end, a_lane, a_dev, a_unexplained,
+                  config: GraphConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Copies held by the copy engine (node ids: source, destination): a copy that started more
+    than ``wait_ready_ns`` later than the model says, within ``wait_match_ns`` of the end of a
+    copy of the same direction (``Memcpy DtoH``...) on another stream of its device, waited for
+    that copy (a device's copies of one direction run on one engine, one at a time)."""
+    cp = np.flatnonzero(a_kind == int(Kind.MEMCPY))
+    if cp.size < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    dirs = np.array([(m.group(1) if (m := COPY_DIRECTION.match(str(n))) else "")
+                     for n in a_name[cp]], dtype=object)
+    out_s, out_d = [], []
+    for key in set(zip(a_dev[cp].tolist(), dirs.tolist())):
+        sel = cp[(a_dev[cp] == key[0]) & (dirs == key[1])]
+        if sel.size < 2 or not key[1]:
+            continue
+        by_end = sel[np.argsort(a_end[sel], kind="stable")]
+        held = sel[a_unexplained[sel] > config.wait_ready_ns]
+        for c in held.tolist():  # a trace has few
+            k = np.searchsorted(a_end[by_end], a_start[c], side="right") - 1
+            while k >= 0 and a_lane[by_end[k]] == a_lane[c]:
+                k -= 1
+            if k >= 0 and a_start[c] - a_end[by_end[k]] <= config.wait_match_ns:
+                out_s.append(a_id[by_end[k]])
+                out_d.append(a_id[c])
+    return np.array(out_s, np.int64), np.array(out_d, np.int64)
+
+
 def _bind(src, dst, ekind, nom, start, end) -> tuple[np.ndarray, np.ndarray]:
-    """Each node's binding edge and the lags that reproduce the observed times."""
-    obs = start[dst] - end[src]
+    """Each node's binding edge (the one whose source's end + modelled lag is latest: the
+    dependency that decided its start, ties broken by ``edge_priority``) and its unexplained
+    time: its start minus that time (what the model does not explain; negative where the node
+    started earlier than the model says; 0 for a node nothing precedes)."""
     cand = end[src] + nom
     binding = np.full(start.size, -1, np.int64)
     if src.size and intervals.is_nondecreasing(dst):
@@ -512,10 +715,10 @@ def _bind(src, dst, ekind, nom, start, end) -> tuple[np.ndarray, np.ndarray]:
         o = np.lexsort((edge_priority(ekind), cand, dst))
         last = np.r_[dst[o][1:] != dst[o][:-1], True]
         binding[dst[o][last]] = o[last]
-    lag = np.minimum(nom, obs)
-    b = binding[binding >= 0]
-    lag[b] = obs[b]
-    return lag.astype(np.int64), binding
+    unexplained = np.zeros(start.size, np.int64)
+    b = np.flatnonzero(binding >= 0)
+    unexplained[b] = start[b] - cand[binding[b]]
+    return binding, unexplained
 
 
 def _host_waits(calls_idx, c_ts, c_end, device_sync, a_start, a_end, a_launch, a_lane,
@@ -528,7 +731,8 @@ def _host_waits(calls_idx, c_ts, c_end, device_sync, a_start, a_end, a_launch, a
     when the call began, and ended within ``tolerance`` of the call's return."""
     if not calls_idx.size or not a_start.size:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    launch = np.where(a_launch >= 0, a_launch, a_start)
+    # an activity whose launch is not in the trace was launched before it began
+    launch = np.where(a_launch >= 0, a_launch, NONE)
     out_a, out_c = [], []
     single = calls_idx[~device_sync[calls_idx]]
     multi = calls_idx[device_sync[calls_idx]]
@@ -545,7 +749,7 @@ def _host_waits(calls_idx, c_ts, c_end, device_sync, a_start, a_end, a_launch, a
             k = np.searchsorted(e, c_end[group], side="right") - 1
             ok = k >= 0
             kk = np.maximum(k, 0)
-            ok &= lm[kk] < c_ts[group]  # launched before the call (not by another thread meanwhile)
+            ok &= lm[kk] <= c_ts[group]  # launched before the call or by it (not by another thread meanwhile)
             ok &= e[kk] > c_ts[group]  # still running when the call began
             ok &= c_end[group] - e[kk] <= tolerance
             out_a.append(sel[kk[ok]])
@@ -730,72 +934,15 @@ def _recorded_waits(trace, acts, calls, ev):
     return s, d, cons_only
 
 
-def _handoffs(trace, lane, ev_ts, end, cpu, main_lane, lanes, p_prev, p_next, config):
-    """Edges between CPU threads (see ``GraphConfig.handoff_idle_ns``), and the program-edge
-    lags they replace: returns (sources, destinations, nominal lags, [[program edge, lag]])."""
-    empty = (np.zeros(0, np.int64),) * 3 + (np.zeros((0, 2), np.int64),)
-    cpu_ids = np.flatnonzero(cpu)
-    if main_lane < 0 or not cpu_ids.size:
-        return empty
-    cl = lane[cpu_ids]
-    others = np.unique(cl[cl != main_lane])
-    if not others.size:
-        return empty
-    # program edge into each node (-1: none; a node has at most one)
-    pe_by_next = np.full(lane.size, -1, np.int64)
-    pe_by_next[p_next] = np.arange(p_next.size)
-    # every CPU node by end, for "latest node of another thread before t"
-    by_end = cpu_ids[np.argsort(end[cpu_ids], kind="stable")]
-    e_sorted = end[by_end]
-    main_ids = cpu_ids[cl == main_lane]
-    # host events of the main thread (anything it ran), to tell "blocked" from "busy"
-    ev = trace.events
-    mt = int(lanes.loc[main_lane, "tid"])
-    mrows = np.flatnonzero((ev["tid"].to_numpy(np.int64) == mt) & phases.of_kinds(
-        ev["kind"].to_numpy(), [Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME,
-                                Kind.DRIVER]))
-    m_ts = ev["ts"].to_numpy(np.int64)[mrows]
-    if not intervals.is_nondecreasing(m_ts):  # events are sorted by ts: usually no sort
-        m_ts = np.sort(m_ts)
-    main_ts = ev_ts[main_ids]
-    hs, hd, hn, ov = [], [], [], []
-    for ln in others:
-        ids = cpu_ids[cl == ln]  # in node order = time order on the thread
-        gap = ev_ts[ids[1:]] - end[ids[:-1]]
-        first = np.r_[0, np.flatnonzero(gap >= config.handoff_idle_ns) + 1]
-        last = np.r_[first[1:] - 1, ids.size - 1]
-        b_first, b_last = ids[first], ids[last]
-        # trigger: the latest node of another thread that ended before the burst began
-        k = np.searchsorted(e_sorted, ev_ts[b_first], side="right") - 1
-        other = np.maximum.accumulate(np.where(lane[by_end] != ln, np.arange(by_end.size), -1))
-        kk = np.where(k >= 0, other[np.maximum(k, 0)], -1)
-        # the main thread blocked while the burst ran (it ran nothing): it resumes after it
-        t0, t1 = ev_ts[b_first], end[b_last]
-        busy = np.searchsorted(m_ts, t1, side="left") - np.searchsorted(m_ts, t0, side="right")
-        nxt = np.searchsorted(main_ts, t1, side="left")
-        for j in range(b_first.size):  # per burst (a thread has few)
-            if kk[j] >= 0:
-                trig = by_end[kk[j]]
-                hs.append(trig)
-                hd.append(b_first[j])
-                hn.append(ev_ts[b_first[j]] - end[trig])
-                if pe_by_next[b_first[j]] >= 0:  # the thread's own order no longer holds it
-                    ov.append((int(pe_by_next[b_first[j]]), 0))
-            if busy[j] or nxt[j] >= main_ids.size:
-                continue
-            m_next = main_ids[nxt[j]]
-            hs.append(b_last[j])
-            hd.append(m_next)
-            hn.append(ev_ts[m_next] - t1[j])
-            if pe_by_next[m_next] >= 0:
-                e_i = int(pe_by_next[m_next])
-                m_prev = p_prev[e_i]
-                obs = ev_ts[m_next] - end[m_prev]
-                ov.append((e_i, max(0, int(obs - (t1[j] - t0[j])))))
-    if not hs:
-        return empty
-    return (np.array(hs, np.int64), np.array(hd, np.int64), np.array(hn, np.int64),
-            np.array(ov, np.int64).reshape(-1, 2))
+def observed_lags(g: Graph) -> np.ndarray:
+    """Edge lags that reproduce the trace exactly: the binding edge's modelled lag plus its
+    destination's unexplained time, every other edge's modelled lag clipped to the observed
+    gap. What the model and its unexplained time add up to (a replay of the graph with these
+    lags is the trace): the model's own replay leaves the unexplained time out."""
+    lag = np.minimum(g.lag, g.start[g.dst] - g.end[g.src])
+    b = np.flatnonzero(g.binding >= 0)
+    lag[g.binding[b]] = g.lag[g.binding[b]] + g.unexplained[b]
+    return lag
 
 
 def host_spans(g: Graph, trace: Trace) -> pd.DataFrame:

@@ -22,8 +22,8 @@ import pandas as pd
 
 from tracekit import _objarrays as objarrays
 from tracekit.graph.model import (  # noqa: F401 (completes, main_lanes: named here as always)
-    BOUNDS, EDGE_CATEGORY, EDGE_NAMES, IDLE, EdgeKind, Graph, NodeKind, bound_class, completes,
-    main_lanes,
+    BOUNDS, EDGE_CATEGORY, EDGE_NAMES, UNEXPLAINED as UNEXPLAINED_CATEGORY, EdgeKind, Graph,
+    NodeKind, bound_class, completes, main_lanes,
 )
 from tracekit.graph.replay import _core
 
@@ -68,30 +68,36 @@ def step_windows(g: Graph, start: np.ndarray | None = None,
     return pd.DataFrame({"step": steps, "start": begin, "end": comp, "sink": sink})
 
 
+OWN, RELEASED, UNEXPLAINED = -1, -2, -3
+"""A segment's ``edge`` when it is not an edge's lag: a node's own time; time before a node
+nothing precedes; time before a node beyond its binding edge's modelled lag (unexplained)."""
+
+
 def walk(g: Graph, sink: int, t_from: int, *, start: np.ndarray | None = None,
          end: np.ndarray | None = None, binding: np.ndarray | None = None,
-         src: np.ndarray | None = None) -> list[tuple]:
+         src: np.ndarray | None = None, lag: np.ndarray | None = None) -> list[tuple]:
     """Segments ``(start, end, node, edge)`` of the path into ``sink`` back to ``t_from``,
-    latest first; ``edge`` is -1 for a node's own time, -2 for time before a node nothing
-    precedes, else the edge whose lag it is. ``start/end/binding/src`` default to the observed
-    schedule and the graph's edges (a replay passes its own)."""
-    w = _Walker(g, start, end, binding, src)
+    latest first; ``edge`` is ``OWN``, ``RELEASED``, ``UNEXPLAINED`` or the edge whose lag it
+    is. ``start/end/binding/src/lag`` default to the observed schedule and the graph's edges (a
+    replay passes its own)."""
+    w = _Walker(g, start, end, binding, src, lag)
     return w.walk(int(sink), w.end[int(sink)], int(t_from))
 
 
 class _Walker:
     """The schedule as Python lists, converted once for every walk over it."""
 
-    def __init__(self, g: Graph, start, end, binding, src) -> None:
+    def __init__(self, g: Graph, start, end, binding, src, lag=None) -> None:
         self.start = (g.start if start is None else start).tolist()
         self.end = (g.end if end is None else end).tolist()
         self.binding = (g.binding if binding is None else binding).tolist()
         self.src = (g.src if src is None else src).tolist()
+        self.lag = (g.lag if lag is None else lag).tolist()
 
     def walk(self, v: int, t: int, t_from: int) -> list[tuple]:
         """The walk from node ``v`` at time ``t`` (``end[v]`` for a sink; ``_walks`` hands
         over walks it began at the loop's top)."""
-        start, end_l, binding_l, src = self.start, self.end, self.binding, self.src
+        start, end_l, binding_l, src, lag = self.start, self.end, self.binding, self.src, self.lag
         out = []
         while t > t_from:
             s = max(start[v], t_from)
@@ -102,12 +108,19 @@ class _Walker:
                 break
             e = binding_l[v]
             if e < 0:  # nothing precedes it: the rest of the window is unexplained
-                out.append((t_from, t, v, -2))
+                out.append((t_from, t, v, RELEASED))
                 break
             u = src[e]
             if end_l[u] < t:
-                out.append((max(end_l[u], t_from), t, v, e))
-                t = max(end_l[u], t_from)
+                lo = max(end_l[u], t_from)
+                ready = end_l[u] + max(lag[e], 0)
+                if ready < t:  # beyond the modelled lag: unexplained
+                    mid = max(ready, lo)
+                    out.append((mid, t, v, UNEXPLAINED))
+                    t = mid
+                if lo < t:
+                    out.append((lo, t, v, e))
+                t = lo
             v = u
             t = min(t, end_l[v])
         return out
@@ -120,7 +133,8 @@ are still going; the last few (a long step, or a trace without steps: one walk) 
 
 
 def _walks(start: np.ndarray, end: np.ndarray, binding: np.ndarray, src: np.ndarray,
-           sinks: np.ndarray, t_from: np.ndarray, python=None) -> tuple[np.ndarray, ...]:
+           lag: np.ndarray, sinks: np.ndarray, t_from: np.ndarray,
+           python=None) -> tuple[np.ndarray, ...]:
     """``walk`` from every ``sinks[i]`` back to ``t_from[i]`` at once: the segments as arrays
     ``(walk, start, end, node, edge)``, walk by walk in the order given, each latest first
     (exactly ``walk``'s segments, concatenated). The walks advance together (the same steps
@@ -132,7 +146,7 @@ def _walks(start: np.ndarray, end: np.ndarray, binding: np.ndarray, src: np.ndar
         i64 = np.int64
         try:
             cols = _core.walks(*(np.ascontiguousarray(a, i64)
-                                 for a in (start, end, binding, src, sinks, t_from)))
+                                 for a in (start, end, binding, src, lag, sinks, t_from)))
         except ValueError:  # an edge backwards: walked below, as where it is not built
             pass
         else:
@@ -155,16 +169,24 @@ def _walks(start: np.ndarray, end: np.ndarray, binding: np.ndarray, src: np.ndar
         e = binding[vi]
         none = go & (e < 0)  # nothing precedes it: the rest of the window is unexplained
         if none.any():
-            parts.append((live[none], k, 1, fi[none], ti[none], vi[none], -2))
+            parts.append((live[none], k, 1, fi[none], ti[none], vi[none], RELEASED))
         go &= e >= 0
         live, vi, ti, fi, e = live[go], vi[go], ti[go], fi[go], e[go]
         u = src[e]
         eu = end[u]
         lagged = eu < ti
         if lagged.any():
-            lo = np.maximum(eu[lagged], fi[lagged])
-            parts.append((live[lagged], k, 1, lo, ti[lagged], vi[lagged], e[lagged]))
-            ti = np.where(lagged, np.maximum(eu, fi), ti)
+            lo = np.maximum(eu, fi)
+            ready = eu + np.maximum(lag[e], 0)
+            mid = np.maximum(ready, lo)
+            un = lagged & (ready < ti)
+            if un.any():
+                parts.append((live[un], k, 1, mid[un], ti[un], vi[un], UNEXPLAINED))
+            ti = np.where(un, mid, ti)
+            ok = lagged & (lo < ti)
+            if ok.any():
+                parts.append((live[ok], k, 2, lo[ok], ti[ok], vi[ok], e[ok]))
+            ti = np.where(lagged, lo, ti)
         ti = np.minimum(ti, eu)
         v[live], t[live] = u, ti
         live = live[ti > fi]
@@ -187,20 +209,20 @@ def _walks(start: np.ndarray, end: np.ndarray, binding: np.ndarray, src: np.ndar
 
 
 def _segments(g: Graph, step, s, e, v, edge, edge_kind) -> pd.DataFrame:
-    """Segments given as arrays (step, start, end, node, edge: -1 for a node's own time, -2
-    for time before a node nothing precedes) as a ``SEGMENT_COLUMNS`` table, earliest first;
+    """Segments given as arrays (step, start, end, node, edge: ``OWN``, ``RELEASED``,
+    ``UNEXPLAINED`` or the edge whose lag it is) as a ``SEGMENT_COLUMNS`` table, earliest first;
     ``edge_kind``: the kinds of the edges they used (default: the graph's)."""
     if not s.size:
         return pd.DataFrame({c: [] for c in SEGMENT_COLUMNS})
-    own = edge == -1
-    cat = objarrays.where(own, g.category[v], IDLE)
+    own = edge == OWN
+    cat = objarrays.where(own, g.category[v], UNEXPLAINED_CATEGORY)
     kinds = g.edge_kind if edge_kind is None else edge_kind
     ek = np.where(edge >= 0, kinds[np.maximum(edge, 0)], -1) if kinds.size else \
         np.full(edge.size, -1)
     for k in EdgeKind:
         cat[ek == int(k)] = EDGE_CATEGORY[k]
-    what = objarrays.where(own, np.array(["activity", "call", "marker"], dtype=object)[g.kind[v]],
-                           "unexplained")
+    what = objarrays.where(own, np.array(["activity", "call", "marker", "thread"],
+                                         dtype=object)[g.kind[v]], "unexplained before")
     for k in EdgeKind:
         what[ek == int(k)] = _EDGE_WHAT[k]
     # an edge's time is drawn on the lane of the node it leads into
@@ -220,28 +242,30 @@ _EDGE_WHAT = {
     EdgeKind.PROGRAM: "host time before",
     EdgeKind.HANDOFF: "host time in another thread before",
     EdgeKind.LAUNCH: "launch latency before",
-    EdgeKind.STREAM: "stream idle before",
+    EdgeKind.STREAM: "stream gap before",
     EdgeKind.WAIT_RECORDED: "cross-stream wait before",
     EdgeKind.WAIT_INFERRED: "cross-stream wait (inferred) before",
     EdgeKind.HOST_WAIT: "wake-up after the GPU, before",
     EdgeKind.QUEUE: "wake-up after a full launch queue, before",
     EdgeKind.FIX: "what-if dependency before",
+    EdgeKind.ENGINE: "copy engine busy before",
 }
 
 
 def step_paths(g: Graph, *, start=None, end=None, binding=None, src=None, edge_kind=None,
-               windows: pd.DataFrame | None = None) -> pd.DataFrame:
+               lag=None, windows: pd.DataFrame | None = None) -> pd.DataFrame:
     """The critical path of every step as one segments table (earliest first per step); a
-    replay passes its times, binding edges and edges (``src``, ``edge_kind``)."""
+    replay passes its times, binding edges and edges (``src``, ``edge_kind``, ``lag``)."""
     win = step_windows(g, start, end) if windows is None else windows
     start = g.start if start is None else start
     end = g.end if end is None else end
     binding = g.binding if binding is None else binding
     src = g.src if src is None else src
+    lag = g.lag if lag is None else lag
     sinks = win["sink"].to_numpy(np.int64)
     t_from = win["start"].to_numpy(np.int64)
-    i, s, e, v, edge = _walks(start, end, binding, src, sinks[::-1], t_from[::-1],
-                              lambda: _Walker(g, start, end, binding, src))
+    i, s, e, v, edge = _walks(start, end, binding, src, lag, sinks[::-1], t_from[::-1],
+                              lambda: _Walker(g, start, end, binding, src, lag))
     # latest step first, each latest first: reversed once, earliest first
     step = win["step"].to_numpy(np.int64)[::-1][i]
     r = slice(None, None, -1)

@@ -124,10 +124,9 @@ def calls_inside(trace: Trace, g: Graph, pattern: str) -> np.ndarray:
 
 def launched_by(g: Graph, calls: np.ndarray) -> np.ndarray:
     """bool per node: GPU activities launched by the calls in the bool mask ``calls``."""
+    has = g.launcher >= 0
     out = np.zeros(g.n, bool)
-    launch = g.edge_kind == int(EdgeKind.LAUNCH)
-    sel = launch & calls[g.src]
-    out[g.dst[sel]] = True
+    out[has] = calls[g.launcher[has]]
     return out
 
 
@@ -157,18 +156,16 @@ def same_top_op(trace: Trace, g: Graph, seeds: np.ndarray) -> np.ndarray:
     """bool per node: GPU activities launched inside the same top-level CPU op (autograd's
     ``evaluate_function: <Fn>Backward``, say) as one of the ``seeds`` activities."""
     out = seeds.copy()
-    launch = np.flatnonzero(g.edge_kind == int(EdgeKind.LAUNCH))
-    call_of = np.full(g.n, -1, np.int64)
-    call_of[g.dst[launch]] = g.src[launch]
+    launch_dst = np.flatnonzero(g.launcher >= 0)  # every launched activity
+    call_of = g.launcher
     seed_calls = call_of[np.flatnonzero(seeds)]
     seed_calls = seed_calls[seed_calls >= 0]
     if not seed_calls.size:
         return out
     ev = trace.events
     ops = phases.select(trace, Kind.CPU_OP, columns=("ts", "dur", "tid"))
-    c_ts = ev["ts"].to_numpy(np.int64)[g.row[call_of[launch_dst := g.dst[launch]]]] \
-        if launch.size else np.zeros(0, np.int64)
-    c_tid = ev["tid"].to_numpy(np.int64)[g.row[call_of[launch_dst]]] if launch.size else c_ts
+    c_ts = ev["ts"].to_numpy(np.int64)[g.row[call_of[launch_dst]]]
+    c_tid = ev["tid"].to_numpy(np.int64)[g.row[call_of[launch_dst]]]
     s_ts = ev["ts"].to_numpy(np.int64)[g.row[seed_calls]]
     s_tid = ev["tid"].to_numpy(np.int64)[g.row[seed_calls]]
     o_tid = ops["tid"].to_numpy(np.int64)

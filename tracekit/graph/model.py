@@ -24,6 +24,8 @@ queue     a launch that blocked on its stream's full launch queue (Kineto's ``Co
           Full``): the activity of that stream whose end freed the slot -> the launch
 handoff   one CPU thread starting or resuming another (autograd's backward thread, a copy
           thread): inferred from a thread that wakes from idle / a thread that was blocked
+engine    a copy held by a copy of the same direction on another stream of its device (one
+          copy engine runs them one at a time): inferred, as cross-stream waits are
 fix       added by a what-if (``tracekit.graph.whatif``)
 ========= =============================================================================
 
@@ -56,6 +58,8 @@ class NodeKind(IntEnum):
     """A runtime/driver call on a CPU thread."""
     MARK = 2
     """The start or end of a step (zero length), on the thread holding the steps."""
+    POINT = 3
+    """Where a CPU thread stopped (blocked, slept) or resumed work (zero length)."""
 
 
 class EdgeKind(IntEnum):
@@ -68,6 +72,7 @@ class EdgeKind(IntEnum):
     HANDOFF = 6
     FIX = 7
     QUEUE = 8
+    ENGINE = 9
 
 
 EDGE_NAMES = {k: k.name.lower() for k in EdgeKind}
@@ -79,6 +84,9 @@ COMMUNICATION = "communication"
 MEMCPY = "memcpy"
 SYNC = "sync"
 IDLE = "idle"
+UNEXPLAINED = "unexplained"
+"""Time the model does not explain: a node that started later than its dependencies and their
+modelled lags say (``Graph.unexplained``), or a node nothing precedes."""
 COMPUTE = "compute:"
 """Prefix: GPU compute is ``compute:<phase>``."""
 
@@ -105,6 +113,7 @@ EDGE_CATEGORY = {
     EdgeKind.HOST_WAIT: SYNC,
     EdgeKind.QUEUE: SYNC,
     EdgeKind.FIX: IDLE,
+    EdgeKind.ENGINE: IDLE,
 }
 """The category of the time an edge's lag puts on the critical path: host time between calls
 and launch latency are host; a stream that sat idle with nothing recorded to wait for is idle;
@@ -165,6 +174,10 @@ class Graph:
     """int64 per node: how long a blocking call waited before ``start`` (0 for others)."""
     launched: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     """int64 per node: for a call, a GPU activity it launched (-1 for none and other nodes)."""
+    launcher: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """int64 per node: for a GPU activity, the call that launched it (its correlation id; -1
+    for none and other nodes). A blocking call's launch edge may come from the call before it
+    (it launched its work when it began): this says which call launched it."""
     wait_consumers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     """int64 node ids: the GPU activities the trace's ``cuda_sync`` events say a cross-stream
     wait preceded (whether or not they also say on what), sorted."""
@@ -173,6 +186,20 @@ class Graph:
     queue_depth: int = 0
     """A stream's launch queue depth the what-ifs keep (``GraphConfig.launch_queue_depth``; 0:
     no limit)."""
+    unexplained: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """int64 per node: its observed start minus the start the model gives it from its
+    predecessors' observed ends (the binding edge's source end + lag): time the model does not
+    explain (negative: the node started earlier than the model says; 0 for a node nothing
+    precedes)."""
+    gap_ns: int = 0
+    """The modelled gap between consecutive activities of a stream (and from a cross-stream
+    wait's producer to its consumer)."""
+    handoff_ns: int = 0
+    """The modelled wake-up of a thread after the thread that woke it stopped."""
+    polling_lanes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """CPU lanes of threads that poll (mostly ``cudaEventQuery``/``cudaStreamQuery`` calls)."""
+    main_lane: int = -1
+    """The lane of the thread holding the steps (-1: none)."""
     warnings: tuple[str, ...] = ()
     """What the graph could not see (no correlation ids, edges dropped...)."""
 
@@ -273,7 +300,11 @@ def main_lanes(g: Graph) -> np.ndarray:
 
 
 def completes(g: Graph) -> np.ndarray:
-    """bool per node: whether it can complete its step: CPU calls and markers, and activities
-    on a device's main GPU lane (a copy prefetched on a side stream for a later batch does not
-    hold its step open)."""
-    return (g.kind != NodeKind.GPU) | main_lanes(g)[g.lane]
+    """bool per node: whether it can complete its step: the calls and markers of the thread
+    holding the steps (another thread's work holds a step open only where the main thread
+    waits for it), and activities on a device's main GPU lane (a copy prefetched on a side
+    stream for a later batch does not hold its step open)."""
+    cpu = (g.kind == NodeKind.CALL) | (g.kind == NodeKind.MARK)
+    if g.main_lane >= 0:
+        cpu &= g.lane == g.main_lane
+    return cpu | ((g.kind == NodeKind.GPU) & main_lanes(g)[g.lane])

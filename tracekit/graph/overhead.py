@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 import pandas as pd
 
+from tracekit.graph.build import _bind, observed_lags
 from tracekit.graph.model import EdgeKind, Graph, NodeKind
 from tracekit.trace.model import Kind, Trace
 
@@ -259,14 +260,19 @@ def untraced_change(g: Graph, d_call: np.ndarray, d_gap: np.ndarray, *, change=N
                     host_factor: float = 1.0):
     """A ``tracekit.graph.whatif.Change`` with the corrections applied (on top of ``change``):
     calls shortened by ``d_call``, program edges into a node by ``d_gap``; then the rest of the
-    host ``host_factor`` times faster (1: the model alone)."""
+    host ``host_factor`` times faster (1: the model alone). Without ``change``'s lags the
+    edges' lags are the trace's own (``tracekit.graph.build.observed_lags``: the modelled
+    delays plus the time the model does not explain), so that the replay of the unchanged
+    graph is the trace."""
     from tracekit.graph import whatif as wi
 
     change = wi.Change() if change is None else change
     dur = (g.dur if change.dur is None else change.dur).copy()
     calls = g.kind == NodeKind.CALL
     dur[calls] = np.maximum(dur[calls] - d_call[calls], 0)
-    lag = (g.lag if change.lag is None else change.lag).copy()
+    # the trace's own delays, what the model does not explain included: the untraced run is the
+    # traced one less the profiler's cost, not the model's replay of it
+    lag = (observed_lags(g) if change.lag is None else change.lag).copy()
     prog = g.edge_kind == int(EdgeKind.PROGRAM)
     lag[prog] = np.maximum(lag[prog] - d_gap[g.dst[prog]], 0)
     out = wi.Change(dur=dur, drop=change.drop, lag=lag, add_src=change.add_src,
@@ -357,7 +363,7 @@ def untraced_graph(trace: Trace, g: Graph, est: Estimate, counts: Counts | None 
     queues held), start times, bindings and waits made consistent, so that the critical path,
     bound and what-ifs (``tracekit.graph.critical``, ``whatif``) read it as a trace."""
     from tracekit.graph import whatif as wi
-    from tracekit.graph.replay import Plan, rebind, replay
+    from tracekit.graph.replay import Plan, replay
 
     d_call, d_gap = corrections(trace, g, est.model, counts)
     ch = untraced_change(g, d_call, d_gap, host_factor=est.host_factor)
@@ -377,12 +383,15 @@ def untraced_graph(trace: Trace, g: Graph, est: Estimate, counts: Counts | None 
                  lag=np.r_[p.lag, np.zeros(k, np.int64)])
         s, e = replay(p)
     # edges sorted by destination, as the graph keeps them; nodes keep their ids (a node's
-    # replayed start never moves before an edge's source: the order stays topological)
+    # replayed start never moves before an edge's source: the order stays topological). Their
+    # lags are the model's again (the corrected ones): what the model does not explain stays
+    # unexplained time in the untraced graph too
+    model_lag = untraced_change(g, d_call, d_gap, change=wi.Change(lag=g.lag),
+                                host_factor=est.host_factor).lag
+    lag_all = np.r_[model_lag, np.zeros(p.src.size - model_lag.size, np.int64)]
     o = np.argsort(p.dst * max(g.n, 1) + p.src, kind="stable")
-    src, dst, kind, lag = p.src[o], p.dst[o], p.kind[o].astype(np.int8), p.lag[o]
-    plan_sorted = Plan(start=p.start, dur=p.dur, lane=p.lane, lane_is_cpu=p.lane_is_cpu,
-                       src=src, dst=dst, kind=kind, lag=lag)
-    binding = rebind(plan_sorted, s, e)
+    src, dst, kind, lag = p.src[o], p.dst[o], p.kind[o].astype(np.int8), lag_all[o]
+    binding, unexplained = _bind(src, dst, kind, lag, s, e)
     # a blocking call's wait: from when the host reached it to when its GPU work ended
     arrive = np.full(g.n, np.iinfo(np.int64).min // 4, np.int64)
     nonwait = (kind != int(EdgeKind.HOST_WAIT)) & (kind != int(EdgeKind.QUEUE))
@@ -395,7 +404,7 @@ def untraced_graph(trace: Trace, g: Graph, est: Estimate, counts: Counts | None 
         steps["cpu_end"] = s[steps["end_node"].to_numpy(np.int64)]
     new = replace(g, start=s.astype(np.int64), dur=(e - s).astype(np.int64), src=src, dst=dst,
                   edge_kind=kind, lag=lag.astype(np.int64), binding=binding, steps=steps,
-                  wait_ns=wait_ns.astype(np.int64))
+                  wait_ns=wait_ns.astype(np.int64), unexplained=unexplained)
     return new
 
 

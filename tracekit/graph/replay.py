@@ -50,12 +50,15 @@ class Plan:
     dst: np.ndarray
     kind: np.ndarray
     lag: np.ndarray
+    pin: int = -1
+    """Nodes ``0..pin`` keep their observed start (``start``) and ``dur``, whatever their
+    edges say: the schedule before the replayed window, as traced (-1: none)."""
 
     @classmethod
-    def of(cls, g: Graph) -> "Plan":
+    def of(cls, g: Graph, *, pin: int = -1) -> "Plan":
         return cls(start=g.start, dur=g.dur, lane=g.lane.astype(np.int64),
                    lane_is_cpu=(g.lanes["type"].to_numpy(object) == "cpu"),
-                   src=g.src, dst=g.dst, kind=g.edge_kind, lag=g.lag)
+                   src=g.src, dst=g.dst, kind=g.edge_kind, lag=g.lag, pin=pin)
 
 
 def replay(p: Plan) -> tuple[np.ndarray, np.ndarray]:
@@ -66,6 +69,9 @@ def replay(p: Plan) -> tuple[np.ndarray, np.ndarray]:
     src, dst, kind, lag = p.src, p.dst, p.kind, p.lag
     if (src >= dst).any():
         raise ValueError("replay: an edge goes backwards in the node order")
+    if p.pin >= 0:  # pinned nodes: nothing moves them
+        free = dst > p.pin
+        src, dst, kind, lag = src[free], dst[free], kind[free], lag[free]
     lane = p.lane
     # lane order: position of each node in its lane, its lane predecessor
     order = lane_order(lane)

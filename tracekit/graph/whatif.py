@@ -27,7 +27,7 @@ Generic what-ifs a user can ask for (``parse_spec``):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -63,6 +63,10 @@ class Change:
     add_lag: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     move: np.ndarray | None = None
     """bool per node: moved to a side lane (one per original lane), keeping their order."""
+    speedup: bool = False
+    """The change only makes work faster or removes dependencies (the generic what-ifs): in
+    the contention-aware replay no kernel then takes longer than in the unchanged replay (the
+    overlap it gains is time other work freed by finishing sooner)."""
 
 
 @dataclass(frozen=True)
@@ -95,9 +99,12 @@ class Prediction:
         return self.baseline_ns - self.predicted_contention_ns
 
 
-def plan(g: Graph, change: Change) -> Plan:
-    """The graph with ``change`` applied, ready to replay."""
+def plan(g: Graph, change: Change, *, pin: int = -1) -> Plan:
+    """The graph with ``change`` applied, ready to replay; nodes ``0..pin`` keep their
+    observed times (``Plan.pin``)."""
     dur = g.dur if change.dur is None else change.dur
+    if pin >= 0 and change.dur is not None:
+        dur = np.r_[g.dur[:pin + 1], dur[pin + 1:]]
     keep = np.ones(g.src.size, bool) if change.drop is None else ~change.drop
     lag = g.lag if change.lag is None else change.lag
     src, dst, kind, lag = g.src[keep], g.dst[keep], g.edge_kind[keep], lag[keep]
@@ -113,7 +120,7 @@ def plan(g: Graph, change: Change) -> Plan:
         kind = np.r_[kind, np.full(change.add_src.size, int(EdgeKind.FIX), np.int8)]
         lag = np.r_[lag, change.add_lag]
     return Plan(start=g.start, dur=dur, lane=lane, lane_is_cpu=lane_is_cpu, src=src, dst=dst,
-                kind=kind, lag=lag)
+                kind=kind, lag=lag, pin=pin)
 
 
 def _move(g, move, src, dst, kind, lag, lane, lane_is_cpu):
@@ -157,44 +164,76 @@ def _move(g, move, src, dst, kind, lag, lane, lane_is_cpu):
     return src, dst, kind, lag, new_lane, lane_is_cpu
 
 
+def pin_of(g: Graph, windows) -> int:
+    """The last node a replay keeps as traced: the node that completed the first step when the
+    mean counts the others (``counted_steps``): the counted steps are replayed from the state
+    the trace was in when they began, so the mean of their replayed lengths only ever shrinks
+    when work gets faster. -1 (nothing pinned) with a single window."""
+    keep = counted_steps(windows)
+    if keep.size < 2:
+        return -1
+    return int(windows["sink"].iloc[0])
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A replay of a graph: node times and step windows."""
+
+    start: np.ndarray
+    end: np.ndarray
+    windows: object
+    """``step_windows`` of the replay (pandas DataFrame)."""
+    plan: Plan
+
+
+def schedule(g: Graph, change: Change | None = None, *, windows=None,
+             contention: bool = False) -> Schedule:
+    """The model's replay of ``g`` with ``change`` (None: unchanged); ``windows``: the observed
+    ``step_windows(g)`` when the caller has them (they decide what is pinned, ``pin_of``).
+    ``contention``: the contention-aware replay (module docstring)."""
+    obs = step_windows(g) if windows is None else windows
+    pin = pin_of(g, obs)
+    unchanged = change is None
+    change = Change() if change is None else change
+    p = plan(g, change, pin=pin)
+    queue = queue_pairs(g, p.lane)
+    s, e = replay_queued(g, p, queue)
+    if contention and not unchanged:
+        base = base_schedule(g, obs)
+        dur2 = _contention_durations(g, p, s, e, base, change.speedup)
+        if dur2 is not None:
+            p = replace(p, dur=dur2)
+            s, e = replay_queued(g, p, queue)
+    return Schedule(s, e, step_windows(g, s, e), p)
+
+
+def base_schedule(g: Graph, windows=None) -> Schedule:
+    """``schedule(g)`` (the model's replay of the unchanged graph), computed once per graph."""
+    got = g.__dict__.get("_base_schedule")
+    if got is None:
+        got = schedule(g, windows=windows)
+        g.__dict__["_base_schedule"] = got
+    return got
+
+
 def predict(g: Graph, change: Change, *, windows=None) -> Prediction:
     """Replay the changed graph, contention-free and contention-aware (module docstring).
     ``windows``: ``step_windows(g)`` when the caller has it."""
     obs = step_windows(g) if windows is None else windows
-    p = plan(g, change)
-    queue = queue_pairs(g, p.lane)
-    s1, e1 = replay_queued(g, p, queue)
-    w1 = step_windows(g, s1, e1)
-    dur2 = _contention_durations(g, p, s1, e1)
-    if dur2 is not None:
-        p2 = Plan(start=p.start, dur=dur2, lane=p.lane, lane_is_cpu=p.lane_is_cpu, src=p.src,
-                  dst=p.dst, kind=p.kind, lag=p.lag)
-        s2, e2 = replay_queued(g, p2, queue)
-        w2 = step_windows(g, s2, e2)
-    else:
-        w2 = w1
+    base = base_schedule(g, obs)
+    w1 = schedule(g, change, windows=obs).windows
+    w2 = schedule(g, change, windows=obs, contention=True).windows
     keep = counted_steps(obs)
     o = (obs["end"] - obs["start"]).to_numpy(np.int64)
-    base = _aligned(obs, base_windows(g))
-    a = _aligned(obs, w1)
-    b = _aligned(obs, w2)
-    rows = [(int(s), int(x), int(r), int(y), int(z))
-            for s, x, r, y, z in zip(obs["step"], o, base, a, b)]
+    r = aligned(obs, base.windows)
+    a = aligned(obs, w1)
+    b = aligned(obs, w2)
+    rows = [(int(st), int(x), int(y), int(z), int(q))
+            for st, x, y, z, q in zip(obs["step"], o, r, a, b)]
     if not keep.any():
         return Prediction(0.0, 0.0, 0.0, rows, 0.0)
     return Prediction(float(o[keep].mean()), float(a[keep].mean()), float(b[keep].mean()), rows,
-                      float(base[keep].mean()))
-
-
-def base_windows(g: Graph):
-    """``step_windows`` of the replay of the unchanged graph, computed once per graph."""
-    got = g.__dict__.get("_base_windows")
-    if got is None:
-        p = plan(g, Change())
-        s, e = replay_queued(g, p, queue_pairs(g, p.lane))
-        got = step_windows(g, s, e)
-        g.__dict__["_base_windows"] = got
-    return got
+                      float(r[keep].mean()))
 
 
 def _requeue(g: Graph, src, dst, kind, new_lane) -> np.ndarray:
@@ -285,16 +324,20 @@ def counted_steps(windows) -> np.ndarray:
     return keep
 
 
-def _aligned(obs, w) -> np.ndarray:
+def aligned(obs, w) -> np.ndarray:
+    """Each observed step's length in windows ``w`` (0 for a step ``w`` lacks)."""
     d = (w["end"] - w["start"]).to_numpy(np.int64)
     return w.set_index("step").assign(d=d)["d"].reindex(obs["step"]).fillna(0).to_numpy(np.int64)
 
 
-def _contention_durations(g: Graph, p: Plan, start, end) -> np.ndarray | None:
+def _contention_durations(g: Graph, p: Plan, start, end, base: "Schedule | None",
+                          speedup: bool) -> np.ndarray | None:
     """Kernel durations lengthened by ``CONTENTION_SHARE`` of the overlap with other streams'
-    kernels that each gained in the replay; None when no kernel gained any."""
+    kernels that each gained in the replay (``start, end``) over the unchanged replay
+    (``base``; None: the replay is the unchanged one: nothing gained); for a ``speedup`` change
+    no kernel ends up longer than in the unchanged replay. None when no kernel gained any."""
     kern = g.kernels
-    if not kern.any():
+    if not kern.any() or base is None:
         return None
     lanes = g.lanes
     dev = np.full(p.lane_is_cpu.size, -1, np.int64)
@@ -303,15 +346,21 @@ def _contention_durations(g: Graph, p: Plan, start, end) -> np.ndarray | None:
     moved = p.lane != g.lane
     if moved.any():
         dev[p.lane[moved]] = lanes["device"].to_numpy(np.int64)[g.lane[moved]]
+    if p.pin >= 0:
+        kern = kern & (np.arange(g.n) > p.pin)
     gained = np.zeros(g.n, np.int64)
     for d in np.unique(dev[p.lane[kern]]):
         on = kern & (dev[p.lane] == d)
-        before = _overlap_others(g.lane[on], g.start[on], g.end[on])
+        before = _overlap_others(g.lane[on], base.start[on], base.end[on])
         after = _overlap_others(p.lane[on], start[on], end[on])
         gained[on] = np.maximum(after - before, 0)
     if not gained.any():
         return None
-    return p.dur + (CONTENTION_SHARE * gained).astype(np.int64)
+    dur = p.dur + (CONTENTION_SHARE * gained).astype(np.int64)
+    if speedup:
+        base_dur = base.plan.dur
+        dur = np.where(kern, np.minimum(dur, np.maximum(base_dur, p.dur)), dur)
+    return dur
 
 
 def _overlap_others(lane, s, e) -> np.ndarray:
@@ -401,7 +450,7 @@ def spec_change(g: Graph, spec: Spec, op_chain: np.ndarray | None = None) -> tup
         else:
             sel = np.flatnonzero(gpu & (g.phase == spec.pattern))
         dur[sel] = np.round(dur[sel] / spec.factor).astype(np.int64)
-        return Change(dur=dur), int(sel.size)
+        return Change(dur=dur, speedup=True), int(sel.size)
     if spec.what == "host":
         return _host_change(g, spec.factor)
     # sync: remove the host waits of matching blocking calls
@@ -410,12 +459,13 @@ def spec_change(g: Graph, spec: Spec, op_chain: np.ndarray | None = None) -> tup
     chain = op_chain[calls] if op_chain is not None else objarrays.full(calls.size, "")
     hit = np.array([rx.search(str(g.name[c])) is not None or rx.search(str(ch)) is not None
                     for c, ch in zip(calls, chain)], bool)
-    return remove_syncs(g, calls[hit]), int(hit.sum())
+    return replace(remove_syncs(g, calls[hit]), speedup=True), int(hit.sum())
 
 
 def _host_change(g: Graph, factor: float) -> tuple[Change, int]:
     """Runtime calls and the host time between them (program and handoff lags) scaled."""
-    return with_host(g, Change(), factor), int((g.kind == NodeKind.CALL).sum())
+    return replace(with_host(g, Change(), factor), speedup=True), \
+        int((g.kind == NodeKind.CALL).sum())
 
 
 def with_host(g: Graph, change: Change, factor: float) -> Change:

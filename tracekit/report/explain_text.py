@@ -26,10 +26,16 @@ def _saving(f: dict) -> str:
     ns = f.get("saving_ns")
     if ns is None:
         return "no prediction"
+    if ns < 0:  # never printed as a saving: the replay predicts a slower step
+        frac = f.get("saving_fraction")
+        return (f"would not help here: predicted {ms(-ns)} ms/step slower "
+                f"({pct(-frac if frac is not None else None)})")
     out = f"saves {ms(ns)} ms/step ({pct(f.get('saving_fraction'))})"
     c = f.get("saving_contention_ns")
     if c is not None and abs(c - ns) >= 1000:
-        out += f", {ms(c)} ms with contention ({pct(f.get('saving_contention_fraction'))})"
+        cf = f.get("saving_contention_fraction")
+        out += (f", {ms(c)} ms with contention ({pct(cf)})" if c >= 0 else
+                f", {ms(-c)} ms slower with contention ({pct(-cf if cf is not None else None)})")
     if would_not_help(f):
         out += ": would not help here"
     return out
@@ -84,19 +90,33 @@ def text_findings(e: dict | None, limit: int = 8) -> str:
     return out
 
 
+def _replayed(r: dict) -> str:
+    """A step's replayed length and its error, ``20.700 (-0.1%)``."""
+    if r.get("replayed_ns") is None:
+        return "-"
+    err = r.get("replay_error")
+    return ms(r["replayed_ns"]) + (f" ({100 * err:+.1f}%)" if err is not None else "")
+
+
 def text_explain(e: dict, limit: int) -> str:
     """The critical path per step and the what-if table."""
     steps = e.get("steps") or []
     if not steps:
         return "  no steps\n"
     rows, more = limited(steps, limit)
-    out = table(["step", "ms", "traced ms", "untraced ms (est.)", "bound", "share",
-                 "largest categories on the critical path"],
-                [[r["step"], ms(r["duration_ns"]), ms(r.get("traced_ns")), ms(r.get("untraced_ns")),
-                  r["bound"] or "-", pct(r["bound_share"]),
+    out = table(["step", "ms", "traced ms", "untraced ms (est.)", "model's replay ms", "bound",
+                 "share", "unexplained ms", "largest categories on the critical path"],
+                [[r["step"], ms(r["duration_ns"]), ms(r.get("traced_ns")),
+                  ms(r.get("untraced_ns")), _replayed(r), r["bound"] or "-",
+                  pct(r["bound_share"]), ms(r.get("unexplained_ns")),
                   clip(", ".join(f"{k} {ms(v, 2)}" for k, v in
-                                  list(r["breakdown"].items())[:4]), 80)]
+                                  list(r["breakdown"].items())[:4]), 70)]
                  for r in rows]) + "\n" + more
+    rp = e.get("replay") or {}
+    if rp.get("steps"):
+        out += (f"  the model's replay of the trace: median |error| "
+                f"{pct(rp['median_abs_error'])}, worst {100 * rp['worst_error']:+.1f}% over "
+                f"{rp['steps']} step{'s' if rp['steps'] != 1 else ''} (all but the first)\n")
     lanes = e.get("lanes") or []
     if lanes:
         out += "  time on the critical path by lane: " + ", ".join(
@@ -104,12 +124,15 @@ def text_explain(e: dict, limit: int) -> str:
     wis = e.get("what_ifs") or []
     if wis:
         out += "  what-if (mean step, all steps but the first):\n"
-        out += table(["what-if", "applies", "step ms", "predicted ms", "with contention ms",
-                      "saving"],
+        out += table(["what-if", "applies", "step ms", "replayed ms", "predicted ms",
+                      "with contention ms", "saving"],
                      [[clip(w["id"], 40), "yes" if w["applies"] else "no",
-                       ms(w["observed_step_ns"]), ms(w["predicted_step_ns"]),
-                       ms(w["predicted_contention_step_ns"]), pct(w["saving_fraction"])]
+                       ms(w["observed_step_ns"]), ms(w.get("replayed_step_ns")),
+                       ms(w["predicted_step_ns"]), ms(w["predicted_contention_step_ns"]),
+                       pct(w["saving_fraction"])]
                       for w in wis], "    ") + "\n"
+        out += ("    (predicted = step - (replayed - the changed graph's replay); replayed: the "
+                "model's replay of the unchanged graph)\n")
     return out
 
 

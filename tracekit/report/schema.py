@@ -80,14 +80,21 @@ class _ExplainStep(TypedDict):
     bound_share: float | None
     breakdown: dict[str, int]
     top: list[TopItem]
+    replayed_ns: int
+    """The step in the model's replay of the trace as traced (``docs/explain.md``)."""
+    replay_error: float | None
+    """``replayed_ns`` / the traced step - 1."""
+    unexplained_ns: int
+    """Time on its critical path the model does not explain (``breakdown['unexplained']``)."""
 
 
 class ExplainStep(_ExplainStep, total=False):
-    """A step's window runs from the previous step's completion (the first step: its own start)
-    to its completion (the last end among its CPU calls and the GPU work it launched);
-    ``breakdown``'s categories are ``host``, ``compute:<phase>``, ``communication``,
-    ``memcpy``, ``sync`` and ``idle`` and sum to ``duration_ns``. With the overhead's
-    estimate: the step traced and estimated untraced."""
+    """A step's window is its step time (``docs/metrics.md``): from the previous step's
+    completion (the first step: its own start) to its completion (its ProfilerStep's end and
+    the GPU work it launched on each device's main stream); ``breakdown``'s categories are
+    ``host``, ``compute:<phase>``, ``communication``, ``memcpy``, ``sync``, ``idle`` and
+    ``unexplained`` and sum to ``duration_ns``. With the overhead's estimate: the step traced
+    and estimated untraced."""
 
     traced_ns: float | None
     untraced_ns: float | None
@@ -116,6 +123,7 @@ class _Finding(TypedDict):
     saving_contention_ns: float | None
     saving_contention_fraction: float | None
     observed_step_ns: float | None
+    replayed_step_ns: float | None
     predicted_step_ns: float | None
     predicted_contention_step_ns: float | None
 
@@ -142,7 +150,10 @@ class WhatIf(TypedDict):
     applies: bool
     evidence: str
     observed_step_ns: float | None
+    replayed_step_ns: float | None
+    """The model's replay of the unchanged graph (the saving is measured from it)."""
     predicted_step_ns: float | None
+    """The step less the saving."""
     predicted_contention_step_ns: float | None
     saving_ns: float | None
     saving_fraction: float | None
@@ -153,6 +164,16 @@ class GraphSize(TypedDict):
     nodes: int
     edges: dict[str, int]
     launch_latency_ns: int
+    gap_ns: int
+    handoff_ns: int
+
+
+class Replay(TypedDict):
+    """The model's replay of the trace as traced against it, over the counted steps."""
+
+    steps: int
+    median_abs_error: float | None
+    worst_error: float | None
 
 
 class Explain(TypedDict):
@@ -173,6 +194,7 @@ class Explain(TypedDict):
     what_ifs: list[WhatIf]
     lanes: list[LaneShare]
     graph: GraphSize
+    replay: Replay
     warnings: list[str]
 
 

@@ -170,7 +170,9 @@ def explain_dict(e: Any) -> dict | None:
                       "duration_ns": int(r.duration_ns), "bound": r.bound,
                       "bound_share": None if share is None or share != share else float(share),
                       "breakdown": {k: int(v) for k, v in r.breakdown.items()},
-                      "top": jsonable(r.top)})
+                      "top": jsonable(r.top), "replayed_ns": int(r.replayed_ns),
+                      "replay_error": None if r.replay_error != r.replay_error else
+                      float(r.replay_error), "unexplained_ns": int(r.unexplained_ns)})
     if e.overhead is not None:
         by = {int(r["step"]): r for r in jsonable(e.overhead["steps"])}
         for st in steps:
@@ -182,7 +184,7 @@ def explain_dict(e: Any) -> dict | None:
         "bound": e.bound, "bound_share": e.bound_share, "steps": steps,
         "breakdown": jsonable(e.breakdown), "findings": jsonable(e.findings),
         "what_ifs": jsonable(e.what_ifs), "lanes": jsonable(e.lanes),
-        "graph": jsonable(e.graph), "warnings": list(e.warnings),
+        "graph": jsonable(e.graph), "replay": jsonable(e.replay), "warnings": list(e.warnings),
     }
 
 
