@@ -69,7 +69,7 @@ print("OK")
 
 
 @pytest.mark.parametrize("trace", ["sample_traces/pipelines_1gpu/sparse/trace_rank0.json.gz",
-                                   "sample_traces/issue5/issue5_delta_blocking.json.gz"])
+                                   "sample_traces/issue5/issue5_writeback_legacy.json.gz"])
 def test_explain_in_a_forked_child(trace):
     r = subprocess.run([sys.executable, "-c", CHECK, trace], capture_output=True, text=True,
                        cwd=ROOT, timeout=300)

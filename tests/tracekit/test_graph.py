@@ -578,7 +578,7 @@ def test_host_cost_seam(tmp_path):
     assert cr.step_windows(g2, s, e)["end"].tolist() == [ns(97)]
     assert (g.dur == build_graph(t, RULES).dur).all()  # the graph itself is not modified
     r = explain.compute(t, RULES, host_cost=cost,
-                        config=explain.ExplainConfig(what_ifs=("kernel:k3=4",)))
+                        config=explain.ExplainConfig(what_ifs=("kernel:k3=4",), untraced=False))
     w = r.what_ifs.set_index("id").loc["kernel:k3=4"]
     # the saving is measured from the corrected replay (97 us) to the changed one (k3 57..67,
     # the end marker at 82 us): 15 us

@@ -102,8 +102,6 @@ MAX_GAP_NS = 20_000
 """The largest gap taken from a trace."""
 DEFAULT_HANDOFF_NS = 20_000
 """A thread's wake-up after another thread stops, when the trace shows none."""
-POLL = re.compile(r"^(cuda|hip)(Event|Stream)Query(_v\d+)?$")
-"""Runtime calls that only ask whether GPU work is done (they never block)."""
 POLLING_SHARE = 0.8
 """A thread whose calls are at least this share of polls (``POLL``), and at least
 ``POLLING_MIN`` of them, is a polling thread."""
@@ -408,7 +406,6 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         hit = np.isin(c_corr, scorr[scorr >= 0]) & (c_corr >= 0) & ~poll
         blocking[np.unique(c_node_of_call[hit])] = True
     k_poll = phases.name_matches(ncodes[k_rows], ncats, POLL)
-    blocking &= ~k_poll  # a poll returns at once (Kineto's Event Sync on a cudaEventQuery)
     # which activity each (kept) call launched: the correlation ids
     act_call = np.full(len(acts), -1, np.int64)  # per activity: the kept call that launched it
     ok = c_corr >= 0

@@ -1,44 +1,68 @@
 """The dependency graph of one rank's trace: what it holds and what each part means.
 
 A *node* is a span of time on one *lane*: a GPU activity (kernel, memcpy, memset) on its
-(device, stream), a CUDA/HIP runtime or driver call on its CPU (pid, tid), or a zero-length
-*step marker* (the start and end of a ``ProfilerStep``) on the thread that holds the steps.
-Nodes are numbered in a topological order (by their start on the graph, see below), so every
-edge goes from a lower to a higher node id.
+(device, stream), a CUDA/HIP runtime or driver call on its CPU (pid, tid), a zero-length *step
+marker* (the start and end of a ``ProfilerStep``) on the thread that holds the steps, or a
+zero-length *thread point* where a CPU thread stopped (blocked, slept: it recorded nothing for
+``GraphConfig.idle_ns``) or resumed. Nodes are numbered in a topological order (by their start
+on the graph, see below), so every edge goes from a lower to a higher node id.
 
-An *edge* ``u -> v`` with lag ``l`` says: ``v`` cannot start before ``end(u) + l``. Kinds:
+An *edge* ``u -> v`` with lag ``l`` says: ``v`` cannot start before ``end(u) + l``. The lags are
+the model's delays, not copies of the trace's gaps:
 
-========= =============================================================================
-program   consecutive calls of one CPU thread; lag = the host time between them
-launch    the runtime call -> the GPU activity it launched (correlation id); lag = launch latency
-stream    consecutive activities of one GPU stream
-wait      a stream waiting on another stream's work (``cudaStreamWaitEvent``): recorded from
-          the trace's ``cuda_sync`` events, else inferred (a stream that sat idle with its work
-          launched and started within a few us of another stream's activity ending, or of the
-          GPU letting it in). Where the events name the waiting activity but not what it waited
-          on (torch 2.11 with CUDA 13 writes ``wait_on_stream`` -1), that activity's producer is
-          inferred
-host_wait the GPU work a blocking call waited for (stream/device/event synchronize, a blocking
-          copy) -> the call
-queue     a launch that blocked on its stream's full launch queue (Kineto's ``Command Buffer
-          Full``): the activity of that stream whose end freed the slot -> the launch
-handoff   one CPU thread starting or resuming another (autograd's backward thread, a copy
-          thread): inferred from a thread that wakes from idle / a thread that was blocked
-engine    a copy held by a copy of the same direction on another stream of its device (one
-          copy engine runs them one at a time): inferred, as cross-stream waits are
-fix       added by a what-if (``tracekit.graph.whatif``)
-========= =============================================================================
+========= ============================================================ ======================
+kind      from the trace                                               lag (modelled)
+========= ============================================================ ======================
+program   consecutive nodes of one CPU thread                          the host time between
+                                                                       them (host ops keep
+                                                                       their durations); 0
+                                                                       across a stretch the
+                                                                       thread sat blocked
+launch    the runtime call -> the GPU activity it launched (correlation the trace's launch
+          id)                                                          latency
+stream    consecutive activities of one GPU stream                     a stream's gap
+wait      a stream waiting on another stream's work                    a stream's gap
+          (``cudaStreamWaitEvent``): recorded from the trace's
+          ``cuda_sync`` events, else inferred (a stream that sat idle
+          with its work launched and started within a few us of
+          another stream's activity ending, or of the GPU letting it
+          in). Where the events name the waiting activity but not
+          what it waited on (torch 2.11 with CUDA 13 writes
+          ``wait_on_stream`` -1), that activity's producer is inferred
+host_wait the GPU work a blocking call waits for (stream/device/event 0: the call goes on
+          synchronize, a blocking copy, the copy a synchronous or      when that work ends
+          pageable copy launched itself) -> the call
+queue     a launch that blocked on its stream's full launch queue      0
+          (Kineto's ``Command Buffer Full``): the activity of that
+          stream whose end freed the slot -> the launch
+handoff   a thread that stopped -> a thread that resumed right after   the trace's wake-up
+          it (autograd's engine thread and the main thread waiting in  (median over its
+          ``backward()``, and back)                                    handoffs)
+engine    a copy held by a copy of the same direction on another       a stream's gap
+          stream of its device (one copy engine runs them one at a
+          time): inferred, as cross-stream waits are
+fix       added by a what-if (``tracekit.graph.whatif``)               as the fix says
+========= ============================================================ ======================
+
+The launch latency is the median, over activities launched onto an idle stream, of activity
+start - launch call end; a stream's gap the median gap between queued activities
+(``tracekit.graph.build``: each has a default where the trace shows none). A thread that resumes
+with nothing in the trace that woke it (a timer, a sleep, another process or rank) has no
+handoff: the model lets it go on at once. Polling threads (mostly ``cudaEventQuery`` calls)
+neither wake nor are woken by others.
 
 Times on the graph: a node's ``start`` is when it could begin its own work. For a blocking call
 that waited, that is the end of the GPU work it waited for (the time before is the wait, which
 the critical path sees on the GPU); its ``dur`` is what is left of the call after it. For every
 other node, ``start``/``dur`` are the event's own ts/dur.
 
-Every edge's lag is chosen so that the graph reproduces the observed times exactly
-(``tracekit.graph.replay`` of an unchanged graph gives back ``start``): for each node the
-*binding* edge (the one whose source + nominal lag is latest) gets ``lag = start(v) - end(u)``,
-the others ``min(nominal lag, start(v) - end(u))``. The nominal lags: the observed host time for
-program edges, the trace's typical launch latency for launch edges, 0 for the others.
+A node's *binding* edge is the one whose source's observed end + lag is latest (the dependency
+that decided when it started); its *unexplained* time is its observed start minus that: what
+the model does not explain, named ``unexplained`` on the critical path and reported per step.
+The model's replay (``tracekit.graph.replay``) leaves the unexplained time out: replaying the
+unchanged graph gives the model's schedule, which ``tracekit.analyses.explain`` measures against
+the trace (its error per step); ``tracekit.graph.build.observed_lags`` adds it back (the replay
+is then the trace).
 """
 
 from __future__ import annotations

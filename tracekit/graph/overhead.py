@@ -91,10 +91,10 @@ class OverheadModel:
 
 
 DEFAULT_MODEL = OverheadModel(
-    cpu_op_ns=996.0, runtime_ns=1992.0, memory_ns=299.0, sync_event_ns=498.0, python_ns=498.0,
-    shapes_ns=996.0,
+    cpu_op_ns=799.0, runtime_ns=1598.0, memory_ns=240.0, sync_event_ns=399.0, python_ns=399.0,
+    shapes_ns=799.0,
     source="fitted on the runtime's 1-GPU multitask_b32k and multitask_b4k runs, H200, "
-           "bench/results/overhead-fit-20261127-0818.json")
+           "bench/results/overhead-fit-20261127-0851.json")
 """The current fit (``bench/overhead_fit.py``; its runs and figures in docs/explain.md)."""
 
 
