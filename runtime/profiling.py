@@ -17,6 +17,7 @@ TorchRec's own benchmark uses).
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
@@ -101,6 +102,38 @@ def make_profiler(
         with_modules=o.with_modules,
         experimental_config=_experimental_config()[0] if o.cuda_sync else None,
     )
+
+
+class TraceHandlerError(RuntimeError):
+    """The named trace handler failed on the trace (a threshold it checks failed): the run
+    stops with its message."""
+
+
+def trace_handler(spec: str | None, out: str | Path, rank: int, *, check_max: tuple[str, ...] = (),
+                  check_min: tuple[str, ...] = ()) -> Callable[[profile], None]:
+    """The profiler's ``on_trace_ready``: ``spec`` None writes the trace to
+    ``<out>/trace_rank<rank>.json.gz``; ``"module:factory"`` imports ``factory`` and calls it as
+    ``factory(out, file_name="trace_rank{rank}.json.gz", check_max=..., check_min=...)`` (the
+    signature of ``tracekit.on_trace_ready``, which also reads the trace and says in the log what
+    bounds the steps). The runtime does not import tracekit: the caller names the handler
+    (``tracekit run --analyze``)."""
+    if spec is None:
+        if check_max or check_min:
+            raise ValueError("check thresholds need a trace handler that evaluates them")
+        path = str(Path(out) / f"trace_rank{rank}.json.gz")
+        return lambda p: p.export_chrome_trace(path)
+    module, _, name = spec.partition(":")
+    factory = getattr(importlib.import_module(module), name)
+    handler = factory(str(out), file_name="trace_rank{rank}.json.gz", check_max=tuple(check_max),
+                      check_min=tuple(check_min))
+
+    def run(p: profile) -> None:
+        try:
+            handler(p)
+        except Exception as e:  # the handler is the caller's: its failure is the run's, in one line
+            raise TraceHandlerError(f"{spec}: {e}") from e
+
+    return run
 
 
 def trace_counts(path: str | Path) -> dict:

@@ -35,7 +35,7 @@ from runtime.data import SyntheticLoader
 from runtime.dist import init_from_env
 from runtime.model import DLRM, make_dense_optimizer
 from runtime.pipelines import PIPELINES
-from runtime.profiling import make_profiler
+from runtime.profiling import make_profiler, trace_handler
 from runtime.sharding import ShardingPlan, shard_model
 
 class ConfigError(ValueError):
@@ -246,7 +246,8 @@ class Session:
             prof = make_profiler(
                 device,
                 schedule=torch.profiler.schedule(wait=hi, warmup=1, active=cfg.profile_steps, repeat=1),
-                on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)),
+                on_trace_ready=trace_handler(cfg.trace_handler, out, rank, check_max=cfg.check_max,
+                                             check_min=cfg.check_min),
                 options=cfg.profiler,
             )
             prof.start()

@@ -38,7 +38,7 @@ import torch.distributed as dist
 from runtime.data import DataConfig, SyntheticLoader
 from runtime.model import DenseOptimizerConfig, ModelConfig
 from runtime.pipelines import FUSED_EMB_BACKWARDS, LOOKUP_PLACEMENTS, LOOKUP_STREAMS, PIPELINES, SEMI_LOOKUP_PLACEMENTS
-from runtime.profiling import ProfilerOptions, cuda_sync_events
+from runtime.profiling import ProfilerOptions, TraceHandlerError, cuda_sync_events
 from runtime.session import ConfigError, Session
 
 
@@ -84,6 +84,14 @@ class TrainConfig:
     events by default; shapes, stacks, FLOPs, modules on request)."""
     memory_snapshot: bool = False
     """Record allocator history and dump a snapshot pickle beside the trace (CUDA only)."""
+    trace_handler: str | None = None
+    """``module:factory`` of a trace handler to use instead of writing the trace only
+    (``runtime.profiling.trace_handler``): ``tracekit.handler:on_trace_ready`` writes it, reads
+    it and says in the log what bounds the steps (``tracekit run --analyze`` passes it)."""
+    check_max: tuple[str, ...] = ()
+    """The handler's upper thresholds (``tracekit check --max`` specs, ``stall_total=5ms``)."""
+    check_min: tuple[str, ...] = ()
+    """The handler's lower thresholds."""
     allow_tf32: bool = False
     """Let the dense matmuls use TF32 tensor cores (CUDA); off: full fp32, torch's default."""
     main_stream_priority: int = 0
@@ -117,6 +125,10 @@ class TrainConfig:
             raise ConfigError("start_batch must be >= 0")
         if self.semi_lookup_placement not in SEMI_LOOKUP_PLACEMENTS:
             raise ConfigError(f"semi_lookup_placement must be one of {SEMI_LOOKUP_PLACEMENTS}, got {self.semi_lookup_placement!r}")
+        if self.trace_handler is not None and ":" not in self.trace_handler:
+            raise ConfigError(f"trace_handler must be module:factory, got {self.trace_handler!r}")
+        if (self.check_max or self.check_min) and self.trace_handler is None:
+            raise ConfigError("check thresholds need a trace handler that evaluates them")
         if not -3 <= self.main_stream_priority <= 0:
             raise ConfigError(f"main_stream_priority must be in -3..0, got {self.main_stream_priority}")
         if self.model.num_embeddings != self.data.num_embeddings or self.model.num_dense != self.data.num_dense:
@@ -250,6 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
       help="semi: the stale lookup beside the optimizer (after_backward) or the backward (after_forward, TorchRec's)")
     a("--inplace-copy", action="store_true")
     a("--memory-snapshot", action="store_true")
+    a("--record-shapes", action="store_true", help="record the ops' input shapes in the trace")
+    a("--trace-handler", default=None, metavar="MODULE:FACTORY",
+      help="a trace handler factory (tracekit.handler:on_trace_ready: write, analyse, check)")
+    a("--check-max", action="append", default=[], metavar="KEY=VALUE", help="the handler's --max thresholds")
+    a("--check-min", action="append", default=[], metavar="KEY=VALUE", help="the handler's --min thresholds")
     a("--tf32", action="store_true", help="TF32 dense matmuls (CUDA)")
     a("--main-stream-priority", type=int, default=0,
       help="CUDA priority of the main stream: 0 (default stream) or -1..-3 (a new, higher-priority one)")
@@ -299,6 +316,8 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
             lookup_placement=ns.lookup_placement, emb_backward=ns.emb_backward, start_batch=ns.start_batch,
             semi_lookup_placement=ns.semi_lookup_placement,
             inplace_copy_batch_to_gpu=ns.inplace_copy, memory_snapshot=ns.memory_snapshot, allow_tf32=ns.tf32,
+            profiler=ProfilerOptions(record_shapes=ns.record_shapes), trace_handler=ns.trace_handler,
+            check_max=tuple(ns.check_max), check_min=tuple(ns.check_min),
             main_stream_priority=ns.main_stream_priority, out=ns.out,
             model=model, data=data, dense_optimizer=DenseOptimizerConfig(kind=ns.dense_optimizer, lr=ns.dense_lr, foreach=ns.dense_foreach),
         )
@@ -314,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"runtime.train: error: {e}", file=sys.stderr)
         return 2
+    except TraceHandlerError as e:  # a check the trace handler made failed
+        print(f"runtime.train: error: {e}", file=sys.stderr)
+        return 1
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

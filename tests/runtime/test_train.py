@@ -121,7 +121,8 @@ def test_every_tracekit_run_option_reaches_runtime_train():
         "--dense-arch", "9,8", "--over-arch", "7,6", "--task-heads", "4", "--embedding-optimizer", "sgd", "--embedding-backend",
         "reference", "--dense-optimizer", "adagrad", "--dense-lr", "0.25", "--no-dense-foreach", "--batch-size", "11",
         "--pooling-factor", "2.5", "--distribution", "uniform", "--num-dense", "4", "--weighted",
-        "--distinct-batches", "0", "--seed", "6",
+        "--distinct-batches", "0", "--seed", "6", "--record-shapes", "--check-max", "stall_total=5ms",
+        "--check-min", "steps=2",
     ])
     opts = dict(ctx.params)
     opts.pop("nproc_per_node")
@@ -135,3 +136,26 @@ def test_every_tracekit_run_option_reaches_runtime_train():
     assert (m.embedding_optimizer, m.embedding_backend, m.num_dense, m.seed) == ("sgd", "reference", 4, 6)
     assert (cfg.dense_optimizer.kind, cfg.dense_optimizer.lr, cfg.dense_optimizer.foreach) == ("adagrad", 0.25, False)
     assert (d.batch_size, d.pooling_factor, d.distribution, d.weighted, d.distinct_batches, d.seed) == (11, 2.5, "uniform", True, 0, 6)
+    assert cfg.record_shapes and cfg.trace_handler == "tracekit.handler:on_trace_ready"
+    assert cfg.check_max == ("stall_total=5ms",) and cfg.check_min == ("steps=2",)
+
+
+def test_tracekit_run_analyze_says_what_bounds_the_steps(tmp_path, capfd):
+    """The runtime's trace through tracekit.on_trace_ready (named to it: the runtime does not
+    import tracekit): the trace as before, the shapes of our TBE calls in it, the findings in
+    the log, and a failed check that stops the run in one line."""
+    out = tmp_path / "run"
+    rc = _tracekit(["run", "--pipeline", "sparse", "--out", str(out), "--record-shapes", "--analyze",
+                    "--embedding-backend", "reference", *TINY])
+    err = capfd.readouterr().err
+    assert rc == 0, err
+    assert f"[tracekit] wrote {out / 'trace_rank0.json.gz'}" in err
+    assert "[tracekit] 2 steps" in err and "[tracekit] bound: host" in err
+    trace = json.loads(gzip.open(out / "trace_rank0.json.gz").read())
+    fwd = [e for e in trace["traceEvents"] if e.get("name") == "tracekit_tbe::forward"]
+    assert fwd and fwd[0]["args"]["Input Dims"][4:7] == [[], [], []]
+    out2 = tmp_path / "run2"
+    rc = _tracekit(["run", "--pipeline", "sparse", "--out", str(out2), "--check-min", "steps=100", *TINY])
+    err = capfd.readouterr().err
+    assert rc == 2 and "tracekit checks failed" in err.splitlines()[-1]
+    assert (out2 / "trace_rank0.json.gz").is_file()

@@ -19,6 +19,8 @@ import click
 from tracekit.errors import InputError, RuntimeConfigError
 
 _CHILD_ERROR = "runtime.train: error: "
+HANDLER = "tracekit.handler:on_trace_ready"
+"""The trace handler ``--analyze`` names to the runtime (which does not import tracekit)."""
 
 
 def _runtime_root() -> str:
@@ -60,6 +62,14 @@ def build_argv(opts: dict) -> list[str]:
         argv.append("--weighted")
     if opts["tf32"]:
         argv.append("--tf32")
+    if opts["record_shapes"]:
+        argv.append("--record-shapes")
+    if opts["analyze"] or opts["check_max"] or opts["check_min"]:
+        argv += ["--trace-handler", HANDLER]
+        for spec in opts["check_max"]:
+            argv += ["--check-max", spec]
+        for spec in opts["check_min"]:
+            argv += ["--check-min", spec]
     return argv
 
 
@@ -102,6 +112,14 @@ def _check_widths(ctx, param, value: str) -> str:
 @click.option("--inplace-copy", is_flag=True, help="Allocate device batches on the main stream (in-place copy).")
 @click.option("--memory-snapshot", is_flag=True, help="Write the allocator snapshot beside the trace (CUDA).")
 @click.option("--tf32", is_flag=True, help="TF32 dense matmuls (CUDA).")
+@click.option("--record-shapes", is_flag=True,
+              help="Record the ops' input shapes in the trace (the embedding bandwidth reads them).")
+@click.option("--analyze", is_flag=True,
+              help="Write each trace through tracekit.on_trace_ready: the log says what bounds the steps.")
+@click.option("--check-max", multiple=True, metavar="KEY=VALUE",
+              help="With the trace written, fail the run when a figure exceeds this (as tracekit check).")
+@click.option("--check-min", multiple=True, metavar="KEY=VALUE",
+              help="With the trace written, fail the run when a figure is below this.")
 @click.option("--main-stream-priority", type=click.IntRange(-3, 0), default=0, show_default=True,
               help="CUDA priority of the main stream: 0 is torch's default stream (the lowest); -1..-3 a "
                    "new stream of higher priority, so side streams (lookup, data dist) yield to it.")
@@ -139,6 +157,12 @@ def command(nproc_per_node, **opts):
     """
     if importlib.util.find_spec("torch") is None:
         raise RuntimeConfigError("the run command needs torch: pip install 'tracekit[runtime]'")
+    from tracekit import checks
+
+    for spec in opts["check_max"]:  # refused here, before any training
+        checks.parse(spec, upper=True)
+    for spec in opts["check_min"]:
+        checks.parse(spec, upper=False)
     out = opts["out"]
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise InputError("output directory exists and is not empty; name a new one", path=out)
