@@ -169,7 +169,10 @@ def _inputs(dims: str, types: str, concrete: str) -> _Inputs | None:
 
 
 @dataclass(frozen=True)
-class _Bytes:
+class OpBytes:
+    """What one op's kernels must move: ``fixed + per_row * U`` bytes, U the distinct rows a
+    backward touches (``lookups`` in the figure: an upper bound); 0 ``per_row`` in a forward."""
+
     lookups: int
     bags: int
     features: int
@@ -202,7 +205,7 @@ def _dims(total_d: int, max_d: int, t: int) -> tuple[float, str]:
                          "counted at the mean dim")
 
 
-def _fbgemm_forward(m: re.Match, x: _Inputs) -> _Bytes:
+def _fbgemm_forward(m: re.Match, x: _Inputs) -> OpBytes:
     dense, nobag, weighted = m["dense"] == "dense", bool(m["nobag"]), m["w"] == "weighted"
     if m["vbe"]:
         raise _Bad("variable batch sizes (VBE): not modelled")
@@ -241,10 +244,10 @@ def _fbgemm_forward(m: re.Match, x: _Inputs) -> _Bytes:
         raise _Bad("output type not one tracekit knows")
     b = (bt1 - 1) // max(t, 1)
     fixed += (n * dim if nobag else b * total_d) * out_s
-    return _Bytes(n, b, t, dim, total_d, wt, fixed, 0.0, note)
+    return OpBytes(n, b, t, dim, total_d, wt, fixed, 0.0, note)
 
 
-def _fbgemm_backward(m: re.Match, x: _Inputs) -> _Bytes:
+def _fbgemm_backward(m: re.Match, x: _Inputs) -> OpBytes:
     dense, nobag, weighted = m["dense"] == "dense", bool(m["nobag"]), m["w"] == "weighted"
     if m["vbe"]:
         raise _Bad("variable batch sizes (VBE): not modelled")
@@ -281,10 +284,10 @@ def _fbgemm_backward(m: re.Match, x: _Inputs) -> _Bytes:
         fixed += nw * sw
     per_row, per_elem = _STATE_FLOATS[opt]
     row = 2 * dim * s + 2 * 4 * (per_row + per_elem * dim)
-    return _Bytes(n, (bt1 - 1) // max(t, 1), t, dim, total_d, x.types[1], fixed, row, note)
+    return OpBytes(n, (bt1 - 1) // max(t, 1), t, dim, total_d, x.types[1], fixed, row, note)
 
 
-def _ours_forward(_m: re.Match, x: _Inputs) -> _Bytes:
+def _ours_forward(_m: re.Match, x: _Inputs) -> OpBytes:
     # tracekit_tbe::forward(weights, indices, offsets, per_sample_weights, num_features,
     #                       total_D, max_D, pooling_mode): runtime/kernels/record.py
     _, s = x.numel(0, "weights", _FLOATS, 1)
@@ -300,11 +303,11 @@ def _ours_forward(_m: re.Match, x: _Inputs) -> _Bytes:
     else:
         dim, note = _dims(total_d, max_d, t)
         out = b * total_d * out_s
-    return _Bytes(n, b, t, dim, total_d, x.types[0], n * dim * s + n * si + bt1 * so + nw * sw + out,
+    return OpBytes(n, b, t, dim, total_d, x.types[0], n * dim * s + n * si + bt1 * so + nw * sw + out,
                   0.0, note)
 
 
-def _ours_backward(_m: re.Match, x: _Inputs) -> _Bytes:
+def _ours_backward(_m: re.Match, x: _Inputs) -> OpBytes:
     # tracekit_tbe::backward_update(grad_output, weights, momentum, indices, offsets,
     #     per_sample_weights, num_features, total_D, max_D, pooling_mode, optimizer)
     g_n, g_s = x.numel(0, "grad_output", _FLOATS)
@@ -317,11 +320,11 @@ def _ours_backward(_m: re.Match, x: _Inputs) -> _Bytes:
     pooling = x.scalar(9, "pooling_mode")
     dim, note = (float(max_d), "") if pooling == 2 else _dims(total_d, max_d, t)
     row = 2 * dim * s + (2 * m_s if m_n else 0)  # rowwise state: one value per row
-    return _Bytes(n, (bt1 - 1) // max(t, 1), t, dim, total_d, x.types[1],
+    return OpBytes(n, (bt1 - 1) // max(t, 1), t, dim, total_d, x.types[1],
                   g_n * g_s + n * si + bt1 * so + nw * sw, row, note)
 
 
-def _torch_bag(_m: re.Match, x: _Inputs) -> _Bytes:
+def _torch_bag(_m: re.Match, x: _Inputs) -> OpBytes:
     # aten::_embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
     #                      per_sample_weights, include_last_offset, padding_idx)
     (e, d), wt = x.tensor(0, "weight", _FLOATS, 2)
@@ -331,18 +334,18 @@ def _torch_bag(_m: re.Match, x: _Inputs) -> _Bytes:
     nw, sw = x.optional(6)
     last = len(x.concrete) > 7 and x.concrete[7] in ("True", "1", "true")
     b = nb - 1 if last else nb
-    return _Bytes(n, b, 1, float(d), int(d), wt, n * d * s + n * si + nb * so + nw * sw + b * d * s)
+    return OpBytes(n, b, 1, float(d), int(d), wt, n * d * s + n * si + nb * so + nw * sw + b * d * s)
 
 
-def _torch_embedding(_m: re.Match, x: _Inputs) -> _Bytes:
+def _torch_embedding(_m: re.Match, x: _Inputs) -> OpBytes:
     # aten::embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse)
     (e, d), wt = x.tensor(0, "weight", _FLOATS, 2)
     s = _TYPE_BYTES[wt]
     n, si = x.numel(1, "indices", _INTS)
-    return _Bytes(n, n, 1, float(d), int(d), wt, 2 * n * d * s + n * si)
+    return OpBytes(n, n, 1, float(d), int(d), wt, 2 * n * d * s + n * si)
 
 
-def _torch_dense_backward(m: re.Match, x: _Inputs) -> _Bytes:
+def _torch_dense_backward(m: re.Match, x: _Inputs) -> OpBytes:
     # aten::_embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices,
     #     num_weights, ...); aten::embedding_dense_backward(grad_output, indices, num_weights,
     #     padding_idx, scale_grad_by_freq)
@@ -360,7 +363,7 @@ def _torch_dense_backward(m: re.Match, x: _Inputs) -> _Bytes:
     for v in gd[:-1]:
         rows *= int(v)
     per_row = 2 * d * g_s  # the lookup's gradient row read, its table row written
-    return _Bytes(n, rows, 1, float(d), d, gt, fixed, per_row)
+    return OpBytes(n, rows, 1, float(d), d, gt, fixed, per_row)
 
 
 @dataclass(frozen=True)
@@ -371,7 +374,7 @@ class Model:
     direction: str
     pattern: re.Pattern
     bytes: object
-    """``(match, _Inputs) -> _Bytes``; raises ``_Bad`` when the inputs do not fit."""
+    """``(match, _Inputs) -> OpBytes``; raises ``_Bad`` when the inputs do not fit."""
 
 
 _FBGEMM = r"^fbgemm::(?P<dense>split|dense|ssd)_embedding(?P<nobag>_nobag)?_"
@@ -402,7 +405,7 @@ def model_of(name: str) -> tuple[Model, re.Match] | None:
     return None
 
 
-def op_bytes(name: str, dims: str, types: str, concrete: str) -> _Bytes | str:
+def op_bytes(name: str, dims: str, types: str, concrete: str) -> OpBytes | str:
     """The bytes model of one op from its recorded inputs (the JSON texts of ``Trace.args``),
     or why there is none."""
     found = model_of(name)
@@ -747,4 +750,4 @@ def _findings(by_dir: pd.DataFrame, gpu: GpuPeak | None, config: EmbeddingBwConf
 
 
 __all__ = ["CALL_COLUMNS", "EmbeddingBwConfig", "EmbeddingBwResult", "Finding", "MODELS",
-           "compute", "op_bytes"]
+           "OpBytes", "compute", "op_bytes"]
