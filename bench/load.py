@@ -6,8 +6,10 @@
 Each measurement is a separate process (so imports count and peak RSS is the process's own,
 read with ``os.wait4``):
 
-1. ``hta``: HTA 0.5.0 ``TraceAnalysis(trace_dir=...)`` on a directory holding only a symlink to
-   the trace; the time is that call alone (imports excluded: generous to HTA).
+1. ``hta``: HTA's ``TraceAnalysis(trace_dir=...)`` (the release installed beside this
+   interpreter, named in the results' ``hta_version``: ``traceinsight==0.6.1``, or
+   ``HolisticTraceAnalysis==0.5.0`` from another environment) on a directory holding only a
+   symlink to the trace; the time is that call alone (imports excluded: generous to HTA).
 2. ``cold``: ``tracekit analyze --format json`` with a fresh, empty cache dir (whole process).
 3. ``warm``: the same command again (the caches are now filled).
    ``cold_no_hta``: cold again with ``--no-hta`` and another fresh cache dir (HTA's own figures
@@ -60,7 +62,17 @@ t = time.perf_counter()
 a = TraceAnalysis(trace_dir=sys.argv[1])
 took = time.perf_counter() - t
 n = sum(len(df) for df in a.t.traces.values())
-print("RESULT", took, n)
+from importlib import metadata
+from hta.version import __version_tuple__
+dist = None
+for d in ("traceinsight", "HolisticTraceAnalysis"):
+    try:
+        metadata.version(d)
+        dist = d
+        break
+    except metadata.PackageNotFoundError:
+        pass
+print("RESULT", took, n, f"{dist or 'hta'}==" + ".".join(map(str, __version_tuple__)))
 """
 
 LOAD_SNIPPET = """
@@ -166,6 +178,8 @@ def main() -> None:
             if "result" in r:
                 r["load_s"] = round(float(r["result"][0]), 3)
                 r["rows"] = int(r["result"][1])
+                if len(r["result"]) > 2:  # the release measured: traceinsight==0.6.1, ...
+                    results["hta_version"] = r["result"][2]
             results["runs"]["hta"] = r
         trees = {"": ROOT}
         if a.baseline:

@@ -7,7 +7,7 @@ Sections: ``explain`` (critical path, bound and findings with predicted savings)
 (step time), ``overlap`` (stream overlap), ``gaps`` (optimizer -> lookup gap), ``syncs`` (sync
 stalls), ``allocator`` (``[memory]`` events). Optional sections:
 ``hta`` (``tracekit.analyses.hta.compute(trace, rules)``, HTA's own figures on the
-already-parsed trace; it says so when HolisticTraceAnalysis is not installed) and
+already-parsed trace; it says so when HTA (traceinsight) is not installed) and
 ``snapshot`` (``tracekit.analyses.snapshot``: a memory-snapshot pickle, which is not part of
 the trace, so the caller attaches it; ``snapshot_streams`` then matches its stream handles to the
 trace's CUPTI streams). ``collectives`` (the rank's communication kernels) and

@@ -1,4 +1,6 @@
-"""HTA's own figures on the trace tracekit already parsed (Holistic Trace Analysis 0.5.0).
+"""HTA's own figures on the trace tracekit already parsed (HTA: traceinsight 0.6.1, the
+maintained release of Holistic Trace Analysis, the same ``hta`` package; HolisticTraceAnalysis
+0.5.0 gives the same figures through the same bridge).
 
 What HTA computes well, computed by HTA's own analysis functions:
 
@@ -91,6 +93,9 @@ ROUNDING_NOTE = (
     "lower; HTA_DISABLE_NS_ROUNDING=1 turns that off")
 """The note a nanosecond-resolution trace gets (the tests measure the difference)."""
 
+NOT_INSTALLED = "HTA is not installed (pip install traceinsight)"
+"""The section's reason when the ``hta`` package cannot be imported."""
+
 TOP_KERNELS = 10
 """Kernels listed per kernel type (HTA's ``num_kernels`` default); the rest are "others"."""
 
@@ -139,6 +144,8 @@ class HtaResult:
     """Why the section is unavailable (HTA missing, no GPU activity, HTA failed)."""
     hta_version: str | None = None
     ranks: tuple[int, ...] = ()
+    hta_release: str | None = None
+    """The HTA release that computed the figures (``traceinsight 0.6.1``), None without HTA."""
     include_last_profiler_step: bool = False
     """HTA's window: False (its default) leaves out the GPU activities launched in the last
     ProfilerStep (and every CPU event from that step's start on)."""
@@ -185,7 +192,8 @@ class HtaResult:
 
 
 def hta_installed() -> str | None:
-    """HTA's version if it can be imported, else None."""
+    """HTA's version if it can be imported (``0.6.1``), else None; ``hta_release()`` names the
+    distribution too."""
     try:
         from hta.version import __version_tuple__
     except ImportError:
@@ -193,10 +201,28 @@ def hta_installed() -> str | None:
     return ".".join(str(x) for x in __version_tuple__)
 
 
+def hta_release() -> str | None:
+    """The installed HTA as a person names it: ``traceinsight 0.6.1`` (or
+    ``HolisticTraceAnalysis 0.5.0``), None when HTA cannot be imported."""
+    version = hta_installed()
+    if version is None:
+        return None
+    from importlib import metadata
+
+    for dist in ("traceinsight", "HolisticTraceAnalysis"):
+        try:
+            metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        return f"{dist} {version}"
+    return f"hta {version}"
+
+
 def skipped(trace: Trace, reason: str) -> HtaResult:
     """The section for a trace it was not run on, saying why."""
     return HtaResult(available=False, reason=reason, hta_version=hta_installed(),
-                     ranks=(trace.rank,), include_last_profiler_step=False)
+                     ranks=(trace.rank,), include_last_profiler_step=False,
+                     hta_release=hta_release())
 
 
 def compute(
@@ -217,10 +243,10 @@ def compute(
     traces = trace.traces if isinstance(trace, TraceSet) else (trace,)
     version = hta_installed()
     ranks = tuple(t.rank for t in traces)
-    common = dict(hta_version=version, ranks=ranks,
+    common = dict(hta_version=version, ranks=ranks, hta_release=hta_release() if version else None,
                   include_last_profiler_step=include_last_profiler_step)
     if version is None:
-        return HtaResult(available=False, reason="HolisticTraceAnalysis is not installed", **common)
+        return HtaResult(available=False, reason=NOT_INSTALLED, **common)
     if not any(t.has_gpu for t in traces):
         return HtaResult(available=False, reason="the trace has no GPU activity", **common)
 
@@ -467,6 +493,16 @@ def _rank_frame(trace: Trace) -> tuple[pd.DataFrame, list[str], pd.Index]:
     return frame, used, categories
 
 
+def _version_at_least(major: int, minor: int) -> bool:
+    """Whether the installed HTA is at least ``major.minor`` (the bridge follows the parser of
+    the release installed: traceinsight 0.6 numbers the steps of Triton's cpu_ops, 0.5 did not)."""
+    v = hta_installed()
+    if v is None:
+        return False
+    parts = [int(x) for x in re.findall(r"\d+", v)[:2]]
+    return tuple(parts) >= (major, minor)
+
+
 def _add_iteration(df: pd.DataFrame, symbols) -> None:
     """HTA's ``add_iteration``, vectorised (same result; HTA's runs a Python loop per row)."""
     table = symbols.get_sym_table()
@@ -485,6 +521,9 @@ def _add_iteration(df: pd.DataFrame, symbols) -> None:
     ts = df["ts"].to_numpy()
     stream = df["stream"].to_numpy()
     cpu = stream < 0
+    if _version_at_least(0, 6) and "cpu_op" in table:
+        # traceinsight: a cpu_op on stream 0 (Triton's launcher) takes its step by its ts too
+        cpu |= (stream == 0) & (df["cat"].to_numpy() == table.index("cpu_op"))
     iteration = np.full(len(df), np.nan)
     it_cpu = np.full(int(cpu.sum()), -1, dtype=np.int64)
     s_rows = np.flatnonzero(is_step)
