@@ -136,7 +136,7 @@ def test_every_tracekit_run_option_reaches_runtime_train():
     assert (m.embedding_optimizer, m.embedding_backend, m.num_dense, m.seed) == ("sgd", "reference", 4, 6)
     assert (cfg.dense_optimizer.kind, cfg.dense_optimizer.lr, cfg.dense_optimizer.foreach) == ("adagrad", 0.25, False)
     assert (d.batch_size, d.pooling_factor, d.distribution, d.weighted, d.distinct_batches, d.seed) == (11, 2.5, "uniform", True, 0, 6)
-    assert cfg.record_shapes and cfg.trace_handler == "tracekit.handler:on_trace_ready"
+    assert cfg.profiler.record_shapes and cfg.trace_handler == "tracekit.handler:on_trace_ready"
     assert cfg.check_max == ("stall_total=5ms",) and cfg.check_min == ("steps=2",)
 
 
