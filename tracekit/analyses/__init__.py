@@ -5,7 +5,8 @@ Sections never print, plot or modify the trace; ``tracekit.report`` renders them
 
 Sections: ``explain`` (critical path, bound and findings with predicted savings), ``steps``
 (step time), ``overlap`` (stream overlap), ``gaps`` (optimizer -> lookup gap), ``syncs`` (sync
-stalls), ``allocator`` (``[memory]`` events). Optional sections:
+stalls), ``allocator`` (``[memory]`` events), ``embedding_bw`` (the embedding kernels' bytes
+and bandwidth against the GPU's peak). Optional sections:
 ``hta`` (``tracekit.analyses.hta.compute(trace, rules)``, HTA's own figures on the
 already-parsed trace; it says so when HTA (traceinsight) is not installed) and
 ``snapshot`` (``tracekit.analyses.snapshot``: a memory-snapshot pickle, which is not part of
@@ -21,7 +22,7 @@ import sys
 from dataclasses import dataclass
 
 from tracekit import steps
-from tracekit.analyses import allocator, collectives, gaps, overlap, syncs
+from tracekit.analyses import allocator, collectives, embedding_bw, gaps, overlap, syncs
 from tracekit.analyses.forked import Forked
 from tracekit.phases import Rules, default_rules
 from tracekit.trace.model import Trace
@@ -65,6 +66,9 @@ class Analysis:
     """The rank's collective kernels (``tracekit.analyses.collectives``)."""
     identity: dict | None = None
     """``trace_identity(trace)``: the job and clock the trace comes from."""
+    embedding_bw: embedding_bw.EmbeddingBwResult | None = None
+    """``tracekit.analyses.embedding_bw``: the embedding kernels' bandwidth against the GPU's
+    peak (None: not computed)."""
 
 
 def trace_identity(trace: Trace) -> dict:
@@ -156,6 +160,7 @@ def _other_sections(trace: Trace, rules: Rules, with_hta: bool | None, snapshot:
         "snapshot_streams": _match_streams(trace, snapshot),
         "collectives": collectives.compute(trace, rules, steps=steps_result),
         "identity": trace_identity(trace),
+        "embedding_bw": embedding_bw.compute(trace, rules),
     }
 
 

@@ -14,13 +14,13 @@ HEADLINE_KEYS = (
     "unused_at_peak_reserved_bytes", "unused_fraction", "mean_gap_ns", "mean_gap_idle_ns",
     "comm_overlap_ratio", "exposed_comm_ns", "exposed_memcpy_ns", "stall_count",
     "stall_total_ns", "stall_idle_after_ns", "bound", "bound_share", "poll_count",
-    "poll_total_ns",
+    "poll_total_ns", "embedding_forward_share", "embedding_backward_share",
 )
 """``schema.Headline``'s keys, in order."""
 TEXT_KEYS = ("step_source", "bound")
 """Headline keys whose values are words, not figures."""
 SECTION_KEYS = ("explain", "steps", "overlap", "gaps", "syncs", "allocator", "hta", "snapshot",
-                "collectives", "identity")
+                "collectives", "identity", "embedding_bw")
 """The sections of a rank's object, in order."""
 RANK_KEYS = ("source", "rank", "schema", "platform", "warnings", "rules", "headline",
              *SECTION_KEYS)

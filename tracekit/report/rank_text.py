@@ -155,7 +155,7 @@ def _text_hta(h: dict, limit: int) -> str:
         return f"  not available: {h.get('reason') or 'unknown reason'}\n"
     window = ("every ProfilerStep" if h.get("include_last_profiler_step")
               else "the last ProfilerStep's GPU work left out, as HTA does by default")
-    out = f"  HTA {h.get('hta_version') or '?'}; times in us; window: {window}\n"
+    out = f"  {h.get('hta_release') or 'HTA ' + (h.get('hta_version') or '?')}; times in us; window: {window}\n"
     overlap = {r["rank"]: r.get("comp_comm_overlap_pctg") for r in h.get("comm_comp_overlap") or []}
     if h.get("temporal"):
         out += "  temporal breakdown (of the span from the first to the last GPU activity):\n"
@@ -259,6 +259,49 @@ def _text_collectives(c: dict) -> str:
     return out
 
 
+def _gbps(row: dict) -> str:
+    v = row.get("gbps")
+    if v is None:
+        return "-"
+    return ("<= " if row.get("upper_bound") else "") + f"{v:,.0f}"
+
+
+def _text_embedding_bw(e: dict, limit: int) -> str:
+    """The embedding bandwidth section (``tracekit.analyses.embedding_bw``)."""
+    peak = (f"peak {e['peak_gbps']:,.0f} GB/s ({e['peak_source']})" if e.get("peak_gbps")
+            else e.get("peak_source") or "GPU unknown")
+    out = f"  {e.get('device') or 'GPU not named'}: {peak}\n"
+    if e.get("by_direction"):
+        out += table(["direction", "calls", "GPU ms", "GB", "GB/s", "of peak"], [
+            [d["direction"], d["calls"], ms(d["gpu_ns"]), f"{d['bytes'] / 1e9:,.3f}", _gbps(d),
+             pct(d.get("share"))] for d in e["by_direction"]]) + "\n"
+        rows, more = limited(e["by_kernel"], limit)
+        out += "  per kernel (<= : bytes counted with one row per lookup, an upper bound)\n"
+        out += table(["op", "kernel", "calls", "GPU ms", "GB/s", "of peak"], [
+            [k["op"], clip(k["kernel"], 60), k["calls"], ms(k["gpu_ns"]), _gbps(k),
+             pct(k.get("share"))] for k in rows]) + "\n" + more
+        steps = [x for x in e["by_step"] if x["step"] >= 0]
+        if len(steps) > len(e["by_direction"]):
+            rows, more = limited(steps, limit)
+            out += "  per step\n" + table(["step", "direction", "GPU ms", "GB/s", "of peak"], [
+                [x["step"], x["direction"], ms(x["gpu_ns"]), _gbps(x), pct(x.get("share"))]
+                for x in rows]) + "\n" + more
+    else:
+        out += "  no embedding call with its inputs recorded and GPU time\n"
+    if e.get("missing"):
+        out += "  without an estimate\n" + table(["op", "why", "calls", "kernels", "GPU ms"], [
+            [m["op"], clip(m["reason"], 70), m["calls"], m["activities"], ms(m["gpu_ns"])]
+            for m in e["missing"][:limit]]) + "\n"
+    for n in e.get("notes") or []:
+        out += f"  note: {n}\n"
+    return out
+
+
+def text_embedding_findings(e: dict | None) -> str:
+    """The embedding bandwidth's findings, as lines under explain's."""
+    return "".join(f"  - {f['title']}\n      {f['evidence']}\n" for f in (e or {}).get("findings") or [])
+
+
 def render_rank(r: dict, *, limit: int = 20) -> str:
     """One rank's report as text (``limit``: rows shown per long table)."""
     h = r["headline"]
@@ -269,6 +312,9 @@ def render_rank(r: dict, *, limit: int = 20) -> str:
         out.append("")
         out.append("Findings")
         out.append(text_findings(r.get("explain")).rstrip("\n"))
+        emb = text_embedding_findings(r.get("embedding_bw"))
+        if emb:
+            out.append(emb.rstrip("\n"))
     out.append("")
     out.append("Headline")
     out.append(table(["figure", "value"], [
@@ -289,6 +335,10 @@ def render_rank(r: dict, *, limit: int = 20) -> str:
             f"{h['poll_count']}, {ms(h['poll_total_ns'])}"]] if h.get("poll_count") else []),
         *([["bound (share of the critical path)",
             f"{h.get('bound') or '-'} ({pct(h.get('bound_share'))})"]] if "bound" in h else []),
+        *([["embedding bandwidth, share of peak: forward / backward (at most)",
+            f"{pct(h.get('embedding_forward_share'))} / {pct(h.get('embedding_backward_share'))}"]]
+          if h.get("embedding_forward_share") is not None
+          or h.get("embedding_backward_share") is not None else []),
     ]))
     gpu = r["platform"] != "cpu"
     no_gpu = "  no GPU activity\n"
@@ -313,6 +363,10 @@ def render_rank(r: dict, *, limit: int = 20) -> str:
     if (r.get("collectives") or {}).get("count"):
         sections.append(("9. Collectives (communication kernels)",
                          _text_collectives(r["collectives"])))
+    e = r.get("embedding_bw")
+    if e and (e.get("calls") or e.get("missing")):
+        sections.append(("10. Embedding bandwidth (bytes from the recorded shapes over the "
+                         "kernels' time, against the GPU's peak)", _text_embedding_bw(e, limit)))
     for title, body in sections:
         out.append("")
         out.append(title)

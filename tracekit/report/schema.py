@@ -58,6 +58,12 @@ class Headline(TypedDict):
     poll_count: int
     """cudaEventQuery/cudaStreamQuery calls: they return at once, they are not stalls."""
     poll_total_ns: int
+    embedding_forward_share: float | None
+    """The embedding lookups' (forward) bandwidth over the GPU's peak memory bandwidth
+    (``EmbeddingBw``); null without a modelled call or a known GPU."""
+    embedding_backward_share: float | None
+    """The same for the embedding backward with its fused update: an upper bound (one row read
+    and written per lookup)."""
 
 
 class TopItem(TypedDict):
@@ -523,6 +529,107 @@ class Identity(TypedDict):
     end_ns: int | None
 
 
+class EmbeddingCallRow(TypedDict):
+    """One embedding call (``tracekit.analyses.embedding_bw.CALL_COLUMNS``)."""
+
+    op: str
+    family: str
+    direction: Literal["forward", "backward"]
+    tid: int
+    ts: int
+    end: int
+    step: int
+    phase: str
+    kernel: str
+    activities: int
+    gpu_start: int
+    gpu_end: int
+    gpu_ns: int
+    lookups: int
+    bags: int
+    features: int
+    dim: float | None
+    total_dim: int
+    weights_type: str
+    bytes: float | None
+    fixed_bytes: float | None
+    row_bytes: float | None
+    upper_bound: bool
+    gbps: float | None
+    share: float | None
+    status: str
+
+
+class _EmbeddingTotal(TypedDict):
+    calls: int
+    gpu_ns: int
+    bytes: float
+    gbps: float | None
+    share: float | None
+    upper_bound: bool
+
+
+class EmbeddingKernelRow(_EmbeddingTotal):
+    family: str
+    direction: str
+    op: str
+    kernel: str
+
+
+class EmbeddingPhaseRow(_EmbeddingTotal):
+    phase: str
+    direction: str
+
+
+class EmbeddingStepRow(_EmbeddingTotal):
+    step: int
+    direction: str
+
+
+class EmbeddingDirectionRow(_EmbeddingTotal):
+    direction: str
+
+
+class EmbeddingMissingRow(TypedDict):
+    op: str
+    reason: str
+    calls: int
+    activities: int
+    gpu_ns: int
+
+
+class EmbeddingFinding(TypedDict):
+    id: str
+    title: str
+    evidence: str
+    direction: str
+    gbps: float
+    share: float
+    peak_gbps: float
+    upper_bound: bool
+    gpu_ns: int
+    gpu_ns_at_target: int
+    per_step_ns: float | None
+
+
+class EmbeddingBw(TypedDict):
+    """``tracekit.analyses.embedding_bw``: each embedding call's bytes from its recorded shapes,
+    its GB/s over its kernels' GPU time and its share of the GPU's peak; totals per kernel,
+    phase, step and direction; what has no estimate and why; findings."""
+
+    calls: list[EmbeddingCallRow]
+    by_kernel: list[EmbeddingKernelRow]
+    by_phase: list[EmbeddingPhaseRow]
+    by_step: list[EmbeddingStepRow]
+    by_direction: list[EmbeddingDirectionRow]
+    missing: list[EmbeddingMissingRow]
+    device: str | None
+    peak_gbps: float | None
+    peak_source: str
+    findings: list[EmbeddingFinding]
+    notes: list[str]
+
+
 class Rank(TypedDict):
     """One rank's report (``tracekit.report.to_dict(analysis)``), keys in this order
     (``keys.RANK_KEYS``; the sections: ``keys.SECTION_KEYS``)."""
@@ -547,6 +654,8 @@ class Rank(TypedDict):
     snapshot: Snapshot | None
     collectives: Collectives | None
     identity: Identity | None
+    embedding_bw: EmbeddingBw | None
+    """null when it was not computed (a report of a rank read for a job's summary only)."""
 
 
 # ---- a job of many ranks (``tracekit.ranks``) ---------------------------------------------------

@@ -145,7 +145,18 @@ def headline(a: Any) -> dict:
         "bound_share": getattr(a.explain, "bound_share", None),
         "poll_count": getattr(y, "poll_count", 0),
         "poll_total_ns": getattr(y, "poll_total_ns", 0),
+        **_embedding_shares(getattr(a, "embedding_bw", None)),
     }
+
+
+def _embedding_shares(e: Any) -> dict:
+    """``embedding_forward_share`` / ``embedding_backward_share`` of an ``EmbeddingBwResult``."""
+    out = {"embedding_forward_share": None, "embedding_backward_share": None}
+    if e is None or e.peak_gbps is None or e.by_direction.empty:
+        return out
+    for d, share in zip(e.by_direction["direction"].tolist(), e.by_direction["share"].tolist()):
+        out[f"embedding_{d}_share"] = share
+    return out
 
 
 def snapshot_dict(s: Any) -> dict | None:
@@ -230,6 +241,7 @@ def to_dict(a: Any) -> dict:
         "snapshot": snapshot_dict(a.snapshot),
         "collectives": jsonable(a.collectives),
         "identity": jsonable(a.identity),
+        "embedding_bw": jsonable(getattr(a, "embedding_bw", None)),
     }
     return d
 

@@ -34,7 +34,8 @@ def unit_of(key: str) -> str:
         return "ms"
     if key.endswith("_bytes"):
         return "bytes"
-    return "ratio" if key in ("comm_overlap_ratio", "unused_fraction", "bound_share") else "count"
+    return "ratio" if key in ("comm_overlap_ratio", "unused_fraction", "bound_share",
+                              "embedding_forward_share", "embedding_backward_share") else "count"
 
 
 def fmt_figure(v: Any, unit: str, signed: bool = False) -> str:
