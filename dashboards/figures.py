@@ -325,3 +325,48 @@ def compare_bars(table: pd.DataFrame) -> dict:
         layout["annotations"].append({"text": f"<b>{fig}</b> ({unit})", "x": (x0 + x1) / 2, "y": y1 + 0.01, "xref": "paper", "yref": "paper",
                                       "showarrow": False, "xanchor": "center", "yanchor": "bottom", "font": {"size": 12}})
     return {"data": data, "layout": layout}
+
+
+EMBEDDING_COLOURS = {"forward": "#1f77b4", "backward": "#d62728"}
+
+
+def embedding_kernels(kernels: pd.DataFrame, peak_gbps: float | None) -> dict:
+    """GB/s of each embedding op's kernels (``dashboards.results.embedding``), horizontal bars
+    coloured by direction, with the device's peak as a line (a backward's bar is an upper
+    bound: its hover says so)."""
+    labels = [f"{d} · {o.split('::')[-1]}" for d, o in zip(kernels["direction"], kernels["op"])]
+    data = []
+    for direction, colour in EMBEDDING_COLOURS.items():
+        sel = (kernels["direction"] == direction).to_numpy()
+        if not sel.any():
+            continue
+        k = kernels[sel]
+        data.append({"type": "bar", "orientation": "h", "y": [l for l, s in zip(labels, sel) if s],
+                     "x": _nums(k["GB/s"]), "name": direction, "marker": {"color": colour},
+                     "customdata": [[b, p if p is not None else float("nan")] for b, p in zip(k["bytes"], k["% of peak"])],
+                     "hovertemplate": "%{y}: %{x:,.0f} GB/s (%{customdata[1]:.0f} % of peak), bytes: %{customdata[0]}<extra></extra>"})
+    layout = _layout("Achieved memory bandwidth of the embedding kernels (GB/s)", x="GB/s",
+                     height=max(240, 110 + 40 * len(labels)), yaxis={"autorange": "reversed"})
+    if peak_gbps:
+        layout["shapes"] = [{"type": "line", "x0": peak_gbps, "x1": peak_gbps, "y0": 0, "y1": 1, "yref": "paper",
+                             "line": {"color": "#555", "dash": "dot"}}]
+        layout["annotations"] = [{"x": peak_gbps, "y": 1, "yref": "paper", "text": f"peak {peak_gbps:,.0f} GB/s",
+                                  "showarrow": False, "yanchor": "bottom"}]
+    return {"data": data, "layout": layout}
+
+
+def embedding_steps(steps: pd.DataFrame, peak_gbps: float | None) -> dict:
+    """GB/s per step and direction, grouped bars."""
+    data = []
+    for direction, colour in EMBEDDING_COLOURS.items():
+        k = steps[steps["direction"] == direction]
+        if k.empty:
+            continue
+        data.append({"type": "bar", "x": k["step"].astype(str).tolist(), "y": _nums(k["GB/s"]), "name": direction,
+                     "marker": {"color": colour}, "hovertemplate": "step %{x}: %{y:,.0f} GB/s<extra>" + direction + "</extra>"})
+    layout = _layout("Embedding bandwidth per step (GB/s)", x="step", y="GB/s", height=300, barmode="group",
+                     xaxis={"type": "category"})
+    if peak_gbps:
+        layout["shapes"] = [{"type": "line", "x0": 0, "x1": 1, "xref": "paper", "y0": peak_gbps, "y1": peak_gbps,
+                             "line": {"color": "#555", "dash": "dot"}}]
+    return {"data": data, "layout": layout}

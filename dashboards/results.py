@@ -542,3 +542,43 @@ def compare(picked: list[tuple[str, dict]], baseline: int) -> pd.DataFrame:
                     verdict = "better" if (diff > 0) == higher_better else "worse"
             rows.append({"figure": title, "unit": unit, "trace": name, "value": value, "diff_pct": diff, "verdict": verdict})
     return pd.DataFrame(rows, columns=["figure", "unit", "trace", "value", "diff_pct", "verdict"])
+
+
+def embedding(report: dict) -> dict | None:
+    """The embedding bandwidth section of one rank's report object as tables: ``kernels``
+    (per op and kernel: ``direction, op, kernel, calls, GPU ms, GB moved, GB/s, % of peak``,
+    ``at most`` where the bytes are an upper bound), ``steps`` (``step, direction, GB/s``),
+    ``phases``, ``missing`` (calls and kernels without an estimate, and why), with ``device``,
+    ``peak_gbps``, ``peak_source``, ``findings`` (titles and evidence) and ``notes``; None when
+    the report has no such section (written before it existed)."""
+    e = report.get("embedding_bw")
+    if not isinstance(e, dict):
+        return None
+
+    def totals(rows: list[dict], keys: list[str]) -> pd.DataFrame:
+        df = pd.DataFrame(rows)
+        if df.empty:
+            return df
+        out = df[keys].copy()
+        out["calls"] = df["calls"]
+        out["GPU ms"] = df["gpu_ns"] / NS_PER_MS
+        out["GB moved"] = df["bytes"] / 1e9
+        out["GB/s"] = df["gbps"]
+        out["% of peak"] = [None if v is None or not np.isfinite(v) else 100 * v for v in
+                            df["share"].astype(float)]
+        out["bytes"] = np.where(df["upper_bound"].astype(bool), "at most (one row per lookup)", "model")
+        return out
+
+    missing = pd.DataFrame(e.get("missing") or [])
+    if not missing.empty:
+        missing = missing.assign(**{"GPU ms": missing["gpu_ns"] / NS_PER_MS}).drop(columns=["gpu_ns"])
+    return {
+        "device": e.get("device"), "peak_gbps": e.get("peak_gbps"), "peak_source": e.get("peak_source"),
+        "kernels": totals(e.get("by_kernel") or [], ["direction", "op", "kernel"]),
+        "steps": totals(e.get("by_step") or [], ["step", "direction"]),
+        "phases": totals(e.get("by_phase") or [], ["phase", "direction"]),
+        "directions": totals(e.get("by_direction") or [], ["direction"]),
+        "missing": missing,
+        "findings": [{"title": f["title"], "evidence": f["evidence"]} for f in e.get("findings") or []],
+        "notes": list(e.get("notes") or []),
+    }

@@ -47,6 +47,7 @@ TABS = [
     ("stalls", "Sync stalls"),
     ("memory", "Memory"),
     ("idle", "GPU idle & kernels"),
+    ("embedding", "Embedding bandwidth"),
     ("compare", "Compare"),
 ]
 VIEWS = [t for t, _ in TABS]
@@ -396,6 +397,44 @@ class Views:
             table = g.drop(columns=["kind"]).rename(columns={"gap_ms": "signed gap ms", "idle_ms": "GPU idle ms", "busy_ms": "GPU busy ms",
                                                           "overlap_ms": "overlap ms", "ahead_ms": "ran ahead ms"})
             out.append(html.Div([html.H4(rank_label(source, rep)), html_table(table, id="gaps-table")], className="tk-section"))
+        return out
+
+    # ---- embedding bandwidth -------------------------------------------------------------------
+    def embedding(self, index, rank, _step=None) -> list:
+        source = self.catalog.summary(index)
+        err = source_error(source)
+        if err is not None:
+            return [err]
+        rep = source.report(rank)
+        e = results.embedding(rep)
+        if e is None:
+            return [note(f"{rank_label(source, rep)}: this report predates the embedding bandwidth section.",
+                         id="embedding-summary")]
+        peak = (f"{e['device']}: peak {e['peak_gbps']:,.0f} GB/s ({e['peak_source']})" if e["peak_gbps"]
+                else f"{e['device'] or 'GPU not named'}: {e['peak_source']}")
+        out: list = [html.Div(peak, className="tk-lead", id="embedding-summary")]
+        if e["findings"]:
+            out.append(html.Div([html.Div([html.B(f["title"]), html.Div(f["evidence"], className="tk-note")],
+                                          className="tk-finding") for f in e["findings"]],
+                                id="embedding-findings", className="tk-findings"))
+        if e["kernels"].empty:
+            out.append(note("No embedding call with its inputs recorded and GPU time: nothing to measure "
+                            "(profile with record_shapes=True; the table below says what is missing).",
+                            id="embedding-none"))
+        else:
+            out.append(dcc.Graph(id="embedding-kernels", figure=figures.embedding_kernels(e["kernels"], e["peak_gbps"]),
+                                 config=GRAPH_CONFIG))
+            if e["steps"]["step"].nunique() > 1:
+                out.append(dcc.Graph(id="embedding-steps", figure=figures.embedding_steps(e["steps"], e["peak_gbps"]),
+                                     config=GRAPH_CONFIG))
+            out.append(html.Div([html.H4("Per kernel"), html_table(e["kernels"], id="embedding-table")],
+                                className="tk-section"))
+            out.append(html.Div([html.H4("Per phase"), html_table(e["phases"], id="embedding-phases")],
+                                className="tk-section"))
+        if not e["missing"].empty:
+            out.append(html.Div([html.H4("Without an estimate"), html_table(e["missing"], id="embedding-missing")],
+                                className="tk-section"))
+        out += [note(n) for n in e["notes"]]
         return out
 
     # ---- sync stalls ---------------------------------------------------------------------------

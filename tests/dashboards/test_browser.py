@@ -595,3 +595,19 @@ def test_overview_shows_the_findings_and_where_each_step_goes(page, dashboard):
     finally:
         s.reports = saved
         choose_source(page, dashboard, "sample")
+
+
+def test_embedding_bandwidth(page, dashboard):
+    """The GPU-made DLRM trace (record_shapes): its torch embedding_bag lookups' GB/s against the
+    H200's peak, the finding, a bar per kernel."""
+    trace, a = result(dashboard, "memory")
+    e = a.embedding_bw
+    assert len(e.by_kernel) and e.findings
+    choose_source(page, dashboard, "memory")
+    tab(page, "embedding")
+    expect_text(page, "#embedding-summary", "NVIDIA H200: peak 4,800 GB/s")
+    expect_text(page, "#embedding-findings", e.findings[0].title)
+    expect_text(page, "#embedding-table", "aten::_embedding_bag")
+    data = plot_data(page, "embedding-kernels")
+    assert [d["name"] for d in data] == ["forward"]
+    assert np.allclose(data[0]["x"], e.by_kernel["gbps"].to_numpy(), rtol=1e-6)
