@@ -26,7 +26,7 @@ LAYERS = [
     ("report", ["tracekit.report", "tracekit.checks", "tracekit.annotate"]),
     ("one loaded trace", ["tracekit.reportcache", "tracekit.loaded"]),
     ("ranks", ["tracekit.ranks"]),
-    ("api", ["tracekit.api"]),
+    ("api", ["tracekit.api", "tracekit.handler"]),
     ("dashboards", ["dashboards"]),
     ("commands", ["tracekit.commands", "tracekit.cli"]),
 ]
