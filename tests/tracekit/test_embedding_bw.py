@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -268,3 +269,37 @@ def test_a_real_gpu_trace_gets_its_finding():
     assert (ok["bytes"] == ok["lookups"] * 64 * 4 + ok["lookups"] * 8 + 512 * 8 + 512 * 64 * 4).all()
     (f,) = r.findings
     assert f.title == "the embedding lookup (forward) moves 0.26 TB/s, 5 % of the H200's 4.80 TB/s"
+
+
+def test_fbgemm_grad_indice_weights(tmp_path):
+    """The weighted features' backward: the gradient of each per-sample weight."""
+    args = inputs(([B, TOTAL_D], "float"), ([ROWS * MAX_D], "float"), ([0], "float"),
+                  ([0, 0], "float"), ([T], "int"), ([T], "long int"), ([T + 1], "int"), (MAX_D,),
+                  ([N], "long int"), ([B * T + 1], "long int"), ([0], "int"), ([T], "int"))
+    tr = tbe_trace(tmp_path, bwd_args=args, steps=1,
+                   bwd_name="fbgemm::split_embedding_codegen_grad_indice_weights_cuda")
+    bwd = embedding_bw.compute(tr, default_rules()).calls.iloc[1]
+    assert bwd["status"] == "ok" and not bwd["upper_bound"]
+    assert bwd["bytes"] == N * MAX_D * 4 + B * TOTAL_D * 4 + N * 8 + (B * T + 1) * 8 + N * 4
+
+
+TORCHREC = Path(__file__).resolve().parents[2] / "sample_traces" / "torchrec_1gpu" / "sparse_b8192" \
+    / "trace-1gpu_sparse_b8192-rank0.json.gz"
+
+
+@pytest.mark.skipif(not TORCHREC.is_file(), reason="TorchRec's benchmark trace (gpu/torchrec_bench.py) not committed")
+def test_torchrec_benchmark_trace():
+    """TorchRec 1.6.1's own pipeline benchmark (1 x H200, 2026-11-27, record_shapes): every
+    FBGEMM TBE call is modelled (forward, fused SGD backward, the weighted features' weight
+    gradient) and the backward, even counted at one row per lookup, is under half the peak."""
+    from tracekit.trace import load
+
+    r = embedding_bw.compute(load(TORCHREC, use_cache=False).traces[0], default_rules())
+    assert set(r.calls["status"]) == {"ok"} and len(r.calls) == 80
+    assert {op.split("::")[1] for op in r.calls["op"]} == {
+        "split_embedding_codegen_forward_unweighted_cuda", "split_embedding_codegen_forward_weighted_cuda",
+        "split_embedding_backward_codegen_sgd_unweighted_exact_cuda",
+        "split_embedding_backward_codegen_sgd_weighted_exact_cuda",
+        "split_embedding_codegen_grad_indice_weights_cuda"}
+    (f,) = r.findings
+    assert f.title == "the embedding backward (with the update) moves at most 2.20 TB/s, 46 % of the H200's 4.80 TB/s"

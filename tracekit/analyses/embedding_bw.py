@@ -19,6 +19,9 @@ on the same thread. For each call:
     row read and written and its optimizer state read and written (``row_bytes`` per row). How
     many distinct rows there are is on the device only: the figure counts one per lookup
     (``U = N``), an **upper bound** on the bytes, so the bandwidth is *at most* the one shown;
+  - FBGEMM's gradient of per-sample weights (``*_grad_indice_weights_cuda``): each lookup's row
+    read, the gradient ``B*total_D*g`` read (once: a bag's lookups share its row), indices and
+    offsets read, one weight gradient per lookup written;
   - torch's dense backward: the gradient table zeroed (``E*D*s``), the bag's gradient read
     once per lookup (``N*D*g``), one row written per lookup (``U = N``, an upper bound too).
 
@@ -287,6 +290,35 @@ def _fbgemm_backward(m: re.Match, x: _Inputs) -> OpBytes:
     return OpBytes(n, (bt1 - 1) // max(t, 1), t, dim, total_d, x.types[1], fixed, row, note)
 
 
+def _fbgemm_grad_indice_weights(m: re.Match, x: _Inputs) -> OpBytes:
+    # {split,dense}_embedding_codegen_grad_indice_weights_cuda(grad_output, dev_weights,
+    #     [uvm_weights, lxu_cache_weights, weights_placements,] weights_offsets, D_offsets, max_D,
+    #     indices, offsets, ...): the gradient of each lookup's per-sample weight, a dot product of
+    #     its row and its bag's gradient row
+    dense = m["dense"] == "dense"
+    if m["vbe"]:
+        raise _Bad("variable batch sizes (VBE): not modelled")
+    gd, gt = x.tensor(0, "grad_output", {"float", "c10::Half", "c10::BFloat16"}, 2)
+    dev, s = x.numel(1, "dev_weights", _FLOATS, 1)
+    base = 1 if dense else 4
+    if not dense:
+        uvm, _ = x.numel(2, "uvm_weights", _FLOATS, 1)
+        if uvm:
+            raise _Bad("tables in UVM (host memory), not read from HBM: not modelled")
+    if not dev:
+        raise _Bad("no device weights")
+    t1, _ = x.numel(base + 2, "D_offsets", _INTS, 1)
+    max_d = x.scalar(base + 3, "max_D")
+    total_d = int(gd[1])
+    dim, note = _dims(total_d, max_d, t1 - 1)
+    n, si = x.numel(base + 4, "indices", _INTS, 1)
+    bt1, so = x.numel(base + 5, "offsets", _INTS, 1)
+    b = (bt1 - 1) // max(t1 - 1, 1)
+    # rows once per lookup (as the forward), the gradient once per bag (its lookups share it)
+    fixed = n * dim * s + b * total_d * _TYPE_BYTES[gt] + n * si + bt1 * so + n * 4
+    return OpBytes(n, b, t1 - 1, dim, total_d, x.types[1], fixed, 0.0, note)
+
+
 def _ours_forward(_m: re.Match, x: _Inputs) -> OpBytes:
     # tracekit_tbe::forward(weights, indices, offsets, per_sample_weights, num_features,
     #                       total_D, max_D, pooling_mode): runtime/kernels/record.py
@@ -385,6 +417,9 @@ MODELS: tuple[Model, ...] = (
     Model("fbgemm", BACKWARD, re.compile(
         _FBGEMM + r"backward_codegen_(?P<opt>\w+?)_(?P<w>weighted|unweighted)(?P<vbe>_vbe)?(_gwd)?"
         r"_exact_cuda$"), _fbgemm_backward),
+    Model("fbgemm", BACKWARD, re.compile(
+        r"^fbgemm::(?P<dense>split|dense|ssd)_embedding_codegen_grad_indice_weights(?P<vbe>_vbe)?"
+        r"_cuda$"), _fbgemm_grad_indice_weights),
     Model("tracekit", FORWARD, re.compile(r"^tracekit_tbe::forward$"), _ours_forward),
     Model("tracekit", BACKWARD, re.compile(r"^tracekit_tbe::backward_update$"), _ours_backward),
     Model("torch", FORWARD, re.compile(r"^aten::_embedding_bag(_forward_only)?$"), _torch_bag),
