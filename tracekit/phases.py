@@ -41,8 +41,10 @@ Rules file (TOML, passed with ``--rules``; the defaults are ``tracekit/default_r
     pattern = 'H100 80GB HBM3'                # built-in table (tracekit.hardware); re.search
     hbm_gbps = 3350                           # on deviceProperties' name, any case
 
-Patterns are Python regular expressions applied with ``re.search``. A bad file, an unknown key
-or an invalid pattern raises ``RulesError``. Assignment is vectorised: patterns run once per
+Patterns are regular expressions in RE2's syntax (Python's without lookaround and
+backreferences: ``tracekit.patterns``), applied as ``re.search`` does, in time linear in the name
+whatever the pattern and the name. A bad file, an unknown key or an invalid pattern raises
+``RulesError``. Assignment is vectorised: patterns run once per
 unique name, and the innermost enclosing annotation is found with sorted-interval searches
 (``tracekit.intervals``), never a Python loop per event.
 """
@@ -51,7 +53,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import tomllib
 from dataclasses import asdict, dataclass, field
 from functools import cached_property, lru_cache
@@ -62,7 +63,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import _objarrays as objarrays
-from tracekit import intervals
+from tracekit import intervals, patterns
 from tracekit.errors import RulesError
 from tracekit.hardware import GpuPeak
 from tracekit.trace.model import GPU_ACTIVITY_KINDS, Kind, Trace
@@ -71,12 +72,12 @@ OTHER = "other"
 """The phase of an activity no rule covers."""
 
 
-def _compile(pattern: str, what: str, source: str) -> re.Pattern[str]:
+def _compile(pattern: str, what: str, source: str):
     if not isinstance(pattern, str) or not pattern:
         raise RulesError(f"{what}: pattern must be a non-empty string", path=source)
     try:
-        return re.compile(pattern)
-    except re.error as exc:
+        return patterns.compile(pattern)
+    except patterns.PatternError as exc:
         raise RulesError(f"{what}: invalid regular expression {pattern!r}: {exc}", path=source) from None
 
 
@@ -87,7 +88,7 @@ class PhaseRule:
     phase: str
     """The phase an annotation/kernel whose name matches gets."""
     pattern: str
-    """Python regular expression, applied with ``re.search`` to the event name."""
+    """Regular expression (RE2 syntax: ``tracekit.patterns``), searched for in the event name."""
     refines: tuple[str, ...] = ()
     """Kernel rules only: annotation phases this kernel rule wins over."""
     source: str = "<default rules>"
@@ -102,8 +103,8 @@ class PhaseRule:
                              "phase names", path=self.source)
 
     @property
-    def regex(self) -> re.Pattern[str]:
-        return re.compile(self.pattern)  # re caches compiled patterns
+    def regex(self):
+        return patterns.compile(self.pattern)  # compiled once (patterns caches them)
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ class Rules:
             _compile(pat, what, self.source)
         for what, pat in (("steps.profiler_step", self.profiler_step),
                           ("batch.index", self.batch_index)):
-            if re.compile(pat).groups < 1:
+            if patterns.compile(pat).groups < 1:
                 raise RulesError(f"{what}: pattern {pat!r} needs a group capturing the number",
                                  path=self.source)
         for what, ph in (("gap.optimizer", self.optimizer_phase), ("gap.lookup", self.lookup_phase)):
@@ -327,12 +328,13 @@ def name_strings(codes: np.ndarray, cats: pd.Index) -> np.ndarray:
     return per_used_name(codes, cats, lambda n: np.asarray(n.astype(str), dtype=object), "")
 
 
-def name_matches(codes: np.ndarray, cats: pd.Index, rx: re.Pattern[str]) -> np.ndarray:
-    """Whether each row's name (``codes`` into ``cats``) matches ``rx`` (``re.search``, run once
-    per distinct name that the rows use)."""
+def name_matches(codes: np.ndarray, cats: pd.Index, rx) -> np.ndarray:
+    """Whether each row's name (``codes`` into ``cats``) matches ``rx`` (searched for once per
+    distinct name that the rows use). ``rx``: a pattern string (a rule's, a user's: compiled by
+    ``tracekit.patterns``, linear in the name) or a compiled pattern."""
+    found = patterns.searcher(rx)
     return per_used_name(
-        codes, cats, lambda n: np.array([rx.search(str(x)) is not None for x in n.tolist()], bool),
-        False)
+        codes, cats, lambda n: np.array([found(str(x)) for x in n.tolist()], bool), False)
 
 
 def _first_match(names: pd.Index, rules: tuple[PhaseRule, ...]) -> np.ndarray:
@@ -350,9 +352,11 @@ def _first_match(names: pd.Index, rules: tuple[PhaseRule, ...]) -> np.ndarray:
 
 
 def _captured_int(names: pd.Index, pattern: str) -> np.ndarray:
-    """Group 1 of ``pattern`` in each name as int64, -1 where it does not match."""
-    got = pd.Series(names.astype(str), dtype=object).str.extract(pattern, expand=True)[0]
-    return pd.to_numeric(got, errors="coerce").fillna(-1).astype(np.int64).to_numpy()
+    """Group 1 of ``pattern`` in each name as int64, -1 where it does not match (or the number
+    is beyond int64: ``ProfilerStep#10000000000000000000000000`` is no step)."""
+    rx = patterns.compile(pattern)
+    return np.fromiter((patterns.captured_int(rx, str(n)) for n in names.tolist()), np.int64,
+                       len(names))
 
 
 def name_codes(events: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:

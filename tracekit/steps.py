@@ -16,7 +16,6 @@ Percentiles are numpy's default (linear interpolation) over the steps that have 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,7 +54,7 @@ def _pct(x: np.ndarray, q: float) -> float | None:
 
 def _inferred_steps(trace: Trace, rules: Rules) -> tuple[pd.DataFrame, str | None]:
     ev, codes, cats = phases.host_ops(trace)
-    hit = phases.name_matches(codes, cats, re.compile(rules.step_boundary))
+    hit = phases.name_matches(codes, cats, rules.step_boundary)
     if not hit.any():
         return pd.DataFrame(columns=["step", "ts", "end"]), None
     names = pd.Series(np.asarray(cats.astype(str), dtype=object)[codes[hit]])

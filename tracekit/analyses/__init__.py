@@ -44,7 +44,8 @@ class Analysis:
     platform: str
     """``cuda``, ``rocm`` or ``cpu`` (no GPU activity)."""
     warnings: tuple[str, ...]
-    """The loader's warnings about this trace."""
+    """The loader's warnings about this trace, then the sections' (``warnings`` of a section's
+    result: values it left out of its figures)."""
     rules: str
     """Where the phase rules came from (``<default rules>`` or a path)."""
     steps: steps.StepsResult
@@ -124,17 +125,21 @@ def analyze_trace(
     others = Forked(lambda: _other_sections(trace, rules, with_hta, snapshot, steps_result),
                     fork=parallel and with_explain)
     explained = _explain(trace, rules, snapshot, parallel) if with_explain else None
+    sections = others.result()
+    # the loader's warnings, then the sections' own (values they had to leave out)
+    warned = tuple(trace.warnings) + tuple(
+        w for s in (steps_result, *sections.values()) for w in getattr(s, "warnings", ()))
     return Analysis(
         source=trace.source,
         rank=trace.rank,
         schema=trace.schema,
         platform=trace.platform,
-        warnings=tuple(trace.warnings),
+        warnings=warned,
         rules=rules.source,
         steps=steps_result,
         snapshot=snapshot,
         explain=explained,
-        **others.result(),
+        **sections,
     )
 
 

@@ -26,6 +26,10 @@ from tracekit.trace.model import Trace
 CUDA = 1  # c10::DeviceType::CUDA
 HIP = 6  # c10::DeviceType::HIP: ROCm traces' device [memory] events
 GPU_DEVICE_TYPES = (CUDA, HIP)
+MAX_BYTES = 1 << 52
+"""A ``[memory]`` event's ``Bytes`` (absolute) or total at or above this (4 PiB: more than any
+GPU holds) is no reading of a real allocator: left out of the figures, with a warning. Below
+it, sums over even 2**11 events stay inside int64."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ class AllocatorResult:
     reconstructed: bool
     """True when allocated was rebuilt from Bytes (no totals in the trace)."""
     note: str
+    warnings: tuple[str, ...] = ()
+    """Values left out of the figures (beyond ``MAX_BYTES``, totals missing on some events)."""
 
 
 def peak_reserved(trace: Trace) -> int | None:
@@ -61,42 +67,65 @@ def peak_reserved(trace: Trace) -> int | None:
     gpu = np.isin(m["device_type"].to_numpy(), GPU_DEVICE_TYPES)
     if not gpu.any():
         return None
-    alloc = m["total_allocated"].to_numpy(np.int64)[gpu]
-    res = m["total_reserved"].to_numpy(np.int64)[gpu]
+    alloc = _plausible(m["total_allocated"].to_numpy(np.int64)[gpu])
+    res = _plausible(m["total_reserved"].to_numpy(np.int64)[gpu])
     _, dev = np.unique(m["device_id"].to_numpy()[gpu], return_inverse=True)
     has_totals = np.bincount(dev, weights=alloc >= 0) > 0  # per device: not all allocated < 0
     known = has_totals[dev] & (res >= 0)
     return int(res[known].max()) if known.any() else None
 
 
+def _plausible(total: np.ndarray) -> np.ndarray:
+    """A total, -1 (absent) where it is at or above ``MAX_BYTES``."""
+    return np.where(total >= MAX_BYTES, -1, total)
+
+
 def compute(trace: Trace, rules: Rules) -> AllocatorResult:
     """Allocator series and peaks (see the module docstring)."""
     m = trace.memory
     m = m[np.isin(m["device_type"].to_numpy(), GPU_DEVICE_TYPES)].sort_values("ts", kind="stable")
+    huge = np.abs(m["bytes"].to_numpy(np.int64)) >= MAX_BYTES
+    warnings = []
+    if huge.any():
+        warnings.append(f"{int(huge.sum()):,} GPU [memory] events with Bytes of 2^52 (4 PiB) or "
+                        "more, more than any GPU holds: left out of the allocator's figures")
+        m = m[~huge]
     series_parts, dev_rows = [], []
     any_rec = False
     for dev, d in m.groupby("device_id", sort=True):
         ts = d["ts"].to_numpy(np.int64)
         nbytes = d["bytes"].to_numpy(np.int64)
-        alloc = d["total_allocated"].to_numpy(np.int64)
-        res = d["total_reserved"].to_numpy(np.int64)
+        alloc = _plausible(d["total_allocated"].to_numpy(np.int64))
+        res = _plausible(d["total_reserved"].to_numpy(np.int64))
         rec = bool((alloc < 0).all())
         if rec:
+            if np.abs(np.cumsum(nbytes, dtype=np.float64)).max(initial=0) >= 2.0**62:
+                warnings.append(f"device {int(dev)}: the Bytes of its [memory] events add up "
+                                "beyond int64: its allocated memory is not reconstructed")
+                continue
             alloc = np.cumsum(nbytes)
             alloc = alloc + max(0, -int(alloc.min()))
             res = np.full(ts.size, -1, np.int64)
             any_rec = True
+        else:
+            lost = int(((alloc < 0) | ((res < 0) & bool((res >= 0).any()))).sum())
+            if lost:
+                warnings.append(f"device {int(dev)}: {lost:,} of its {ts.size:,} [memory] events "
+                                "have no usable Total Allocated or Total Reserved (missing, or "
+                                "beyond 2^52 bytes): its peaks are those of the others and may "
+                                "be understated")
         series_parts.append(pd.DataFrame({"device": int(dev), "ts": ts, "allocated": alloc,
                                           "reserved": res}))
         ia = int(np.argmax(alloc))
         has_res = bool((res >= 0).any())
         ir = int(np.argmax(res)) if has_res else -1
-        unused = int(res[ir] - alloc[ir]) if has_res else -1
+        both = has_res and bool(alloc[ir] >= 0)  # both totals known at the reserved peak
+        unused = int(res[ir] - alloc[ir]) if both else -1
         dev_rows.append((int(dev), ts.size, int((nbytes > 0).sum()), int((nbytes < 0).sum()),
                          int(alloc[ia]), int(ts[ia]),
                          int(res[ir]) if has_res else -1, int(ts[ir]) if has_res else -1,
                          int(alloc[ir]) if has_res else -1, unused,
-                         unused / res[ir] if has_res and res[ir] > 0 else np.nan, rec))
+                         unused / res[ir] if both and res[ir] > 0 else np.nan, rec))
     series = (pd.concat(series_parts, ignore_index=True) if series_parts else
               pd.DataFrame({c: np.zeros(0, np.int64) for c in ("device", "ts", "allocated",
                                                                "reserved")}))
@@ -109,14 +138,17 @@ def compute(trace: Trace, rules: Rules) -> AllocatorResult:
     step = phases.step_of(steps, m["ts"].to_numpy(np.int64))
     pos = (m["bytes"].to_numpy(np.int64) > 0) & (step >= 0)
     per_step = (pd.DataFrame({"step": step[pos], "device": m["device_id"].to_numpy(np.int64)[pos],
-                              "bytes": m["bytes"].to_numpy(np.int64)[pos]})
+                              "bytes": m["bytes"].to_numpy(np.float64)[pos]})
                 .groupby(["step", "device"]).agg(allocations=("bytes", "size"),
                                                  allocated_bytes=("bytes", "sum")).reset_index())
-
+    # summed as floats (each < 2**52: no int64 wrap), whole again below int64's end
+    per_step["allocated_bytes"] = per_step["allocated_bytes"].clip(upper=2.0**63 - 2**11)\
+        .astype(np.int64)
     if devices.empty:
         note = ("no [memory] events (profile with profile_memory=True)" if trace.memory.empty
                 else "no GPU (CUDA or HIP) [memory] events (host memory only)")
-        return AllocatorResult(series, devices, per_step, None, None, None, None, False, note)
+        return AllocatorResult(series, devices, per_step, None, None, None, None, False, note,
+                               tuple(warnings))
     known = devices[devices["peak_reserved"] >= 0]
     top = known.loc[known["peak_reserved"].idxmax()] if not known.empty else None
     note = ("allocated reconstructed from Bytes (no totals in the trace): a lower bound, "
@@ -127,5 +159,5 @@ def compute(trace: Trace, rules: Rules) -> AllocatorResult:
         peak_reserved=int(top["peak_reserved"]) if top is not None else None,
         unused_at_peak_reserved=int(top["unused_at_peak_reserved"]) if top is not None else None,
         unused_fraction=float(top["unused_fraction"]) if top is not None else None,
-        reconstructed=any_rec, note=note,
+        reconstructed=any_rec, note=note, warnings=tuple(warnings),
     )

@@ -73,6 +73,14 @@ class CollectivesResult:
     by_type: pd.DataFrame
     """``collective, count, kernel_ns, in_bytes, out_bytes`` (bytes: sums over the kernels
     whose size is known)."""
+    warnings: tuple[str, ...] = ()
+    """Sizes left out (a message of ``MAX_MESSAGE_BYTES`` or more)."""
+
+
+MAX_MESSAGE_BYTES = 1 << 50
+"""A collective's message of this many bytes or more (1 PiB: more than a job of GPUs holds) is
+no real size: read as unknown (-1), with a warning; sums over 8,192 kernels of sizes below it
+stay inside int64."""
 
 
 def parse_int_list(text: str) -> list[int] | None:
@@ -143,7 +151,7 @@ def compute(trace: Trace, rules: Rules, *, steps=None) -> CollectivesResult:
     rows_a = arg_event[with_args]
     # kernels without: matched by name
     codes, cats = phases.name_codes(ev)
-    comm = phases.name_matches(codes, cats, re.compile(rules.communication)) & is_kernel
+    comm = phases.name_matches(codes, cats, rules.communication) & is_kernel
     comm[rows_a] = False
     rows_n = np.flatnonzero(comm)
 
@@ -162,9 +170,15 @@ def compute(trace: Trace, rules: Rules, *, steps=None) -> CollectivesResult:
 
     elem = a["dtype"].astype(str).map(DTYPE_BYTES).to_numpy(dtype=float)  # NaN when unknown
 
+    huge = 0
+
     def nbytes(n: np.ndarray) -> np.ndarray:
+        nonlocal huge
         b = n.astype(float) * elem
-        return np.where((n >= 0) & ~np.isnan(b), np.nan_to_num(b), -1).astype(np.int64)
+        too_big = (n >= 0) & (b >= MAX_MESSAGE_BYTES)
+        huge += int(too_big.sum())
+        ok = (n >= 0) & ~np.isnan(b) & ~too_big
+        return np.where(ok, np.where(ok, b, 0), -1).astype(np.int64)
 
     stream = ev["stream"].to_numpy(np.int64)
     group_a = a["group"].astype(str).to_numpy(object)
@@ -210,9 +224,13 @@ def compute(trace: Trace, rules: Rules, *, steps=None) -> CollectivesResult:
           .agg(count=("ts", "size"), kernel_ns=("kernel_ns", "sum"),
                in_bytes=("in_b", "sum"), out_bytes=("out_b", "sum"))
           .reset_index())
+    warnings = () if not huge else (
+        f"{huge:,} collective message sizes of 2^50 bytes (1 PiB) or more (In/Out msg nelems "
+        "times the element size): read as unknown",)
     return CollectivesResult(kernels=kernels, groups=groups, source=source,
                              count=len(kernels), kernel_ns=int(dur.sum()),
-                             by_type=by.astype({c: np.int64 for c in by.columns[1:]}))
+                             by_type=by.astype({c: np.int64 for c in by.columns[1:]}),
+                             warnings=warnings)
 
 
 def _groups(trace: Trace, a: pd.DataFrame, kernels: pd.DataFrame) -> list[dict]:

@@ -517,7 +517,12 @@ def _add_iteration(df: pd.DataFrame, symbols) -> None:
                 raise _BridgeRefused(
                     f"HTA cannot number the step {s!r} (it expects 'ProfilerStep#<n>')")
             continue
-        step_iter[i] = int(m.group(1))
+        n = int(m.group(1))
+        if n > np.iinfo(np.int64).max:
+            if (name == i).any():
+                raise _BridgeRefused(f"HTA cannot number the step {s[:40]!r}... (beyond int64)")
+            continue
+        step_iter[i] = n
     ts = df["ts"].to_numpy()
     stream = df["stream"].to_numpy()
     cpu = stream < 0

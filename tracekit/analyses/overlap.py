@@ -12,11 +12,14 @@ Classes, per device: *communication* = kernels whose name matches ``Rules.commun
 
 Trace-wide figures sum the per-device lengths (the ratio is a ratio of those sums). All
 interval work is vectorised (``tracekit.intervals``).
+
+The pairwise table holds the pairs of a device's ``MAX_PAIR_STREAMS`` busiest streams (all of
+them on any real trace: a few to a few dozen streams); a device with more says so in a warning,
+so that a trace of thousands of streams costs pairs by the thousand, not by the million.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +54,12 @@ class OverlapResult:
     exposed_memcpy_ns: int
     comm_overlap_ratio: float | None
     """None when the trace has no communication kernels."""
+    warnings: tuple[str, ...] = ()
+    """A device with more than ``MAX_PAIR_STREAMS`` streams (its pairs are of the busiest)."""
+
+
+MAX_PAIR_STREAMS = 64
+"""The pairwise overlap is computed between the busiest this many streams of a device."""
 
 
 def _u(df: pd.DataFrame) -> intervals.Union:
@@ -62,19 +71,24 @@ def compute(trace: Trace, rules: Rules) -> OverlapResult:
     acts, _ = phases.activities(trace, rules)
     inv, uniq = pd.factorize(acts["name"])
     kernel = acts["kind"].to_numpy() == int(Kind.KERNEL)
-    comm = kernel & phases.name_matches(inv, pd.Index(uniq), re.compile(rules.communication))
+    comm = kernel & phases.name_matches(inv, pd.Index(uniq), rules.communication)
     compute_ = kernel & ~comm
     mem = ~kernel
 
-    stream_rows, pair_rows, class_rows = [], [], []
+    stream_rows, pair_rows, class_rows, warnings = [], [], [], []
     for dev, d in acts.groupby("device", sort=True):
-        unions = {}
+        unions, busy_of = {}, {}
         for s, g in d.groupby("stream", sort=True):
             u = _u(g)
             unions[int(s)] = u
-            stream_rows.append((int(dev), int(s), len(g), intervals.length(u),
+            busy_of[int(s)] = intervals.length(u)
+            stream_rows.append((int(dev), int(s), len(g), busy_of[int(s)],
                                 int(g["ts"].min()), int(g["end"].max())))
         keys = sorted(unions)
+        if len(keys) > MAX_PAIR_STREAMS:
+            keys = sorted(sorted(keys, key=lambda k: -busy_of[k])[:MAX_PAIR_STREAMS])
+            warnings.append(f"device {int(dev)} has {len(unions):,} streams: the pairwise "
+                            f"overlap is of its {MAX_PAIR_STREAMS} busiest")
         for i, a in enumerate(keys):
             for b in keys[i + 1:]:
                 pair_rows.append((int(dev), a, b, intervals.intersection_length(unions[a], unions[b])))
@@ -95,7 +109,8 @@ def compute(trace: Trace, rules: Rules) -> OverlapResult:
     classes = pd.DataFrame(class_rows, columns=[
         "device", "compute_ns", "communication_ns", "memcpy_ns", "gpu_busy_ns",
         "comm_compute_overlap_ns", "exposed_comm_ns", "exposed_memcpy_ns", "comm_overlap_ratio"])
-    tot = {c: int(classes[c].sum()) for c in classes.columns[1:-1]}
+    # summed as Python ints: two devices busy 5e18 ns each are 1e19 ns, beyond int64
+    tot = {c: sum(int(x) for x in classes[c]) for c in classes.columns[1:-1]}
     return OverlapResult(
         streams=streams, pairs=pairs, classes=classes,
         compute_ns=tot["compute_ns"], communication_ns=tot["communication_ns"],
@@ -104,4 +119,5 @@ def compute(trace: Trace, rules: Rules) -> OverlapResult:
         exposed_comm_ns=tot["exposed_comm_ns"], exposed_memcpy_ns=tot["exposed_memcpy_ns"],
         comm_overlap_ratio=(tot["comm_compute_overlap_ns"] / tot["communication_ns"]
                             if tot["communication_ns"] else None),
+        warnings=tuple(warnings),
     )

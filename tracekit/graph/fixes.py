@@ -115,6 +115,8 @@ def calls_inside(trace: Trace, g: Graph, pattern: str) -> np.ndarray:
     c_tid = trace.events["tid"].to_numpy(np.int64)[rows]
     for t in np.unique(tid):
         u_s, u_e = intervals.union(ts[tid == t], end[tid == t])
+        if not u_s.size:  # only events of 0 us on this thread: nothing is inside them
+            continue
         mine = np.flatnonzero(c_tid == t)
         k = np.searchsorted(u_s, c_ts[mine], side="right") - 1
         ok = (k >= 0) & (u_e[np.maximum(k, 0)] > c_ts[mine])

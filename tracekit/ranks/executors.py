@@ -13,14 +13,23 @@ process: out of memory, say) gets a ``Failed`` once the executor has tried it ag
   tracekit. Each path goes first to the worker it went to before (``_homes``), where its
   caches are. The scheduler re-runs a task whose worker dies on another worker
   (``distributed.scheduler.allowed-failures`` times, 3 by default), then it is ``Failed``.
-  An unreachable scheduler, or one without workers, is a ``ClusterError``.
+  An unreachable scheduler, or one without workers, is a ``ClusterError``. Before Dask's
+  client is made, ``_probe`` connects itself and reads the scheduler's first message (Dask's
+  scheduler speaks first): a port that accepts and never answers, or answers something else
+  (an HTTP server), is refused within the timeout, instead of a client that waits for ever or
+  reads an HTTP reply as a length of exabytes. Only ``tcp://`` addresses are taken.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import socket
+import struct
 import sys
+import time
+from urllib.parse import urlsplit
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -48,8 +57,11 @@ def run(task: Callable[[str], object], paths: Sequence[str], *, workers: int | N
     if workers is not None and workers < 1:
         raise ClusterError(f"--workers must be at least 1, not {workers}")
     if scheduler is not None:
-        return _dask(task, paths, scheduler,
-                     CONNECT_TIMEOUT_S if connect_timeout_s is None else connect_timeout_s)
+        timeout = CONNECT_TIMEOUT_S if connect_timeout_s is None else connect_timeout_s
+        if not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
+            raise ClusterError(f"--scheduler-timeout must be a finite number of seconds > 0, "
+                               f"not {timeout}")
+        return _dask(task, paths, scheduler, float(timeout))
     n = default_workers(len(paths)) if workers is None else min(workers, max(len(paths), 1))
     if n <= 1:
         return [task(p) for p in paths]
@@ -100,12 +112,58 @@ def _homes(client, paths: Sequence[str]) -> list[str]:
             for p in paths]
 
 
+MAX_HANDSHAKE_BYTES = 1 << 20
+"""The scheduler's first message (its handshake: ~60 bytes) may not claim more than this."""
+
+
+def _probe(address: str, timeout: float) -> None:
+    """Connects to ``address`` and reads the first message a Dask scheduler sends, within
+    ``timeout`` seconds; ``ClusterError`` when the address is not ``tcp://HOST:PORT``, nothing
+    listens, nothing is said in time, or what is said is not Dask's handshake."""
+    text = address if "://" in address else "tcp://" + address
+    try:
+        parts = urlsplit(text)
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ClusterError(f"--scheduler {address!r}: not tcp://HOST:PORT ({exc})") from None
+    if parts.scheme != "tcp" or not host or port is None:
+        raise ClusterError(f"--scheduler {address!r}: only tcp://HOST:PORT addresses are "
+                           "supported")
+    deadline = time.monotonic() + timeout
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            data = b""
+            while len(data) < 8 or len(data) < 8 + struct.unpack("<Q", data[:8])[0]:
+                if len(data) >= 8 and struct.unpack("<Q", data[:8])[0] > MAX_HANDSHAKE_BYTES:
+                    raise ClusterError(f"the server at {address} does not speak Dask's protocol "
+                                       f"(it answered {data[:24]!r})")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout
+                sock.settimeout(left)
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise ClusterError(f"the server at {address} closed the connection without "
+                                       "speaking Dask's protocol")
+                data += chunk
+    except socket.timeout:
+        raise ClusterError(f"cannot reach the Dask scheduler at {address}: no answer within "
+                           f"{timeout:g} s") from None
+    except OSError as exc:
+        raise ClusterError(f"cannot reach the Dask scheduler at {address}: "
+                           f"{exc.strerror or exc}") from None
+    if b"compression" not in data and b"python" not in data:
+        raise ClusterError(f"the server at {address} does not speak Dask's protocol (it "
+                           f"answered {data[:24]!r})")
+
+
 def _dask(task, paths: Sequence[str], address: str, timeout: float) -> list:
     try:
         import distributed
     except ImportError:
         raise ClusterError("--scheduler needs Dask's distributed package: "
                            "pip install 'tracekit[cluster]'") from None
+    _probe(address, timeout)
     try:
         client = distributed.Client(address, timeout=timeout, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:

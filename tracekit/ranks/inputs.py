@@ -32,7 +32,7 @@ OTHER_JOB = "other_job"
 DUPLICATE = "duplicate_rank"
 MISSING = "missing"
 
-_RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.I)
+_RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d{1,10})", re.I)
 _EPOCH_NS_MIN = 10**18  # 2001-09-09: a wall-clock window before this is not an epoch time
 
 
@@ -85,8 +85,8 @@ class RankSet:
 
 
 def declared_rank(rank: dict) -> int | None:
-    """``distributedInfo.rank`` of a rank object, None when absent or not an integer (the
-    loader's reading of it)."""
+    """``distributedInfo.rank`` of a rank object, None when absent, not an integer or not a
+    rank (below 0, beyond ``MAX_RANK``): the loader's reading of it."""
     from tracekit.trace.loader import declared_rank as from_metadata
 
     return from_metadata({"distributedInfo": (rank.get("identity") or {}).get("distributed_info")})
@@ -121,8 +121,10 @@ def _wall_window(rank: dict) -> tuple[int, int] | None:
 
 
 def _rank_from_name(path: str) -> int | None:
+    from tracekit.trace.loader import MAX_RANK  # here: the loader's imports are not light
+
     m = _RANK_IN_NAME.search(os.path.basename(path))
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and int(m.group(1)) <= MAX_RANK else None
 
 
 def assign(directory: str, results: list[dict | Failed], *,
@@ -158,7 +160,7 @@ def assign(directory: str, results: list[dict | Failed], *,
         if d is not None and d in taken:
             problems.append(Problem(DUPLICATE, r["source"], d,
                                     f"declares rank {d}, as {taken[d]} does; left out"))
-            rank_of.append(-1)
+            rank_of.append(-1)  # left out (a declared rank is never -1: declared_rank)
             continue
         if d is not None:
             taken[d] = r["source"]
@@ -173,8 +175,13 @@ def assign(directory: str, results: list[dict | Failed], *,
             while d in taken:
                 d += 1
             taken[d] = r["source"]
-            r["warnings"] = list(r.get("warnings", [])) + [
-                f"no usable distributedInfo.rank; loaded as rank {d}"]
+            from tracekit.trace.loader import MAX_RANK
+
+            said = ((r.get("identity") or {}).get("distributed_info") or {})
+            said = said.get("rank") if isinstance(said, dict) else None
+            what = (f"distributedInfo.rank {_short(said)} is not a rank (0 to {MAX_RANK:,})"
+                    if said is not None else "no usable distributedInfo.rank")
+            r["warnings"] = list(r.get("warnings", [])) + [f"{what}; loaded as rank {d}"]
         r["rank"] = d
         ranks.append(r)
     ranks.sort(key=lambda r: r["rank"])
@@ -185,9 +192,38 @@ def assign(directory: str, results: list[dict | Failed], *,
         world = ws if isinstance(ws, int) and not isinstance(ws, bool) and ws > 0 else None
     if world is not None:
         broken = {p.rank for p in problems if p.kind == UNREADABLE and p.rank is not None}
-        for m in sorted(set(range(world)) - set(taken) - broken):
-            problems.append(Problem(MISSING, None, m, f"rank {m} of world size {world}: no trace file"))
+        problems += _missing(world, set(taken) | broken)
     return RankSet(source=directory, ranks=ranks, problems=problems, world_size=world)
+
+
+MAX_LISTED_MISSING = 65_536
+"""Up to this many ranks without a file are one ``missing`` problem each; more (a world size of
+10**12 declared by two files) are one problem naming the first ranges: time and memory grow
+with the files, never with the declared world size."""
+
+
+def _missing(world: int, have: set[int]) -> list[Problem]:
+    """The ranks below ``world`` not in ``have``, as problems (see ``MAX_LISTED_MISSING``)."""
+    spans, prev = [], -1  # [first, last] of each run of missing ranks
+    for r in sorted(x for x in have if 0 <= x < world):
+        if r > prev + 1:
+            spans.append((prev + 1, r - 1))
+        prev = r
+    if prev < world - 1:
+        spans.append((prev + 1, world - 1))
+    count = sum(b - a + 1 for a, b in spans)
+    if count <= MAX_LISTED_MISSING:
+        return [Problem(MISSING, None, m, f"rank {m} of world size {world}: no trace file")
+                for a, b in spans for m in range(a, b + 1)]
+    shown = ", ".join(f"{a:,}" if a == b else f"{a:,}-{b:,}" for a, b in spans[:4])
+    return [Problem(MISSING, None, spans[0][0],
+                    f"{count:,} ranks of world size {world:,} have no trace file: {shown}"
+                    + (f" and {len(spans) - 4:,} more ranges" if len(spans) > 4 else ""))]
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 24 else text[:20] + "..."
 
 
 def _same_time(ranks: list[dict], problems: list[Problem], gap_ns: int) -> list[dict]:

@@ -81,6 +81,7 @@ _AFFECTS = {
 _FIELD_TEXT = {
     "ts": "ts missing, not a JSON number or beyond int64 ns (nanoseconds written as µs?)",
     "dur": "dur missing or not a number",
+    "ts<0": "ts negative (before the epoch of the trace's clock)",
 }
 
 
@@ -101,7 +102,8 @@ def _kind_label(k: int) -> str:
 
 def unreadable_reason(problems: Counter) -> str:
     """Why events were left out: ``ts ...: 3; dur ...: 1``."""
-    return "; ".join(f"{_FIELD_TEXT[f]}: {problems[f]:,}" for f in ("ts", "dur") if problems[f])
+    return "; ".join(f"{_FIELD_TEXT[f]}: {problems[f]:,}" for f in ("ts", "ts<0", "dur")
+                     if problems[f])
 
 
 def problem_warnings(problems: Counter, dropped: Counter, names: list[str]) -> list[str]:
@@ -115,7 +117,7 @@ def problem_warnings(problems: Counter, dropped: Counter, names: list[str]) -> l
         out.append(f"{n:,} events could not be read and are left out ({why}): {kinds}, e.g. "
                    + ", ".join(repr(s[:60]) for s in names)
                    + (f"; figures from them ({', '.join(hit)}) may be off" if hit else ""))
-    rest = [(f, c) for f, c in problems.most_common() if f not in ("ts", "dur", "not an object")]
+    rest = [(f, c) for f, c in problems.most_common() if f not in ("ts", "ts<0", "dur", "not an object")]
     if rest:
         out.append("values missing or of an unexpected type, read as absent: "
                    + ", ".join(f"{f} {c:,}" for f, c in rest)
@@ -270,10 +272,11 @@ class Columns:
     def _add_events(self, xs: list[Event], index: int) -> None:
         ts = us_text_to_ns(list(map(_get["ts"], xs)))
         dur = us_float_to_ns(np.fromiter(map(_get["dur"], xs), dtype=np.float64, count=len(xs)))
-        bad = (ts == BAD) | (dur == BAD)
+        bad = (ts < 0) | (dur == BAD)  # BAD < 0; a negative ts is no time of this trace
         if bad.any():  # left out, counted and named (``problem_warnings``)
             self.problems["ts"] += int((ts == BAD).sum())
-            self.problems["dur"] += int(((dur == BAD) & (ts != BAD)).sum())
+            self.problems["ts<0"] += int(((ts < 0) & (ts != BAD)).sum())
+            self.problems["dur"] += int(((dur == BAD) & (ts >= 0)).sum())
             kinds = [_kind_label(self.kind_of[xs[i].cat]) for i in np.flatnonzero(bad).tolist()]
             xs = self._unreadable(xs, bad, kinds)
             ts, dur = ts[~bad], dur[~bad]
@@ -395,10 +398,11 @@ class Columns:
 
     def _add_memory(self, mem: list[Event], index: int) -> None:
         ts = us_text_to_ns(list(map(_get["ts"], mem)))
-        if (ts == BAD).any():
+        if (ts < 0).any():  # BAD, or a negative ts
             self.problems["ts"] += int((ts == BAD).sum())
-            mem = self._unreadable(mem, ts == BAD, ["[memory]"] * int((ts == BAD).sum()))
-            ts = ts[ts != BAD]
+            self.problems["ts<0"] += int(((ts < 0) & (ts != BAD)).sum())
+            mem = self._unreadable(mem, ts < 0, ["[memory]"] * int((ts < 0).sum()))
+            ts = ts[ts >= 0]
             if not mem:
                 return
         n = len(mem)
@@ -443,8 +447,8 @@ class Columns:
         x = np.frombuffer(x, dtype=np.int64).reshape(-1, _X_COLS)
         mem = np.frombuffer(mem, dtype=np.int64).reshape(-1, _M_COLS)
         dur = us_float_to_ns(x[:, 5].view(np.float64))
-        if (dur == BAD).any():  # beyond int64 ns: msgspec's path counts these events
-            return None
+        if (dur == BAD).any() or (x[:, 4] < 0).any() or (len(mem) and (mem[:, 0] < 0).any()):
+            return None  # beyond int64 ns, negative ts: msgspec's path counts these events
         fix: dict[int, list] = {}
         for col, row, s in fixups:  # string pids/tids: read as ids, as ``_ints`` does
             fix.setdefault(col, []).append((row, str_id(s)))

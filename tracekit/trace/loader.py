@@ -73,19 +73,25 @@ def load(
     return TraceSet(source=src, traces=tuple(sorted(traces, key=lambda t: t.rank)))
 
 
+MAX_RANK = 2**31 - 1
+"""The largest rank a file may declare (torch.distributed's ranks are int32); a declared rank
+below 0 or above it is no usable rank (the file gets one by position, with a warning)."""
+
+
 def declared_rank(metadata: dict) -> int | None:
-    """``distributedInfo.rank`` of a trace's top-level keys: an int, or a string of digits;
-    None when absent or anything else (then the loader numbers the file by its position)."""
+    """``distributedInfo.rank`` of a trace's top-level keys: an int, or a string of digits, in
+    ``[0, MAX_RANK]``; None when absent or anything else (then the loader numbers the file by
+    its position)."""
     info = metadata.get("distributedInfo")
     if not isinstance(info, dict):
         return None
     r = info.get("rank")
     if isinstance(r, bool):
         return None
-    if isinstance(r, int):
+    if isinstance(r, str) and re.fullmatch(r"\s*-?\d{1,12}\s*", r):
+        r = int(r)
+    if isinstance(r, int) and 0 <= r <= MAX_RANK:
         return r
-    if isinstance(r, str) and re.fullmatch(r"\s*-?\d+\s*", r):
-        return int(r)
     return None
 
 
@@ -216,6 +222,28 @@ def _is_gzip(path: str) -> bool:
         raise InputError(f"cannot read: {exc.strerror or exc}", path=path) from None
 
 
+def _shared_correlations(events: dict) -> str | None:
+    """A warning when runtime calls share a correlation id (Kineto gives each call its own:
+    a GPU activity's launch, so its phase and step, is then a guess), else None."""
+    import numpy as np
+
+    from tracekit.trace.model import Kind
+
+    kind = events["kind"]
+    corr = events["correlation"][(kind == int(Kind.RUNTIME)) | (kind == int(Kind.DRIVER))]
+    corr = corr[corr >= 0]
+    if corr.size < 2 or bool(np.all(corr[1:] > corr[:-1])):  # the usual case: one pass
+        return None
+    ids, counts = np.unique(corr, return_counts=True)
+    if counts.max() < 2:
+        return None
+    extra = int((counts - 1).sum())
+    top = int(np.argmax(counts))
+    return (f"{extra + int((counts > 1).sum()):,} runtime calls share a correlation id with "
+            f"another (id {int(ids[top])}: {int(counts[top]):,} calls); the launch of a GPU "
+            "activity, so its phase and step (steps' GPU time, gaps, critical path), may be off")
+
+
 def parse_file(path: str, *, progress: bool | None = None, threaded: bool = True) -> cache.Entry:
     """Parses one trace file (no cache) into the columns a ``Trace`` is built from."""
     from tracekit.trace import _reader
@@ -261,6 +289,9 @@ def parse_file(path: str, *, progress: bool | None = None, threaded: bool = True
             raise EmptyTraceError("traceEvents is empty", path=path)
         raise EmptyTraceError("traceEvents holds no complete (ph X) or [memory] events", path=path)
     events = cols.event_arrays()
+    shared = _shared_correlations(events)
+    if shared:
+        warnings.append(shared)
     args, arg_strings = cols.arg_arrays()
     memory = cols.memory_arrays()
     names = cols.sorted_names(events)
@@ -275,4 +306,4 @@ def parse_file(path: str, *, progress: bool | None = None, threaded: bool = True
                        arg_strings=arg_strings)
 
 
-__all__ = ["load", "parse_file", "wait_for_cache_writes", "is_trace_file", "TRACE_SUFFIXES"]
+__all__ = ["load", "parse_file", "declared_rank", "MAX_RANK", "wait_for_cache_writes", "is_trace_file", "TRACE_SUFFIXES"]

@@ -1,0 +1,339 @@
+"""Issue 29, "inputs from the wild, round 2": every kind of report as a test, each on a tiny
+trace built by a helper. The promise (docs/limits.md): one clear line on stderr and exit 2, or
+exit 0 with the figures and a warning for any that may be off; never a traceback, a hang,
+unbounded memory, a modified input, or a wrong number without a warning."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.tracegen import TraceBuilder, load_built
+from tracekit import patterns, phases
+from tracekit.analyses import allocator, collectives, overlap
+from tracekit.cli import main
+from tracekit.phases import default_rules
+
+
+def run(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return e.value.code, out, err.splitlines()
+
+
+def one_error(code, err, *words):
+    assert code == 2 and len(err) == 1 and err[0].startswith("tracekit: error: "), (code, err)
+    for w in words:
+        assert w in err[0], err
+
+
+def analyze_json(path, capsys, *extra):
+    code, out, err = run(["analyze", path, "--format", "json", "--no-hta", "--no-cache", *extra],
+                         capsys)
+    return code, (json.loads(out) if out else None), err
+
+
+def small(b: TraceBuilder | None = None, **kw) -> TraceBuilder:
+    b = b or TraceBuilder(**kw)
+    b.profiler_step(1, 0, 1000)
+    b.kernel("gemm", 100, 50, launch_at=10)
+    return b
+
+
+# ---- a trace can hang tracekit or take all memory ----------------------------------------------
+
+
+def test_a_crafted_kernel_name_costs_linear_time():
+    """``"tbe::" * 20000`` against the default kernel rule ``\\btbe::...`` took 139 s."""
+    name = "tbe::" * 20_000
+    t0 = time.perf_counter()
+    got = phases._first_match(pd.Index([name, name + "x", "tbe::pooled_forward_v2_kernel"]),
+                              default_rules().kernels)
+    assert time.perf_counter() - t0 < 2.0
+    lookup = [r.phase for r in default_rules().kernels].index("lookup")
+    assert got.tolist() == [-1, -1, lookup]
+
+
+def test_user_patterns_are_linear_or_refused(tmp_path, capsys):
+    path = small().write(tmp_path / "t.json")
+    rules = tmp_path / "r.toml"
+    rules.write_text("[[kernel]]\nphase = 'x'\npattern = '(?=gemm)g'\n")
+    code, _, err = run(["analyze", path, "--rules", rules, "--no-cache"], capsys)
+    one_error(code, err, "lookaround")
+    code, _, err = run(["explain", path, "--what-if", "kernel:(a)\\1=2"], capsys)
+    one_error(code, err, "backreferences")
+    # an exponential pattern under a backtracking engine: linear here
+    t0 = time.perf_counter()
+    assert patterns.compile("(a+)+$").search("a" * 50_000 + "b") is None
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_thousands_of_streams_cost_thousands_of_pairs(tmp_path, capsys):
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 10_000)
+    for s in range(1000):
+        b.kernel("k", 10 + s, 5, stream=s + 1, launch_at=1)
+    t0 = time.perf_counter()
+    code, doc, err = analyze_json(b.write(tmp_path / "s.json"), capsys)
+    assert time.perf_counter() - t0 < 30
+    assert code == 0 and err == [f"tracekit: warning: {tmp_path / 's.json'}: device 0 has 1,000 "
+                                 "streams: the pairwise overlap is of its 64 busiest"]
+    o = load_built(b, tmp_path / "l")
+    got = overlap.compute(o, default_rules())
+    assert len(got.streams) == 1000 and len(got.pairs) == 64 * 63 // 2
+
+
+def test_recorded_stream_waits_cost_linear_time(tmp_path):
+    """30 k recorded ``Stream Wait Event``s took 6.6 s, 120 k 94 s (a pass over every activity
+    per wait); each wait still joins its producer to its consumer."""
+    from tracekit.graph import build_graph
+    from tracekit.graph.model import EdgeKind
+
+    n = 3000
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 10 * n + 100)
+    for i in range(n):
+        b.kernel("a", 10 * i + 1, 2, stream=7, launch_at=10 * i)
+        b.stream_wait(record_at=10 * i + 1, wait_at=10 * i + 2, on_stream=7, stream=8,
+                      gpu_at=10 * i + 4)
+        b.kernel("b", 10 * i + 5, 2, stream=8, launch_at=10 * i + 3)
+    trace = load_built(b, tmp_path)
+    t0 = time.perf_counter()
+    g = build_graph(trace, default_rules())
+    assert time.perf_counter() - t0 < 20
+    waits = g.edge_kind == int(EdgeKind.WAIT_RECORDED)
+    assert waits.sum() == n
+    assert set(g.name[g.src[waits]].astype(str)) == {"a"}
+    assert set(g.name[g.dst[waits]].astype(str)) == {"b"}
+    # the producer of each wait is the "a" of its own round
+    assert (g.start[g.dst[waits]] - g.start[g.src[waits]] == 4000).all()
+
+
+def test_world_size_of_a_trillion_is_one_line(tmp_path, capsys):
+    d = tmp_path / "job"
+    for r in range(2):
+        small(rank=r, world_size=10**12).write(d / f"rank{r}.json")
+    code, _, err = run(["analyze", d, "--no-cache", "--no-hta", "--workers", "1"], capsys)
+    one_error(code, err, "999,999,999,998 ranks of world size 1,000,000,000,000 have no trace "
+                         "file: 2-999,999,999,999")
+
+
+# ---- tracebacks --------------------------------------------------------------------------------
+
+
+def test_a_zero_us_nonzero_beside_a_launch_and_a_sync(tmp_path, capsys):
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 1000)
+    b.cpu_op("aten::nonzero", 100, 0)
+    c = b.runtime("cudaLaunchKernel", 100, 0)
+    b.kernel("k", 101, 5, launched_by=c)
+    b.runtime("cudaStreamSynchronize", 100, 0)
+    code, out, err = run(["explain", b.write(tmp_path / "z.json"), "--format", "json"], capsys)
+    assert code == 0 and err == [] and json.loads(out)["explain"][0]["steps"]
+
+
+@pytest.mark.parametrize("declared", [10**30, -1])
+def test_a_rank_that_is_no_rank(tmp_path, capsys, declared):
+    d = tmp_path / "job"
+    small(rank=0, world_size=2).write(d / "a_rank0.json")
+    small(rank=declared, world_size=2).write(d / "b_odd.json")
+    code, out, err = run(["analyze", d, "--no-cache", "--no-hta", "--workers", "1"], capsys)
+    assert code == 0, err
+    assert err == [f"tracekit: warning: {d / 'b_odd.json'}: distributedInfo.rank "
+                   f"{str(declared)[:20] + '...' if declared > 0 else declared} is not a rank "
+                   "(0 to 2,147,483,647); loaded as rank 1"]
+    assert out.startswith(f"== job {d}: 2 ranks read of world size 2 (complete)")
+    code, out, _ = run(["analyze", d, "--no-cache", "--no-hta", "--workers", "1", "--format",
+                        "json"], capsys)
+    assert json.loads(out)["jobs"][0]["ranks_read"] == 2
+
+
+def test_memory_bytes_beyond_any_gpu(tmp_path, capsys):
+    b = small()
+    for i in range(3):
+        b.memory(10 + i, 2**62)  # no totals: allocated would be rebuilt from Bytes
+    b.memory(20, 1024)
+    code, doc, err = analyze_json(b.write(tmp_path / "m.json"), capsys)
+    assert code == 0 and len(err) == 1 and "2^52 (4 PiB) or more" in err[0]
+    assert doc["analyses"][0]["headline"]["peak_allocated_bytes"] == 1024
+
+
+def test_memory_totals_beyond_int64_are_said(tmp_path):
+    b = small()
+    b.memory(10, 1024, total_allocated=1024, total_reserved=4096)
+    b.memory(11, 1024, total_allocated=2**53, total_reserved=2**53)
+    a = allocator.compute(load_built(b, tmp_path), default_rules())
+    assert a.peak_reserved == 4096 and a.peak_allocated == 1024
+    assert len(a.warnings) == 1 and "may be understated" in a.warnings[0]
+
+
+def test_a_profiler_step_beyond_int64(tmp_path, capsys):
+    b = TraceBuilder()
+    b.annotation("ProfilerStep#1" + "0" * 25, 0, 1000)
+    b.kernel("gemm", 100, 50, launch_at=10)
+    code, out, err = run(["analyze", b.write(tmp_path / "p.json"), "--format", "json", "--hta",
+                          "--no-cache"], capsys)
+    assert code == 0 and err == []
+    a = json.loads(out)["analyses"][0]
+    assert a["headline"]["steps"] == 0 and "beyond int64" in a["hta"]["reason"]
+
+
+# ---- wrong numbers without a warning -----------------------------------------------------------
+
+
+def test_a_negative_ts_is_left_out_and_said(tmp_path, capsys):
+    b = small()
+    b.kernel("late", 300, 50, launch_at=20)
+    doc = b.to_dict()
+    k = next(e for e in doc["traceEvents"] if e.get("name") == "late")
+    k["ts"] = -k["ts"]
+    bad = tmp_path / "neg.json"
+    bad.write_text(json.dumps(doc))
+    code, got, err = analyze_json(bad, capsys)
+    _, ref, _ = analyze_json(small().write(tmp_path / "ref.json"), capsys)
+    assert code == 0 and got["analyses"][0]["headline"] == ref["analyses"][0]["headline"]
+    assert len(err) == 1 and "ts negative" in err[0] and "'late'" in err[0]
+
+
+def test_one_correlation_id_for_every_call_is_said(tmp_path, capsys):
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 1000)
+    for i in range(3):
+        b.kernel("gemm", 100 + 100 * i, 50, launch_at=10 + 10 * i)
+    doc = b.to_dict()
+    for e in doc["traceEvents"]:
+        if "correlation" in e.get("args", {}):
+            e["args"]["correlation"] = 7
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(doc))
+    code, _, err = analyze_json(p, capsys)
+    assert code == 0 and len(err) == 1
+    assert "3 runtime calls share a correlation id with another (id 7: 3 calls)" in err[0]
+
+
+def test_collective_sizes_beyond_any_job(tmp_path):
+    b = TraceBuilder(rank=0, world_size=2)
+    b.profiler_step(1, 0, 100)
+    args = {"Collective name": "all_to_allv", "In msg nelems": 2**60, "Out msg nelems": 30,
+            "dtype": "Long", "Process Group Name": "0", "Group size": 2}
+    b.kernel("ncclDevKernel_SendRecv", 20, 5, stream=17, launch_at=11, args=args)
+    c = collectives.compute(load_built(b, tmp_path), default_rules())
+    assert c.kernels["in_bytes"].tolist() == [-1] and c.kernels["out_bytes"].tolist() == [240]
+    assert (c.by_type[["in_bytes", "out_bytes"]] >= 0).all().all()
+    assert len(c.warnings) == 1 and "1 PiB" in c.warnings[0]
+
+
+def test_busy_time_beyond_int64_is_not_wrapped(tmp_path):
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 100)
+    for dev in (0, 1):
+        b.kernel("k", 10, 5e15, device=dev, launch_at=1)  # 5e18 ns each
+    got = overlap.compute(load_built(b, tmp_path), default_rules())
+    assert got.gpu_busy_ns == 10**19 and got.compute_ns == 10**19
+
+
+@pytest.mark.parametrize("spec", ["host=1e-21", "host=0.5", "kernel:gemm=0", "phase:x=1e400"])
+def test_a_what_if_factor_below_one_is_refused(tmp_path, capsys, spec):
+    code, _, err = run(["explain", small().write(tmp_path / "t.json"), "--what-if", spec], capsys)
+    one_error(code, err, "the factor must be a finite number >= 1")
+
+
+# ---- --scheduler -------------------------------------------------------------------------------
+
+
+def _server(reply: bytes | None):
+    """A local TCP server that accepts and says nothing (``reply`` None) or answers each
+    connection's first bytes with ``reply``; its port, and a stop function."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    sock.settimeout(0.2)
+    stop = threading.Event()
+    held = []
+
+    def serve():
+        while not stop.is_set():
+            try:
+                c, _ = sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            held.append(c)
+            if reply is not None:
+                c.settimeout(1)
+                try:
+                    c.recv(1000)
+                except OSError:
+                    pass
+                c.sendall(reply)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+
+    def close():
+        stop.set()
+        t.join()
+        for c in held:
+            c.close()
+        sock.close()
+
+    return sock.getsockname()[1], close
+
+
+@pytest.mark.parametrize("reply,words", [
+    (None, "no answer within 2 s"),
+    (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", "does not speak Dask's protocol"),
+])
+def test_a_scheduler_that_is_not_one(tmp_path, reply, words):
+    d = tmp_path / "job"
+    small(rank=0, world_size=1).write(d / "rank0.json")
+    port, close = _server(reply)
+    try:
+        t0 = time.monotonic()
+        r = subprocess.run([sys.executable, "-m", "tracekit.cli", "analyze", str(d), "--scheduler",
+                            f"tcp://127.0.0.1:{port}", "--scheduler-timeout", "2", "--no-cache"],
+                           capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        close()
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
+    assert took < 30
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--scheduler", "ucx://127.0.0.1:1"], "only tcp://HOST:PORT"),
+    (["--scheduler", "tcp://127.0.0.1:1", "--scheduler-timeout", "nan"], "finite number"),
+    (["--scheduler", "tcp://127.0.0.1:1", "--scheduler-timeout", "-1"], "finite number"),
+])
+def test_scheduler_arguments_are_checked(tmp_path, capsys, args, words):
+    d = tmp_path / "job"
+    small(rank=0, world_size=1).write(d / "rank0.json")
+    code, _, err = run(["analyze", d, "--no-cache", *args], capsys)
+    one_error(code, err, words)
+
+
+def test_linear_patterns_agree_with_python_re_on_the_defaults():
+    """The default rules say the same under RE2 as under Python's re on real names."""
+    import re
+
+    names = ["## forward 3 ##", "## optimizer ##", "Optimizer.step#Adam.step",
+             "## start_sparse_data_dist 2 ##", "## KJTAllToAll wait() ##", "ncclKernel_AllReduce",
+             "void fbgemm_gpu::split_embedding_codegen_forward_unweighted_kernel<float>",
+             "tbe::pooled_forward_v2_kernel", "void tbe::(anonymous)::linearize_kernel<long>",
+             "## inplace_copy_batch_to_gpu 7 ##", "aten::mm", "nccl:all_reduce"]
+    r = default_rules()
+    for rule in (*r.annotations, *r.kernels):
+        py = re.compile(rule.pattern)
+        assert [bool(py.search(n)) for n in names] == \
+               [bool(rule.regex.search(n)) for n in names], rule.pattern
+    assert np.array_equal(phases._captured_int(pd.Index(names), r.batch_index),
+                          [3, -1, -1, 2, -1, -1, -1, -1, -1, 7, -1, -1])
