@@ -81,10 +81,21 @@ def is_trace_file(path: str, opener=open) -> bool:
 
 def trace_files_in(directory: str) -> list[str]:
     """The trace files of a directory of per-rank traces, sorted by name (raises OSError when
-    it cannot be listed)."""
-    return [os.path.join(directory, n) for n in sorted(os.listdir(directory))
-            if n.endswith(TRACE_SUFFIXES) and os.path.isfile(os.path.join(directory, n))
-            and is_trace_file(os.path.join(directory, n))]
+    it cannot be listed). An entry named like a trace that is not a regular file (a FIFO, a
+    device, a directory, a symlink loop or to nothing) is listed too, never opened here: loading
+    it names it and says what it is."""
+    out = []
+    for n in sorted(os.listdir(directory)):
+        if not n.endswith(TRACE_SUFFIXES):
+            continue
+        p = os.path.join(directory, n)
+        try:
+            regular = stat.S_ISREG(os.stat(p).st_mode)
+        except OSError:
+            regular = False
+        if not regular or is_trace_file(p):
+            out.append(p)
+    return out
 
 
 def files_read(paths, *, rules_path=None, snapshot_path=None) -> list[str]:
@@ -132,6 +143,25 @@ def check_out(out: str | None, paths, *, rules_path=None, snapshot_path=None,
                              "overwritten", path=out)
 
 
+def check_new_file(out: str, *, what: str) -> None:
+    """Refuse ``out`` as a file to be replaced by a new one (``--annotate``: written under a
+    temporary name, then renamed onto it): empty, a directory, or an existing device, FIFO or
+    socket (a rename would put a regular file in its place: ``/dev/full``, as root)."""
+    from tracekit.errors import InputError
+
+    if not out:
+        raise InputError(f"{what} needs a file name")
+    try:
+        st = os.stat(out)
+    except OSError:
+        return  # does not exist (yet)
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{what} is a directory", path=out)
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{what} is {_kind_of(st.st_mode)}; it would be replaced by a "
+                         "regular file", path=out)
+
+
 def cache_dir(explicit: str | os.PathLike | None = None) -> str:
     """``explicit``, else ``$TRACEKIT_CACHE_DIR``, else the platform's user cache dir."""
     if explicit is not None:
@@ -154,6 +184,8 @@ def content_stamp(path: str | os.PathLike) -> tuple[str, int, int, str]:
     ``display`` shows it. Within a process a file is hashed once while its inode, size, mtime
     and ctime stay the same (the report cache and the trace cache both stamp it)."""
     real = os.path.realpath(path)
+    if not stat.S_ISREG(os.stat(real).st_mode):  # before opening: a FIFO's open blocks
+        raise OSError(f"{display(real)} is not a regular file")
     with open(real, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):

@@ -21,7 +21,9 @@ import gzip
 import json
 import os
 import shutil
+import tempfile
 
+from tracekit._files import check_new_file, check_out
 from tracekit.errors import InputError
 
 PID = 2_147_480_000
@@ -74,16 +76,24 @@ def _events(explain, syncs, gaps) -> list[dict]:
     return out
 
 
-def write_annotated(source: str, dest: str, explain, syncs, gaps) -> int:
-    """Write ``dest`` (gzipped when it ends in ``.gz``); returns the number of events added."""
-    if os.path.realpath(source) == os.path.realpath(dest):
-        raise InputError("--annotate names the input trace; it would be overwritten", path=dest)
+def write_annotated(source: str, dest: str, explain, syncs, gaps, *,
+                    rules_path: str | None = None) -> int:
+    """Write ``dest`` (gzipped when it ends in ``.gz``); returns the number of events added.
+    ``dest`` may not be empty, a device, FIFO, socket or directory, nor anything the command
+    reads (the trace, the snapshot beside it, ``rules_path``, or a link to one); it is written
+    under a fresh temporary name in its directory, then renamed."""
+    check_new_file(dest, what="--annotate")
+    check_out(dest, [source], rules_path=rules_path, what="--annotate")
     extra = _events(explain, syncs, gaps)
     blob = ",".join(json.dumps(e, separators=(",", ":")) for e in extra).encode()
     opener = gzip.open if _is_gzip(source) else open
     out_open = gzip.open if dest.endswith(".gz") else open
-    tmp = dest + ".tmp"
+    tmp = None
     try:
+        # a fresh name (O_EXCL): never a file that exists, an input named like "<dest>.tmp"
+        fd, tmp = tempfile.mkstemp(prefix=".tracekit-", suffix=".part",
+                                   dir=os.path.dirname(os.path.abspath(dest)))
+        os.close(fd)
         with opener(source, "rb") as src, out_open(tmp, "wb") as dst:
             head = src.read(_HEAD)
             k = head.find(b'"traceEvents"')
@@ -101,10 +111,12 @@ def write_annotated(source: str, dest: str, explain, syncs, gaps) -> int:
             dst.write(more)
             shutil.copyfileobj(src, dst, 1 << 22)
         os.replace(tmp, dest)
+        tmp = None
     except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         raise InputError(f"cannot write: {exc.strerror or exc}", path=dest) from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
     return len(extra)
 
 

@@ -6,6 +6,8 @@ unbounded memory, a modified input, or a wrong number without a warning."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 import socket
 import subprocess
 import sys
@@ -337,3 +339,73 @@ def test_linear_patterns_agree_with_python_re_on_the_defaults():
                [bool(rule.regex.search(n)) for n in names], rule.pattern
     assert np.array_equal(phases._captured_int(pd.Index(names), r.batch_index),
                           [3, -1, -1, 2, -1, -1, -1, -1, -1, 7, -1, -1])
+
+
+# ---- inputs overwritten ------------------------------------------------------------------------
+
+
+def test_annotate_never_writes_an_input_or_a_device(tmp_path):
+    from tracekit.annotate import write_annotated
+    from tracekit.errors import InputError
+
+    src = small().write(tmp_path / "t.json.gz")
+    tmp_named_input = tmp_path / "t.json.gz.tmp"  # an input named like the old temporary
+    tmp_named_input.write_bytes(src.read_bytes())
+    rules = tmp_path / "r.toml"
+    rules.write_text("inherit = true\n")
+    hard = tmp_path / "hard.json.gz"
+    hard.hardlink_to(src)
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    before = {p: p.read_bytes() for p in (src, tmp_named_input, rules)}
+    for dest, words in [("", "needs a file name"), (src, "an input this command reads"),
+                        (hard, "is linked to"), (rules, "an input this command reads"),
+                        (fifo, "is a FIFO"), ("/dev/null", "is a character device"),
+                        (tmp_path, "is a directory")]:
+        with pytest.raises(InputError, match=words):
+            write_annotated(str(src), str(dest), None, None, None, rules_path=str(rules))
+    assert {p: p.read_bytes() for p in before} == before
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_annotate_next_to_an_input_named_like_its_temporary(tmp_path, capsys):
+    """``explain --annotate t.json.gz t.json.gz.tmp`` truncated the input ``t.json.gz.tmp``."""
+    src = small().write(tmp_path / "t.json.gz.tmp")
+    data = src.read_bytes()
+    code, _, err = run(["explain", src, "--annotate", tmp_path / "t.json.gz", "--no-cache"],
+                       capsys)
+    assert code == 0 and len(err) == 1 and "wrote" in err[0] and src.read_bytes() == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json.gz", "t.json.gz.tmp"]
+
+
+# ---- smaller -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tail", [".", "-", "e", "5e-"])
+def test_a_trace_cut_inside_a_number_is_repaired(tmp_path, capsys, tail):
+    b = small()
+    b.kernel("late", 300, 5.5, launch_at=20)
+    text = json.dumps(b.to_dict())
+    at = text.rindex('"dur": 5.5') + len('"dur": 5')  # the last kernel cut in its dur
+    p = tmp_path / "cut.json"
+    p.write_text(text[:at] + tail)
+    code, doc, err = analyze_json(p, capsys)
+    assert code == 0 and len(err) == 1 and "the trace is truncated" in err[0]
+
+
+def test_odd_entries_of_a_rank_directory_are_named(tmp_path, capsys):
+    d = tmp_path / "job"
+    for r in range(2):
+        small(rank=r, world_size=2).write(d / f"rank{r}.json")
+    os.mkfifo(d / "fifo.json")
+    (d / "loop.json").symlink_to("loop.json")
+    (d / "dir.json").mkdir()
+    t0 = time.monotonic()
+    code, _, err = run(["analyze", d, "--no-cache", "--no-hta", "--workers", "1",
+                        "--format", "json"], capsys)
+    assert time.monotonic() - t0 < 60  # the FIFO is never opened
+    assert code == 2
+    text = " ".join(err)
+    for name, why in [("dir.json", "is a directory"), ("fifo.json", "is a FIFO"),
+                      ("loop.json", "Too many levels of symbolic links")]:
+        assert name in text and why in text, err

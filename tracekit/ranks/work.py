@@ -69,6 +69,10 @@ class RankTask:
 
                 local = sources.local_copy(
                     path, cache_dir(self.cache_dir) if self.use_cache else None)
+            else:
+                from tracekit._files import check_readable
+
+                check_readable(path, "trace file")  # a rank is a file: not a FIFO, a directory
             got = report_for_path(local or path, rules_path=self.rules_path,
                                   cache_dir=self.cache_dir, use_cache=self.use_cache,
                                   progress=False, with_hta=self.with_hta)

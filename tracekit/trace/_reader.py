@@ -390,7 +390,9 @@ def _finish(pending: bytearray, consumed: int, sink, index: int, header: Header,
         tail = msgspec.json.decode(doc, type=dict[str, msgspec.Raw])
     except msgspec.DecodeError as exc:
         msg = str(exc)
-        if "truncated" not in msg:
+        # a cut right after a number's '.', '-', 'e' or '+' reads as an invalid number, not
+        # as the end of the data: a cut too
+        if "truncated" not in msg and not rest.rstrip()[-1:] in (b".", b"-", b"+", b"e", b"E"):
             off = _BYTE.search(msg)
             where = f" near byte {consumed + int(off.group(1)) - 15}" if off else ""
             raise TraceFormatError(f"not valid JSON{where}: {msg.split(' (byte')[0]}", path=path) from None

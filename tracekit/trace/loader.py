@@ -185,6 +185,7 @@ def _read_entry(handed: int | None, where: str, st: dict) -> cache.Entry | None:
 
 def _load_file(path: str, directory: str | None, progress: bool | None,
                handed: int | None = None) -> dict:
+    check_readable(path, "trace file")  # a directory's FIFO or symlink loop: named, not opened
     # An entry still being written by this process is finished first (it may be this one), and
     # no writer thread may run when the next parse forks its helper.
     wait_for_cache_writes()
