@@ -237,7 +237,15 @@ def _same_time(ranks: list[dict], problems: list[Problem], gap_ns: int) -> list[
     def near(a, b) -> bool:
         return a[0] - gap_ns <= b[1] and b[0] - gap_ns <= a[1]
 
-    best = max(known, key=lambda w: sum(near(w, o) for o in known))
+    # (counted with two binary searches per window, not a pass over the others: a job of
+    # 10,000 files would cost 10**8 comparisons)
+    import bisect
+
+    ends = sorted(w[1] for w in known)
+    starts = sorted(w[0] for w in known)
+    count = [len(known) - bisect.bisect_left(ends, w[0] - gap_ns)
+             - (len(known) - bisect.bisect_right(starts, w[1] + gap_ns)) for w in known]
+    best = known[count.index(max(count))]  # ties: the first
     kept = []
     for r, w in zip(ranks, windows):
         if w is None or near(w, best):
