@@ -66,8 +66,10 @@ def test_real_traces_and_their_what_ifs(path, monkeypatch):
     for t in load(path, use_cache=False).traces:
         g = build_graph(t, default_rules())
         _both(rp.Plan.of(g), monkeypatch)
-        for spec in ("host=0.5", "sync:Synchronize", "kernel:.*=2"):
-            ch, _ = wi.spec_change(g, wi.parse_spec(spec))
+        # a slower host too (no --what-if asks for one: a factor is at least 1)
+        for ch in [wi.with_host(g, wi.Change(), 0.5)] + [
+                wi.spec_change(g, wi.parse_spec(spec))[0]
+                for spec in ("host=2", "sync:Synchronize", "kernel:.*=2")]:
             p = wi.plan(g, ch)
             _both(p, monkeypatch)
 

@@ -22,7 +22,7 @@ SECTION_FIELDS = {
               "gpu_p90_ns"},
     "overlap": {"streams", "pairs", "classes", "compute_ns", "communication_ns", "memcpy_ns",
                 "gpu_busy_ns", "comm_compute_overlap_ns", "exposed_comm_ns",
-                "exposed_memcpy_ns", "comm_overlap_ratio"},
+                "exposed_memcpy_ns", "comm_overlap_ratio", "warnings"},
     "gaps": {"gaps", "optimizer_occurrences", "lookup_occurrences", "mean_gap_ns",
              "median_gap_ns", "mean_idle_ns", "mean_overlap_ns", "note"},
     "syncs": {"stalls", "by_call_site", "by_phase", "by_step", "count", "total_ns",
@@ -31,8 +31,8 @@ SECTION_FIELDS = {
               "allocator_known", "polls_by_call_site", "polls_by_step"},
     "allocator": {"series", "series_points", "devices", "per_step", "peak_allocated",
                   "peak_reserved", "unused_at_peak_reserved", "unused_fraction",
-                  "reconstructed", "note"},
-    "collectives": {"kernels", "groups", "source", "count", "kernel_ns", "by_type"},
+                  "reconstructed", "note", "warnings"},
+    "collectives": {"kernels", "groups", "source", "count", "kernel_ns", "by_type", "warnings"},
     "identity": {"distributed_info", "base_time_ns", "start_ns", "end_ns"},
 }
 TABLE_COLUMNS = {

@@ -270,6 +270,8 @@ class Overlap(TypedDict):
     exposed_comm_ns: int
     exposed_memcpy_ns: int
     comm_overlap_ratio: float | None
+    warnings: list[str]
+    """A device of more streams than the pairwise table holds (also in the rank's warnings)."""
 
 
 class GapRow(TypedDict):
@@ -419,6 +421,8 @@ class Allocator(TypedDict):
     unused_fraction: float | None
     reconstructed: bool
     note: str
+    warnings: list[str]
+    """Values left out of the figures (also in the rank's warnings)."""
     series_points: int
 
 
@@ -517,6 +521,8 @@ class Collectives(TypedDict):
     by_type: list[CollectiveTypeRow]
     groups: list[CollectiveGroup]
     kernels: list[CollectiveKernelRow]
+    warnings: list[str]
+    """Message sizes read as unknown (also in the rank's warnings)."""
 
 
 class Identity(TypedDict):
