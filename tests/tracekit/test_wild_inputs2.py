@@ -409,3 +409,88 @@ def test_odd_entries_of_a_rank_directory_are_named(tmp_path, capsys):
     for name, why in [("dir.json", "is a directory"), ("fifo.json", "is a FIFO"),
                       ("loop.json", "Too many levels of symbolic links")]:
         assert name in text and why in text, err
+
+
+# ---- more than three lines ---------------------------------------------------------------------
+
+
+def test_repeated_problems_fold_into_one_line(tmp_path, capsys):
+    """500 rank files without distributedInfo gave 500 warning lines; 499 broken ones 499
+    error lines: one line each, with a count and the first names; every one with --verbose
+    and in the JSON output."""
+    d = tmp_path / "plain"
+    for r in range(12):
+        small().write(d / f"r{r:02d}.json")
+    code, _, err = run(["analyze", d, "--no-cache", "--no-hta", "--workers", "1"], capsys)
+    assert code == 0 and err == [
+        f"tracekit: warning: {d}: 12 files: no usable distributedInfo.rank; loaded as rank 0 "
+        "(r00.json, r01.json, r02.json and 9 more)"]
+    code, _, err = run(["analyze", d, "--no-cache", "--no-hta", "--workers", "1", "--verbose"],
+                       capsys)
+    assert len(err) == 12 and err[3].endswith("r03.json: no usable distributedInfo.rank; "
+                                              "loaded as rank 3")
+    b = tmp_path / "broken"
+    small(rank=0, world_size=12).write(b / "rank00.json")
+    for r in range(1, 12):
+        (b / f"rank{r:02d}.json").write_text("not json")
+    code, out, err = run(["analyze", b, "--no-cache", "--no-hta", "--workers", "1", "--format",
+                          "json"], capsys)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"tracekit: error: {b}: 11 files: not valid JSON")
+    assert err[0].endswith("(rank01.json, rank02.json, rank03.json and 8 more)")
+    assert len(json.loads(out)["jobs"][0]["problems"]) == 11
+
+
+def test_many_kinds_of_problems_are_three_lines(tmp_path, capsys):
+    d = tmp_path / "job"
+    for r in range(2):
+        small(rank=r, world_size=8).write(d / f"rank{r}.json")
+    (d / "rank2.json").write_text("not json")
+    (d / "rank3.json.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    os.mkfifo(d / "rank4.json")
+    (d / "rank5.json").mkdir()
+    code, _, err = run(["analyze", d, "--no-cache", "--no-hta", "--workers", "1"], capsys)
+    assert code == 2 and len(err) == 3 and all(e.startswith("tracekit: error: ") for e in err)
+    assert err[2].endswith("more problems and warnings (every one: --verbose, or --format json)")
+    code, _, err = run(["analyze", d, "--no-cache", "--no-hta", "--workers", "1", "--verbose"],
+                       capsys)
+    assert code == 2 and len(err) == 5  # 4 files, and ranks 6-7 without one
+
+
+def test_annotate_an_empty_name_and_the_rules_file(tmp_path, capsys):
+    src = small().write(tmp_path / "t.json")
+    rules = tmp_path / "r.toml"
+    rules.write_text("inherit = true\n")
+    data = rules.read_bytes()
+    code, _, err = run(["explain", src, "--annotate", ""], capsys)
+    one_error(code, err, "--annotate needs a file name")
+    code, _, err = run(["explain", src, "--annotate", rules, "--rules", rules], capsys)
+    one_error(code, err, "an input this command reads")
+    assert rules.read_bytes() == data
+
+
+def test_step_of_zero_us_events_is_a_step(tmp_path, capsys):
+    """With every duration 0, ``--step 1`` said "no step 1 here (steps: 1, 2, 3)"."""
+    b = TraceBuilder()
+    for k in range(3):
+        b.profiler_step(k + 1, 100 * k, 0)
+        b.kernel("gemm", 100 * k + 10, 0, launch_at=100 * k + 1)
+    code, out, err = run(["explain", b.write(tmp_path / "z.json"), "--step", "1", "--format",
+                          "json"], capsys)
+    assert code == 0 and err == [], err
+    assert [s["step"] for s in json.loads(out)["explain"][0]["steps"]] == [1, 2, 3]
+    code, _, err = run(["explain", tmp_path / "z.json", "--step", "9"], capsys)
+    one_error(code, err, "no step 9 here (steps: 1, 2, 3)")
+
+
+def test_thousands_of_streams_in_text(tmp_path, capsys):
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 10_000)
+    for s in range(300):
+        b.kernel("k", 10 + s, 5, stream=s + 1, launch_at=1)
+    code, out, err = run(["analyze", b.write(tmp_path / "s.json"), "--no-hta", "--no-cache"],
+                         capsys)
+    assert code == 0 and len(err) == 1
+    matrix = out[out.index("pairwise overlap |busy"):]
+    header = matrix.splitlines()[1]
+    assert len(header.split()) == 64  # the busiest 64 streams' columns

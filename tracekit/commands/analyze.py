@@ -8,9 +8,10 @@ import click
 
 from tracekit import __version__
 from tracekit._files import check_out, check_readable
-from tracekit.commands.common import (cache_options, echo_problems, echo_warnings, emit,
-                                      format_option, job_options, out_option, rules_option,
-                                      select_rank, warn_cache)
+from tracekit.commands.common import (cache_lines, cache_options, echo_lines, emit,
+                                      format_option, job_options, out_option, problem_lines,
+                                      rules_option, verbose_option, warning_lines,
+                                      select_rank)
 from tracekit.errors import InputError
 
 
@@ -49,10 +50,11 @@ def with_snapshot(ranks: list[dict], snapshot_path: str) -> dict:
                    "leave them out. Default: include them for traces of at most 500,000 events "
                    "(they cost ~3 s per million events); a directory's job summary alone "
                    "never needs them.")
+@verbose_option
 @cache_options("Neither read nor write the trace and report caches.",
                "Cache directory (default: $TRACEKIT_CACHE_DIR or the user cache dir).")
 def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, scheduler,
-            scheduler_timeout, snapshot_path, hta, no_cache, cache_dir):
+            scheduler_timeout, snapshot_path, hta, verbose, no_cache, cache_dir):
     """Where do the training steps in these Kineto traces go?
 
     PATH is a .json/.json.gz trace or a directory of per-rank traces. A directory is one job:
@@ -68,7 +70,7 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
     from tracekit.report import document, render_job, render_rank
 
     check_out(out, paths, rules_path=rules_path, snapshot_path=snapshot_path)
-    warn_cache(no_cache, cache_dir)
+    lines = cache_lines(no_cache, cache_dir)
     config = JobConfig(align_clocks=not no_align)
     ranks: list[dict] = []
     jobs: list[dict] = []
@@ -97,7 +99,7 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
         ranks = [with_snapshot(ranks, snapshot_path)]
         texts = [("rank", ranks[0])]
     for r in ranks:
-        echo_warnings(r)
+        lines += warning_lines(r)
     if fmt == "json":
         doc = document(ranks, __version__, jobs)
         emit(json.dumps(doc, allow_nan=False) + "\n", out)  # compact: C-encoded, fast
@@ -105,6 +107,7 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
         emit("\n".join(render_job(x) if kind == "job" else render_rank(x)
                        for kind, x in texts), out)
     for probs, p in problems:
-        echo_problems(probs, p)
+        lines += problem_lines(probs, p)
+    echo_lines(lines, verbose=verbose)
     if any(probs for probs, _ in problems):
         raise SystemExit(2)

@@ -14,9 +14,9 @@ import click
 
 from tracekit import __version__
 from tracekit._files import check_out
-from tracekit.commands.common import (cache_options, echo_problems, echo_warnings, emit,
-                                      format_option, job_options, out_option, rules_option,
-                                      select_rank, warn_cache)
+from tracekit.commands.common import (cache_lines, cache_options, echo_lines, emit,
+                                      format_option, job_options, out_option, problem_lines,
+                                      rules_option, select_rank, verbose_option, warning_lines)
 
 
 @click.command("check")
@@ -31,9 +31,10 @@ from tracekit.commands.common import (cache_options, echo_problems, echo_warning
 @rules_option
 @click.option("--rank", type=int, default=None, help="Only this rank of a multi-rank directory.")
 @job_options
+@verbose_option
 @cache_options()
 def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, scheduler,
-            scheduler_timeout, no_cache, cache_dir):
+            scheduler_timeout, verbose, no_cache, cache_dir):
     """Check headline figures of traces against thresholds (exit 1 when one fails).
 
     KEY is a headline figure of `tracekit analyze --format json` (docs/metrics.md defines each;
@@ -50,14 +51,14 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, schedule
     if not thresholds:
         raise InputError("check needs at least one --max or --min threshold")
     check_out(out, paths, rules_path=rules_path)
-    warn_cache(no_cache, cache_dir)
+    lines = cache_lines(no_cache, cache_dir)
     results, failed = [], 0
     for p in paths:
         got = api.reports(p, rules_path=rules_path, cache_dir=cache_dir, use_cache=not no_cache,
                           prefetch=True, with_hta=False, whole=True, workers=workers,
                           scheduler=scheduler, scheduler_timeout_s=scheduler_timeout)
         if got.job is not None:
-            echo_problems(got.problems, p)
+            lines += problem_lines(got.problems, p)
             job = got.job
             expected = job["world_size"] or job["ranks_read"] + sum(
                 1 for x in job["problems"] if x["kind"] != "missing")
@@ -66,7 +67,7 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, schedule
                             "bound": expected, "value": job["ranks_read"],
                             "passed": job["complete"], "reason": None})
         for r in select_rank(got.ranks, rank, p):
-            echo_warnings(r)
+            lines += warning_lines(r)
             for row in evaluate(r["headline"], thresholds, r):
                 failed += not row.passed
                 results.append({"source": r["source"], "rank": r["rank"], "key": row.key,
@@ -74,5 +75,6 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, schedule
                                 "passed": row.passed, "reason": row.reason})
     doc = {"tracekit_version": __version__, "passed": failed == 0, "checks": results}
     emit(json.dumps(doc) + "\n" if fmt == "json" else render_check(doc), out)
+    echo_lines(lines, verbose=verbose)
     if failed:
         raise SystemExit(1)

@@ -7,9 +7,10 @@ import json
 import click
 
 from tracekit import __version__
-from tracekit._files import check_out
-from tracekit.commands.common import (cache_options, echo_warnings, emit, format_option,
-                                      out_option, rules_option, select_rank)
+from tracekit._files import check_new_file, check_out
+from tracekit.commands.common import (cache_options, echo_lines, emit, format_option,
+                                      out_option, rules_option, select_rank, verbose_option,
+                                      warning_lines)
 
 
 @click.command("explain")
@@ -35,9 +36,10 @@ from tracekit.commands.common import (cache_options, echo_warnings, emit, format
 @click.option("--rank", type=int, default=None, help="Only this rank of a multi-rank directory.")
 @click.option("--limit", type=int, default=20, show_default=True,
               help="Rows per long table (and runs shown with --step).")
+@verbose_option
 @cache_options()
 def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_path, rank, limit,
-            no_cache, cache_dir):
+            verbose, no_cache, cache_dir):
     """What bounds each step of PATH's training loop, and what each fix would save.
 
     For every step: its critical path (the chain of dependencies that decided when it ended),
@@ -54,15 +56,14 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
 
         for s in what_ifs:
             parse_spec(s)
-    check_out(out, (path,))
+    check_out(out, (path,), rules_path=rules_path)
     if annotate is not None:
         import os
 
-        if os.path.realpath(annotate) == os.path.realpath(path):
-            raise InputError("--annotate names the input trace; it would be overwritten",
-                             path=annotate)
-        if os.path.isdir(annotate):
-            raise InputError("--annotate is a directory", path=annotate)
+        # never anything read (the trace, the snapshot beside it, the rules, a link to one), a
+        # device, FIFO, socket or directory, nor the empty name
+        check_new_file(annotate, what="--annotate")
+        check_out(annotate, (path,), rules_path=rules_path, what="--annotate")
         if out is not None and os.path.realpath(annotate) == os.path.realpath(out):
             raise InputError("--annotate and --out name the same file", path=annotate)
     if limit < 1:
@@ -71,7 +72,7 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
         raise InputError("--step-ms must be a positive number of milliseconds")
     from tracekit.loaded import has_untraced_beside
 
-    slow = bool(step is not None or what_ifs or annotate or traced or step_ms
+    slow = bool(step is not None or what_ifs or annotate is not None or traced or step_ms
                 or has_untraced_beside(path))
     ranks: list[dict]
     paths: dict[int, list[dict]] = {}
@@ -99,19 +100,21 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
                 ranks.append(r)
                 if step is not None:
                     seg = lt.critical_path(step, what_ifs, **view)
-                    if seg.empty:
-                        have = ", ".join(str(s["step"]) for s in r["explain"]["steps"])
+                    steps = [s["step"] for s in r["explain"]["steps"]]
+                    if step not in steps:
+                        have = ", ".join(str(s) for s in steps)
                         raise InputError(f"no step {step} here (steps: {have or 'none'})",
                                          path=path)
-                    paths[int(lt.rank)] = path_rows(seg)
+                    # a step of events of 0 us has a step and an empty critical path
+                    paths[int(lt.rank)] = path_rows(seg) if not seg.empty else []
                 if annotate is not None:
                     if len(traces) != 1:
                         raise InputError("--annotate goes with one trace (choose one with "
                                          "--rank)", path=path)
                     n = lt.annotate(annotate, what_ifs, **view)
                     click.echo(f"tracekit: wrote {annotate} ({n} events added)", err=True)
-    for r in ranks:
-        echo_warnings(r)
+    lines = [ln for r in ranks for ln in warning_lines(r)]
+    echo_lines(lines, verbose=verbose, room=2 if annotate is not None else 3)
     ranks = [{**r, "path": paths.get(r["rank"])} for r in ranks]
     if fmt == "json":
         emit(json.dumps(explain_document(ranks, __version__), allow_nan=False) + "\n", out)

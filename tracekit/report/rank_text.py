@@ -35,9 +35,11 @@ def _text_overlap(o: dict) -> str:
                  for r in o["streams"]]) + "\n"
     if o["pairs"]:
         out += "  pairwise overlap |busy(A) ∩ busy(B)|, ms:\n"
-        keys = [f"{r['device']}:{r['stream']}" for r in o["streams"]]
         m = {(f"{p['device']}:{p['stream_a']}", f"{p['device']}:{p['stream_b']}"): p["overlap_ns"]
              for p in o["pairs"]}
+        # the streams the pairs are of (a device's busiest: analyses.overlap.MAX_PAIR_STREAMS)
+        paired = {k for ab in m for k in ab}
+        keys = [k for k in (f"{r['device']}:{r['stream']}" for r in o["streams"]) if k in paired]
         rows = []
         for a in keys:
             rows.append([a] + [ms(m.get((a, b), m.get((b, a))), 2) if a != b and

@@ -178,7 +178,8 @@ def explain_dict(e: Any) -> dict | None:
     for r in e.steps.itertuples(index=False):
         share = r.bound_share
         steps.append({"step": int(r.step), "start_ns": int(r.start_ns), "end_ns": int(r.end_ns),
-                      "duration_ns": int(r.duration_ns), "bound": r.bound,
+                      "duration_ns": int(r.duration_ns),
+                      "bound": r.bound if isinstance(r.bound, str) else None,  # NaN: none
                       "bound_share": None if share is None or share != share else float(share),
                       "breakdown": {k: int(v) for k, v in r.breakdown.items()},
                       "top": jsonable(r.top), "replayed_ns": int(r.replayed_ns),

@@ -65,6 +65,12 @@ def test_cli_lines_and_exit_codes(bad_dir, tmp_path):
     r = _run("analyze", bad_dir, cache=tmp_path)
     assert r.returncode == 2
     assert r.stdout.startswith(f"== job {bad_dir}: 3 ranks read of world size 6 (INCOMPLETE)")
+    # six problems of five shapes: three lines, the last counting the rest
+    lines = r.stderr.splitlines()
+    assert len(lines) == 3 and all(x.startswith("tracekit: error:") for x in lines), lines
+    assert lines[2] == ("tracekit: error: 4 more problems and warnings (every one: --verbose, or "
+                        "--format json)")
+    r = _run("analyze", bad_dir, "--verbose", cache=tmp_path)
     errors = [x for x in r.stderr.splitlines() if x.startswith("tracekit: error:")]
     assert len(errors) == 6 and "Traceback" not in r.stderr
     assert any("trace_rank4.json.gz" in x for x in errors)
