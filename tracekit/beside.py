@@ -6,11 +6,16 @@
   wrote the trace, CUDA events; their median), else for a job of several ranks
   ``ranks[rank].step_ms_p50`` (the timed steps before the profiled ones), else ``step_ms_p50``;
 - TorchRec's benchmark as ``gpu/torchrec_bench.py`` runs it: ``timing-<name>-rank<r>.json``
-  beside ``trace-<name>-rank<r>.json.gz``: the median ``gpu_ms`` of its untraced iterations (a
-  pass of the pipeline over its batches, which is what the trace's ``ProfilerStep`` spans).
+  beside ``trace-<name>-rank<r>.json.gz``: the median ``gpu_ms`` of its untraced iterations (but
+  the first, a warm-up, when there are 5 or more, as TorchRec reports them; a
+  pass of the pipeline over ``num_batches`` batches: what a trace's ``ProfilerStep`` spans when
+  the benchmark records one per pass; ``meta["batches_per_pass"]`` says how many).
 
 It returns ``(ms, source, meta)`` (``source`` names the file and key; ``meta``: ``world_size``,
-``preset``, ``variant``, ``option``: the profiler option set where the run says it), or None.
+``preset``, ``variant``, ``option``: the profiler option set where the run says it,
+``batches_per_pass``: 1 except for TorchRec's passes), or None. ``per_step(found, steps_source)``
+turns it into the untraced time of one of the trace's steps: a pass divided by its batches where
+the trace's steps are batches (no ``ProfilerStep``: steps from optimizer boundaries).
 Nothing the user gave is written; a file that cannot be read is ignored (None).
 """
 
@@ -47,21 +52,26 @@ def untraced_step(trace_path: str, rank: int = 0) -> tuple[float, str, dict] | N
     if m:
         doc = _read(os.path.join(folder, f"timing-{m.group('name')}-rank{m.group('r')}.json"))
         if doc is not None:
-            its = doc.get("iterations") or []
-            ms = _median([i.get("gpu_ms") for i in its if isinstance(i, dict) and not i.get("traced")])
+            its = [i.get("gpu_ms") for i in doc.get("iterations") or []
+                   if isinstance(i, dict) and not i.get("traced")]
+            # the first pass warms up (TorchRec drops it too when it ran 5 or more)
+            ms = _median(its[1:] if len(its) >= 5 else its)
             if ms is None:
                 ms = _median(doc.get("torchrec_gpu_elapsed_ms") or [])
             if ms is not None:
+                nb = doc.get("num_batches")
+                nb = int(nb) if isinstance(nb, (int, float)) and nb >= 1 else 1
                 return ms, f"timing-{m.group('name')}-rank{m.group('r')}.json (untraced passes)", {
                     "world_size": doc.get("world_size") or 1, "preset": "torchrec",
-                    "variant": m.group("name"), "option": "torchrec"}
+                    "variant": m.group("name"), "option": "torchrec", "batches_per_pass": nb}
     doc = _read(os.path.join(folder, "metrics.json"))
     if doc is None:
         return None
     cfg = doc.get("config") if isinstance(doc.get("config"), dict) else {}
     meta = {"world_size": doc.get("world_size") or 1, "preset": doc.get("preset"),
             "variant": doc.get("variant") or doc.get("pipeline"),
-            "option": doc.get("option") or _option(cfg.get("profiler"), folder)}
+            "option": doc.get("option") or _option(cfg.get("profiler"), folder),
+            "batches_per_pass": 1}
     run = doc.get("trace_run") if isinstance(doc.get("trace_run"), dict) else None
     if run:
         per_rank = run.get("ranks")
@@ -83,6 +93,17 @@ def untraced_step(trace_path: str, rank: int = 0) -> tuple[float, str, dict] | N
     if isinstance(ms, (int, float)) and ms > 0:
         return float(ms), "metrics.json (step_ms_p50)", meta
     return None
+
+
+def per_step(found: tuple[float, str, dict], steps_source: str) -> tuple[float, str]:
+    """``(ms, source)`` of one of the trace's steps from ``untraced_step``'s answer: a pass of
+    several batches divided by them when the trace's steps are not ``ProfilerStep`` spans
+    (``tracekit.steps``: then each step is one batch, from the optimizer's boundaries)."""
+    ms, source, meta = found
+    nb = int(meta.get("batches_per_pass") or 1)
+    if nb > 1 and steps_source != "ProfilerStep":
+        return ms / nb, f"{source}: a pass of {nb} batches / {nb} (the trace's steps are batches)"
+    return ms, source
 
 
 def _option(profiler, folder: str) -> str:

@@ -157,11 +157,12 @@ class LoadedTrace:
         given = step_ms
         source = "--step-ms" if step_ms else ""
         if not step_ms and beside:
-            from tracekit.beside import untraced_step
+            from tracekit.beside import per_step, untraced_step
 
             got = untraced_step(self.source, self.rank)
             if got is not None:
-                step_ms, source = got[0], got[1] + " beside the trace"
+                step_ms, source = per_step(got, self.steps().source)
+                source += " beside the trace"
         if not what_ifs and not traced and not step_ms:
             done = self._computed("explain")
             if done is not None:

@@ -70,7 +70,7 @@ def test_runtime_trace_on_two_gpus():
     assert c.source == collectives.SOURCE_ARGS
     counts = dict(zip(c.by_type["collective"], c.by_type["count"]))
     assert counts == {"all_to_allv": 10, "allreduce": 14}
-    assert set(c.kernels["step"]) == {51, 52}
+    assert set(c.kernels["step"]) == {8, 9}  # the 2026-11-27 run's two profiled steps
     assert [g["group"] for g in c.groups] == ["0", "1"]
     # the input dist's first all-to-all: 28 int64 indices each way
     first = c.kernels.iloc[0]

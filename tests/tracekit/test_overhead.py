@@ -151,13 +151,36 @@ def test_command_views(tmp_path, capsys):
 
 
 def test_real_host_bound_trace():
-    """multitask_b4k SparseDist (H200): traced 34.9 ms a step, the same process untraced 26.2
-    ms; from the trace alone (the default model, no untraced input)."""
+    """multitask_b4k SparseDist (H200, 2026-11-27): traced 36.5 and 40.8 ms a step, the same
+    process untraced 26.9 ms; from the trace alone (the default model, no untraced input). Each
+    step on its own: the second is 4.3 ms longer traced with nothing recorded to explain it (the
+    host's own time, which the model keeps), so its estimate is that much longer too."""
     from tracekit.trace import load
 
     p = ROOT / "sample_traces/pipelines_1gpu/multitask_b4k/sparse/trace_rank0.json.gz"
     t = load(str(p), progress=False).traces[0]
     e = oh.estimate(t, build_graph(t, RULES))
     measured = untraced_step(str(p))[0]
-    assert abs(e.untraced_step_ns / 1e6 / measured - 1) <= 0.10
-    assert e.traced_step_ns / 1e6 / measured - 1 > 0.25
+    first = e.steps.iloc[0]
+    assert abs(first["untraced_ns"] / 1e6 / measured - 1) <= 0.10
+    assert first["traced_ns"] / 1e6 / measured - 1 > 0.25
+    extra = e.steps["traced_ns"].diff().iloc[1]
+    assert e.steps["untraced_ns"].diff().iloc[1] == pytest.approx(extra, rel=0.05)
+
+
+def test_torchrec_pass_per_batch():
+    """TorchRec's benchmark times a pass of 8 batches; its trace has no ProfilerStep, so its
+    steps are batches (optimizer boundaries): the pass is divided by its batches."""
+    from tracekit.beside import per_step
+    from tracekit.loaded import loading
+
+    p = ROOT / "sample_traces/torchrec_1gpu/sparse_b8192/trace-1gpu_sparse_b8192-rank0.json.gz"
+    ms, src, meta = untraced_step(str(p))
+    assert meta["batches_per_pass"] == 8 and ms == pytest.approx(156.6169)
+    assert per_step((ms, src, meta), "ProfilerStep")[0] == ms
+    with loading(str(p), use_cache=False) as lts:
+        lt = lts[0]
+        assert lt.steps().source == "optimizer boundaries"
+        r = lt.explain()
+    assert r.overhead["given_step_ns"] == pytest.approx(ms / 8 * 1e6)
+    assert "a pass of 8 batches / 8" in r.overhead["source"]

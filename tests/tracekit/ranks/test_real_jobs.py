@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import SAMPLE_TRACES
 from tracekit.ranks import analyze_job
 
-PIPELINES = ["sparse", "fused", "semi", "base"]
+PIPELINES = ["sparse", "fused", "multitask_b4k/sparse"]
 
 
 def _run(*args, cache):
