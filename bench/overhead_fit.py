@@ -118,8 +118,8 @@ def estimate_ms(run: Run, costs: dict) -> float:
     from tracekit.graph import whatif as wi
 
     model = oh.OverheadModel(**{f"{t}_ns": float(costs.get(t, 0.0)) for t in oh.TERMS})
-    d_call, d_gap = oh.corrections(None, run.graph, model, run.counts)
-    p = wi.predict(run.graph, oh.untraced_change(run.graph, d_call, d_gap), windows=run.windows)
+    cost = oh.host_cost(None, run.graph, model, run.counts)
+    p = wi.predict(run.graph, oh.untraced_change(run.graph, cost), windows=run.windows)
     return p.predicted_ns / 1e6
 
 

@@ -580,12 +580,20 @@ def test_host_cost_seam(tmp_path):
     # calls 5..6, 29..30, 53..54; k3 launched +3 us: 57..97; the end marker 54 + 28 = 82
     assert cr.step_windows(g2, s, e)["end"].tolist() == [ns(97)]
     assert (g.dur == build_graph(t, RULES).dur).all()  # the graph itself is not modified
+    # explain's untraced view is the graph less the cost given (in place of the overhead
+    # model's): its step is the corrected replay's, and the what-ifs replay it
     r = explain.compute(t, RULES, host_cost=cost,
-                        config=explain.ExplainConfig(what_ifs=("kernel:k3=4",), untraced=False))
+                        config=explain.ExplainConfig(what_ifs=("kernel:k3=4",)))
+    assert r.view == "untraced" and r.steps["duration_ns"].tolist() == [97 * US]
+    assert r.overhead["untraced_step_ns"] == 97 * US and "given by the caller" in \
+        r.overhead["rests_on"]
     w = r.what_ifs.set_index("id").loc["kernel:k3=4"]
-    # the saving is measured from the corrected replay (97 us) to the changed one (k3 57..67,
-    # the end marker at 82 us): 15 us
+    # the saving: from the corrected replay (97 us) to the changed one (k3 57..67, the end
+    # marker at 82 us): 15 us
     assert w["replayed_step_ns"] == 97 * US and w["saving_ns"] == 15 * US
-    assert w["predicted_step_ns"] == (115 - 15) * US  # the traced step less the saving
+    assert w["predicted_step_ns"] == (97 - 15) * US
+    # the traced view takes nothing out
+    rt = explain.compute(t, RULES, host_cost=cost, config=explain.ExplainConfig(untraced=False))
+    assert rt.view == "traced" and rt.steps["duration_ns"].tolist() == [115 * US]
     with pytest.raises(ValueError):
         g.with_host_cost(HostCost.zero(g.n - 1))

@@ -92,7 +92,7 @@ def test_untraced_graph_is_consistent(tmp_path):
     t = host_bound(tmp_path)
     g = build_graph(t, RULES)
     e = oh.estimate(t, g, ONE)
-    u = oh.untraced_graph(t, g, e)
+    u = oh.untraced_graph(g, oh.host_cost(t, g, ONE), host_factor=e.host_factor)
     s, end = replay(Plan.of(u))
     assert (s == u.start).all() and (end == u.end).all()
     win = cr.step_windows(u)

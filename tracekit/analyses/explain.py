@@ -204,20 +204,24 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     predicted peak reserved. ``parallel``: replay the generic findings' what-ifs but the first
     in a forked child (``tracekit.analyses.forked``; on a graph of at least
     ``FORK_WHAT_IFS_MIN_NODES``) while this process computes the rest: the same result.
-    ``host_cost``: ``f(trace, graph) -> HostCost`` (``tracekit.graph.model``), host time to take
-    out of every replay (the profiler's cost, estimated): the what-ifs replay the graph
-    without it (``Graph.with_host_cost``)."""
+    ``host_cost``: ``f(trace, graph) -> HostCost`` (``tracekit.graph.model``), the host time
+    the untraced view takes out, in place of the overhead model's (``tracekit.graph.overhead.
+    host_cost`` with ``config.overhead``): one mechanism (``Graph.with_host_cost``) for both.
+    The view (``config.untraced``) is the graph without it, replayed: its critical path, bound
+    and findings, and the what-ifs replay it."""
     config = ExplainConfig() if config is None else config
     g0 = g = build_graph(trace, rules, config.graph)  # g0: the trace as traced
     warnings = list(g.warnings)
     est = None
     if (g.kind == NodeKind.CALL).any():
         counts = oh.count(trace, g)
-        est = oh.estimate(trace, g, config.overhead, step_ms=config.step_ms, counts=counts)
+        cost = oh.host_cost(trace, g, config.overhead, counts) if host_cost is None else \
+            host_cost(trace, g)
+        est = oh.estimate(trace, g, config.overhead, step_ms=config.step_ms, counts=counts,
+                          cost=None if host_cost is None else cost)
         if config.untraced:
-            g = oh.untraced_graph(trace, g, est, counts)
-    # the graph the what-ifs replay (the view's): without the host time ``host_cost`` takes out
-    gw = g if host_cost is None else g.with_host_cost(host_cost(trace, g))
+            g = oh.untraced_graph(g, cost, host_factor=est.host_factor)
+    gw = g  # the graph the what-ifs replay: the view's
     win = cr.step_windows(g)
     path = cr.step_paths(g, windows=win)
     bds = _breakdowns(path)

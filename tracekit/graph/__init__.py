@@ -11,8 +11,10 @@ to take out of a replay (what the profiler cost the host): ``own_ns`` off a CPU 
 duration, ``before_ns`` off the host time before it on its thread. ``host_spans(g, trace)``
 says which span of the trace each CPU node stands for (to count the events recorded in it);
 ``g.with_host_cost(cost)`` is the graph without that cost, on which every replay, what-if and
-critical path works unchanged (``tracekit.analyses.explain.compute(..., host_cost=f)`` with
-``f(trace, graph) -> HostCost`` does it for explain)::
+critical path works unchanged. The profiler's overhead model (``tracekit.graph.overhead``) gives
+its estimate as one (``overhead.host_cost``) and builds explain's untraced view with it;
+``tracekit.analyses.explain.compute(..., host_cost=f)`` with ``f(trace, graph) -> HostCost``
+puts another correction in its place::
 
     g = build_graph(trace, rules)
     cost = HostCost(own_ns=..., before_ns=...)       # e.g. per recorded event in host_spans(g, trace)

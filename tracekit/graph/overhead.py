@@ -15,8 +15,10 @@ its time, a runtime call's and its ``cuda_sync`` events' inside the call. On the
 (``tracekit.graph.model``) a CPU thread is a lane of runtime calls joined by *program* edges
 whose lag is the host time between them; a cost that falls between two calls shortens that lag,
 one inside a call shortens the call (never below ``OverheadModel.min_call_ns`` or its own
-duration, never below 0 for a lag). ``corrections(trace, g, model)`` gives those per-node
-amounts: the seam the replay takes (``untraced_change``). Replaying the corrected graph
+duration, never below 0 for a lag). ``host_cost(trace, g, model)`` gives those per-node
+amounts as the replay's seam takes them (``tracekit.graph.model.HostCost``, taken out by
+``Graph.with_host_cost``: one mechanism for any correction of host work). Replaying the
+corrected graph
 (``tracekit.graph.whatif``: launches, stream order, waits and the launch queues as always) gives
 the estimated untraced step: where the GPU decides the step the host's overhead is hidden and
 the estimate stays near the traced step; where the host decides, it shrinks by the overhead on
@@ -40,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.graph.build import _bind, observed_lags
-from tracekit.graph.model import EdgeKind, Graph, NodeKind
+from tracekit.graph.model import EdgeKind, Graph, HostCost, NodeKind
 from tracekit.trace.model import Kind, Trace
 
 TERMS = ("cpu_op", "runtime", "memory", "sync_event", "python", "shapes")
@@ -235,12 +237,14 @@ def count(trace: Trace, g: Graph) -> Counts:
     return Counts(before, in_call, totals, shapes)
 
 
-# ---- corrections (the seam) -------------------------------------------------------------------
+# ---- the host cost (the seam) -----------------------------------------------------------------
 
-def corrections(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL,
-                counts: Counts | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(per node: ns taken off its duration, per node: ns taken off the host time before it on
-    its lane): the profiler's cost where the model puts it, clamped (module docstring)."""
+def host_cost(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL,
+              counts: Counts | None = None) -> HostCost:
+    """The profiler's cost where the model puts it, as the replay's seam takes a correction of
+    host work (``tracekit.graph.model.HostCost``): ``own_ns`` off each runtime call (never below
+    ``min_call_ns`` or its own duration), ``before_ns`` off the host time before each CPU node
+    on its thread (never below 0). ``counts``: ``count(trace, g)`` when the caller has it."""
     c = count(trace, g) if counts is None else counts
     cost = np.array([model.cost(t) for t in TERMS])
     d_call = c.in_call @ cost
@@ -253,29 +257,24 @@ def corrections(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL,
     gap = np.zeros(g.n, np.int64)
     gap[g.dst[prog]] = np.maximum(g.lag[prog], 0)
     d_gap = np.clip(d_gap, 0, gap)
-    return np.round(d_call).astype(np.int64), np.round(d_gap).astype(np.int64)
+    return HostCost(own_ns=np.round(d_call).astype(np.int64),
+                    before_ns=np.round(d_gap).astype(np.int64))
 
 
-def untraced_change(g: Graph, d_call: np.ndarray, d_gap: np.ndarray, *, change=None,
-                    host_factor: float = 1.0):
-    """A ``tracekit.graph.whatif.Change`` with the corrections applied (on top of ``change``):
-    calls shortened by ``d_call``, program edges into a node by ``d_gap``; then the rest of the
-    host ``host_factor`` times faster (1: the model alone). Without ``change``'s lags the
-    edges' lags are the trace's own (``tracekit.graph.build.observed_lags``: the modelled
-    delays plus the time the model does not explain), so that the replay of the unchanged
-    graph is the trace."""
+def untraced_change(g: Graph, cost: HostCost, *, change=None, host_factor: float = 1.0):
+    """A ``tracekit.graph.whatif.Change``: the graph less ``cost`` (``Graph.with_host_cost``, on
+    top of ``change``), then the rest of the host ``host_factor`` times faster (1: the cost
+    alone). Without ``change``'s lags the edges' lags are the trace's own
+    (``tracekit.graph.build.observed_lags``: the modelled delays plus the time the model does
+    not explain), so that the untraced run is the traced one less the profiler's cost, not the
+    model's replay of it."""
     from tracekit.graph import whatif as wi
 
     change = wi.Change() if change is None else change
-    dur = (g.dur if change.dur is None else change.dur).copy()
-    calls = g.kind == NodeKind.CALL
-    dur[calls] = np.maximum(dur[calls] - d_call[calls], 0)
-    # the trace's own delays, what the model does not explain included: the untraced run is the
-    # traced one less the profiler's cost, not the model's replay of it
-    lag = (observed_lags(g) if change.lag is None else change.lag).copy()
-    prog = g.edge_kind == int(EdgeKind.PROGRAM)
-    lag[prog] = np.maximum(lag[prog] - d_gap[g.dst[prog]], 0)
-    out = wi.Change(dur=dur, drop=change.drop, lag=lag, add_src=change.add_src,
+    lag = observed_lags(g) if change.lag is None else change.lag
+    dur = g.dur if change.dur is None else change.dur
+    less = replace(g, dur=dur, lag=lag).with_host_cost(cost)
+    out = wi.Change(dur=less.dur, drop=change.drop, lag=less.lag, add_src=change.add_src,
                     add_dst=change.add_dst, add_lag=change.add_lag, move=change.move)
     return wi.with_host(g, out, host_factor) if host_factor != 1.0 else out
 
@@ -297,20 +296,24 @@ def _steps(g: Graph, change, win) -> tuple[np.ndarray, np.ndarray]:
 
 
 def estimate(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL, *,
-             step_ms: float | None = None, counts: Counts | None = None) -> Estimate:
+             step_ms: float | None = None, counts: Counts | None = None,
+             cost: HostCost | None = None) -> Estimate:
     """The profiler's cost in ``trace`` and the estimated untraced step (module docstring).
     ``step_ms``: an untraced step time the user knows; the host is then made faster (or slower)
-    on top of the model until the replay's mean step is that (``Estimate.scale == "given"``)."""
+    on top of the model until the replay's mean step is that (``Estimate.scale == "given"``).
+    ``cost``: the host cost to take out, when not the model's (``host_cost``)."""
     from tracekit.graph import whatif as wi
     from tracekit.graph.critical import step_windows
 
     c = count(trace, g) if counts is None else counts
-    d_call, d_gap = corrections(trace, g, model, c)
+    given_cost = cost is not None
+    cost = host_cost(trace, g, model, c) if cost is None else cost
+    d_call, d_gap = cost.own_ns, cost.before_ns
     win = step_windows(g)
     keep = wi.counted_steps(win)
 
     def mean_step(f: float) -> tuple[float, np.ndarray, np.ndarray]:
-        o, r = _steps(g, untraced_change(g, d_call, d_gap, host_factor=f), win)
+        o, r = _steps(g, untraced_change(g, cost, host_factor=f), win)
         return (float(r[keep].mean()) if keep.any() else 0.0), o, r
 
     m, obs, rep = mean_step(1.0)
@@ -349,6 +352,9 @@ def estimate(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL, *,
                       for t in TERMS if counts_per_step[t] > 0 and model.cost(t) > 0)
     rests = (f"per step {terms}: {taken / 1e6:,.3f} ms of host time taken out and the graph "
              f"replayed (costs: {model.source})")
+    if given_cost:
+        rests = (f"a host cost given by the caller: {taken / 1e6:,.3f} ms of host time per step "
+                 "taken out and the graph replayed")
     if scale == "given":
         rests = (f"the untraced step given ({given / 1e6:,.3f} ms) sets the scale: the model's "
                  f"corrections, then the host {factor:.2f}x faster still; " + rests)
@@ -358,15 +364,15 @@ def estimate(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL, *,
                     given_step_ns=given, host_factor=factor, rests_on=rests)
 
 
-def untraced_graph(trace: Trace, g: Graph, est: Estimate, counts: Counts | None = None) -> Graph:
-    """The graph of the untraced step: the corrected durations and lags replayed (the launch
-    queues held), start times, bindings and waits made consistent, so that the critical path,
-    bound and what-ifs (``tracekit.graph.critical``, ``whatif``) read it as a trace."""
+def untraced_graph(g: Graph, cost: HostCost, *, host_factor: float = 1.0) -> Graph:
+    """The graph of the untraced step: ``g`` less ``cost`` (``untraced_change``; the rest of the
+    host ``host_factor`` times faster, ``Estimate.host_factor``) replayed (the launch queues
+    held), start times, bindings and waits made consistent, so that the critical path, bound
+    and what-ifs (``tracekit.graph.critical``, ``whatif``) read it as a trace."""
     from tracekit.graph import whatif as wi
     from tracekit.graph.replay import Plan, replay
 
-    d_call, d_gap = corrections(trace, g, est.model, counts)
-    ch = untraced_change(g, d_call, d_gap, host_factor=est.host_factor)
+    ch = untraced_change(g, cost, host_factor=host_factor)
     p = wi.plan(g, ch)
     a, c = wi.queue_pairs(g, p.lane)
     s, e = replay(p)
@@ -386,8 +392,8 @@ def untraced_graph(trace: Trace, g: Graph, est: Estimate, counts: Counts | None 
     # replayed start never moves before an edge's source: the order stays topological). Their
     # lags are the model's again (the corrected ones): what the model does not explain stays
     # unexplained time in the untraced graph too
-    model_lag = untraced_change(g, d_call, d_gap, change=wi.Change(lag=g.lag),
-                                host_factor=est.host_factor).lag
+    model_lag = untraced_change(g, cost, change=wi.Change(lag=g.lag),
+                                host_factor=host_factor).lag
     lag_all = np.r_[model_lag, np.zeros(p.src.size - model_lag.size, np.int64)]
     o = np.argsort(p.dst * max(g.n, 1) + p.src, kind="stable")
     src, dst, kind, lag = p.src[o], p.dst[o], p.kind[o].astype(np.int8), lag_all[o]
@@ -408,5 +414,5 @@ def untraced_graph(trace: Trace, g: Graph, est: Estimate, counts: Counts | None 
     return new
 
 
-__all__ = ["DEFAULT_MODEL", "Counts", "Estimate", "OverheadModel", "TERMS", "corrections",
-           "count", "estimate", "untraced_change", "untraced_graph"]
+__all__ = ["DEFAULT_MODEL", "Counts", "Estimate", "OverheadModel", "TERMS", "count", "estimate",
+           "host_cost", "untraced_change", "untraced_graph"]
