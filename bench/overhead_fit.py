@@ -1,28 +1,33 @@
 """The profiler's overhead model (``tracekit.graph.overhead``): fitted on some runs, judged on
 the others. Question: from a trace alone, how close is the estimated untraced step to the
-untraced step the same process measured?
+untraced step the same process measured? And which of the model's terms hold?
 
 A *run* is one trace with the untraced step time of the process that wrote it, read from what
-the run wrote beside the trace (``tracekit.beside.untraced_step``): the runtime's
-``metrics.json`` (``trace_run.step_ms``: the same process's untraced steps, CUDA events; the
-2-GPU sample traces of 2026-11-21: ``ranks[r].step_ms_p50``, the timed steps before the
-profiled ones) or TorchRec's benchmark's ``timing-*.json`` (its untraced passes). Runs are found
-under the folders given (``--runs``, default ``sample_traces``); each is tagged with its GPU
-count, preset, variant and profiler option set (``config.profiler`` where the run wrote it).
+the run wrote beside the trace (``tracekit.beside``): the runtime's ``metrics.json``
+(``trace_run``: the same process's untraced steps, CUDA events; per rank on several GPUs) or
+TorchRec's benchmark's ``timing-*.json`` (its untraced passes, divided by their batches when the
+trace's steps are batches). Runs are found under the folders given (``--runs``, default
+``sample_traces``); each is tagged with its GPU count, preset, variant and profiler option set.
 
-Split: a run is *fitted* when its preset is one of ``--fit-preset`` and it has 1 GPU; every
-other run is *judged* only: the other presets, 2 GPUs, the issue-5 traces, TorchRec's (TorchRec's
-runs have no runtime preset: they are never fitted). The fit: the per-term costs (ns) minimising
-the squared relative error of the estimated untraced step over the fitted runs
-(``scipy.optimize.least_squares``, costs bounded to [0, 20 us]); a term no fitted run records
-(its count is the same in every fitted run or zero) cannot be told from the others and keeps its
-prior, scaled with the rest (``--mode scale``: one factor over the prior's ratios, the only thing
-runs of one program with one option set can tell). Reported raw: per run the traced step, the
-measured untraced step, the estimate, its error; the judged runs' median and worst |error|
-against the target (+-10 %); per term, the fitted cost and how the judged error moves with the
-term left out (what holds).
+Split: a run is *fitted* when it has 1 GPU and its preset is one of ``--fit-preset``; every
+other run is *judged* only: the other presets, 2 GPUs, TorchRec's (code we did not write: never
+fitted). Reported, per run: the traced step, the measured untraced step, the estimate of the
+model the code had before this fit (``--prior``: *raw*, before any refit) and of the fitted one,
+each with its error; per set, the median and worst |error| against the target (+-10 %).
 
-    python -m bench.overhead_fit [--runs sample_traces ...] [--fit-preset multitask_b32k --fit-preset multitask_b4k] [--mode terms|scale] [--out bench/results]
+The fit: the per-term costs (ns) minimising the squared relative error of the estimated untraced
+step over the fitted runs. ``--mode scale``: one factor over the prior's ratios; ``--mode terms``
+(default): that factor, then each term whose count varies among the fitted runs (the option sets
+switch [memory] events, cuda_sync events, recorded shapes and Python events on and off) fitted on
+its own (golden-section, 3 sweeps); a term the fitted runs cannot tell apart (the same count in
+every one, as CPU ops and runtime calls are) keeps the scaled prior.
+
+What holds (no replay involved): per preset and GPU count, each option set's host cost
+(traced - untraced step, the mean of its traced steps) against the default set's, divided by
+the events the option adds or removes: a per-event cost measured directly, to set beside the
+fitted one. And the judged runs' error with each term left out.
+
+    python -m bench.overhead_fit [--runs DIR ...] [--fit-preset P ...] [--mode terms|scale] [--out bench/results]
 """
 
 from __future__ import annotations
@@ -35,17 +40,17 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import numpy as np
 
 TARGET = 0.10
 """The estimated untraced step within +-10 % of the measured one (issue 24)."""
-PRIOR = {"cpu_op": 1000.0, "runtime": 2000.0, "memory": 300.0, "sync_event": 500.0,
-         "python": 500.0, "shapes": 1000.0}
-"""Starting costs (ns) and the ratios ``--mode scale`` keeps."""
 MAX_COST_NS = 20_000.0
+OPTION_TERM = {"no_memory": "memory", "no_sync": "sync_call", "shapes": "shapes",
+               "stack": "python"}
+"""The term each option set switches, against the default set (the runtime's PROFILER_OPTIONS)."""
 
 
 @dataclass
@@ -60,11 +65,17 @@ class Run:
     variant: str
     option: str
     fit: bool = False
+    found: tuple = ()
     # filled by prepare()
     graph: object = None
     counts: object = None
     windows: object = None
     traced_ms: float = 0.0
+    traced_all_ms: float = 0.0
+    per_step: dict = field(default_factory=dict)
+    """Per term: mean count per counted step."""
+    per_step_all: dict = field(default_factory=dict)
+    """Per term: mean count per step, every step."""
 
 
 def find_runs(roots: list[str]) -> list[Run]:
@@ -81,12 +92,28 @@ def find_runs(roots: list[str]) -> list[Run]:
             continue
         ms, src, meta = found
         gpus = int(meta.get("world_size") or 1)
-        tr = "torchrec" in f or src.endswith("timing")
-        out.append(Run(name=os.path.relpath(f), trace=f, rank=rank, untraced_ms=ms, source=src,
+        tr = meta.get("preset") == "torchrec"
+        out.append(Run(name=_name(f), trace=f, rank=rank, untraced_ms=ms, source=src,
                        gpus=gpus, preset="torchrec" if tr else str(meta.get("preset") or "-"),
                        variant=str(meta.get("variant") or meta.get("pipeline") or "-"),
-                       option=str(meta.get("option") or "default")))
+                       option=str(meta.get("option") or "default"), found=found))
     return out
+
+
+def _name(path: str) -> str:
+    """The path from ``sample_traces/`` on, with what comes before it when it is not this
+    repository's (``/work/gpu-results/call1/overhead1/commit/sample_traces/...`` ->
+    ``call1/overhead1: sample_traces/...``)."""
+    p = os.path.abspath(path).replace("\\", "/")
+    i = p.find("/sample_traces/")
+    if i < 0:
+        return os.path.relpath(path)
+    head = p[:i]
+    here = os.path.abspath(os.getcwd()).replace("\\", "/")
+    if head == here:
+        return p[i + 1:]
+    parts = [x for x in head.split("/") if x and x != "commit"]
+    return f"{'/'.join(parts[-2:])}: {p[i + 1:]}"
 
 
 def _rank_of(path: str) -> int:
@@ -97,30 +124,51 @@ def _rank_of(path: str) -> int:
 
 
 def prepare(run: Run) -> None:
+    from tracekit import steps as steps_mod
+    from tracekit.beside import per_step
     from tracekit.graph import build_graph
     from tracekit.graph import overhead as oh
     from tracekit.graph import whatif as wi
     from tracekit.graph.critical import step_windows
+    from tracekit.graph.model import NodeKind
     from tracekit.phases import default_rules
     from tracekit.trace import load
 
+    rules = default_rules()
     ts = load(run.trace, progress=False)
     trace = ts.rank(run.rank) if run.rank in ts.ranks else ts.traces[0]
-    g = build_graph(trace, default_rules())
+    run.untraced_ms, run.source = per_step(run.found, steps_mod.compute(trace, rules).source)
+    g = build_graph(trace, rules)
     run.graph, run.counts, run.windows = g, oh.count(trace, g), step_windows(g)
     keep = wi.counted_steps(run.windows)
     d = (run.windows["end"] - run.windows["start"]).to_numpy(np.int64)
     run.traced_ms = float(d[keep].mean()) / 1e6 if keep.any() else 0.0
+    run.traced_all_ms = float(d.mean()) / 1e6 if d.size else 0.0
+    host = g.kind != NodeKind.GPU
+    per = run.counts.before + run.counts.in_call
+    steps = run.windows["step"].to_numpy(np.int64)
+    for name, sel in (("per_step", steps[keep]), ("per_step_all", steps)):
+        on = host & np.isin(g.step, sel)
+        tot = per[on].sum(axis=0) / max(sel.size, 1)
+        setattr(run, name, {t: float(tot[i]) for i, t in enumerate(oh.TERMS)})
+
+
+def model_of(costs: dict, source: str = ""):
+    from tracekit.graph import overhead as oh
+
+    return oh.OverheadModel(**{f"{t}_ns": float(costs.get(t, 0.0)) for t in oh.TERMS},
+                            source=source)
 
 
 def estimate_ms(run: Run, costs: dict) -> float:
+    """The estimated untraced step (ms, the counted steps' mean), as explain reports it."""
     from tracekit.graph import overhead as oh
     from tracekit.graph import whatif as wi
 
-    model = oh.OverheadModel(**{f"{t}_ns": float(costs.get(t, 0.0)) for t in oh.TERMS})
-    cost = oh.host_cost(None, run.graph, model, run.counts)
-    p = wi.predict(run.graph, oh.untraced_change(run.graph, cost), windows=run.windows)
-    return p.predicted_ns / 1e6
+    cost = oh.host_cost(None, run.graph, model_of(costs), run.counts)
+    _, rep = oh.untraced_steps(run.graph, cost, run.windows)
+    keep = wi.counted_steps(run.windows)
+    return float(rep[keep].mean()) / 1e6 if keep.any() else 0.0
 
 
 def _golden(f, lo: float, hi: float, iters: int = 22) -> float:
@@ -141,13 +189,13 @@ def _golden(f, lo: float, hi: float, iters: int = 22) -> float:
     return (a + b) / 2
 
 
-def fit(runs: list[Run], mode: str) -> tuple[dict, list[str]]:
-    """The costs, and what the fitted runs could tell apart: ``scale`` fits one factor over the
-    prior's ratios; ``terms`` then fits each term the fitted runs vary (coordinate descent,
+def fit(runs: list[Run], mode: str, prior: dict) -> tuple[dict, list[str], list[str]]:
+    """(costs, what was fitted, the terms fitted on their own): ``scale`` fits one factor over
+    the prior's ratios; ``terms`` then fits each term the fitted runs vary (coordinate descent,
     golden-section per term, 3 sweeps), the others keeping their scaled prior."""
     from tracekit.graph import overhead as oh
 
-    per = np.array([(r.counts.before + r.counts.in_call).sum(axis=0) for r in runs])
+    per = np.array([[r.per_step[t] for t in oh.TERMS] for r in runs])
     varied = [t for i, t in enumerate(oh.TERMS)
               if per[:, i].max() > 0 and (per[:, i].max() - per[:, i].min()) > 0.05 * per[:, i].max()]
     seen = [t for i, t in enumerate(oh.TERMS) if per[:, i].max() > 0]
@@ -155,29 +203,84 @@ def fit(runs: list[Run], mode: str) -> tuple[dict, list[str]]:
     def loss(c: dict) -> float:
         return float(sum(((estimate_ms(r, c) - r.untraced_ms) / r.untraced_ms) ** 2 for r in runs))
 
-    scale = _golden(lambda k: loss({t: PRIOR[t] * k for t in oh.TERMS}), 0.0,
-                    MAX_COST_NS / max(PRIOR.values()))
-    costs = {t: PRIOR[t] * scale for t in oh.TERMS}
+    top = max(prior.values()) or 1.0
+    scale = _golden(lambda k: loss({t: prior[t] * k for t in oh.TERMS}), 0.0, MAX_COST_NS / top)
+    costs = {t: prior[t] * scale for t in oh.TERMS}
     free = varied if mode == "terms" else []
     for _ in range(3 if free else 0):
         for t in free:
             costs[t] = _golden(lambda v: loss(dict(costs, **{t: v})), 0.0, MAX_COST_NS, iters=16)
-    told = [f"scale {scale:.3f} over the prior"] + ([f"then fitted: {', '.join(free)}"] if free else []) \
-        + [f"recorded in the fitted runs: {', '.join(seen)}",
-           f"varying among them: {', '.join(varied) or 'none'}"]
-    return costs, told
+    told = [f"scale {scale:.3f} over the prior"] + \
+        ([f"then fitted on their own: {', '.join(free)}"] if free else []) + \
+        [f"recorded in the fitted runs: {', '.join(seen)}",
+         f"varying among them: {', '.join(varied) or 'none'}"]
+    return costs, told, free
+
+
+def contrasts(runs: list[Run]) -> list[dict]:
+    """Per (GPUs, preset, variant, rank): each option set against the default set. Host cost =
+    traced (every traced step's mean) - untraced; per event of the term the option switches:
+    (cost(option) - cost(default)) / (count(option) - count(default))."""
+    from tracekit.graph import overhead as oh
+
+    by = {}
+    for r in runs:
+        by.setdefault((r.gpus, r.preset, r.variant, r.rank), {})[r.option] = r
+    out = []
+    for (gpus, preset, variant, rank), opts in sorted(by.items()):
+        base = opts.get("default")
+        if base is None:
+            continue
+        b_cost = base.traced_all_ms - base.untraced_ms
+        for opt, r in sorted(opts.items()):
+            term = OPTION_TERM.get(opt)
+            if term is None:
+                continue
+            cost = r.traced_all_ms - r.untraced_ms
+            dn = r.per_step_all[term] - base.per_step_all[term]
+            other = {t: r.per_step_all[t] - base.per_step_all[t] for t in oh.TERMS if t != term}
+            out.append({"gpus": gpus, "preset": preset, "variant": variant, "rank": rank,
+                        "option": opt, "term": term, "default_cost_ms": b_cost,
+                        "option_cost_ms": cost, "events_per_step": dn,
+                        "per_event_ns": (cost - b_cost) * 1e6 / dn if abs(dn) >= 1 else None,
+                        "other_terms_moved": {t: v for t, v in other.items() if abs(v) >= 20}})
+    return out
+
+
+def _group(r: dict) -> str:
+    if r["preset"] == "torchrec":
+        return f"TorchRec, {r['gpus']} GPU{'s' if r['gpus'] > 1 else ''}"
+    return f"runtime, {r['gpus']} GPU{'s' if r['gpus'] > 1 else ''}" + \
+        (", fitted presets" if r["set"] == "fit" else "")
+
+
+def summary(rows: list[dict], key: str) -> dict:
+    out = {}
+    for grp in dict.fromkeys(_group(r) for r in rows):
+        e = [abs(r[key]) for r in rows if _group(r) == grp]
+        out[grp] = {"runs": len(e), "median_abs_error": statistics.median(e),
+                    "max_abs_error": max(e), "within": sum(x <= TARGET for x in e)}
+    return out
 
 
 def main(argv=None) -> int:
+    from tracekit.graph import overhead as oh
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", nargs="*", default=["sample_traces"])
     ap.add_argument("--fit-preset", action="append", default=None,
                     help="presets whose 1-GPU runs are fitted (default: multitask_b32k, multitask_b4k)")
-    ap.add_argument("--mode", choices=("terms", "scale"), default="scale")
+    ap.add_argument("--mode", choices=("terms", "scale"), default="terms")
+    ap.add_argument("--prior", default=None,
+                    help="JSON {term: ns} the fit starts from and the raw figures use (default: "
+                         "tracekit.graph.overhead.DEFAULT_MODEL)")
     ap.add_argument("--out", default=None, help="write overhead-fit-<date>.{md,json} here")
     ap.add_argument("--tag", default="")
     args = ap.parse_args(argv)
     fit_presets = set(args.fit_preset or ["multitask_b32k", "multitask_b4k"])
+    prior = json.loads(args.prior) if args.prior else \
+        {t: oh.DEFAULT_MODEL.cost(t) for t in oh.TERMS}
+    prior = {t: float(prior.get(t, 0.0)) for t in oh.TERMS}
     t0 = time.perf_counter()
     runs = find_runs(args.runs)
     for r in runs:
@@ -188,19 +291,20 @@ def main(argv=None) -> int:
     if not fitted:
         print("no run to fit (check --runs and --fit-preset)", file=sys.stderr)
         return 2
-    costs, told = fit(fitted, args.mode)
+    costs, told, free = fit(fitted, args.mode, prior)
     rows = []
     for r in runs:
+        raw = estimate_ms(r, prior)
         est = estimate_ms(r, costs)
         rows.append({"run": r.name, "rank": r.rank, "gpus": r.gpus, "preset": r.preset,
                      "variant": r.variant, "option": r.option, "set": "fit" if r.fit else "judge",
                      "untraced_source": r.source, "traced_ms": r.traced_ms,
-                     "measured_untraced_ms": r.untraced_ms, "estimated_untraced_ms": est,
+                     "measured_untraced_ms": r.untraced_ms, "raw_estimated_untraced_ms": raw,
+                     "raw_error": raw / r.untraced_ms - 1, "estimated_untraced_ms": est,
                      "error": est / r.untraced_ms - 1,
-                     "traced_error": r.traced_ms / r.untraced_ms - 1})
-    jerr = [abs(x["error"]) for x in rows if x["set"] == "judge"]
-    ferr = [abs(x["error"]) for x in rows if x["set"] == "fit"]
-    # what holds: the judged runs' error with each term left out
+                     "traced_error": r.traced_ms / r.untraced_ms - 1,
+                     "counts_per_step": r.per_step})
+    judged_rows = [x for x in rows if x["set"] == "judge"]
     ablation = {}
     for t, v in costs.items():
         if v <= 0:
@@ -211,16 +315,19 @@ def main(argv=None) -> int:
                        "max_abs_error_without": max(e) if e else None}
     now = datetime.now(timezone.utc)
     doc = {"question": "estimated untraced step (from the trace alone) vs the untraced step the "
-                       "same process measured", "target": TARGET, "mode": args.mode,
-           "fit_presets": sorted(fit_presets), "costs_ns": costs, "fitted_terms": told,
+                       "same process measured; which terms hold", "target": TARGET,
+           "mode": args.mode, "fit_presets": sorted(fit_presets), "runs_from": args.runs,
+           "prior_ns": prior, "costs_ns": costs, "fitted_terms": told, "fitted_alone": free,
            "fit_runs": len(fitted), "judged_runs": len(judged),
-           "judge_median_abs_error": statistics.median(jerr) if jerr else None,
-           "judge_max_abs_error": max(jerr) if jerr else None,
-           "judge_within_target": sum(e <= TARGET for e in jerr),
-           "fit_median_abs_error": statistics.median(ferr) if ferr else None,
-           "ablation": ablation, "rows": rows,
+           "raw": summary(rows, "raw_error"), "fitted": summary(rows, "error"),
+           "judge_median_abs_error": statistics.median([abs(x["error"]) for x in judged_rows])
+           if judged_rows else None,
+           "judge_max_abs_error": max([abs(x["error"]) for x in judged_rows]) if judged_rows else None,
+           "judge_within_target": sum(abs(x["error"]) <= TARGET for x in judged_rows),
+           "ablation": ablation, "contrasts": contrasts(runs), "rows": rows,
            "command": "python -m bench.overhead_fit " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "machine": f"{platform.node()} ({os.cpu_count()} cores)", "date_utc": now.isoformat(timespec="seconds"),
+           "machine": f"{platform.node()} ({os.cpu_count()} cores)",
+           "date_utc": now.isoformat(timespec="seconds"),
            "seconds": round(time.perf_counter() - t0, 1)}
     text = render(doc)
     print(text)
@@ -239,24 +346,52 @@ def _pct(v):
     return "-" if v is None else f"{100 * v:+.1f}%"
 
 
+def _ns(v):
+    return "-" if v is None else f"{v:,.0f}"
+
+
 def render(doc: dict) -> str:
-    c = doc["costs_ns"]
+    c, p = doc["costs_ns"], doc["prior_ns"]
     out = [f"# Profiler overhead model: fit and judge ({doc['date_utc']})", "",
            f"Command: `{doc['command']}` ({doc['seconds']} s on {doc['machine']}).", "",
            f"Fitted on the 1-GPU runs of presets {', '.join(doc['fit_presets'])} ({doc['fit_runs']} runs; "
-           f"mode `{doc['mode']}`: {'; '.join(doc['fitted_terms'])}); judged on the other {doc['judged_runs']}.", "",
-           "Costs (ns per recorded thing): " + ", ".join(f"{k} {v:,.0f}" for k, v in c.items()), "",
-           f"Judged runs: median |error| {100 * (doc['judge_median_abs_error'] or 0):.1f} %, worst "
-           f"{100 * (doc['judge_max_abs_error'] or 0):.1f} %, {doc['judge_within_target']} of {doc['judged_runs']} "
-           f"within +-{100 * doc['target']:.0f} % (fitted runs: median |error| "
-           f"{100 * (doc['fit_median_abs_error'] or 0):.1f} %).", "",
-           "| run | rank | set | GPUs | preset | variant | option | traced ms | measured untraced ms | "
-           "estimated untraced ms | error | traced vs untraced |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           f"mode `{doc['mode']}`: {'; '.join(doc['fitted_terms'])}); judged on the other "
+           f"{doc['judged_runs']} (2 GPUs, the other presets, TorchRec's benchmark: never fitted).", "",
+           "Costs, ns per recorded thing (prior: the model before this fit; fitted):", "",
+           "| term | prior | fitted |", "|---|---|---|"]
+    for t in c:
+        out.append(f"| {t} | {_ns(p[t])} | {_ns(c[t])}{' (on its own)' if t in doc['fitted_alone'] else ''} |")
+    out += ["", "Estimated untraced step against the measured one, |error| median / worst / within "
+            f"+-{100 * doc['target']:.0f} %, raw (the prior model, no refit) and fitted:", "",
+            "| runs | n | raw: median / worst / within | fitted: median / worst / within |",
+            "|---|---|---|---|"]
+    for grp, f in doc["fitted"].items():
+        r = doc["raw"][grp]
+        out.append(f"| {grp} | {f['runs']} | {100 * r['median_abs_error']:.1f} % / "
+                   f"{100 * r['max_abs_error']:.1f} % / {r['within']} | "
+                   f"{100 * f['median_abs_error']:.1f} % / {100 * f['max_abs_error']:.1f} % / "
+                   f"{f['within']} |")
+    out += ["", f"All judged runs, fitted: median |error| {100 * (doc['judge_median_abs_error'] or 0):.1f} %, "
+            f"worst {100 * (doc['judge_max_abs_error'] or 0):.1f} %, {doc['judge_within_target']} of "
+            f"{doc['judged_runs']} within +-{100 * doc['target']:.0f} %.", "",
+            "| run | rank | set | GPUs | preset | variant | option | traced ms | measured untraced ms | "
+            "raw estimate ms | raw error | fitted estimate ms | error | traced vs untraced |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         out.append(f"| {r['run']} | {r['rank']} | {r['set']} | {r['gpus']} | {r['preset']} | {r['variant']} | "
                    f"{r['option']} | {r['traced_ms']:.3f} | {r['measured_untraced_ms']:.3f} | "
+                   f"{r['raw_estimated_untraced_ms']:.3f} | {_pct(r['raw_error'])} | "
                    f"{r['estimated_untraced_ms']:.3f} | {_pct(r['error'])} | {_pct(r['traced_error'])} |")
+    out += ["", "What each option set costs against the default set, measured (traced - untraced step, "
+            "the mean of every traced step; no replay), per event it switches:", "",
+            "| GPUs | preset | variant | rank | option | term | default's cost ms | option's cost ms | "
+            "events per step | per event ns | other terms moved (per step) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for x in doc["contrasts"]:
+        moved = ", ".join(f"{k} {v:+,.0f}" for k, v in x["other_terms_moved"].items()) or "-"
+        out.append(f"| {x['gpus']} | {x['preset']} | {x['variant']} | {x['rank']} | {x['option']} | "
+                   f"{x['term']} | {x['default_cost_ms']:.3f} | {x['option_cost_ms']:.3f} | "
+                   f"{x['events_per_step']:+,.0f} | {_ns(x['per_event_ns'])} | {moved} |")
     out += ["", "Each term left out (cost 0), the judged runs' |error| (median / worst):", ""]
     for t, a in doc["ablation"].items():
         out.append(f"- {t}: {100 * (a['median_abs_error_without'] or 0):.1f} % / "

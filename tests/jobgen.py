@@ -8,9 +8,11 @@ The templates are rank traces our runtime wrote on GPUs (by default
 ``r % len(templates)`` event for event, except:
 
 - its collectives: every NCCL kernel is an instance of its process group (the n-th kernel of the
-  group in the template). On a true clock, rank r arrives at instance i when its template's
-  kernel started, plus a jitter in ``[0, jitter_us)``, plus ``delay_us`` if r is the planted
-  *straggler*, but never before its previous kernel on that stream ended; the instance ends for
+  group in the template). On a true clock, rank r arrives at instance i when the templates'
+  kernels had all started (the latest of their starts: the templates' own skew, up to 5.9 ms
+  between the ranks of the 2026-11-27 traces, would hide what is planted), plus a jitter in
+  ``[0, jitter_us)``, plus ``delay_us`` if r is the planted *straggler*, but never before its
+  previous kernel on that stream ended; the instance ends for
   every rank at the last arrival + the template's transfer time (its first end - its last
   start, at least 1 us) + a jitter of at most 1 us. Each kernel runs from its arrival to that end.
 - its all-to-all sizes: at instance i every rank sends ``base_i`` elements to every rank
@@ -143,7 +145,8 @@ def make_job(out_dir: str | Path, n_ranks: int, *, templates=TEMPLATES, straggle
     for k in keys:
         for r in range(n_ranks):
             e = inst[r % len(tmpl)][k]
-            t = e["ts"] + rng.uniform(0, jitter_us) + (delay_us if r == straggler else 0.0)
+            t = max(i[k]["ts"] for i in inst) + rng.uniform(0, jitter_us) + \
+                (delay_us if r == straggler else 0.0)
             arrive[r, k] = max(t, free.get((r, e["args"]["stream"]), t))
         last = max(arrive[r, k] for r in range(n_ranks))
         for r in range(n_ranks):

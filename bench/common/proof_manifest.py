@@ -1,8 +1,17 @@
 """The explain proof's manifest: for each fix the runtime can run on a GPU, the "before" trace
 and what the same GPU run measured for the fix off and on (issue 9, section 4).
 
-    python -m bench.common.proof_manifest merge OUT.json IN.json [IN.json ...]   # one manifest from several
+    python -m bench.common.proof_manifest merge OUT.json IN.json[:PREFIX] [...]   # one manifest from several
+    python -m bench.common.proof_manifest torchrec OUT.json FIX BEFORE_DIR AFTER_DIR [FIX BEFORE_DIR AFTER_DIR ...]
     python -m bench.common.proof_manifest show MANIFEST.json                      # the pairs, one line each
+
+``merge``: ``:PREFIX`` puts ``PREFIX/`` before the names of that input's pairs (two runs of one
+benchmark, on 1 and 2 GPUs, name their pairs alike). ``torchrec``: pairs from TorchRec's own
+benchmark as ``gpu/torchrec_bench.py`` runs it, one folder per run (``timing-<name>-rank0.json``
+and ``trace-<name>-rank0.json.gz``): each side's untraced passes (but the first, a warm-up, as
+TorchRec leaves it out) divided by the pass's batches, the measured saving the difference of
+the two medians with a 95 % bootstrap interval (the runs are not paired: each side resampled on
+its own; ``unpaired``).
 
 Written by ``bench/pipelines.py`` (FusedSparseDist vs SparseDist, on the headline preset
 and on a host-bound one where the fix cannot help) and ``bench/fixes.py`` (blocking ->
@@ -119,6 +128,89 @@ def pipeline_pair(pdoc: dict, before: str, after: str, *, fix: str, trace_file: 
                 before=one(before), after=one(after), before_rounds=series(before), after_rounds=series(after))
 
 
+def unpaired(before: Sequence[float], after: Sequence[float], *, resamples: int = 10_000,
+             seed: int = 0) -> dict:
+    """Two series measured apart (not in the same rounds): ``saving`` before - after, the
+    difference of their medians, and ``ratio`` after / before, each with a 95 % percentile
+    bootstrap interval, each side resampled on its own."""
+    import numpy as np
+
+    b, a = np.asarray(before, float), np.asarray(after, float)
+    rng = np.random.default_rng(seed)
+    mb = np.median(b[rng.integers(0, b.size, (resamples, b.size))], axis=1)
+    ma = np.median(a[rng.integers(0, a.size, (resamples, a.size))], axis=1)
+    n = int(min(b.size, a.size))
+
+    def est(point: float, boot: np.ndarray) -> dict:
+        return {"median": float(point), "lo": float(np.percentile(boot, 2.5)),
+                "hi": float(np.percentile(boot, 97.5)), "n": n}
+
+    return {"saving": est(np.median(b) - np.median(a), mb - ma),
+            "ratio": est(np.median(a) / np.median(b), ma / mb)}
+
+
+def torchrec_side(folder: Path) -> tuple[dict, list[float], dict]:
+    """(side, untraced ms per batch of each pass, the timing file) of one TorchRec run."""
+    folder = Path(folder)
+    timing = sorted(folder.glob("timing-*-rank0.json"))
+    trace = sorted(folder.glob("trace-*-rank0.json.gz"))
+    if not timing or not trace:
+        raise ValueError(f"{folder}: no timing-*-rank0.json and trace-*-rank0.json.gz")
+    doc = json.loads(timing[0].read_text())
+    nb = int(doc.get("num_batches") or 1)
+    un = [i["gpu_ms"] for i in doc["iterations"] if not i["traced"]]
+    un = un[1:] if len(un) >= 5 else un
+    per = [x / nb for x in un]
+    traced = [i["gpu_ms"] / nb for i in doc["iterations"] if i["traced"]]
+    sd = side(doc.get("name", folder.name), trace=str(trace[0]), snapshot=None, step_ms=per,
+              reserved=[], traced_step_ms=traced)
+    return sd, per, doc
+
+
+def torchrec_pairs(out: Path, specs: Sequence[tuple[str, str, str]]) -> dict:
+    """The manifest at ``out`` of TorchRec pairs ``(fix, before folder, after folder)``."""
+    out = Path(out)
+    pairs, devices, dates = [], set(), set()
+    for fix, bdir, adir in specs:
+        if fix not in FIXES:
+            raise ValueError(f"fix must be one of {FIXES}, got {fix!r}")
+        before, bper, bdoc = torchrec_side(Path(bdir))
+        after, aper, _ = torchrec_side(Path(adir))
+        readme = (Path(bdir) / "README.md").read_text() if (Path(bdir) / "README.md").exists() else ""
+        m = re.search(r"on (\d{4}-\d\d-\d\dT[0-9:]+\+00:00), ([^,]+),", readme)
+        date_utc, device = (m.group(1), m.group(2)) if m else ("", "")
+        devices.add(device)
+        dates.add(date_utc[:10])
+        est = unpaired(bper, aper)
+        pairs.append({
+            "name": f"{fix}/torchrec/{Path(bdir).name}->{Path(adir).name}", "fix": fix,
+            "expect": "time", "context": {"bench": "torchrec", "before": Path(bdir).name,
+                                          "after": Path(adir).name},
+            "device": device, "date_utc": date_utc,
+            "source": ", ".join(os.path.relpath(timing_name(d).resolve(), out.resolve().parent)
+                                for d in (bdir, adir)),
+            "versions": {"torchrec": bdoc.get("torchrec_version"),
+                         "fbgemm_gpu": bdoc.get("fbgemm_gpu_version")},
+            "before": before, "after": after,
+            "measured": {"step_ratio": est["ratio"], "step_saving_ms": est["saving"],
+                         "peak_reserved_ratio": None, "peak_reserved_saving_bytes": None}})
+    for p in pairs:
+        for sd in (p["before"], p["after"]):
+            sd["trace"] = os.path.relpath(Path(sd["trace"]).resolve(), out.resolve().parent)
+    one = lambda xs: next(iter(xs)) if len(xs) == 1 else "several (see each pair)"  # noqa: E731
+    doc = {"format": FORMAT, "device": one(devices), "date": one(dates),
+           "note": "TorchRec's own benchmark (gpu/torchrec_bench.py): untraced passes per batch",
+           "pairs": pairs}
+    out.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+def timing_name(folder: str) -> Path:
+    """The timing file of a TorchRec run's folder (the folder itself without one)."""
+    t = sorted(Path(folder).glob("timing-*-rank0.json"))
+    return t[0] if t else Path(folder)
+
+
 def device_slug(name: str) -> str:
     """A GPU's name as it goes into result file names: its model, "NVIDIA H100 80GB HBM3" -> "h100"."""
     words = [re.sub(r"[^a-z0-9]+", "", w) for w in name.lower().replace("nvidia", " ").split()]
@@ -159,23 +251,28 @@ def load(path: Path) -> dict:
     return doc
 
 
-def merge(out: Path, inputs: Sequence[Path]) -> dict:
-    """One manifest at ``out`` with every pair of ``inputs`` (paths rebased to ``out``'s folder)."""
+def merge(out: Path, inputs: Sequence[Path | str]) -> dict:
+    """One manifest at ``out`` with every pair of ``inputs`` (paths rebased to ``out``'s folder;
+    an input ``PATH:PREFIX`` puts ``PREFIX/`` before its pairs' names)."""
     out = Path(out)
     pairs, seen, devices, dates = [], set(), set(), set()
     for p in inputs:
-        doc = load(p)
+        p, _, prefix = str(p).partition(":")
+        doc = load(Path(p))
         _relative(doc["pairs"], Path(p).resolve().parent, out.resolve().parent)
         devices.add(doc.get("device"))
         dates.add(doc.get("date"))
         for q in doc["pairs"]:
+            if prefix:
+                q["name"] = f"{prefix}/{q['name']}"
             if q["name"] in seen:
                 raise ValueError(f"pair {q['name']} is in more than one input")
             seen.add(q["name"])
             pairs.append(q)
     one = lambda xs: next(iter(xs)) if len(xs) == 1 else "several (see each pair)"  # noqa: E731
     doc = {"format": FORMAT, "device": one(devices), "date": one(dates),
-           "note": "merged from " + ", ".join(Path(p).name for p in inputs), "pairs": pairs}
+           "note": "merged from " + ", ".join(Path(str(p).partition(":")[0]).name for p in inputs),
+           "pairs": pairs}
     out.write_text(json.dumps(doc, indent=1))
     return doc
 
@@ -196,6 +293,11 @@ def show(doc: dict) -> list[str]:
 def main(argv: list[str]) -> int:
     if len(argv) >= 3 and argv[0] == "merge":
         doc = merge(Path(argv[1]), [Path(a) for a in argv[2:]])
+        print(f"{argv[1]}: {len(doc['pairs'])} pairs")
+        return 0
+    if len(argv) >= 5 and argv[0] == "torchrec" and (len(argv) - 2) % 3 == 0:
+        specs = [tuple(argv[i:i + 3]) for i in range(2, len(argv), 3)]
+        doc = torchrec_pairs(Path(argv[1]), specs)
         print(f"{argv[1]}: {len(doc['pairs'])} pairs")
         return 0
     if len(argv) == 2 and argv[0] == "show":

@@ -87,7 +87,46 @@ def test_write_and_merge_keep_paths_relative_to_the_manifest(tmp_path):
     assert [q["before"]["trace"] for q in merged["pairs"]] == ["sample_traces/x/a.json.gz"] * 2
     with pytest.raises(ValueError, match="more than one input"):
         proof_manifest.merge(tmp_path / "m.json", [first, first])
+    # a prefix tells two runs' pairs of the same name apart (1 and 2 GPUs)
+    both = proof_manifest.merge(repo / "m2.json", [f"{first}:1gpu", f"{first}:2gpu"])
+    assert [q["name"] for q in both["pairs"]] == ["1gpu/x/1", "2gpu/x/1"]
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="not a"):
         proof_manifest.load(tmp_path / "bad.json")
     assert proof_manifest.device_slug("NVIDIA H200") == "h200" and proof_manifest.device_slug("NVIDIA H100 80GB HBM3") == "h100"
+
+
+def test_torchrec_pairs_per_batch_and_unpaired(tmp_path):
+    """TorchRec's runs: each side's untraced passes (but the warm-up) per batch; the saving is
+    the difference of the medians, its interval from each side resampled on its own."""
+    import json
+
+    def run(name: str, passes: list[float]) -> None:
+        d = tmp_path / "sample_traces" / name
+        d.mkdir(parents=True)
+        its = [{"traced": False, "gpu_ms": 500.0}] + [{"traced": False, "gpu_ms": x} for x in passes] \
+            + [{"traced": True, "gpu_ms": 900.0}]
+        (d / f"timing-{name}-rank0.json").write_text(json.dumps(
+            {"name": name, "num_batches": 8, "iterations": its, "torchrec_version": "1.6.1"}))
+        (d / f"trace-{name}-rank0.json.gz").write_bytes(b"")
+        (d / "README.md").write_text("Run by `gpu/torchrec_bench.py` on 2026-11-27T09:14:57+00:00, "
+                                     "NVIDIA H200, torch 2.11")
+
+    run("sparse", [160.0, 156.0, 152.0, 158.0, 154.0])
+    run("fused", [176.0, 184.0, 180.0, 178.0, 182.0])
+    out = tmp_path / "bench" / "results" / "t.json"
+    out.parent.mkdir(parents=True)
+    doc = proof_manifest.torchrec_pairs(out, [("fused_sparse_dist", tmp_path / "sample_traces/sparse",
+                                                tmp_path / "sample_traces/fused")])
+    (p,) = doc["pairs"]
+    assert (doc["device"], doc["date"]) == ("NVIDIA H200", "2026-11-27")
+    assert p["before"]["step_ms"] == 156.0 / 8 and p["after"]["step_ms"] == 180.0 / 8
+    assert p["before"]["traced_step_ms"] == [900.0 / 8]
+    s = p["measured"]["step_saving_ms"]
+    assert s["median"] == pytest.approx(-24.0 / 8) and s["lo"] <= s["median"] <= s["hi"] < 0
+    assert p["measured"]["step_ratio"]["median"] == pytest.approx(180.0 / 156.0)
+    assert p["before"]["trace"] == "../../sample_traces/sparse/trace-sparse-rank0.json.gz"
+    assert proof_manifest.load(out)["pairs"][0]["name"] == "fused_sparse_dist/torchrec/sparse->fused"
+    with pytest.raises(ValueError, match="fix must be"):
+        proof_manifest.torchrec_pairs(out, [("faster", tmp_path / "sample_traces/sparse",
+                                             tmp_path / "sample_traces/fused")])

@@ -21,7 +21,7 @@ from tracekit.report import explain_dict
 
 RULES = default_rules()
 ROOT = Path(__file__).resolve().parents[2]
-ONE = oh.OverheadModel(cpu_op_ns=2 * US, runtime_ns=1 * US, memory_ns=1 * US, sync_event_ns=1 * US,
+ONE = oh.OverheadModel(cpu_op_ns=2 * US, runtime_ns=1 * US, memory_ns=1 * US, sync_call_ns=1 * US,
                        python_ns=0, shapes_ns=0, min_call_ns=500, source="test")
 
 
@@ -184,3 +184,59 @@ def test_torchrec_pass_per_batch():
         r = lt.explain()
     assert r.overhead["given_step_ns"] == pytest.approx(ms / 8 * 1e6)
     assert "a pass of 8 batches / 8" in r.overhead["source"]
+
+
+def test_shapes_counted_where_the_file_says_record_shapes(tmp_path):
+    """record_shapes on a trace without embedding ops (the loader keeps no inputs there): the
+    file's own ``record_shapes`` flag says every CPU op's inputs were recorded."""
+    counts = []
+    for flag in (None, 1):
+        b = TraceBuilder()
+        for i in range(3):
+            t0 = 100 * i
+            b.profiler_step(i + 1, t0, 100)
+            b.cpu_op("aten::add", t0 + 10, 20)
+            b.kernel("k", t0 + 30, 5, launched_by=b.runtime("cudaLaunchKernel", t0 + 20, 5))
+        if flag is not None:
+            b.extra_metadata["record_shapes"] = flag
+        t = load_built(b, tmp_path / f"f{flag}")
+        c = oh.count(t, build_graph(t, RULES))
+        counts.append((c.shapes_recorded, c.totals["shapes"]))
+    assert counts == [(False, 0.0), (True, 3.0)]  # one aten::add per step
+
+
+def test_shapes_flag_on_a_real_trace():
+    from tracekit.trace import load
+
+    p = ROOT / "sample_traces/profiler_1gpu/dense_heavy/sparse/shapes/trace_rank0.json.gz"
+    t = load(str(p), progress=False).traces[0]
+    e = oh.estimate(t, build_graph(t, RULES))
+    assert e.counts_per_step["shapes"] > 0
+    q = ROOT / "sample_traces/profiler_1gpu/dense_heavy/sparse/stack/trace_rank0.json.gz"
+    t = load(str(q), progress=False).traces[0]
+    e = oh.estimate(t, build_graph(t, RULES))
+    assert e.counts_per_step["shapes"] == 0 and e.counts_per_step["python"] > 1000
+
+
+def test_sync_and_modules_terms_follow_the_options(tmp_path):
+    """cuda_sync events on: every runtime call of the trace counts once more (what the option
+    costs a call); with_modules: every CPU op."""
+    def build(sync: bool, modules: bool):
+        b = TraceBuilder()
+        for i in range(3):
+            t0 = 100 * i
+            b.profiler_step(i + 1, t0, 100)
+            b.cpu_op("aten::add", t0 + 10, 20)
+            b.kernel("k", t0 + 30, 5, launched_by=b.runtime("cudaLaunchKernel", t0 + 20, 5))
+            b.runtime("cudaEventQuery", t0 + 50, 1)
+            if sync:
+                b.cuda_sync(t0 + 50, 1, kind="event_sync")
+        if modules:
+            b.extra_metadata["with_modules"] = 1
+        t = load_built(b, tmp_path / f"s{sync}m{modules}")
+        return oh.count(t, build_graph(t, RULES))
+
+    plain, synced, mods = build(False, False), build(True, False), build(False, True)
+    assert (plain.totals["sync_call"], plain.totals["modules"]) == (0.0, 0.0)
+    assert synced.sync_events and synced.totals["sync_call"] == synced.totals["runtime"] == 6.0
+    assert mods.modules_recorded and mods.totals["modules"] == 3.0

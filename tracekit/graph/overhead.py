@@ -4,14 +4,18 @@ and the step the same program would take untraced.
 The profiler does work on the host for everything it records, on the thread that does the
 recorded thing: a RecordFunction callback on entering and leaving every CPU op and annotation
 (``cpu_op``, ``user_annotation``), CUPTI's callback around every runtime/driver call (the call's
-own recorded span grows), an allocator record per ``[memory]`` event (``profile_memory``), a
-``cuda_sync`` record per synchronisation call it sees (``enable_cuda_sync_events``, inside that
-call), Python's tracer per ``python_function`` event (``with_stack``), and the inputs of every op
-when ``record_shapes`` is on. The GPU's own work is not slowed (activities keep their times).
+own recorded span grows), an allocator record per ``[memory]`` event (``profile_memory``),
+Python's tracer per ``python_function`` event (``with_stack``), the inputs of every op when
+``record_shapes`` is on and its module hierarchy when ``with_modules`` is. ``cuda_sync`` events
+(``enable_cuda_sync_events``) cost the host at every runtime call, not per event recorded: on
+the runtime's host-bound presets turning them on costs 0.5-1.4 us a call while the events it
+records number 12-18 a step (``bench/NOTES-explain.md``), so their term counts the calls of a
+trace that records them. The GPU's own work is not slowed (activities keep their times).
 
 The model: a cost per recorded thing (``OverheadModel``, ns), placed where it happens on its
 thread: half of an op's cost at its start and half at its end, a ``[memory]`` or Python event's at
-its time, a runtime call's and its ``cuda_sync`` events' inside the call. On the dependency graph
+its time, a runtime call's (with ``cuda_sync`` events on, the option's too) inside the call. On the
+dependency graph
 (``tracekit.graph.model``) a CPU thread is a lane of runtime calls joined by *program* edges
 whose lag is the host time between them; a cost that falls between two calls shortens that lag,
 one inside a call shortens the call (never below ``OverheadModel.min_call_ns`` or its own
@@ -45,18 +49,20 @@ from tracekit.graph.build import _bind, observed_lags
 from tracekit.graph.model import EdgeKind, Graph, HostCost, NodeKind
 from tracekit.trace.model import Kind, Trace
 
-TERMS = ("cpu_op", "runtime", "memory", "sync_event", "python", "shapes")
+TERMS = ("cpu_op", "runtime", "memory", "sync_call", "python", "shapes", "modules")
 """What a cost is counted per: a recorded CPU op or annotation, a runtime/driver call, a
-``[memory]`` event, a ``cuda_sync`` event, a ``python_function`` event, a CPU op whose inputs
-were recorded (``record_shapes``)."""
+``[memory]`` event, a runtime/driver call of a trace with ``cuda_sync`` events, a
+``python_function`` event, a CPU op whose inputs were recorded (``record_shapes``), a CPU op
+whose module hierarchy was recorded (``with_modules``)."""
 
 TERM_TEXT = {
     "cpu_op": "recorded CPU ops and annotations",
     "runtime": "runtime/driver calls",
     "memory": "[memory] events (profile_memory)",
-    "sync_event": "cuda_sync events",
+    "sync_call": "runtime/driver calls with cuda_sync events on",
     "python": "python_function events (with_stack)",
     "shapes": "CPU ops with recorded inputs (record_shapes)",
+    "modules": "CPU ops with their module recorded (with_modules)",
 }
 
 
@@ -70,12 +76,15 @@ class OverheadModel:
     """Per runtime/driver call (CUPTI's callback; inside the call)."""
     memory_ns: float = 0.0
     """Per ``[memory]`` event (the allocator's record)."""
-    sync_event_ns: float = 0.0
-    """Per ``cuda_sync`` event, inside the runtime call it belongs to."""
+    sync_call_ns: float = 0.0
+    """Per runtime/driver call of a trace that records ``cuda_sync`` events (what turning them on
+    costs every call), inside the call."""
     python_ns: float = 0.0
     """Per ``python_function`` event (Python's tracer), half at each end."""
     shapes_ns: float = 0.0
     """Per CPU op whose inputs were recorded (``record_shapes``), at its start."""
+    modules_ns: float = 0.0
+    """Per CPU op whose module hierarchy was recorded (``with_modules``), at its start."""
     min_call_ns: int = 500
     """An untraced runtime call takes at least this long (or its traced duration, if less)."""
     source: str = ""
@@ -93,10 +102,10 @@ class OverheadModel:
 
 
 DEFAULT_MODEL = OverheadModel(
-    cpu_op_ns=799.0, runtime_ns=1598.0, memory_ns=240.0, sync_event_ns=399.0, python_ns=399.0,
-    shapes_ns=799.0,
-    source="fitted on the runtime's 1-GPU multitask_b32k and multitask_b4k runs, H200, "
-           "bench/results/overhead-fit-20261127-0851.json")
+    cpu_op_ns=886.0, runtime_ns=1654.0, memory_ns=463.0, sync_call_ns=306.0, python_ns=1196.0,
+    shapes_ns=282.0, modules_ns=114.0,
+    source="fitted on the runtime's 1-GPU multitask_b32k and multitask_b4k runs under six "
+           "profiler option sets, H200, bench/results/overhead-fit-20261127-1025.json")
 """The current fit (``bench/overhead_fit.py``; its runs and figures in docs/explain.md)."""
 
 
@@ -113,6 +122,10 @@ class Counts:
     """Per term: events on the host threads the graph holds (whole trace)."""
     shapes_recorded: bool
     """Whether the trace shows recorded inputs (``record_shapes``)."""
+    sync_events: bool = False
+    """Whether the trace records ``cuda_sync`` events."""
+    modules_recorded: bool = False
+    """Whether the file says ``with_modules``."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +168,25 @@ class Estimate:
 
 # ---- counting ---------------------------------------------------------------------------------
 
+def _flag(trace: Trace, key: str) -> bool | None:
+    """A profiler option the file states beside its events (Kineto writes ``"record_shapes":
+    1``, ``"with_modules": 1``...), None where it does not say."""
+    flag = (getattr(trace, "metadata", None) or {}).get(key)
+    if flag is None:
+        return None
+    try:
+        return bool(int(flag))
+    except (TypeError, ValueError):
+        return None
+
+
 def _shapes_recorded(trace: Trace) -> bool:
+    """Whether the profiler recorded every op's inputs (``record_shapes``): the file says so
+    (Kineto writes ``"record_shapes": 1`` beside the events), else the inputs the loader kept
+    (it keeps them for embedding ops and ``tracekit_tbe::`` ranges only) show it."""
+    flag = _flag(trace, "record_shapes")
+    if flag is not None:
+        return flag
     a = trace.args
     col = "input_dims" if "input_dims" in a.columns else None
     if col is None or not len(a):
@@ -176,13 +207,14 @@ def count(trace: Trace, g: Graph) -> Counts:
     e_end = e_ts + ev["dur"].to_numpy(np.int64)
     e_kind = ev["kind"].to_numpy()
     e_tid = ev["tid"].to_numpy(np.int64)
-    e_corr = ev["correlation"].to_numpy(np.int64)
     shapes = _shapes_recorded(trace)
+    sync_on = bool((e_kind == int(Kind.SYNC)).any())
+    modules = bool(_flag(trace, "with_modules"))
     # per CPU node: its trace span (a call: the event's own ts/dur; a marker: its time)
     host = g.kind != NodeKind.GPU
     ids = np.flatnonzero(host)
     if not ids.size:
-        return Counts(before, in_call, totals, shapes)
+        return Counts(before, in_call, totals, shapes, sync_on, modules)
     rows = g.row[ids]
     t0 = np.where(rows >= 0, e_ts[np.maximum(rows, 0)], g.start[ids])
     t1 = np.where(rows >= 0, e_end[np.maximum(rows, 0)], g.start[ids])
@@ -210,12 +242,16 @@ def count(trace: Trace, g: Graph) -> Counts:
     ops = np.isin(e_kind, (int(Kind.CPU_OP), int(Kind.ANNOTATION)))
     half = np.full(int(ops.sum()), 0.5)
     points(0, np.r_[e_tid[ops], e_tid[ops]], np.r_[e_ts[ops], e_end[ops]], np.r_[half, half])
+    cops = e_kind == int(Kind.CPU_OP)
     if shapes:
-        cops = e_kind == int(Kind.CPU_OP)
         points(5, e_tid[cops], e_ts[cops], np.ones(int(cops.sum())))
+    if modules:
+        points(6, e_tid[cops], e_ts[cops], np.ones(int(cops.sum())))
     rt = np.isin(e_kind, (int(Kind.RUNTIME), int(Kind.DRIVER)))
     # the call's own cost sits inside it: counted at its midpoint
     points(1, e_tid[rt], (e_ts[rt] + e_end[rt]) // 2, np.ones(int(rt.sum())))
+    if sync_on:
+        points(3, e_tid[rt], (e_ts[rt] + e_end[rt]) // 2, np.ones(int(rt.sum())))
     py = e_kind == int(Kind.PYTHON)
     if py.any():
         hp = np.full(int(py.sum()), 0.5)
@@ -223,18 +259,7 @@ def count(trace: Trace, g: Graph) -> Counts:
     m = trace.memory
     if m is not None and len(m):
         points(2, m["tid"].to_numpy(np.int64), m["ts"].to_numpy(np.int64), np.ones(len(m)))
-    sy = e_kind == int(Kind.SYNC)
-    if sy.any():
-        # a cuda_sync event's cost is inside the runtime call with its correlation id
-        rcorr = e_corr[rt]
-        o = np.argsort(rcorr, kind="stable")
-        rc = rcorr[o]
-        sc = e_corr[sy]
-        k = np.minimum(np.searchsorted(rc, sc), max(rc.size - 1, 0))
-        ok = (sc >= 0) & (rc.size > 0) & (rc[k] == sc if rc.size else False)
-        r_rows = np.flatnonzero(rt)[o[k[ok]]]
-        points(3, e_tid[r_rows], (e_ts[r_rows] + e_end[r_rows]) // 2, np.ones(r_rows.size))
-    return Counts(before, in_call, totals, shapes)
+    return Counts(before, in_call, totals, shapes, sync_on, modules)
 
 
 # ---- the host cost (the seam) -----------------------------------------------------------------
@@ -281,6 +306,13 @@ def untraced_change(g: Graph, cost: HostCost, *, change=None, host_factor: float
 
 # ---- the estimate -----------------------------------------------------------------------------
 
+def untraced_steps(g: Graph, cost: HostCost, windows, *, host_factor: float = 1.0
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(traced, estimated untraced) length of each step of ``windows`` (``step_windows(g)``),
+    ns: the replay of ``g`` less ``cost`` (``untraced_change``), what ``estimate`` reports."""
+    return _steps(g, untraced_change(g, cost, host_factor=host_factor), windows)
+
+
 def _steps(g: Graph, change, win) -> tuple[np.ndarray, np.ndarray]:
     """(observed, replayed) length of each step of ``win`` with ``change`` (contention-free)."""
     from tracekit.graph import whatif as wi
@@ -313,7 +345,7 @@ def estimate(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL, *,
     keep = wi.counted_steps(win)
 
     def mean_step(f: float) -> tuple[float, np.ndarray, np.ndarray]:
-        o, r = _steps(g, untraced_change(g, cost, host_factor=f), win)
+        o, r = untraced_steps(g, cost, win, host_factor=f)
         return (float(r[keep].mean()) if keep.any() else 0.0), o, r
 
     m, obs, rep = mean_step(1.0)
@@ -415,4 +447,4 @@ def untraced_graph(g: Graph, cost: HostCost, *, host_factor: float = 1.0) -> Gra
 
 
 __all__ = ["DEFAULT_MODEL", "Counts", "Estimate", "OverheadModel", "TERMS", "count", "estimate",
-           "host_cost", "untraced_change", "untraced_graph"]
+           "host_cost", "untraced_change", "untraced_graph", "untraced_steps"]
