@@ -80,13 +80,13 @@ def _saving(f: dict) -> str:
 def explain(report: dict) -> dict | None:
     """tracekit explain's section of one rank's report object, ready to draw: ``bound`` (text),
     ``findings`` (dicts ``title, fix, evidence, saving, predicted`` (False also for a saving that
-    "would not help here"): time findings by predicted saving,
-    largest first, then memory findings), ``categories`` (in ``BREAKDOWN_ORDER``) and ``steps``
+    "would not help here"), in the order tracekit gives them, which the CLI prints too),
+    ``categories`` (in ``BREAKDOWN_ORDER``) and ``steps``
     (dicts ``step, bound`` and ms per category). None when the report has no such section."""
     ex = report.get("explain")
     if not isinstance(ex, dict):
         return None
-    findings = sorted(ex.get("findings") or [], key=lambda f: (f.get("kind") == "memory", -(f.get("saving_ns") or 0)))
+    findings = ex.get("findings") or []  # in tracekit's one order (the CLI's): never re-sorted here
     cats: list[str] = []
     for st in ex.get("steps") or []:
         cats += [c for c in (st.get("breakdown") or {}) if c not in cats]

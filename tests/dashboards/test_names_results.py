@@ -149,13 +149,13 @@ EXPLAIN = {  # a rank's "explain" section as `tracekit explain` writes it (hand-
          "breakdown": {"host": 3e6, "compute:backward": 5e6, "compute:custom": 1e6, "idle": 1e6}},
     ],
     "breakdown": [],
-    "findings": [
-        {"id": "sync", "title": "a sync in backward", "fix": "precomputed writeback", "evidence": "3 syncs, 55 ms",
-         "saving_ns": 2_000_000, "saving_fraction": 0.2},
+    "findings": [  # in tracekit's order (tracekit.analyses.explain.finding_order)
         {"id": "lookup", "title": "the lookup waits for the optimizer", "fix": "FusedSparseDist", "evidence": "gap 0.6 ms",
-         "saving_ns": 5_000_000, "saving_fraction": 0.5},
+         "saving_ns": 5_000_000, "saving_fraction": 0.5, "helps": True},
+        {"id": "sync", "title": "a sync in backward", "fix": "precomputed writeback", "evidence": "3 syncs, 55 ms",
+         "saving_ns": 2_000_000, "saving_fraction": 0.2, "helps": True},
         {"id": "memory", "title": "batch copy memory on a side stream", "fix": "in-place batch copy", "evidence": "5 GiB",
-         "saving_ns": None, "saving_fraction": None},
+         "saving_ns": None, "saving_fraction": None, "helps": True},
     ],
 }
 
@@ -164,8 +164,7 @@ def test_explain_section_ready_to_draw():
     ex = reports.explain({"explain": EXPLAIN})
     assert ex["bound"] == "host-bound (72.0% of the critical path)"
     f = ex["findings"]
-    assert [x["title"] for x in f] == ["the lookup waits for the optimizer", "a sync in backward",
-                                       "batch copy memory on a side stream"]  # biggest time saving first, memory last
+    assert [x["title"] for x in f] == [x["title"] for x in EXPLAIN["findings"]]  # tracekit's order, never re-sorted
     assert [x["saving"] for x in f] == ["saves 5.000 ms (50.0% of the step)", "saves 2.000 ms (20.0% of the step)",
                                         "no time saving predicted"]
     # categories bottom-up: host, the compute phases (unknown ones after the known), then the rest
@@ -178,12 +177,13 @@ def test_explain_section_ready_to_draw():
     mem = reports.explain({"explain": {"findings": [
         {"kind": "memory", "title": "m", "saving_bytes": 3 * 2**30},
         {"kind": "time", "title": "t", "saving_ns": 2e6, "saving_fraction": 0.1, "saving_contention_ns": 1.5e6}]}})
-    assert [x["saving"] for x in mem["findings"]] == ["saves 2.000 ms (10.0% of the step) · 1.500 ms with contention",
-                                                      "3.00 GiB less peak reserved"]
+    assert [x["saving"] for x in mem["findings"]] == ["3.00 GiB less peak reserved",
+                                                      "saves 2.000 ms (10.0% of the step) · 1.500 ms with contention"]
     assert all(x["predicted"] for x in mem["findings"]) and not ex["findings"][2]["predicted"]
-    # under 1% of the step: the CLI's "would not help here", drawn as no saving
-    none = reports.explain({"explain": {"findings": [{"kind": "time", "title": "t", "saving_ns": 0.0, "saving_fraction": 0.0},
-                                                      {"kind": "time", "title": "u", "saving_ns": 1e6, "saving_fraction": 0.0101}]}})
+    # under 1% of the step (tracekit says it does not help): the CLI's "would not help here", drawn as no saving
+    none = reports.explain({"explain": {"findings": [
+        {"kind": "time", "title": "u", "saving_ns": 1e6, "saving_fraction": 0.0101, "helps": True},
+        {"kind": "time", "title": "t", "saving_ns": 0.0, "saving_fraction": 0.0, "helps": False}]}})
     assert [x["saving"] for x in none["findings"]] == ["saves 1.000 ms (1.0% of the step)",
                                                        "saves 0.000 ms (0.0% of the step): would not help here"]
     assert [x["predicted"] for x in none["findings"]] == [True, False]
@@ -216,7 +216,7 @@ def test_snapshot_streams_named_as_on_the_timeline():
     unit, table = results.snapshot(trace, a, lanes)
     rows = dict(zip(table["stream"], zip(table["on the timeline"], table["votes"])))
     assert rows["default stream (handle 0) · main"] == (lanes[(0, 7)], "365 of 365 (100.0%)")
-    assert rows[f"side stream (handle {591794080:#x})"] == (lanes[(0, 14)], "12 of 12 (100.0%)")
+    assert rows["side stream (handle 591794080)"] == (lanes[(0, 14)], "12 of 12 (100.0%)")
     assert lanes[(0, 14)].startswith("memcpy")
     text = results.snapshot_note(a)
     assert "at least 3 votes and 80.0%" in text and "377 of the trace's 377 allocations" in text

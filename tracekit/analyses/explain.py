@@ -44,6 +44,9 @@ HOST_FINDING_SHARE = 0.10
 """A host-twice-as-fast finding when host time is at least this share of the critical path."""
 SYNC_FINDING_SHARE = 0.05
 """A syncs-removed finding when sync time is at least this share of the critical path."""
+NO_HELP_FRACTION = 0.01
+"""A time finding predicted to save under this share of the step "would not help here"
+(``helps`` False): it goes after every other finding."""
 TOP_ITEMS = 15
 """Rows of the critical path's largest items kept per step."""
 FORK_WHAT_IFS_MIN_NODES = 200_000
@@ -104,7 +107,11 @@ class ExplainResult:
     """Dicts: ``id, title, fix, evidence, kind, saving_ns, saving_fraction,
     saving_contention_ns, saving_contention_fraction, observed_step_ns, predicted_step_ns``
     and, for memory findings, ``peak_reserved_bytes, predicted_peak_reserved_bytes,
-    saving_bytes``; largest saving first, fixes before generic findings."""
+    saving_bytes``; ``helps`` (False for a time finding predicted to save under
+    ``NO_HELP_FRACTION`` of the step). In the one order every output shows them
+    (``finding_order``): the known fixes that help, largest saving first; the memory findings;
+    the generic what-ifs that help (a phase or the host 2x faster, the syncs removed), largest
+    saving first; last those that would not help."""
     what_ifs: pd.DataFrame
     """Every fix and user what-if: ``id, title, applies, evidence, observed_step_ns,
     predicted_step_ns, predicted_contention_step_ns, saving_ns, saving_fraction,
@@ -356,8 +363,10 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
             warnings.append(f"what-if {text!r} matches nothing in this trace")
         run(text, spec.title, n > 0, f"{n} nodes changed", predict(n > 0, ch))
     nfix = {f.id for f in fixes} | {"inplace_batch_copy"}
-    findings.sort(key=lambda d: (d["id"] not in nfix, -(d["saving_ns"] or 0),
-                                 -(d.get("saving_bytes") or 0)))
+    for d in findings:
+        d["helps"] = d["kind"] == "memory" or (d["saving_fraction"] is not None
+                                               and d["saving_fraction"] >= NO_HELP_FRACTION)
+    findings.sort(key=lambda d: finding_order(d, d["id"] in nfix))
     what_ifs = pd.DataFrame(wrows, columns=[
         "id", "title", "applies", "evidence", "observed_step_ns", "replayed_step_ns",
         "predicted_step_ns", "predicted_contention_step_ns", "saving_ns", "saving_fraction",
@@ -418,6 +427,14 @@ def _replay_warning(g, path: pd.DataFrame, win: pd.DataFrame, counted: np.ndarra
             f"{100 * replay['median_abs_error']:.1f}% (median) and up to "
             f"{100 * replay['worst_error']:+.1f}%: what-if savings are less certain here; the "
             f"model lacks {lack}")
+
+
+def finding_order(f: dict, known_fix: bool) -> tuple:
+    """Where a finding goes in the one order every output shows (``ExplainResult.findings``):
+    a known fix that helps, by predicted saving; a memory finding, by bytes; a generic what-if
+    that helps, by saving; then what would not help."""
+    group = 3 if not f.get("helps", True) else 1 if f.get("kind") == "memory" else 0 if known_fix else 2
+    return (group, -(f.get("saving_ns") or 0), -(f.get("saving_bytes") or 0))
 
 
 def detect_fixes(trace: Trace, g, rules: Rules, config: fx.FixConfig, *,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from tracekit.report.check_text import render_check
 from tracekit.report.compare_text import COMPARE_ROWS, render_compare
-from tracekit.report.explain_text import (NO_HELP_FRACTION, render_explain, text_explain,
+from tracekit.report.explain_text import (render_explain, text_explain,
                                           text_findings, text_path, would_not_help)
 from tracekit.report.job_text import render_job
 from tracekit.report.rank_text import render_rank, render_text
@@ -30,7 +30,7 @@ from tracekit.report.tables import (bound_text, clip, fmt_bytes, fmt_figure, lim
                                     ranges, table, unit_of)
 
 __all__ = [
-    "COMPARE_ROWS", "FORMAT", "HEADLINE_KEYS", "NO_HELP_FRACTION", "RANK_KEYS", "SECTION_KEYS",
+    "COMPARE_ROWS", "FORMAT", "HEADLINE_KEYS", "RANK_KEYS", "SECTION_KEYS",
     "SERIES_POINTS", "TEXT_KEYS", "bound_text", "clip", "compare_document", "document",
     "explain_dict", "explain_document", "fmt_bytes", "fmt_figure", "headline", "jsonable", "limited", "ms",
     "path_rows", "pct", "ranges", "render_check", "render_compare", "render_explain",

@@ -6,13 +6,10 @@ from __future__ import annotations
 from tracekit.report.tables import clip, fmt_bytes, limited, ms, pct, table
 
 
-NO_HELP_FRACTION = 0.01
-"""A finding whose predicted saving is below this share of the step "would not help here"."""
-
-
 def would_not_help(f: dict) -> bool:
-    """A time finding predicted to save under ``NO_HELP_FRACTION`` of the step."""
-    return f.get("kind") != "memory" and f.get("saving_fraction") is not None and f["saving_fraction"] < NO_HELP_FRACTION
+    """A time finding predicted to save under 1% of the step (``helps`` False: explain's
+    ``NO_HELP_FRACTION``)."""
+    return f.get("kind") != "memory" and f.get("helps") is False
 
 
 def _saving(f: dict) -> str:

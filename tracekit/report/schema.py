@@ -132,6 +132,11 @@ class _Finding(TypedDict):
     replayed_step_ns: float | None
     predicted_step_ns: float | None
     predicted_contention_step_ns: float | None
+    helps: bool
+    """False for a time finding predicted to save under 1% of the step ("would not help
+    here"); findings are in the order every output shows them: the known fixes that help
+    (largest saving first), the memory findings, the generic what-ifs that help, then those
+    that would not help."""
 
 
 class Finding(_Finding, total=False):
