@@ -147,6 +147,11 @@ class Rules:
             if not isinstance(ph, str) or not ph:
                 raise RulesError(f"{what} must be a phase name", path=self.source)
 
+    @property
+    def phase_names(self) -> tuple[str, ...]:
+        """Every phase these rules can give an activity: their rules' phases and ``other``."""
+        return tuple(sorted({r.phase for r in (*self.annotations, *self.kernels)} | {OTHER}))
+
     def digest(self) -> str:
         """Stable hash of the rules' meaning (not of where they came from)."""
         return self._digest

@@ -52,10 +52,13 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
     from tracekit.report import explain_document, render_explain
 
     if what_ifs:  # (numpy and pandas only when the slow path runs)
-        from tracekit.graph.whatif import parse_spec
+        from tracekit.graph.whatif import check_phases, parse_spec
 
-        for s in what_ifs:
-            parse_spec(s)
+        specs = [parse_spec(s) for s in what_ifs]
+        if any(sp.what == "phase" for sp in specs):
+            from tracekit.phases import load_rules
+
+            check_phases(specs, load_rules(rules_path))
     check_out(out, (path,), rules_path=rules_path)
     if annotate is not None:
         import os

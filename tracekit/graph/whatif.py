@@ -450,6 +450,15 @@ def parse_spec(text: str) -> Spec:
     return Spec(text, m.group("what"), m.group("pat"), factor)
 
 
+def check_phases(specs: list[Spec], rules) -> None:
+    """``WhatIfError`` for a ``phase:NAME=N`` whose NAME is no phase of ``rules``
+    (``tracekit.phases.Rules``), naming the phases there are."""
+    known = rules.phase_names
+    for sp in specs:
+        if sp.what == "phase" and sp.pattern not in known:
+            raise WhatIfError(f"--what-if {sp.text!r}: no phase {sp.pattern!r} (phases: {', '.join(known)})")
+
+
 def _regex(pat: str, text: str):
     try:
         return patterns.compile(pat)  # RE2: linear in the name, whatever the pattern
