@@ -22,7 +22,7 @@ import dash
 from dash import ALL, MATCH, Input, Output, State, ctx, dcc, html
 
 from dashboards.catalog import Catalog
-from dashboards.views import GRAPH_CONFIG, TABS, VIEWS, Views, source_error, warning
+from dashboards.views import GRAPH_CONFIG, TABS, VIEWS, Views, error, source_error, warning
 
 TAB_STYLE = {"padding": "6px 10px", "lineHeight": "20px"}
 
@@ -63,13 +63,16 @@ def _validation_layout(layout: html.Div) -> html.Div:
 
 
 def parse_link(search: str | None, catalog: Catalog) -> dict:
-    """What a link's query string asks for: ``index`` (of ``trace=<label>``), ``rank``,
-    ``view`` and ``step``, each only when present and valid (the label must be one served)."""
+    """What a link's query string asks for: ``index`` (of ``trace=``: a source's label or
+    name, ``Catalog.by_link``; never a path), ``rank``, ``view`` and ``step``, each only when
+    present and valid; ``unknown``: a ``trace=`` that names no trace served."""
     q = urllib.parse.parse_qs((search or "").lstrip("?"))
     out: dict = {}
     label = (q.get("trace") or [None])[0]
-    if label in catalog.by_label:
-        out["index"] = catalog.by_label[label]
+    if label in catalog.by_link:
+        out["index"] = catalog.by_link[label]
+    elif label is not None:
+        out["unknown"] = label
     rank = (q.get("rank") or [None])[0]
     if rank is not None and rank.lstrip("-").isdigit():
         out["rank"] = int(rank)
@@ -80,6 +83,19 @@ def parse_link(search: str | None, catalog: Catalog) -> dict:
     if step:
         out["step"] = step
     return out
+
+
+def unknown_trace(name: str, catalog: Catalog) -> html.Div:
+    """The banner of a link whose ``trace=`` names no trace served."""
+    return error(f"No trace {name!r} is served here: the link names a trace this dashboard was not started with "
+                 f"(it serves {len(catalog)}; choose one above or below).", id="unknown-trace")
+
+
+def served_list(catalog: Catalog, view: str) -> list:
+    """Every trace served, each a link to ``view`` of it (under an unknown trace's banner)."""
+    return [html.H3("Traces served"),
+            html.Ul([html.Li(dcc.Link(s.name, href=make_link(catalog, s.index, None, view))) for s in catalog.sources],
+                    id="served-traces")]
 
 
 def make_link(catalog: Catalog, index: Any, rank: Any, view: Any, step: Any = None) -> str:
@@ -173,6 +189,10 @@ def create_app(catalog: Catalog) -> dash.Dash:
             index, rank = trig["index"], None
         if not cell:
             step = want.get("step") if trig in ("url", None) else None
+        if trig in ("url", None) and "unknown" in want:  # a link to a trace not served: say so, show none
+            catalog.first_page.set()
+            return dash.no_update, None, [], None, True, tab, unknown_trace(want["unknown"], catalog), None, \
+                html.Div(served_list(catalog, tab), id=f"view-{tab}", className="tk-view")
         source = catalog.summary(index)
         err = source_error(source)
         if err is not None:

@@ -23,7 +23,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from dashboards.names import Variant, variant
+from dashboards.names import Variant, distinct, variant
 from tracekit.api import short_labels
 from tracekit.errors import TracekitError
 
@@ -54,6 +54,8 @@ class Source:
     """Seconds the load + analysis took in this process."""
     variant: Variant | None = None
     """Its variant name and run group (``dashboards.names.variant``)."""
+    unique_name: str | None = None
+    """Its name, made unique among the catalog's (``dashboards.names.distinct``)."""
     job: dict | None = None
     """The job object of a directory of rank traces (``tracekit.api.job_document``), once computed."""
     hta: dict = field(default_factory=dict, repr=False)
@@ -62,7 +64,9 @@ class Source:
 
     @property
     def name(self) -> str:
-        """The variant name when the files give one, else the label."""
+        """The variant name when the files give one, else the label; unique in its catalog."""
+        if self.unique_name is not None:
+            return self.unique_name
         return self.variant.name if self.variant is not None else self.label
 
     def warnings(self, rank: int | None) -> list[str]:
@@ -111,8 +115,17 @@ class Catalog:
         anything is served) or None for the defaults."""
         self.sources = [Source(i, p, label, variant=variant(p, label))
                         for i, (p, label) in enumerate(zip(paths, short_labels(list(paths))))]
+        for s, n in zip(self.sources, distinct([s.name for s in self.sources], [s.variant for s in self.sources],
+                                                [s.label for s in self.sources])):
+            s.unique_name = n
         self.by_label = {s.label: s.index for s in self.sources}
         """label -> index: how a link (``?trace=<label>``) names a source."""
+        self.by_link: dict[str, int] = {}
+        """What a link may name a source by (``?trace=``): its label or its name (both unique,
+        never a path); -> index."""
+        for s in self.sources:
+            self.by_link.setdefault(s.name, s.index)
+        self.by_link.update(self.by_label)  # a label wins over a name that reads like it
         self._cache_dir = cache_dir
         self._use_cache = use_cache
         self._rules_path = rules
@@ -124,6 +137,9 @@ class Catalog:
         self._pool = None
         self.first_page = threading.Event()
         """Set by the app once it has answered the first page (see ``prefetch``)."""
+        self.imports_done = threading.Event()
+        """Set by ``prefetch`` once numpy, pandas and the views' modules are imported: until then
+        the server holds the app's requests (``dashboards.server.held_until``)."""
 
     @property
     def rules(self) -> Any:
@@ -212,7 +228,8 @@ class Catalog:
             source.load_s = time.perf_counter() - t0
 
     def prefetch(self, *, defer_s: float = 10.0) -> threading.Thread:
-        """Summarise every source, then load them all, in a background thread.
+        """Import what the views need (then ``imports_done`` is set), summarise every source,
+        then load them all, in a background thread.
 
         The full loads hold the GIL for a while each: they start once the first page has been
         answered (``first_page.set()``, done by the app) or after ``defer_s`` seconds, so that
@@ -220,10 +237,15 @@ class Catalog:
         """
 
         def run() -> None:
+            try:  # numpy, pandas: the views but the overview need them; plotly's JSON encoder reads pandas
+                import plotly.io.json  # noqa: F401
+
+                from dashboards import figures, results  # noqa: F401
+            finally:
+                self.imports_done.set()
             for s in self.sources:
                 self.summary(s.index)
             self.first_page.wait(defer_s)
-            from dashboards import figures, results  # noqa: F401  (numpy, pandas: the views but the overview need them)
 
             for s in self.sources:
                 self._load(s)

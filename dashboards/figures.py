@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from dashboards.reports import category_name
-from dashboards.timeline import Lanes
+from dashboards.timeline import MARK_LANES, Lanes
 
 from dashboards.style import AXIS as _AXIS  # noqa: E402
 from dashboards.style import CATEGORY_COLOURS, PHASE_COLOURS, PLAIN_LAYOUT, category_colour, fmt, is_number, phase_colour  # noqa: F401,E402
@@ -72,7 +72,10 @@ def timeline(lanes: Lanes, marks: pd.DataFrame | None = None) -> dict:
     mark_lanes: list[str] = []
     shapes: list[dict] = []
     if marks is not None and len(marks):
-        mark_lanes = list(dict.fromkeys(marks["lane"]))
+        mark_lanes = list(MARK_LANES) + [x for x in dict.fromkeys(marks["lane"]) if x not in MARK_LANES]
+        # every lane of marks drawn, an empty one too (plotly draws only the categories a trace has)
+        data.append({"type": "bar", "orientation": "h", "y": mark_lanes, "x": [0] * len(mark_lanes), "name": "lanes",
+                     "legendgroup": "lanes", "showlegend": False, "hoverinfo": "skip", "marker": {"color": "rgba(0,0,0,0)"}})
         for kind, grp in marks.groupby("kind", sort=False):
             bar = {"type": "bar", "orientation": "h", "y": grp["lane"].tolist(), "x": _nums(grp["dur_ms"]),
                    "base": _nums(grp["start_ms"]), "name": {"step": "step", "gap": "optimizer → lookup gap",
@@ -170,56 +173,62 @@ def class_bars(classes: pd.DataFrame) -> dict:
     }
 
 
-GAP_COLOURS = {"idle": "#d62728", "busy": "#ff9f40", "overlap": "#2ca02c", "ahead": "#7f7f7f"}
+GAP_COLOURS = {"idle_ms": "#d62728", "busy_ms": "#ff9f40", "early_ms": "#2ca02c", "ahead_gap_ms": "#7f7f7f"}
+GAP_NAMES = {"idle_ms": "gap: GPU idle", "busy_ms": "gap: GPU busy with other work",
+             "early_ms": "lookup started before the optimizer ended", "ahead_gap_ms": "lookup ran ahead of the optimizer"}
+"""The parts of a signed gap (``dashboards.results.GAP_PARTS``) as the gap charts stack them: a
+bar's parts add up to the gap the table, the overview and compare write."""
 
 
-def _ahead_notes(labels: list[str], ahead, axis: str) -> list[dict]:
-    """Text at 0 for the pairs whose lookup ran ahead of the optimizer (no bar: the scale stays
-    that of the gaps, and there is no gap to draw)."""
+def _gap_bars(g: pd.DataFrame, cat: list[str], axis: str) -> list[dict]:
+    """A stacked bar per row of ``g`` (its ``GAP_PARTS`` columns), on the ``axis`` of categories."""
+    data = []
+    for col, name in GAP_NAMES.items():
+        vals = g[col].to_numpy(np.float64)
+        if not np.any(vals):
+            continue
+        bar = {"type": "bar", "name": name, "marker": {"color": GAP_COLOURS[col]},
+               "hovertemplate": "%{" + ("x" if axis == "x" else "y") + "}: %{" + ("y" if axis == "x" else "x") + ":,.3f} ms<extra>" + name + "</extra>"}
+        if axis == "x":
+            bar.update(x=cat, y=_nums(vals))
+        else:
+            bar.update(orientation="h", y=cat, x=_nums(vals))
+        data.append(bar)
+    return data
+
+
+def _gap_totals(total, axis: str) -> list[dict]:
+    """The signed gap written at the end of each bar."""
     out = []
-    for lab, v in zip(labels, ahead):
-        if v:
-            pos = {"x": lab, "y": 0, "yanchor": "bottom"} if axis == "x" else {"y": lab, "x": 0, "xanchor": "left"}
-            out.append({**pos, "text": f"lookup ran {v:,.1f} ms ahead of the optimizer: no gap", "showarrow": False,
-                        "font": {"size": 11, "color": "#555"}, "bgcolor": "#eeeeee"})
+    for i, v in enumerate(total):  # a category axis places an annotation by the category's index
+        pos = {"x": i, "y": v, "yanchor": "bottom" if v >= 0 else "top"} if axis == "x" else \
+            {"y": i, "x": v, "xanchor": "left" if v >= 0 else "right"}
+        out.append({**pos, "text": f"{v:+,.3f} ms", "showarrow": False, "font": {"size": 11, "color": "#333"}})
     return out
 
 
 def gap_steps(g: pd.DataFrame, title: str) -> dict:
-    """One trace's optimizer → next lookup pairs per step: a positive gap split into GPU idle
-    and GPU busy with other work; an overlap drawn below 0; a lookup that ran ahead of the
-    optimizer written at 0 with how far ahead it ran."""
+    """One trace's optimizer → next lookup pairs per step: the signed gap (as the table writes
+    it), a positive one split into GPU idle and GPU busy with other work, a negative one drawn
+    below 0 (the lookup started that long before the optimizer's end, or ran ahead of it)."""
     x = g["step"].astype(str).tolist()
-    data = [
-        {"type": "bar", "x": x, "y": _nums(g["idle_ms"]), "name": "gap: GPU idle", "marker": {"color": GAP_COLOURS["idle"]},
-         "hovertemplate": "step %{x}: GPU idle %{y:,.3f} ms in the gap<extra></extra>"},
-        {"type": "bar", "x": x, "y": _nums(g["busy_ms"]), "name": "gap: GPU busy with other work", "marker": {"color": GAP_COLOURS["busy"]},
-         "hovertemplate": "step %{x}: GPU busy %{y:,.3f} ms in the gap<extra></extra>"},
-        {"type": "bar", "x": x, "y": _nums(-g["overlap_ms"]), "name": "lookup overlaps the optimizer", "marker": {"color": GAP_COLOURS["overlap"]},
-         "hovertemplate": "step %{x}: overlap %{customdata:,.3f} ms<extra></extra>", "customdata": _nums(g["overlap_ms"])},
-    ]
-    return {"data": data, "layout": _layout(f"Optimizer → next lookup, per step · {title}", x="step", y="ms", height=340,
-                                            barmode="relative", xaxis={"type": "category"}, bargap=0.5,
-                                            legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0},
-                                            margin={"t": 70}, annotations=_ahead_notes(x, g["ahead_ms"].tolist(), "x"),
-                                            yaxis={"zeroline": True, "zerolinecolor": "#555", "zerolinewidth": 1})}
+    return {"data": _gap_bars(g, x, "x"),
+            "layout": _layout(f"Optimizer → next lookup gap, per step (ms) · {title}", x="step", y="ms", height=340,
+                              barmode="relative", xaxis={"type": "category"}, bargap=0.5,
+                              legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0},
+                              margin={"t": 70}, annotations=_gap_totals(g["gap_ms"].tolist(), "x"),
+                              yaxis={"zeroline": True, "zerolinecolor": "#555", "zerolinewidth": 1})}
 
 
 def gap_variants(rows: pd.DataFrame) -> dict:
-    """Mean gap per trace (``name, idle_ms, busy_ms, overlap_ms, ahead_ms``), one bar each;
-    a trace whose lookup runs ahead is written at 0."""
+    """Mean signed gap per trace (``name``, ``gap_ms`` and the mean of each ``GAP_PARTS``
+    column, which add up to it), one stacked bar each."""
     y = rows["name"].tolist()
-    data = [
-        {"type": "bar", "orientation": "h", "y": y, "x": _nums(rows["idle_ms"]), "name": "gap: GPU idle", "marker": {"color": GAP_COLOURS["idle"]}},
-        {"type": "bar", "orientation": "h", "y": y, "x": _nums(rows["busy_ms"]), "name": "gap: GPU busy", "marker": {"color": GAP_COLOURS["busy"]}},
-        {"type": "bar", "orientation": "h", "y": y, "x": _nums(-rows["overlap_ms"]), "name": "overlap", "marker": {"color": GAP_COLOURS["overlap"]}},
-    ]
-    for d in data:
-        d["hovertemplate"] = "%{y}: %{x:,.3f} ms<extra>" + d["name"] + "</extra>"
-    return {"data": data, "layout": _layout("Mean gap per step, across the traces of this run (ms)", x="ms", height=max(220, 100 + 32 * len(y)),
-                                            barmode="relative", yaxis={"autorange": "reversed"}, showlegend=False, bargap=0.35,
-                                            annotations=_ahead_notes(y, rows["ahead_ms"].tolist(), "y"),
-                                            xaxis={"zeroline": True, "zerolinecolor": "#555"})}
+    return {"data": _gap_bars(rows, y, "y"),
+            "layout": _layout("Mean optimizer → next lookup gap per step, across the traces of this run (ms)", x="ms",
+                              height=max(220, 100 + 32 * len(y)), barmode="relative", yaxis={"autorange": "reversed"},
+                              showlegend=False, bargap=0.35, annotations=_gap_totals(rows["gap_ms"].tolist(), "y"),
+                              xaxis={"zeroline": True, "zerolinecolor": "#555"}, margin={"r": 90})}
 
 
 IDLE_COLOURS = {"host_wait_ms": "#d62728", "kernel_wait_ms": "#ff9f40", "other_ms": "#9aa0b0"}

@@ -42,6 +42,9 @@ class Variant:
     words of its name (``issue5_delta_*``)."""
     pipeline: str | None = None
     """``metrics.json``'s ``pipeline`` (``base``/``sparse``/``fused``/``semi``), if any."""
+    preset: str | None = None
+    """``metrics.json``'s ``preset`` (the model and batch the run used: ``multitask_b32k``), if
+    any: what tells apart two runs of one pipeline (``distinct``)."""
 
 
 def _metrics(path: str) -> dict | None:
@@ -78,9 +81,30 @@ def variant(path: str, label: str) -> Variant:
         ws = m.get("world_size")
         if isinstance(ws, int) and ws > 0:
             name += f" · {ws} GPU" + ("s" if ws > 1 else "")
-        return Variant(name, os.path.dirname(run_dir), pipe)
+        preset = m.get("preset") if isinstance(m.get("preset"), str) and m.get("preset") else None
+        return Variant(name, os.path.dirname(run_dir), pipe, preset)
     stem = os.path.basename(path).split(".")[0]
     return Variant(label, os.path.join(run_dir, "_".join(stem.split("_")[:2])))
+
+
+def distinct(names: list[str], variants: list[Variant | None], labels: list[str]) -> list[str]:
+    """``names`` made unique, so that no two traces of a page read alike: a name two traces
+    share gets its run's preset (``FusedSparseDist · 1 GPU · multitask_b4k``) where that tells
+    them apart, else its label (``… · multitask/fused/trace_rank0``)."""
+    out = list(names)
+    for attempt in ("preset", "label"):
+        seen: dict[str, list[int]] = {}
+        for i, n in enumerate(out):
+            seen.setdefault(n, []).append(i)
+        for same in seen.values():
+            if len(same) < 2:
+                continue
+            for i in same:
+                v = variants[i]
+                extra = (v.preset if v is not None else None) if attempt == "preset" else labels[i]
+                if extra and not out[i].endswith(f" · {extra}"):
+                    out[i] = f"{out[i]} · {extra}"
+    return out
 
 
 # ---- GPU streams by role -----------------------------------------------------------------------

@@ -41,8 +41,9 @@ def steps(trace: LoadedTrace, analysis: Any) -> pd.DataFrame:
     })
 
 
-MARK_LANES = ("steps", "critical path", "optimizer → lookup gap", "sync stalls")
-"""The timeline's lanes of marks, drawn above the threads."""
+MARK_LANES = timeline.MARK_LANES
+MARK_LANE = {"step": MARK_LANES[0], "critical": MARK_LANES[1], "gap": MARK_LANES[2], "stall": MARK_LANES[3]}
+"""The lane of each kind of mark: a lane holds only its own marks."""
 
 
 def timeline_marks(trace: LoadedTrace, analysis: Any, origin: int, window_ms: tuple[float, float] | None = None) -> pd.DataFrame:
@@ -56,7 +57,7 @@ def timeline_marks(trace: LoadedTrace, analysis: Any, origin: int, window_ms: tu
     parts = []
     st = steps(trace, analysis)
     if len(st):
-        parts.append(pd.DataFrame({"lane": MARK_LANES[0], "start_ms": (st["start_ns"] - origin) / NS_PER_MS,
+        parts.append(pd.DataFrame({"lane": MARK_LANE["step"], "start_ms": (st["start_ns"] - origin) / NS_PER_MS,
                                    "dur_ms": (st["end_ns"] - st["start_ns"]) / NS_PER_MS,
                                    "label": [f"step {s}" for s in st["step"]], "kind": "step"}))
     path = getattr(getattr(analysis, "explain", None), "path", None)
@@ -67,21 +68,21 @@ def timeline_marks(trace: LoadedTrace, analysis: Any, origin: int, window_ms: tu
         p = path[keep]
         cats = p["category"].astype(str).tolist()
         parts.append(pd.DataFrame({
-            "lane": MARK_LANES[1], "start_ms": start[keep], "dur_ms": end[keep] - start[keep],
+            "lane": MARK_LANE["critical"], "start_ms": start[keep], "dur_ms": end[keep] - start[keep],
             "label": [f"step {st} · {category_name(c)}: {str(n)[:90]}<br>{w} · {d / NS_PER_MS:,.3f} ms"
                       for st, c, n, w, d in zip(p["step"], cats, p["name"], p["what"], p["dur"])],
             "kind": "critical", "category": cats}))
     g = analysis.gaps.gaps
     if len(g):
         g = g[g["gap_ns"] > 0]
-        parts.append(pd.DataFrame({"lane": MARK_LANES[1], "start_ms": (g["optimizer_end"] - origin) / NS_PER_MS,
+        parts.append(pd.DataFrame({"lane": MARK_LANE["gap"], "start_ms": (g["optimizer_end"] - origin) / NS_PER_MS,
                                    "dur_ms": g["gap_ns"] / NS_PER_MS,
                                    "label": [f"gap {v / NS_PER_MS:,.3f} ms (GPU idle {i / NS_PER_MS:,.3f} ms) before lookup of batch {b}"
                                              for v, i, b in zip(g["gap_ns"], g["idle_ns"], g["lookup_batch"])],
                                    "kind": "gap"}))
     y = analysis.syncs.stalls
     if len(y):
-        parts.append(pd.DataFrame({"lane": MARK_LANES[2], "start_ms": (y["ts"] - origin) / NS_PER_MS,
+        parts.append(pd.DataFrame({"lane": MARK_LANE["stall"], "start_ms": (y["ts"] - origin) / NS_PER_MS,
                                    "dur_ms": y["dur_ns"] / NS_PER_MS,
                                    "label": [f"{n}: {d / NS_PER_MS:,.3f} ms<br>{c[-90:]}" for n, d, c in zip(y["name"], y["dur_ns"], y["call_site"])],
                                    "kind": "stall"}))
@@ -183,10 +184,14 @@ def gaps(report: dict) -> pd.DataFrame | None:
     """Per optimizer → next lookup pair of one rank's report object: ``step`` (label), ``kind``
     (``gap``: the lookup starts after the optimizer ends; ``overlap``: it starts while the
     optimizer runs; ``ahead``: it started before the optimizer did, as in a pipeline that looks
-    up one step ahead, SemiSync), ``gap_ms`` (signed, as tracekit reports it), ``idle_ms`` (GPU
-    idle inside the gap), ``busy_ms`` (the rest of a positive gap: the GPU ran other work),
-    ``overlap_ms``, ``ahead_ms`` (how long before the optimizer's start the lookup started),
-    the batches and how they were matched; None when there is no pair."""
+    up one step ahead, SemiSync), ``gap_ms`` (signed, as tracekit reports it: the table, the
+    overview and compare write it), and ``gap_ms`` cut into the parts the charts stack, which add
+    up to it: ``idle_ms`` (GPU idle inside a positive gap), ``busy_ms`` (the rest of a positive
+    gap: the GPU ran other work), ``early_ms`` (a negative gap of an ``overlap`` pair: the
+    lookup started that long before the optimizer's end), ``ahead_gap_ms`` (a negative gap of an
+    ``ahead`` pair); then ``overlap_ms`` (GPU time the lookup's and the optimizer's activities ran
+    at once), ``ahead_ms`` (how long before the optimizer's start the lookup started), the
+    batches and how they were matched; None when there is no pair."""
     g = pd.DataFrame(report["gaps"]["gaps"])
     if g.empty:
         return None
@@ -199,12 +204,16 @@ def gaps(report: dict) -> pd.DataFrame | None:
     idle = g["idle_ns"].to_numpy(np.float64) / NS_PER_MS
     ahead = g["lookup_start"].to_numpy(np.int64) < g["optimizer_start"].to_numpy(np.int64)
     kind = np.where(ahead, "ahead", np.where(gap >= 0, "gap", "overlap"))
+    positive = gap >= 0
+    idle_part = np.where(positive, np.clip(idle, 0.0, np.maximum(gap, 0.0)), 0.0)
     return pd.DataFrame({
         "step": label,
         "kind": kind,
         "gap_ms": gap,
-        "idle_ms": np.where(gap >= 0, idle, 0.0),
-        "busy_ms": np.where(gap >= 0, np.maximum(gap - idle, 0.0), 0.0),
+        "idle_ms": idle_part,
+        "busy_ms": np.where(positive, gap - idle_part, 0.0),
+        "early_ms": np.where(~positive & ~ahead, gap, 0.0),
+        "ahead_gap_ms": np.where(~positive & ahead, gap, 0.0),
         "overlap_ms": g["overlap_ns"].to_numpy(np.float64) / NS_PER_MS,
         "ahead_ms": np.where(ahead, (g["optimizer_start"] - g["lookup_start"]).to_numpy(np.float64) / NS_PER_MS, 0.0),
         "optimizer batch": g["optimizer_batch"].to_numpy(),
@@ -213,22 +222,28 @@ def gaps(report: dict) -> pd.DataFrame | None:
     })
 
 
+GAP_PARTS = ("idle_ms", "busy_ms", "early_ms", "ahead_gap_ms")
+"""The columns of ``gaps`` that add up to the signed gap (what the charts stack)."""
+
+
 def gap_summary(g: pd.DataFrame) -> str:
-    """One sentence on a trace's pairs: what the signed gap means for them."""
+    """A few sentences on a trace's pairs: the mean signed gap (the overview's and compare's
+    figure), and what it means for each kind of pair."""
+    parts = [f"Mean gap over {len(g)} step(s): {g['gap_ms'].mean():,.3f} ms (the lookup's start minus the optimizer's end; "
+             "negative: the lookup started before the optimizer ended)"]
     kinds = set(g["kind"])
-    parts = []
     if "gap" in kinds:
         k = g[g["kind"] == "gap"]
         parts.append(f"{len(k)} step(s) where the next lookup waited for the optimizer: mean gap "
                      f"{k['gap_ms'].mean():,.3f} ms, of which the GPU sat idle {k['idle_ms'].mean():,.3f} ms")
     if "overlap" in kinds:
         k = g[g["kind"] == "overlap"]
-        parts.append(f"{len(k)} step(s) where the lookup overlapped the optimizer by {k['overlap_ms'].mean():,.3f} ms on average")
+        parts.append(f"{len(k)} step(s) where the lookup started {-k['gap_ms'].mean():,.3f} ms before the optimizer ended "
+                     f"(their GPU work overlapped {k['overlap_ms'].mean():,.3f} ms)")
     if "ahead" in kinds:
         k = g[g["kind"] == "ahead"]
         parts.append(f"{len(k)} step(s) where the next batch's lookup ran {k['ahead_ms'].mean():,.3f} ms before the optimizer "
-                     "started (a pipeline that looks up one step ahead, as SemiSync does): the optimizer does not delay it, "
-                     "and the signed gap (its start minus the optimizer's end) is negative without any overlap")
+                     "started (a pipeline that looks up one step ahead, as SemiSync does): the optimizer does not delay it")
     return "; ".join(parts) + "."
 
 
@@ -314,8 +329,10 @@ def snapshot(trace: LoadedTrace, analysis: Any, stream_names: dict[tuple[int, in
     ``on the timeline`` (the timeline's name of the CUPTI stream that handle was matched to,
     ``tracekit.analyses.snapshot_streams``: the default stream, handle 0, is CUPTI's stream 7;
     another handle by the allocations both files record, or why it cannot be told), ``votes``
-    (allocations for that stream / allocations that voted), reserved / allocated / free in that
-    unit); None without a snapshot."""
+    (allocations for that stream / allocations that voted), reserved / allocated / pending free
+    / free in that unit: reserved = allocated + pending free (freed by the program, waiting for
+    the streams it was used on: ``active_pending_free``) + free); None without a snapshot.
+    Handles are written in decimal, as ``tracekit analyze`` and docs/metrics.md write them."""
     snap = getattr(analysis, "snapshot", None)
     if snap is None or snap.streams.empty:
         return None
@@ -326,7 +343,7 @@ def snapshot(trace: LoadedTrace, analysis: Any, stream_names: dict[tuple[int, in
     rows = {} if match is None else {(int(r.device), int(r.handle)): r for r in match.streams.itertuples(index=False)}
 
     def handle(d, s, main):
-        text = "default stream (handle 0)" if int(s) == 0 else f"side stream (handle {int(s):#x})"
+        text = "default stream (handle 0)" if int(s) == 0 else f"side stream (handle {int(s)})"
         text += " · main" if main else ""
         return text if n_dev <= 1 else f"GPU {d} · {text}"
 
@@ -349,6 +366,7 @@ def snapshot(trace: LoadedTrace, analysis: Any, stream_names: dict[tuple[int, in
         "votes": [votes(d, s) for d, s in zip(st["device"], st["stream"])],
         f"reserved {unit}": st["reserved"].to_numpy(np.float64) / scale,
         f"allocated {unit}": st["allocated"].to_numpy(np.float64) / scale,
+        f"pending free {unit}": st["pending_free"].to_numpy(np.float64) / scale,
         f"free {unit}": st["free"].to_numpy(np.float64) / scale,
     })
 

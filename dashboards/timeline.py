@@ -20,6 +20,10 @@ import pandas as pd
 from dashboards import names
 from tracekit.api import Lanes as TraceLanes
 
+MARK_LANES = ("steps", "critical path", "optimizer → lookup gap", "sync stalls")
+"""The timeline's lanes of marks, drawn above the threads, top to bottom, each always drawn (an
+empty lane says there is none of its marks in the window)."""
+
 
 @dataclass(frozen=True)
 class Lanes:

@@ -379,8 +379,7 @@ class Views:
             out.append(note(f"{rank_label(source, rep)}: no optimizer → lookup pair found. {rep['gaps']['note']}", id="gaps-summary"))
         else:
             out.append(html.Div(results.gap_summary(g), className="tk-lead", id="gaps-summary"))
-            if (g["kind"] != "ahead").any():  # nothing to draw for a lookup that ran ahead
-                out.append(dcc.Graph(id="gaps-graph", figure=figures.gap_steps(g, rank_label(source, rep)), config=GRAPH_CONFIG))
+            out.append(dcc.Graph(id="gaps-graph", figure=figures.gap_steps(g, rank_label(source, rep)), config=GRAPH_CONFIG))
         rows = []
         for s in [source, *[s for s in self.group(source) if s.index != source.index]]:
             s = self.catalog.summary(s.index)
@@ -388,14 +387,15 @@ class Views:
                 continue
             gg = results.gaps(s.report(rank))
             if gg is not None:
-                rows.append({"name": s.name, **{c: float(gg[c].mean()) for c in ("idle_ms", "busy_ms", "overlap_ms", "ahead_ms")}})
+                rows.append({"name": s.name, **{c: float(gg[c].mean()) for c in ("gap_ms", *results.GAP_PARTS)}})
         if len(rows) > 1:
             import pandas as pd
 
             out.append(dcc.Graph(id="gaps-variants", figure=figures.gap_variants(pd.DataFrame(rows)), config=GRAPH_CONFIG))
         if g is not None:
-            table = g.drop(columns=["kind"]).rename(columns={"gap_ms": "signed gap ms", "idle_ms": "GPU idle ms", "busy_ms": "GPU busy ms",
-                                                          "overlap_ms": "overlap ms", "ahead_ms": "ran ahead ms"})
+            table = g.drop(columns=["kind", "early_ms", "ahead_gap_ms"]).rename(columns={
+                "gap_ms": "signed gap ms", "idle_ms": "GPU idle ms", "busy_ms": "GPU busy ms", "overlap_ms": "overlap ms",
+                "ahead_ms": "ran ahead ms"})
             out.append(html.Div([html.H4(rank_label(source, rep)), html_table(table, id="gaps-table")], className="tk-section"))
         return out
 

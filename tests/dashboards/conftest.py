@@ -44,17 +44,21 @@ def _browser_or_skip():
         pytest.skip(missing)
 
 
-def write_snapshot(path: Path, segments: list[tuple[int, int, int]]) -> None:
+def write_snapshot(path: Path, segments: list[tuple[int, ...]]) -> None:
     """A memory-snapshot pickle as ``torch.cuda.memory._snapshot()`` writes it (builtins only):
-    one segment per (stream, allocated bytes, free bytes)."""
+    one segment per (stream, allocated bytes, free bytes[, bytes pending free])."""
     segs, addr = [], 1 << 30
-    for stream, allocated, free in segments:
-        blocks = [{"address": addr, "size": allocated, "requested_size": allocated, "state": "active_allocated", "frames": []},
-                  {"address": addr + allocated, "size": free, "requested_size": free, "state": "inactive", "frames": []}]
-        segs.append({"device": 0, "address": addr, "total_size": allocated + free, "allocated_size": allocated,
-                     "active_size": allocated, "requested_size": allocated, "stream": stream, "segment_type": "large",
+    for stream, allocated, free, *rest in segments:
+        pending = rest[0] if rest else 0
+        blocks = [{"address": addr, "size": allocated, "requested_size": allocated, "state": "active_allocated", "frames": []}]
+        if pending:
+            blocks.append({"address": addr + allocated, "size": pending, "requested_size": pending,
+                           "state": "active_pending_free", "frames": []})
+        blocks.append({"address": addr + allocated + pending, "size": free, "requested_size": free, "state": "inactive", "frames": []})
+        segs.append({"device": 0, "address": addr, "total_size": allocated + pending + free, "allocated_size": allocated,
+                     "active_size": allocated + pending, "requested_size": allocated, "stream": stream, "segment_type": "large",
                      "segment_pool_id": (0, 0), "is_expandable": False, "frames": [], "blocks": blocks})
-        addr += 1 << 30
+        addr += 1 << 31
     path.write_bytes(pickle.dumps({"segments": segs, "device_traces": [[]], "allocator_settings": {}}))
 
 
@@ -78,12 +82,14 @@ def dashboard_sources(tmp_path_factory) -> dict[str, str]:
         sources["ranks"] = str(ranks)
     mem = d / "dlrm_2stream_small.json.gz"
     shutil.copy(TEST_DATA / "dlrm_2stream_small.json.gz", mem)
-    write_snapshot(d / "dlrm_2stream_small.pickle", [(0, 300 << 20, 100 << 20), (SIDE_STREAM, 64 << 20, 960 << 20)])
+    write_snapshot(d / "dlrm_2stream_small.pickle", [(0, 300 << 20, 100 << 20), (SIDE_STREAM, 64 << 20, 512 << 20, 448 << 20)])
     sources["memory"] = str(mem)
     if (PUBLIC / "kineto_tbplugin_resnet50.json.gz").exists():
         sources["legacy"] = str(PUBLIC / "kineto_tbplugin_resnet50.json.gz")
     for variant in ("fused", "sparse"):  # two variants of one run, with the runtime's metrics.json
         sources[variant] = str(REPO / "sample_traces" / "pipelines_1gpu" / variant / "trace_rank0.json.gz")
+    # the same pipeline in another run (another preset): its variant name is the first one's
+    sources["fused_b4k"] = str(REPO / "sample_traces" / "pipelines_1gpu" / "multitask_b4k" / "fused" / "trace_rank0.json.gz")
     truncated = d / "crashed_job.json"  # a crashed job's trace: cut mid-event, repaired with a warning
     text = gzip.decompress((TEST_DATA / "dlrm_2stream_small.json.gz").read_bytes())
     truncated.write_bytes(text[: int(len(text) * 0.6)])

@@ -417,7 +417,7 @@ def test_memory_peaks_and_snapshot(page, dashboard):
     assert markers["peak reserved"]["y"] == [pytest.approx(al.peak_reserved / scale)]
     # the snapshot beside the trace: reserved per stream (400 MiB main, 1 GiB side stream), in GiB,
     # the default stream named as on the timeline
-    expect_text(page, "#memory-snapshot-table", f"side stream (handle {SIDE_STREAM:#x})")
+    expect_text(page, "#memory-snapshot-table", f"side stream (handle {SIDE_STREAM})")  # decimal, as the CLI writes it
     expect_text(page, "#memory-snapshot-table", "1.000")
     expect_text(page, "#memory-snapshot-table", f"{400 / 1024:.3f}")
     from dashboards.results import stream_names
@@ -469,7 +469,8 @@ def test_idle_time_and_kernels_are_htas(page, dashboard):
 def test_compare_a_runs_variants_against_a_chosen_baseline(page, dashboard):
     _, catalog, roles = dashboard
     fused, sparse = catalog.sources[roles["fused"]], catalog.sources[roles["sparse"]]
-    assert (fused.name, sparse.name) == ("FusedSparseDist · 1 GPU", "SparseDist · 1 GPU")  # from metrics.json
+    # from metrics.json; FusedSparseDist's name says its preset (another run's FusedSparseDist is served too)
+    assert (fused.name, sparse.name) == ("FusedSparseDist · 1 GPU · multitask_b32k", "SparseDist · 1 GPU")
     choose_source(page, dashboard, "fused")
     tab(page, "compare")
     # by default: the chosen trace's run (its variants), SparseDist (TorchRec's default) the baseline
@@ -562,10 +563,7 @@ def test_a_link_opens_the_same_trace_rank_and_view(browser, dashboard):
         pg.click("#tab-overlap")  # the link follows what is shown
         pg.wait_for_function("() => location.search.includes('view=overlap')", timeout=TIMEOUT)
         assert query(pg) == {"trace": s.label, "rank": "1", "view": "overlap"}
-        # a link naming no served trace (a path, say) opens the first one, and nothing else
-        pg.goto(f"{url}?trace=%2Fetc%2Fpasswd&view=memory")
-        expect_text(pg, "#source", catalog.sources[0].name)
-        assert errors == []
+        assert errors == []  # (a link naming no served trace: test_browser_glance)
     finally:
         ctx.close()
 

@@ -171,4 +171,8 @@ def test_a_link_names_traces_by_label_only(tmp_path):
     for bad in ["?trace=" + urllib.parse.quote(str(SAMPLE)), "?trace=../x&rank=a&view=nope", "?rank=-1", ""]:
         got = parse_link(bad, catalog)
         assert "index" not in got and got.get("view") is None
+        if "trace=" in bad:  # a trace not served (a path is never one): the page says so
+            assert got["unknown"] == urllib.parse.unquote(bad.split("trace=")[1].split("&")[0])
+    # a source's name works as its label does
+    assert parse_link("?trace=" + urllib.parse.quote(catalog.sources[1].name), catalog)["index"] == 1
     assert make_link(catalog, 0, None, "overview", "52") == "?" + urllib.parse.urlencode({"trace": labels[0], "view": "overview"})
