@@ -15,6 +15,9 @@
   loading anything (``None`` on a miss); ``cached_reports(path)`` also finds a directory's in
   its rank files' own entries. ``analyzed(path)``: every rank loaded and analysed, the reports
   stored in the report cache (what a viewer that keeps traces asks for).
+- ``diff_paths(a, b)``: where a rank of ``b`` differs from a rank of ``a``
+  (``tracekit.analyses.diff``: ops, kernels, phases, streams, critical path, per step); a
+  ``LoadedTrace``'s ``operators()`` and ``kernels()`` are its tables of ops and kernels.
 - ``load_rules(path)``: phase rules (``tracekit.phases``), checked when read.
 - ``short_labels(paths)``: short unique names for paths, as ``compare`` and the dashboard
   label them.
@@ -34,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tracekit._files import short_labels
-from tracekit.loaded import (LoadedTrace, analyze_path, analyzed, explain_path,
+from tracekit.loaded import (LoadedTrace, analyze_path, analyzed, diff_paths, explain_path,
                              has_untraced_beside, load, loading, report_for_path)
 from tracekit.reportcache import (MAX_REPORTS, REPORT_CACHE_VERSION, cache_problem,
                                   cached_report, cached_reports, report_key, trace_files)
@@ -169,5 +172,5 @@ def job_document(
 
 __all__ = ["DEFAULT_STREAM_CUPTI", "Lanes", "LoadedTrace", "MAX_REPORTS", "REPORT_CACHE_VERSION",
            "Reports", "analyze_path", "analyzed", "cache_problem", "cached_report",
-           "cached_reports", "load_rules", "explain_path", "has_untraced_beside", "is_job", "job_document", "load",
+           "cached_reports", "diff_paths", "load_rules", "explain_path", "has_untraced_beside", "is_job", "job_document", "load",
            "loading", "open", "report_for_path", "report_key", "reports", "short_labels", "trace_files"]

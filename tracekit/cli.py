@@ -20,6 +20,7 @@ class _LazyGroup(click.Group):
     _commands = {
         "analyze": "tracekit.commands.analyze",
         "compare": "tracekit.commands.compare",
+        "diff": "tracekit.commands.diff",
         "check": "tracekit.commands.check",
         "explain": "tracekit.commands.explain",
         "run": "tracekit.commands.run",

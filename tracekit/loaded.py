@@ -3,7 +3,7 @@
 ``loading(path)`` loads a trace file or a directory of per-rank traces once and gives one
 ``LoadedTrace`` per rank; each answers every question about its rank (``steps()``,
 ``activities()``, ``graph()``, ``analysis()``, ``explain()``, ``report()``,
-``critical_path()``, ``lanes()``, ``hta()``...), computing each once and keeping it on the
+``critical_path()``, ``lanes()``, ``operators()``, ``kernels()``, ``diff(other)``, ``hta()``...), computing each once and keeping it on the
 object (what the answers share underneath, the activities with their phases, the steps and the
 graph, is kept on the trace itself: ``Trace.memo``). Perfetto's ``TraceProcessor`` and HTA's
 ``TraceAnalysis`` have this shape.
@@ -191,6 +191,34 @@ class LoadedTrace:
         return self._computed("gaps") or self._once(
             ("gaps",), lambda: gaps.compute(self.trace, self.rules))
 
+    def operators(self):
+        """Every host op with its calls, CPU and GPU time, over all steps and per step
+        (``tracekit.analyses.operators``)."""
+        from tracekit.analyses import operators
+
+        return self._once(("operators",), lambda: operators.compute(self.trace, self.rules))
+
+    def kernels(self):
+        """Every GPU activity name with its calls, time and launching op, over all steps and per
+        step (``tracekit.analyses.kernels``)."""
+        from tracekit.analyses import kernels
+
+        return self._once(("kernels",), lambda: kernels.compute(self.trace, self.rules))
+
+    def diff_side(self):
+        """What ``tracekit.analyses.diff`` reads of this trace (``diff.Side``), from the answers
+        kept here."""
+        from tracekit.analyses import diff
+
+        return self._once(("diff_side",), lambda: diff.side(self.trace, self.rules, explain=self.explain(),
+                                                              operators=self.operators(), kernels=self.kernels()))
+
+    def diff(self, other: LoadedTrace):
+        """Where ``other`` (B) differs from this trace (A): ``tracekit.analyses.diff``."""
+        from tracekit.analyses import diff
+
+        return diff.compute(self.diff_side(), other.diff_side())
+
     def hta(self) -> dict:
         """HTA's section as JSON values (``tracekit.analyses.hta``)."""
         def compute():
@@ -374,6 +402,40 @@ def explain_path(
             for lt in traces]
 
 
+def diff_paths(
+    a: str | os.PathLike,
+    b: str | os.PathLike,
+    *,
+    rank_a: int | None = None,
+    rank_b: int | None = None,
+    rules_path: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    use_cache: bool = True,
+    progress: bool | None = None,
+):
+    """``tracekit.analyses.diff`` of a rank of ``a`` (a trace file, or a directory of ranks with
+    ``rank_a``) against a rank of ``b``; ``a`` and ``b`` may be one directory (two ranks of one
+    job), loaded once."""
+    from tracekit.errors import InputError
+
+    def pick(got: list[LoadedTrace], rank: int | None, path) -> LoadedTrace:
+        if rank is None and len(got) == 1:
+            return got[0]
+        for lt in got:
+            if lt.rank == rank:
+                return lt
+        have = ", ".join(str(lt.rank) for lt in got)
+        raise InputError(f"no rank {rank} here (ranks: {have})" if rank is not None else
+                         f"holds {len(got)} ranks ({have}): name one (--rank-a/--rank-b)", path=os.fspath(path))
+
+    opts = dict(rules=rules_path, cache_dir=cache_dir, use_cache=use_cache, progress=progress)
+    got_a = load(a, **opts)
+    same = os.path.realpath(os.fspath(a)) == os.path.realpath(os.fspath(b))
+    got_b = got_a if same else load(b, rules=got_a[0].rules if got_a else rules_path, cache_dir=cache_dir,
+                                     use_cache=use_cache, progress=progress)
+    return pick(got_a, rank_a, a).diff(pick(got_b, rank_b, b))
+
+
 def has_untraced_beside(path: str | os.PathLike) -> bool:
     """Whether a run wrote its untraced step beside ``path`` (a file, or a directory's traces)."""
     from tracekit.beside import untraced_step
@@ -387,5 +449,5 @@ def has_untraced_beside(path: str | os.PathLike) -> bool:
     return untraced_step(src, 0) is not None
 
 
-__all__ = ["LoadedTrace", "analyze_path", "analyzed", "explain_path", "has_untraced_beside", "load", "loading",
+__all__ = ["LoadedTrace", "analyze_path", "analyzed", "diff_paths", "explain_path", "has_untraced_beside", "load", "loading",
            "report_for_path"]

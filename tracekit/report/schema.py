@@ -970,6 +970,118 @@ class CheckDocument(TypedDict):
     checks: list[CheckRow]
 
 
+# ---- tracekit diff A B --------------------------------------------------------------------------
+
+class DiffSide(TypedDict):
+    source: str
+    rank: int
+    steps: int
+
+
+class DiffStep(TypedDict):
+    """``figure``: ``step_gpu_ns`` or ``step_cpu_ns`` (the mean span of a step)."""
+
+    figure: str
+    a: float | None
+    b: float | None
+    delta: float | None
+
+
+class DiffPhase(TypedDict):
+    """GPU time of a phase's activities per step."""
+
+    phase: str
+    a_ns: float
+    b_ns: float
+    delta_ns: float
+
+
+class DiffStream(TypedDict):
+    """GPU time of a phase on a stream per step; ``stream``: ``main`` (the stream with the most
+    forward/backward/optimizer time on its device) or ``side <device>:<id>``; ``a_streams`` /
+    ``b_streams``: the ``device:stream`` ids it stands for in each trace."""
+
+    stream: str
+    phase: str
+    a_ns: float
+    b_ns: float
+    delta_ns: float
+    a_streams: str
+    b_streams: str
+
+
+class DiffOverlap(TypedDict):
+    """GPU time per step when both phases ran at once."""
+
+    phase_a: str
+    phase_b: str
+    a_ns: float
+    b_ns: float
+    delta_ns: float
+
+
+class DiffCategory(TypedDict):
+    """explain's critical path per step in a category."""
+
+    category: str
+    a_ns: float
+    b_ns: float
+    delta_ns: float
+
+
+class DiffOp(TypedDict):
+    """A host op (and its recorded input shapes): calls, CPU total and GPU total (its own and its
+    children's) per step; ``status``: ``both``, ``added`` (only in B) or ``removed`` (only in A)."""
+
+    name: str
+    input_dims: str
+    status: Literal["both", "added", "removed"]
+    a_calls: float
+    b_calls: float
+    a_cpu_ns: float
+    b_cpu_ns: float
+    a_gpu_ns: float
+    b_gpu_ns: float
+    delta_gpu_ns: float
+    delta_cpu_ns: float
+
+
+class DiffKernel(TypedDict):
+    """A GPU activity name: calls and time per step."""
+
+    name: str
+    kind: str
+    status: Literal["both", "added", "removed"]
+    a_calls: float
+    b_calls: float
+    a_ns: float
+    b_ns: float
+    delta_ns: float
+
+
+class Diff(TypedDict):
+    """``tracekit.analyses.diff``: where B differs from A, every figure per step."""
+
+    a: DiffSide
+    b: DiffSide
+    summary: list[str]
+    step: list[DiffStep]
+    phases: list[DiffPhase]
+    streams: list[DiffStream]
+    overlaps: list[DiffOverlap]
+    critical_path: list[DiffCategory]
+    ops: list[DiffOp]
+    kernels: list[DiffKernel]
+
+
+class DiffDocument(TypedDict):
+    """``tracekit diff A B --format json``."""
+
+    tracekit_version: str
+    format: int
+    diff: Diff
+
+
 # ---- the checker --------------------------------------------------------------------------------
 
 def problems(value: Any, schema: Any, where: str = "$") -> list[str]:

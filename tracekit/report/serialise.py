@@ -280,3 +280,13 @@ def compare_document(entries: list[dict], version: str) -> dict:
         diffs.append(d)
     return {"tracekit_version": version, "format": FORMAT, "baseline": entries[0]["label"],
             "traces": entries, "differences": diffs}
+
+
+def diff_document(result: Any, version: str) -> dict:
+    """``tracekit diff``'s document (``schema.DiffDocument``) of a ``tracekit.analyses.diff``
+    result."""
+    d = jsonable(result)
+    d["a"] = {**d["a"], "source": display(d["a"]["source"])}
+    d["b"] = {**d["b"], "source": display(d["b"]["source"])}
+    keys = ("a", "b", "summary", "step", "phases", "streams", "overlaps", "critical_path", "ops", "kernels")
+    return {"tracekit_version": version, "format": FORMAT, "diff": {k: d[k] for k in keys}}

@@ -89,16 +89,21 @@ def ranges(ranks: list[int]) -> str:
     return ", ".join(out)
 
 
-def table(headers: list[str], rows: list[list[Any]], indent: str = "  ") -> str:
-    """A plain text table: first column left-aligned, the others right-aligned."""
+def table(headers: list[str], rows: list[list[Any]], indent: str = "  ", *, left_last: bool = False) -> str:
+    """A plain text table: first column left-aligned, the others right-aligned; with
+    ``left_last`` the last column is left-aligned and not padded (a long name, written whole
+    after the figures, so that the figures stay in columns)."""
     cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    if left_last:
+        widths[-1] = 0
     lines = []
     for j, r in enumerate(cells):
-        parts = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
+        parts = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:-1], widths[1:-1])] + \
+            ([r[-1] if left_last else r[-1].rjust(widths[-1])] if len(r) > 1 else [])
         lines.append(indent + "  ".join(parts).rstrip())
         if j == 0:
-            lines.append(indent + "  ".join("-" * w for w in widths))
+            lines.append(indent + "  ".join("-" * (w or len(headers[-1])) for w in widths))
     return "\n".join(lines)
 
 
