@@ -242,7 +242,10 @@ SHOTS = [  # (file, view, trace: the first source whose label ends so, else the 
     ("stalls", "stalls", "issue5_delta_blocking", "#stalls-per-step .js-plotly-plot .bars"),
     ("memory", "memory", "issue5_inplace_standard", "#memory-snapshot .js-plotly-plot .bars"),
     ("idle", "idle", "public/hta_sampled_rank0", "#idle-streams .js-plotly-plot .bars"),
+    ("operators", "operators", "pipelines_1gpu/fused", "#operators-table td.dash-cell"),
+    ("kernels", "kernels", "pipelines_1gpu/fused", "#kernels-table td.dash-cell"),
     ("compare", "compare", "pipelines_1gpu/fused", "#compare-bars .js-plotly-plot .bars"),
+    ("diff", "diff", "pipelines_1gpu/fused", "#diff-phases-graph .js-plotly-plot .bars"),
 ]
 
 

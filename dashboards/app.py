@@ -59,7 +59,10 @@ def _validation_layout(layout: html.Div) -> html.Div:
     return html.Div([layout, dcc.Dropdown(id="timeline-step"), dcc.Store(id="timeline-window"), dcc.Store(id="step-link"),
                      html.Div(id="timeline-info"), dcc.Graph(id="timeline-graph"), dcc.Store(id="stalls-sort"),
                      html.Div(id="stalls-table-box"), dcc.Checklist(id="compare-sources"), dcc.Dropdown(id="compare-baseline"),
-                     html.Div(id="compare-content"), dcc.Interval(id="loading-poll")])
+                     html.Div(id="compare-content"), dcc.Interval(id="loading-poll"),
+                     dcc.Dropdown(id="operators-step"), html.Div(id="operators-box"),
+                     dcc.Dropdown(id="kernels-step"), html.Div(id="kernels-box"),
+                     dcc.Dropdown(id="diff-against"), html.Div(id="diff-content")])
 
 
 def parse_link(search: str | None, catalog: Catalog) -> dict:
@@ -309,6 +312,25 @@ def create_app(catalog: Catalog) -> dash.Dash:
         if err is not None:
             return err, sort
         return stall_table(results.stalls(trace, analysis)[0], sort), sort
+
+    # ---- operators and kernels: the step shown ----------------------------------------------------
+    for what in ("operators", "kernels"):
+        def table_step(step, index, rank, what=what):
+            return views.table_content(what, index, rank, step)
+
+        app.callback(Output(f"{what}-box", "children"), Input(f"{what}-step", "value"),
+                     State("source", "value"), State("rank", "value"),
+                     prevent_initial_call=True)(timed(f"{what}-step")(table_step))
+
+    # ---- diff: against which trace --------------------------------------------------------------
+    @app.callback(Output("diff-content", "children"), Input("diff-against", "value"),
+                  State("source", "value"), State("rank", "value"), prevent_initial_call=True)
+    @timed("diff")
+    def diff_against(against, index, rank):
+        source = catalog.summary(index)
+        if source is None or source.error is not None:
+            raise dash.exceptions.PreventUpdate
+        return views.diff_content(index, rank if rank in source.ranks else source.ranks[0], against)
 
     # ---- compare: which traces, against which ---------------------------------------------------
     @app.callback(

@@ -379,3 +379,14 @@ def embedding_steps(steps: pd.DataFrame, peak_gbps: float | None) -> dict:
         layout["shapes"] = [{"type": "line", "x0": 0, "x1": 1, "xref": "paper", "y0": peak_gbps, "y1": peak_gbps,
                              "line": {"color": "#555", "dash": "dot"}}]
     return {"data": data, "layout": layout}
+
+
+def diff_bars(table: pd.DataFrame, key: str, title: str) -> dict:
+    """A against B per row of a diff table (``key``, ``A ms``, ``B ms``), grouped bars."""
+    y = table[key].astype(str).tolist()
+    data = [{"type": "bar", "orientation": "h", "y": y, "x": _nums(table[col]), "name": name,
+             "marker": {"color": colour}, "hovertemplate": "%{y}: %{x:,.3f} ms<extra>" + name + "</extra>"}
+            for col, name, colour in (("A ms", "A", "#9aa0b0"), ("B ms", "B", "#1a4f9c"))]
+    return {"data": data, "layout": _layout(title, x="ms per step", barmode="group", height=max(220, 100 + 44 * len(y)),
+                                            yaxis={"autorange": "reversed"},
+                                            legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0})}

@@ -600,3 +600,90 @@ def embedding(report: dict) -> dict | None:
         "findings": [{"title": f["title"], "evidence": f["evidence"]} for f in e.get("findings") or []],
         "notes": list(e.get("notes") or []),
     }
+
+
+# ---- operators and kernels (tracekit.analyses.operators, .kernels) --------------------------------
+
+OP_TABLE = {"name": "op", "kind": "kind", "input_dims": "input shapes", "calls": "calls", "cpu_total_ns": "CPU total ms",
+            "cpu_self_ns": "CPU self ms", "gpu_self_ns": "GPU self ms", "gpu_total_ns": "GPU total ms",
+            "activities": "GPU activities"}
+"""``tracekit.analyses.operators``' columns as the operators view heads them (``*_ns`` in ms)."""
+KERNEL_TABLE = {"name": "kernel", "kind": "kind", "calls": "calls", "total_ns": "total ms", "mean_ns": "mean ms",
+                "min_ns": "min ms", "max_ns": "max ms", "share": "% of GPU time", "launched_by": "launched by",
+                "launchers": "ops launching it", "phase": "phase", "streams": "streams",
+                "grid": "grid", "block": "block", "registers": "registers", "shared_memory": "shared memory",
+                "occupancy": "est. occupancy %"}
+"""``tracekit.analyses.kernels``' columns as the kernels view heads them; the launch
+configuration's only where the result has them."""
+
+
+def _shown(frame: pd.DataFrame, heads: dict[str, str]) -> pd.DataFrame:
+    """``frame``'s columns that ``heads`` names, renamed, ``*_ns`` in ms, ``share`` in %."""
+    out = {}
+    for col, head in heads.items():
+        if col not in frame:
+            continue
+        v = frame[col]
+        if col.endswith("_ns"):
+            v = v.to_numpy(np.float64) / NS_PER_MS
+        elif col == "share":
+            v = v.to_numpy(np.float64) * 100
+        out[head] = v
+    return pd.DataFrame(out)
+
+
+def operators(trace: LoadedTrace, step: str | None) -> tuple[pd.DataFrame, list[int], dict]:
+    """(the operators of ``step`` ("all" or None: every step) as the view shows them, the steps
+    there are, what the view says above the table: ``gpu_ms``, ``unlaunched_ms``, ``ops``)."""
+    r = trace.operators()
+    t = r.ops if step in (None, "all") else r.by_step[r.by_step["step"].astype(str) == str(step)]
+    if not (t["input_dims"].astype(str) != "").any() if len(t) else True:
+        t = t.drop(columns=["input_dims"])
+    return _shown(t, OP_TABLE), list(r.steps), {"gpu_ms": r.gpu_ns / NS_PER_MS, "unlaunched_ms": r.unlaunched_gpu_ns / NS_PER_MS,
+                                                 "ops": int(len(r.ops))}
+
+
+def kernels(trace: LoadedTrace, step: str | None) -> tuple[pd.DataFrame, list[int], dict]:
+    """(the GPU activities of ``step`` ("all" or None: every step) by name, as the kernels view
+    shows them, the steps there are, ``gpu_ms`` (the whole the shares are of), ``names``)."""
+    r = trace.kernels()
+    if step in (None, "all"):
+        t, gpu = r.kernels, r.gpu_ns
+    else:
+        t = r.by_step[r.by_step["step"].astype(str) == str(step)]
+        gpu = int(t["total_ns"].sum())
+    return _shown(t, KERNEL_TABLE), list(r.steps), {"gpu_ms": gpu / NS_PER_MS, "names": int(len(r.kernels))}
+
+
+# ---- diff of two traces (tracekit.analyses.diff) ----------------------------------------------------
+
+def diff_tables(d: Any) -> dict[str, pd.DataFrame]:
+    """A ``tracekit.analyses.diff.DiffResult`` as the diff view's tables, times in ms per step:
+    ``step``, ``phases``, ``streams``, ``overlaps``, ``critical_path``, ``ops``, ``kernels``."""
+    ms = lambda s: s.to_numpy(np.float64) / NS_PER_MS  # noqa: E731
+    st = d.step
+    step = pd.DataFrame({"figure": [{"step_gpu_ns": "step, GPU span", "step_cpu_ns": "step, CPU span"}.get(f, f) for f in st["figure"]],
+                         "A ms": ms(st["a"].astype(float)), "B ms": ms(st["b"].astype(float)),
+                         "Δ ms": ms(st["delta"].astype(float))})
+
+    def three(frame: pd.DataFrame, key: dict[str, str]) -> pd.DataFrame:
+        return pd.DataFrame({**{head: frame[col].to_numpy(object) for col, head in key.items()},
+                             "A ms": ms(frame["a_ns"]), "B ms": ms(frame["b_ns"]), "Δ ms": ms(frame["delta_ns"])})
+
+    streams = three(d.streams, {"stream": "stream", "phase": "phase"})
+    streams["A streams"] = d.streams["a_streams"].to_numpy(object)
+    streams["B streams"] = d.streams["b_streams"].to_numpy(object)
+    ops = pd.DataFrame({"op": d.ops["name"].to_numpy(object), "input shapes": d.ops["input_dims"].to_numpy(object),
+                        "status": d.ops["status"].to_numpy(object), "A calls": d.ops["a_calls"].to_numpy(np.float64),
+                        "B calls": d.ops["b_calls"].to_numpy(np.float64), "A CPU ms": ms(d.ops["a_cpu_ns"]),
+                        "B CPU ms": ms(d.ops["b_cpu_ns"]), "A GPU ms": ms(d.ops["a_gpu_ns"]), "B GPU ms": ms(d.ops["b_gpu_ns"]),
+                        "Δ GPU ms": ms(d.ops["delta_gpu_ns"]), "Δ CPU ms": ms(d.ops["delta_cpu_ns"])})
+    if not (ops["input shapes"] != "").any():
+        ops = ops.drop(columns=["input shapes"])
+    kernels = pd.DataFrame({"kernel": d.kernels["name"].to_numpy(object), "kind": d.kernels["kind"].to_numpy(object),
+                            "status": d.kernels["status"].to_numpy(object), "A calls": d.kernels["a_calls"].to_numpy(np.float64),
+                            "B calls": d.kernels["b_calls"].to_numpy(np.float64), "A ms": ms(d.kernels["a_ns"]),
+                            "B ms": ms(d.kernels["b_ns"]), "Δ ms": ms(d.kernels["delta_ns"])})
+    overlaps = three(d.overlaps, {"phase_a": "phase", "phase_b": "with phase"})
+    return {"step": step, "phases": three(d.phases, {"phase": "phase"}), "streams": streams, "overlaps": overlaps,
+            "critical_path": three(d.critical_path, {"category": "category"}), "ops": ops, "kernels": kernels}

@@ -46,12 +46,15 @@ TABS = [
     ("gaps", "Gaps"),
     ("stalls", "Sync stalls"),
     ("memory", "Memory"),
-    ("idle", "GPU idle & kernels"),
+    ("idle", "GPU idle"),
     ("embedding", "Embedding bandwidth"),
+    ("operators", "Operators"),
+    ("kernels", "Kernels"),
     ("compare", "Compare"),
+    ("diff", "Diff"),
 ]
 VIEWS = [t for t, _ in TABS]
-TRACE_VIEWS = ("timeline", "overlap", "stalls", "memory", "idle")
+TRACE_VIEWS = ("timeline", "overlap", "stalls", "memory", "idle", "operators", "kernels", "diff")
 """Views drawn from the parsed trace and its ``Analysis`` (the others need only report objects)."""
 LOADING_POLL_MS = 400
 """How often a view waiting for its trace asks again."""
@@ -84,6 +87,41 @@ def html_table(df, *, id: str | None = None, text_right: bool = False) -> html.T
     rows = [html.Tr([td(v, right=text_right and i > 0) for i, v in enumerate(rec)]) for rec in df.itertuples(index=False)]
     kw = {"id": id} if id else {}
     return html.Table([html.Thead(head), html.Tbody(rows)], className="tk-table", **kw)
+
+
+TABLE_PAGE = 25
+"""Rows per page of a sortable table."""
+
+
+def data_table(table_id: str, df, sort_col: str | None = None):
+    """A sortable, searchable table (Dash's DataTable: sorting, filtering and paging in the
+    browser): numbers right-aligned with thousands separators, ms to 3 decimals."""
+    import warnings
+
+    from dash import dash_table
+    from dash.dash_table.Format import Format, Group, Scheme
+
+    # Dash 4 announces DataTable's removal "in a future major version": pyproject pins what runs
+    # here, and a warning per table drawn would only fill the server's log
+    warnings.filterwarnings("ignore", message=r"\s*The dash_table.DataTable will be removed", category=DeprecationWarning)
+
+    columns = []
+    for c in df.columns:
+        numeric = df[c].dtype.kind in "iuf"
+        col = {"name": c, "id": c, "type": "numeric" if numeric else "text"}
+        if numeric:
+            col["format"] = Format(group=Group.yes, precision=3 if df[c].dtype.kind == "f" else 0, scheme=Scheme.fixed)
+        columns.append(col)
+    return dash_table.DataTable(
+        id=table_id, columns=columns, data=df.to_dict("records"), sort_action="native", filter_action="native",
+        filter_options={"case": "insensitive"}, page_action="native", page_size=TABLE_PAGE,
+        sort_by=[{"column_id": sort_col, "direction": "desc"}] if sort_col in df.columns else [],
+        style_table={"overflowX": "auto"}, style_as_list_view=False,
+        style_cell={"fontFamily": "system-ui, sans-serif", "fontSize": "13px", "padding": "3px 8px", "maxWidth": "560px",
+                    "whiteSpace": "normal", "textAlign": "left"},
+        style_cell_conditional=[{"if": {"column_type": "numeric"}, "textAlign": "right"}],
+        style_header={"backgroundColor": "#f0f2f6", "fontWeight": 600},
+    )
 
 
 def deferred_graph(graph_id: str, figure: dict) -> list:
@@ -146,6 +184,8 @@ class Views:
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
+        self._diffs: dict[tuple, Any] = {}
+        """(A's index, rank, B's index, rank) -> ``tracekit.analyses.diff.DiffResult``."""
 
     def render(self, tab: str, index: Any, rank: Any, step: str | None = None) -> html.Div:
         """The whole of view ``tab`` for the source at ``index`` and ``rank`` (``step``: the
@@ -173,7 +213,7 @@ class Views:
         source = self.catalog.summary(index)
         if source is None or source.error is not None:
             return True  # the view shows the error
-        if source.results is not None and tab not in ("timeline", "overlap", "memory", "idle"):
+        if source.results is not None and tab not in ("timeline", "overlap", "memory", "idle", "operators", "kernels", "diff"):
             return True
 
         def work() -> None:
@@ -181,11 +221,21 @@ class Views:
             if s.error is not None:
                 return
             trace, _ = s.pick(rank)
-            results.lane_events(trace)  # the timeline's lanes, the streams' names
+            if tab == "operators":
+                trace.operators()
+            elif tab == "kernels":
+                trace.kernels()
+            elif tab == "diff":
+                _, against = self.diff_options(index, trace.rank)
+                if against is not None:
+                    self.diff_result(index, trace.rank, against)
+            else:
+                results.lane_events(trace)  # the timeline's lanes, the streams' names
             if tab == "idle":
                 self.catalog.hta(s, trace.rank)
 
-        return self.catalog.ready((index, rank, "idle" if tab == "idle" else "trace"), work)
+        what = tab if tab in ("idle", "operators", "kernels", "diff") else "trace"
+        return self.catalog.ready((index, rank, what), work)
 
     def picked(self, index: Any, rank: Any):
         """(source, trace, analysis, None) of a loaded source, or (None, None, None, error)."""
@@ -507,6 +557,132 @@ class Views:
         for n in h.get("notes") or []:
             out.append(note(f"HTA note: {n}"))
         return out
+
+    # ---- operators and kernels: sortable, searchable tables ----------------------------------
+    def operators(self, index, rank, _step=None) -> list:
+        return self._table_view("operators", index, rank)
+
+    def kernels(self, index, rank, _step=None) -> list:
+        return self._table_view("kernels", index, rank)
+
+    def _table_view(self, what: str, index, rank) -> list:
+        source, trace, analysis, err = self.picked(index, rank)
+        if err is not None:
+            return [err]
+        _, step_list, _ = getattr(results, what)(trace, "all")
+        options = [{"label": "all steps", "value": "all"}] + [{"label": f"step {s}", "value": str(s)} for s in step_list]
+        help_text = ("Click a heading to sort, type in the row under the headings to search (text: contains; "
+                     "numbers: =, >, < as in '> 1').")
+        return [html.Div([html.Label("Steps"),
+                          dcc.Dropdown(id=f"{what}-step", className="tk-control", clearable=False, options=options, value="all"),
+                          note(help_text)], className="tk-row"),
+                html.Div(self.table_content(what, index, rank, "all"), id=f"{what}-box")]
+
+    def table_content(self, what: str, index, rank, step) -> list:
+        """The operators' or kernels' table of ``step`` ("all": every step) and the line above it."""
+        source, trace, analysis, err = self.picked(index, rank)
+        if err is not None:
+            return [err]
+        table, _, info = getattr(results, what)(trace, step)
+        where = "over all steps" if step in (None, "all") else f"in step {step}"
+        if what == "operators":
+            lead = (f"{len(table):,} ops {where} (CPU ops and annotations; a step or batch number left out of a name: "
+                    f"{{step}}, {{i}}); GPU self: the activities an op launched itself, GPU total: with its children's. "
+                    f"GPU time {fmt(info['gpu_ms'])} ms over the whole trace, {fmt(info['unlaunched_ms'])} ms of it "
+                    "launched by no op.")
+            sort = "GPU total ms"
+        else:
+            lead = (f"{len(table):,} kernels, memcpys and memsets {where}, {fmt(info['gpu_ms'])} ms of GPU time; launched by: "
+                    "the op around the launching call for most of its calls.")
+            sort = "total ms"
+        return [html.Div(lead, id=f"{what}-summary", className="tk-lead"), data_table(f"{what}-table", table, sort)]
+
+    # ---- diff: the chosen trace (B) against another (A) ------------------------------------------
+    def diff_options(self, index, rank) -> tuple[list[dict], str | None]:
+        """The traces (and ranks) the chosen one can be diffed against, as ``"index:rank"``, and
+        the default: another rank of the same job, else the run's SparseDist (TorchRec's default
+        pipeline), else the run's first other trace, else the first other trace."""
+        me = self.catalog.summary(index)
+        opts, default = [], None
+        for s in self.catalog.sources:
+            s = self.catalog.summary(s.index)
+            if s is None or s.error is not None:
+                continue
+            for r in s.ranks:
+                if s.index == index and (rank if rank is not None else s.ranks[0]) == r:
+                    continue
+                label = s.name + (f" · rank {r}" if len(s.ranks) > 1 else "")
+                opts.append({"label": label, "value": f"{s.index}:{r}"})
+        if me is None or not opts:
+            return opts, None
+        same = [o["value"] for o in opts if o["value"].startswith(f"{index}:")]
+        group = [s.index for s in self.group(me) if s.index != index]
+        sparse = [i for i in group if self.catalog.sources[i].variant and self.catalog.sources[i].variant.pipeline == "sparse"]
+        pick = same or [o["value"] for i in sparse + group for o in opts if o["value"].startswith(f"{i}:")]
+        default = (pick or [opts[0]["value"]])[0]
+        return opts, default
+
+    def diff(self, index, rank, _step=None) -> list:
+        source, trace, analysis, err = self.picked(index, rank)
+        if err is not None:
+            return [err]
+        opts, default = self.diff_options(index, trace.rank)
+        if default is None:
+            return [note("Diff needs another trace (or another rank) that loaded: start the dashboard with two or more.",
+                         id="diff-content")]
+        return [html.Div([html.Label("A (against)"),
+                          dcc.Dropdown(id="diff-against", className="tk-control-wide", clearable=False, options=opts, value=default),
+                          html.Span(f"B: {source.name}" + (f" · rank {trace.rank}" if len(source.ranks) > 1 else ""),
+                                    className="tk-sub")], className="tk-row"),
+                html.Div(self.diff_content(index, trace.rank, default), id="diff-content")]
+
+    def diff_result(self, index, rank, against: str):
+        """The diff of the chosen trace (B: ``index``, ``rank``) against ``against``
+        (``"index:rank"``), computed once."""
+        ia, ra = (int(x) for x in str(against).split(":"))
+        key = (ia, ra, index, rank)
+        if key not in self._diffs:
+            a = self.catalog.get(ia)
+            err = source_error(a)
+            if err is not None:
+                return None, err
+            lt_a, _ = a.pick(ra)
+            _, lt_b, _, err = self.picked(index, rank)
+            if err is not None:
+                return None, err
+            self._diffs[key] = lt_a.diff(lt_b)
+        return self._diffs[key], None
+
+    def diff_content(self, index, rank, against) -> list:
+        """Where the chosen trace's step time moved against ``against``: what moved in words,
+        then the tables (ms per step)."""
+        if against is None:
+            return [note("Choose a trace to diff against.")]
+        d, err = self.diff_result(index, rank, against)
+        if err is not None:
+            return [err]
+        t = results.diff_tables(d)
+        lines = d.summary or ["nothing moved"]
+        def section(title: str, *body, id: str | None = None) -> html.Div:
+            return html.Div([html.H4(title), *body], className="tk-section", **({"id": id} if id else {}))
+
+        return [
+            html.Div([html.Div("Where the step's time moved (B against A), per step:", className="tk-sub"),
+                      html.Ul([html.Li(x) for x in lines])], className="tk-lead", id="diff-summary"),
+            html.Div([html.Div(section("Step", html_table(t["step"], id="diff-step", text_right=True)), className="tk-col"),
+                      html.Div(dcc.Graph(id="diff-phases-graph", config=GRAPH_CONFIG,
+                                         figure=figures.diff_bars(t["phases"], "phase", "GPU time by phase (ms per step)")),
+                               className="tk-col-wide")], className="tk-cols"),
+            section("GPU time by stream and phase (main: the stream with the most forward/backward/optimizer time; "
+                    "a side stream by its largest phase)", data_table("diff-streams", t["streams"]), id="diff-streams-box"),
+            html.Div([html.Div(section("Phases running at once on the GPU", html_table(t["overlaps"], id="diff-overlaps")),
+                               className="tk-col"),
+                      html.Div(section("Critical path by category (tracekit explain)",
+                                       html_table(t["critical_path"], id="diff-critical")), className="tk-col")],
+                     className="tk-cols"),
+            section("Ops (added: only in B; removed: only in A)", data_table("diff-ops", t["ops"])),
+            section("Kernels, memcpys and memsets", data_table("diff-kernels", t["kernels"])),
+        ]
 
     # ---- compare -------------------------------------------------------------------------------
     def compare(self, index, rank, _step=None) -> list:

@@ -259,3 +259,139 @@ def test_a_page_opened_as_soon_as_the_dashboard_answers_is_drawn(browser, dashbo
             proc.terminate()
             _, err = proc.communicate(timeout=20)
         assert "Traceback" not in err and "Exception" not in err, err
+
+
+# ---- 11, 12. operators and kernels: every op / kernel, sortable, searchable, by step ----------------
+
+def _table(pg, table_id: str) -> tuple[list[str], list[list[str]]]:
+    """The heads and the rows of the page a DataTable shows."""
+    t = pg.locator(f"#{table_id}")
+    t.locator("tr td").first.wait_for(timeout=TIMEOUT)
+    heads = [h.strip() for h in t.locator("th.dash-header span.column-header-name").all_inner_texts()]
+    rows = [[c.strip() for c in r.locator("td").all_inner_texts()] for r in t.locator("tr:has(td.dash-cell)").all()]
+    return heads, rows
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def test_operators_every_op_sortable_searchable_by_step(browser, dashboard):
+    trace, a = result(dashboard, "sparse")
+    _, catalog, roles = dashboard
+    lt, _ = catalog.sources[roles["sparse"]].pick(None)
+    from tracekit.analyses import operators
+
+    ops = operators.compute(lt.trace, lt.rules)  # what tracekit says, computed here
+    with opened(browser, link(dashboard, "sparse", "operators")) as pg:
+        expect_text(pg, "#operators-summary", f"{len(ops.ops):,} ops over all steps")
+        heads, rows = _table(pg, "operators-table")
+        assert heads[:2] == ["op", "kind"] and "GPU total ms" in heads and "CPU self ms" in heads
+        col = {h: i for i, h in enumerate(heads)}
+        # sorted by GPU total, largest first: the first page is tracekit's largest
+        top = ops.ops.sort_values("gpu_total_ns", ascending=False).head(len(rows))
+        assert [r[col["op"]] for r in rows] == top["name"].tolist()
+        for r, rec in zip(rows, top.itertuples(index=False)):
+            assert _num(r[col["GPU total ms"]]) == pytest.approx(rec.gpu_total_ns / 1e6, abs=5e-4)
+            assert _num(r[col["CPU self ms"]]) == pytest.approx(rec.cpu_self_ns / 1e6, abs=5e-4)
+            assert int(_num(r[col["calls"]])) == rec.calls
+        # sort by calls (a click on its heading: ascending first, then descending)
+        pg.locator("#operators-table th.dash-header", has_text="calls").locator(".column-header--sort").click()
+        pg.locator("#operators-table th.dash-header", has_text="calls").locator(".column-header--sort").click()
+        pg.wait_for_function("() => true")
+        _, rows = _table(pg, "operators-table")
+        calls = [int(_num(r[col["calls"]])) for r in rows]
+        assert calls == sorted(ops.ops["calls"], reverse=True)[:len(calls)]
+        # search: the ops whose name holds "aten::mm"
+        box = pg.locator("#operators-table th.dash-filter[data-dash-column='op'] input[type=text]")
+        box.fill("aten::mm")
+        box.press("Enter")
+        pg.wait_for_function("() => document.querySelectorAll('#operators-table tr:has(td.dash-cell)').length === "
+                             f"{int(ops.ops['name'].str.contains('aten::mm', regex=False).sum())}", timeout=TIMEOUT)
+        # one step: that step's ops only
+        step = ops.steps[-1]
+        pg.click("#operators-step")
+        pg.get_by_role("dialog").get_by_role("option", name=f"step {step}", exact=True).click()
+        expect_text(pg, "#operators-summary", f"in step {step}")
+        heads, rows = _table(pg, "operators-table")
+        col = {h: i for i, h in enumerate(heads)}
+        mine = ops.by_step[ops.by_step["step"] == step].sort_values("gpu_total_ns", ascending=False)
+        assert rows[0][col["op"]] == mine["name"].iloc[0]
+        assert _num(rows[0][col["GPU total ms"]]) == pytest.approx(mine["gpu_total_ns"].iloc[0] / 1e6, abs=5e-4)
+        screenshot(pg, "glance_operators")
+
+
+def test_kernels_every_kernel_with_its_launching_op(browser, dashboard):
+    _, catalog, roles = dashboard
+    lt, _ = catalog.sources[roles["sparse"]].pick(None)
+    from tracekit.analyses import kernels
+
+    k = kernels.compute(lt.trace, lt.rules)
+    with opened(browser, link(dashboard, "sparse", "kernels")) as pg:
+        expect_text(pg, "#kernels-summary", f"{len(k.kernels):,} kernels, memcpys and memsets over all steps")
+        heads, rows = _table(pg, "kernels-table")
+        col = {h: i for i, h in enumerate(heads)}
+        assert {"kernel", "calls", "total ms", "mean ms", "max ms", "launched by", "phase", "streams"} <= set(heads)
+        top = k.kernels.head(len(rows))  # largest total first
+        assert [r[col["kernel"]] for r in rows] == top["name"].tolist()  # whole names, never cut
+        for r, rec in zip(rows, top.itertuples(index=False)):
+            assert _num(r[col["total ms"]]) == pytest.approx(rec.total_ns / 1e6, abs=5e-4)
+            assert _num(r[col["max ms"]]) == pytest.approx(rec.max_ns / 1e6, abs=5e-4)
+            assert r[col["launched by"]] == rec.launched_by
+        # the TBE kernels were launched by the embedding ops, the HtoD copies by aten::copy_
+        copies = k.kernels[k.kernels["name"].str.startswith("Memcpy HtoD")]
+        assert (copies["launched_by"] == "aten::copy_").all()
+        box = pg.locator("#kernels-table th.dash-filter[data-dash-column='kernel'] input[type=text]")
+        box.fill("tbe::")
+        box.press("Enter")
+        n = int(k.kernels["name"].str.contains("tbe::", regex=False).sum())
+        assert n > 0
+        pg.wait_for_function("n => document.querySelectorAll('#kernels-table tr:has(td.dash-cell)').length === n",
+                             arg=min(n, 25), timeout=TIMEOUT)
+        screenshot(pg, "glance_kernels")
+
+
+# ---- 13. diff: the chosen trace against another, or against another rank of its job ---------------
+
+def test_diff_view_sparse_against_fused(browser, dashboard):
+    _, catalog, roles = dashboard
+    fused, sparse = catalog.sources[roles["fused"]], catalog.sources[roles["sparse"]]
+    lt_a, _ = sparse.pick(None)
+    lt_b, _ = fused.pick(None)
+    d = lt_a.diff(lt_b)  # tracekit's diff, computed here
+    with opened(browser, link(dashboard, "fused", "diff")) as pg:
+        expect_text(pg, "#diff-against", sparse.name)  # against the run's SparseDist by default
+        expect_text(pg, "#diff-summary", "lookup moved from main to side")
+        for line in d.summary:
+            expect_text(pg, "#diff-summary", line)
+        bars = {b["name"]: b for b in plot_data(pg, "diff-phases-graph")}
+        assert bars["A"]["y"] == d.phases["phase"].tolist()
+        assert np.allclose(bars["A"]["x"], d.phases["a_ns"] / 1e6) and np.allclose(bars["B"]["x"], d.phases["b_ns"] / 1e6)
+        heads, rows = _table(pg, "diff-streams")
+        col = {h: i for i, h in enumerate(heads)}
+        main_lookup = next(r for r in rows if r[col["stream"]] == "main" and r[col["phase"]] == "lookup")
+        assert _num(main_lookup[col["A ms"]]) > 0 and _num(main_lookup[col["B ms"]]) == 0
+        expect_text(pg, "#diff-overlaps", "lookup")
+        heads, rows = _table(pg, "diff-ops")
+        assert "status" in heads
+        screenshot(pg, "glance_diff")
+
+
+def test_diff_view_two_ranks_of_one_job(browser, dashboard):
+    url, catalog, roles = dashboard
+    if "ranks" not in roles:
+        pytest.skip("no two-rank trace here")
+    s = catalog.sources[roles["ranks"]]
+    lt0, _ = s.pick(0)
+    lt1, _ = s.pick(1)
+    d = lt0.diff(lt1)
+    with opened(browser, f"{url}?{urllib.parse.urlencode({'trace': s.label, 'rank': 1, 'view': 'diff'})}") as pg:
+        expect_text(pg, "#diff-against", f"{s.name} · rank 0")  # the job's other rank by default
+        heads, rows = _table(pg, "diff-kernels")
+        col = {h: i for i, h in enumerate(heads)}
+        top = d.kernels.iloc[0]
+        first = rows[0]
+        assert first[col["kernel"]] == top["name"]
+        assert _num(first[col["A ms"]]) == pytest.approx(top["a_ns"] / 1e6, abs=5e-4)
+        assert _num(first[col["B ms"]]) == pytest.approx(top["b_ns"] / 1e6, abs=5e-4)
+        expect_text(pg, "#diff-step", f"{d.step['a'].iloc[0] / 1e6:,.3f}")
