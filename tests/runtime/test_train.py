@@ -159,3 +159,28 @@ def test_tracekit_run_analyze_says_what_bounds_the_steps(tmp_path, capfd):
     err = capfd.readouterr().err
     assert rc == 2 and "tracekit checks failed" in err.splitlines()[-1]
     assert (out2 / "trace_rank0.json.gz").is_file()
+
+
+def test_a_cpu_run_with_the_defaults_is_small_and_its_analysis_true(tmp_path, capfd):
+    """``tracekit run --pipeline fused`` on a CPU, as runtime/README suggests: the CPU defaults
+    (a small model, few steps: seconds, not a minute), and a trace tracekit calls host-bound, with
+    the host what-if applying (issue 26 item 10)."""
+    from tracekit.commands.run import SIZES
+
+    out = tmp_path / "run"
+    rc = _tracekit(["run", "--pipeline", "fused", "--out", str(out)])
+    captured = capfd.readouterr()
+    assert rc == 0, captured.err
+    m = json.loads((out / "metrics.json").read_text())
+    cpu = SIZES["cpu"]
+    assert m["config"]["model"]["num_embeddings"] == [cpu["rows"]] * cpu["tables"]
+    assert len(m["ranks"][0]["step_ms"]) == cpu["steps"]
+    rc = _tracekit(["explain", str(out / "trace_rank0.json.gz"), "--what-if", "host=2", "--format", "json",
+                    "--cache-dir", str(tmp_path / "c")])
+    captured = capfd.readouterr()
+    assert rc == 0, captured.err
+    ex = json.loads(captured.out)["explain"][0]
+    assert ex["bound"] == "host" and ex["bound_share"] > 0.99
+    assert ex["findings"] and ex["findings"][0]["id"] == "host" and ex["findings"][0]["saving_fraction"] > 0.3
+    host = {w["id"]: w for w in ex["what_ifs"]}["host=2"]
+    assert host["applies"] and host["saving_fraction"] > 0.3

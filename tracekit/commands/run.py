@@ -73,7 +73,20 @@ def build_argv(opts: dict) -> list[str]:
     return argv
 
 
-def _check_widths(ctx, param, value: str) -> str:
+SIZES = {
+    "cuda": dict(tables=8, rows=100_000, dim=64, dense_arch="512,256", over_arch="1024,1024,512", batch_size=512,
+                 steps=10, warmup_steps=3, profile_steps=3),
+    "cpu": dict(tables=4, rows=10_000, dim=32, dense_arch="64", over_arch="128,64", batch_size=128, steps=5,
+                warmup_steps=2, profile_steps=2),
+}
+"""What a run trains when an option is not given, by ``--device``: on a CPU a small model and
+fewer steps, so that a run takes seconds (its trace is host-bound, as a CPU run is, and tracekit
+says so)."""
+
+
+def _check_widths(ctx, param, value: str | None) -> str | None:
+    if value is None:
+        return None
     try:
         widths = [int(x) for x in value.split(",") if x.strip()]
     except ValueError:
@@ -91,10 +104,10 @@ def _check_widths(ctx, param, value: str) -> str:
               help="Ranks on this host (launched with torch.distributed.run; one GPU each).")
 @click.option("--out", type=click.Path(file_okay=False), default="runs/latest", show_default=True,
               help="Output directory (must be new or empty).")
-@click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True, help="Timed steps.")
-@click.option("--warmup-steps", type=click.IntRange(min=0), default=3, show_default=True)
-@click.option("--profile-steps", type=click.IntRange(min=0), default=3, show_default=True,
-              help="Steps recorded in the trace (0: no trace).")
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="Timed steps [default: 10 on cuda, 5 on cpu].")
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=None, help="[default: 3 on cuda, 2 on cpu]")
+@click.option("--profile-steps", type=click.IntRange(min=0), default=None,
+              help="Steps recorded in the trace (0: no trace) [default: 3 on cuda, 2 on cpu].")
 @click.option("--lookup-stream", type=click.Choice(["data_dist", "new", "current"]), default="data_dist",
               show_default=True, help="fused: the stream of the embedding lookup.")
 @click.option("--lookup-placement", type=click.Choice(["before_optimizer", "step_start", "after_data_dist"]),
@@ -123,11 +136,14 @@ def _check_widths(ctx, param, value: str) -> str:
 @click.option("--main-stream-priority", type=click.IntRange(-3, 0), default=0, show_default=True,
               help="CUDA priority of the main stream: 0 is torch's default stream (the lowest); -1..-3 a "
                    "new stream of higher priority, so side streams (lookup, data dist) yield to it.")
-@click.option("--tables", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option("--rows", type=click.IntRange(min=1), default=100_000, show_default=True, help="Rows per table.")
-@click.option("--dim", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--dense-arch", default="512,256", show_default=True, callback=_check_widths)
-@click.option("--over-arch", default="1024,1024,512", show_default=True, callback=_check_widths)
+@click.option("--tables", type=click.IntRange(min=1), default=None, help="Embedding tables [default: 8 on cuda, 4 on cpu].")
+@click.option("--rows", type=click.IntRange(min=1), default=None,
+              help="Rows per table [default: 100,000 on cuda, 10,000 on cpu].")
+@click.option("--dim", type=click.IntRange(min=1), default=None, help="Embedding dim [default: 64 on cuda, 32 on cpu].")
+@click.option("--dense-arch", default=None, callback=_check_widths,
+              help="Dense MLP widths [default: 512,256 on cuda, 64 on cpu].")
+@click.option("--over-arch", default=None, callback=_check_widths,
+              help="Over-arch MLP widths [default: 1024,1024,512 on cuda, 128,64 on cpu].")
 @click.option("--task-heads", type=click.IntRange(min=1), default=1, show_default=True,
               help="Output heads; > 1: a multi-task model with one Linear(width, 1) per head.")
 @click.option("--embedding-optimizer", type=click.Choice(["sgd", "rowwise_adagrad"]),
@@ -139,7 +155,7 @@ def _check_widths(ctx, param, value: str) -> str:
 @click.option("--dense-lr", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True)
 @click.option("--dense-foreach/--no-dense-foreach", default=True, show_default=True,
               help="Multi-tensor (foreach) dense optimizer, or per-parameter kernels.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=512, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="[default: 512 on cuda, 128 on cpu]")
 @click.option("--pooling-factor", type=click.FloatRange(min=0), default=8.0, show_default=True)
 @click.option("--distribution", type=click.Choice(["zipf", "uniform"]), default="zipf", show_default=True)
 @click.option("--num-dense", type=click.IntRange(min=1), default=13, show_default=True)
@@ -163,6 +179,9 @@ def command(nproc_per_node, **opts):
         checks.parse(spec, upper=True)
     for spec in opts["check_min"]:
         checks.parse(spec, upper=False)
+    for key, value in SIZES[opts["device"]].items():  # what the user did not give: by device
+        if opts[key] is None:
+            opts[key] = value
     out = opts["out"]
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise InputError("output directory exists and is not empty; name a new one", path=out)

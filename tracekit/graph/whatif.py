@@ -494,9 +494,12 @@ def spec_change(g: Graph, spec: Spec, op_chain: np.ndarray | None = None) -> tup
 
 
 def _host_change(g: Graph, factor: float) -> tuple[Change, int]:
-    """Runtime calls and the host time between them (program and handoff lags) scaled."""
+    """Runtime calls and the host time between them (program and handoff lags) scaled; what it
+    touches: the calls and the program and handoff edges with a lag (a CPU-only trace has no
+    runtime call, only the host time between its step marks, which is what it scales)."""
+    lagged = np.isin(g.edge_kind, [int(EdgeKind.PROGRAM), int(EdgeKind.HANDOFF)]) & (g.lag > 0)
     return replace(with_host(g, Change(), factor), speedup=True), \
-        int((g.kind == NodeKind.CALL).sum())
+        int((g.kind == NodeKind.CALL).sum() + lagged.sum())
 
 
 def with_host(g: Graph, change: Change, factor: float) -> Change:
