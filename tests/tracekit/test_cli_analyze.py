@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -32,9 +33,9 @@ def test_text(trace_file, tmp_path, capsys):
     code, out, err = run(["analyze", trace_file, "--cache-dir", tmp_path / "c"], capsys)
     assert code == 0, err
     assert err == ""
-    for title in ("Headline", "1. Steps", "2. Stream overlap", "3. Optimizer", "4. Sync stalls",
-                  "5. Allocator"):
-        assert title in out
+    assert "Headline" in out
+    for title in ("Steps", "Stream overlap", "Optimizer", "Sync stalls", "Allocator"):
+        assert re.search(rf"^\d+\. {title}", out, re.M), title
     assert "steps from ProfilerStep: 3" in out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -108,9 +109,9 @@ def test_headline_values(analysis):
 
 def test_text_has_every_section(analysis):
     text = report.render_text(report.document([report.to_dict(analysis)], "0"))
-    for title in ("Headline", "1. Steps", "2. Stream overlap", "3. Optimizer -> next lookup gap",
-                  "4. Sync stalls", "5. Allocator"):
-        assert title in text
+    assert "Headline" in text
+    for title in ("Steps", "Stream overlap", "Optimizer -> next lookup gap", "Sync stalls", "Allocator"):
+        assert re.search(rf"^\d+\. {title}", text, re.M), title
     assert "aten::item > cudaMemcpyAsync" in text
     assert "matched by batch index" in text
 
@@ -123,8 +124,9 @@ def test_cpu_only_trace_says_no_gpu(tmp_path):
     d = report.to_dict(a)
     assert d["platform"] == "cpu"
     text = report.render_rank(d)
-    for title in ("2. Stream overlap", "3. Optimizer", "4. Sync stalls"):
-        assert text.split(title, 1)[1].split("\n", 2)[1].strip() == "no GPU activity"
+    for title in ("Stream overlap", "Optimizer", "Sync stalls"):
+        head = re.search(rf"^\d+\. {title}.*$", text, re.M).group(0)
+        assert text.split("\n" + head + "\n", 1)[1].split("\n", 1)[0].strip() == "no GPU activity"
     assert "no [memory] events" in text
 
 

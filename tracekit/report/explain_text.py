@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tracekit.report.tables import clip, fmt_bytes, limited, ms, pct, table
+from tracekit.report.tables import fmt_bytes, limited, ms, pct, table
 
 
 def would_not_help(f: dict) -> bool:
@@ -57,6 +57,43 @@ def _text_view(e: dict) -> str:
     return out
 
 
+def first_screen(e: dict | None) -> list[str]:
+    """What bounds the step and what to do first, as the first lines of ``tracekit analyze``:
+    the bound and the critical path's split, the first finding that helps with its fix, then
+    every finding on a line of its own (their evidence is in the Findings section)."""
+    if not e:
+        return ["What bounds the step: not computed"]
+    n = len(e.get("steps") or [])
+    o = e.get("overhead") or {}
+    view = (f"the estimated untraced step, {ms(o.get('untraced_step_ns'))} ms; traced "
+            f"{ms(o.get('traced_step_ns'))} ms" if e.get("view") == "untraced" and o else "the traced step")
+    if e.get("bound"):
+        out = [f"What bounds the step: {e['bound']}, {pct(e['bound_share'])} of the critical path "
+               f"({n} step{'s' if n != 1 else ''}; {view})"]
+    else:
+        out = ["What bounds the step: - (no critical path)"]
+    bd = e.get("breakdown") or []
+    if bd:
+        out.append("  critical path: " + ", ".join(f"{r['category']} {pct(r['share'])}" for r in bd[:6]))
+    fs = e.get("findings") or []
+    first = next((f for f in fs if f.get("helps", True) and not would_not_help(f)), None)
+    if first is None:
+        out.append("What to do first: no known fix would help much here" if fs else
+                   "What to do first: no known fix applies to this trace")
+    else:
+        out.append(f"What to do first: {first.get('fix') or first['title']}")
+        out.append(f"  because {first['title']}: {_saving(first)}")
+    for i, f in enumerate(fs[:FIRST_SCREEN_FINDINGS], 1):
+        out.append(f"  {i}. {f['title']}: {_saving(f)}")
+    if len(fs) > FIRST_SCREEN_FINDINGS:
+        out.append(f"  ... {len(fs) - FIRST_SCREEN_FINDINGS} more in section 1")
+    return out
+
+
+FIRST_SCREEN_FINDINGS = 5
+"""Findings listed on analyze's first screen (all of them, with evidence, in its section 1)."""
+
+
 def text_findings(e: dict | None, limit: int = 8) -> str:
     """The Findings section: the bound, the critical path's split, the findings."""
     if not e:
@@ -106,9 +143,8 @@ def text_explain(e: dict, limit: int) -> str:
                 [[r["step"], ms(r["duration_ns"]), ms(r.get("traced_ns")),
                   ms(r.get("untraced_ns")), _replayed(r), r["bound"] or "-",
                   pct(r["bound_share"]), ms(r.get("unexplained_ns")),
-                  clip(", ".join(f"{k} {ms(v, 2)}" for k, v in
-                                  list(r["breakdown"].items())[:4]), 70)]
-                 for r in rows]) + "\n" + more
+                  ", ".join(f"{k} {ms(v, 2)}" for k, v in list(r["breakdown"].items())[:3])]
+                 for r in rows], left_last=True) + "\n" + more
     rp = e.get("replay") or {}
     if rp.get("steps"):
         out += (f"  the model's replay of the trace: median |error| "
@@ -123,7 +159,7 @@ def text_explain(e: dict, limit: int) -> str:
         out += "  what-if (mean step, all steps but the first):\n"
         out += table(["what-if", "applies", "step ms", "replayed ms", "predicted ms",
                       "with contention ms", "saving"],
-                     [[clip(w["id"], 40), "yes" if w["applies"] else "no",
+                     [[w["id"], "yes" if w["applies"] else "no",
                        ms(w["observed_step_ns"]), ms(w.get("replayed_step_ns")),
                        ms(w["predicted_step_ns"]), ms(w["predicted_contention_step_ns"]),
                        pct(w["saving_fraction"])]
@@ -144,7 +180,7 @@ def text_path(rows: list[dict], step: int, limit: int) -> str:
            "time order (ms from the step's start):\n")
     out += table(["at ms", "ms", "lane", "category", "segments", "first event"],
                  [[ms(r["start_ns"] - t0), ms(r["ns"]), r["lane"], r["category"],
-                   r["segments"], clip(r["first"], 60)] for r in shown], "    ") + "\n"
+                   r["segments"], r["first"]] for r in shown], "    ", left_last=True) + "\n"
     return out
 
 

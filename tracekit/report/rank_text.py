@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report.explain_text import text_explain, text_findings
-from tracekit.report.tables import clip, fmt_bytes, limited, ms, num, pct, ranges, table, us
+from tracekit.report.explain_text import first_screen, text_explain, text_findings
+from tracekit.report.tables import clip, fmt_bytes, limited, ms, num, pct, ranges, table
 
 
 def _text_steps(s: dict, limit: int) -> str:
@@ -90,16 +90,32 @@ def _text_polls(y: dict) -> str:
     return out + "\n"
 
 
+SMALL_SHARE = 0.01
+"""A row of a long table below this share of its total is folded into one ``others`` row."""
+
+
+def fold(rows: list[dict], key: str, limit: int, *, small: float = SMALL_SHARE) -> tuple[list[dict], list[dict]]:
+    """The rows shown and the rows folded: at most ``limit``, and none under ``small`` of the
+    total of ``key`` (the rows come largest first)."""
+    total = sum(r.get(key) or 0 for r in rows)
+    shown = [r for r in rows[:limit] if total <= 0 or (r.get(key) or 0) >= small * total]
+    return shown, rows[len(shown):]
+
+
 def _text_syncs(y: dict, limit: int) -> str:
     if not y["count"]:
         return "  no blocking calls\n" + _text_polls(y)
     out = (f"  {y['count']} blocking calls, {ms(y['total_ns'])} ms of CPU time; GPU idle "
            f"after them {ms(y['idle_after_ns'])} ms\n") + _text_polls(y)
-    rows, more = limited(y["by_call_site"], limit)
-    out += "  by call site (op chain > call):\n"
-    out += table(["call site", "count", "total ms", "max ms", "GPU idle after ms"],
-                 [[clip(r["call_site"]), r["count"], ms(r["total_ns"]), ms(r["max_ns"]),
-                   ms(r["idle_after_ns"])] for r in rows]) + "\n" + more
+    rows, rest = fold(y["by_call_site"], "total_ns", limit)
+    cells = [[r["count"], ms(r["total_ns"]), ms(r["max_ns"]), ms(r["idle_after_ns"]), r["call_site"]]
+             for r in rows]
+    if rest:
+        cells.append([sum(r["count"] for r in rest), ms(sum(r["total_ns"] for r in rest)),
+                      ms(max(r["max_ns"] for r in rest)), ms(sum(r["idle_after_ns"] or 0 for r in rest)),
+                      f"others ({len(rest)} call sites, each under {pct(SMALL_SHARE)} of the stall time)"])
+    out += "  by call site (op chain > call), largest first:\n"
+    out += table(["count", "total ms", "max ms", "GPU idle after ms", "call site"], cells, left_last=True) + "\n"
     out += "  by phase:\n"
     out += table(["phase", "count", "total ms", "max ms", "GPU idle after ms"],
                  [[r["phase"], r["count"], ms(r["total_ns"]), ms(r["max_ns"]),
@@ -151,21 +167,26 @@ def _text_generic(d: Any, indent: str = "  ") -> str:
     return out
 
 
+def _hta_ms(us_value: Any) -> str:
+    """HTA's microseconds as ms (3 decimals, tracekit's unit)."""
+    return "-" if us_value is None else f"{us_value / 1e3:,.3f}"
+
+
 def _text_hta(h: dict, limit: int) -> str:
-    """The HTA section (``tracekit.analyses.hta.HtaResult``): HTA's own tables, in HTA's us."""
+    """The HTA section (``tracekit.analyses.hta.HtaResult``): HTA's own tables, in ms."""
     if h.get("available") is False:
         return f"  not available: {h.get('reason') or 'unknown reason'}\n"
     window = ("every ProfilerStep" if h.get("include_last_profiler_step")
               else "the last ProfilerStep's GPU work left out, as HTA does by default")
-    out = f"  {h.get('hta_release') or 'HTA ' + (h.get('hta_version') or '?')}; times in us; window: {window}\n"
+    out = f"  HTA {h.get('hta_version') or '?'}; times in ms; window: {window}\n"
     overlap = {r["rank"]: r.get("comp_comm_overlap_pctg") for r in h.get("comm_comp_overlap") or []}
     if h.get("temporal"):
         out += "  temporal breakdown (of the span from the first to the last GPU activity):\n"
-        out += table(["rank", "GPU span", "idle", "compute", "non-compute", "comm overlapped"],
-                     [[r["rank"], us(r["kernel_time(us)"]),
-                       f"{us(r['idle_time(us)'])} ({num(r['idle_time_pctg'])}%)",
-                       f"{us(r['compute_time(us)'])} ({num(r['compute_time_pctg'])}%)",
-                       f"{us(r['non_compute_time(us)'])} ({num(r['non_compute_time_pctg'])}%)",
+        out += table(["rank", "GPU span ms", "idle ms", "compute ms", "non-compute ms", "comm overlapped"],
+                     [[r["rank"], _hta_ms(r["kernel_time(us)"]),
+                       f"{_hta_ms(r['idle_time(us)'])} ({num(r['idle_time_pctg'])}%)",
+                       f"{_hta_ms(r['compute_time(us)'])} ({num(r['compute_time_pctg'])}%)",
+                       f"{_hta_ms(r['non_compute_time(us)'])} ({num(r['non_compute_time_pctg'])}%)",
                        "no NCCL kernels" if overlap.get(r["rank"]) is None
                        else f"{overlap[r['rank']]:.2f}%"]
                       for r in h["temporal"]], "    ") + "\n"
@@ -174,30 +195,35 @@ def _text_hta(h: dict, limit: int) -> str:
         for r in h["idle_by_category"]:
             by_rank.setdefault(r["rank"], {})[r["idle_category"]] = r
         cats = ("host_wait", "kernel_wait", "other")
-        out += "  idle time by category (summed over streams; per stream: --format json):\n"
+        out += "  idle time by category, ms (summed over streams; per stream: --format json):\n"
         out += table(["rank", *cats],
-                     [[rank, *(f"{us(c[k]['idle_time'])} ({pct(c[k]['idle_time_ratio'])})"
+                     [[rank, *(f"{_hta_ms(c[k]['idle_time'])} ({pct(c[k]['idle_time_ratio'])})"
                                if k in c else "-" for k in cats)]
                       for rank, c in by_rank.items()], "    ") + "\n"
     if h.get("kernel_types"):
         ranks = h.get("ranks") or []
         whose = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
         out += f"  kernel time by type ({whose}):\n"
-        out += table(["kernel type", "us", "%"],
-                     [[r["kernel_type"], us(r["sum"]), num(r["percentage"])]
+        out += table(["kernel type", "ms", "%"],
+                     [[r["kernel_type"], _hta_ms(r["sum"]), num(r["percentage"])]
                       for r in h["kernel_types"]], "    ") + "\n"
     if h.get("top_kernels"):
-        rows, more = limited(h["top_kernels"], limit)
-        out += ("  top kernels by type (HTA's mean/max: over a kernel's instances, but once a type "
-                "has more than 10 kernels over the kernels' totals, so equal to the total for a "
-                "kernel of its own):\n")
-        out += table(["kernel", "type", "rank", "total us", "mean us", "max us"],
-                     [[clip(str(r["name"]), 70), r["kernel_type"], r["rank"],
-                       us(r["sum (us)"]), us(r["mean (us)"]), us(r["max (us)"])]
-                      for r in rows], "    ") + "\n" + more
-        if any((r.get("sum (us)") or 0) < 0 for r in h["top_kernels"]):
-            out += ("  negative us: HTA rounds a start up and an end down to whole us on ns "
-                    "traces, so a kernel shorter than 1 us counts -1 us (HTA's own parser)\n")
+        tops = sorted(h["top_kernels"], key=lambda r: -(r.get("sum (us)") or 0))
+        neg = [r for r in tops if (r.get("sum (us)") or 0) < 0]
+        tops = [r for r in tops if (r.get("sum (us)") or 0) >= 0]
+        rows, rest = fold(tops, "sum (us)", limit)
+        cells = [[r["kernel_type"], r["rank"], _hta_ms(r["sum (us)"]), _hta_ms(r["mean (us)"]),
+                  _hta_ms(r["max (us)"]), str(r["name"])] for r in rows]
+        if rest:
+            cells.append(["", "", _hta_ms(sum(r["sum (us)"] or 0 for r in rest)), "", "",
+                          f"folded: {len(rest)} more kernels, each under {pct(SMALL_SHARE)} of the total"])
+        out += ("  top kernels by total (HTA's: its mean and max are over a kernel's calls, but once a type "
+                "has more than 10 kernels over the kernels' totals; 'others' is HTA's own row):\n")
+        out += table(["type", "rank", "total ms", "mean ms", "max ms", "kernel"], cells, "    ",
+                     left_last=True) + "\n"
+        if neg:
+            out += (f"  left out: {len(neg)} kernel(s) HTA times below 0 (it rounds a start up and an end "
+                    "down to whole us on ns traces; tracekit's own times are exact)\n")
     for n in h.get("notes") or []:
         out += f"  note: {n}\n"
     return out
@@ -279,9 +305,9 @@ def _text_embedding_bw(e: dict, limit: int) -> str:
              pct(d.get("share"))] for d in e["by_direction"]]) + "\n"
         rows, more = limited(e["by_kernel"], limit)
         out += "  per kernel (<= : bytes counted with one row per lookup, an upper bound)\n"
-        out += table(["op", "kernel", "calls", "GPU ms", "GB/s", "of peak"], [
-            [k["op"], clip(k["kernel"], 60), k["calls"], ms(k["gpu_ns"]), _gbps(k),
-             pct(k.get("share"))] for k in rows]) + "\n" + more
+        out += table(["op", "calls", "GPU ms", "GB/s", "of peak", "kernel"], [
+            [k["op"], k["calls"], ms(k["gpu_ns"]), _gbps(k),
+             pct(k.get("share")), k["kernel"]] for k in rows], left_last=True) + "\n" + more
         steps = [x for x in e["by_step"] if x["step"] >= 0]
         if len(steps) > len(e["by_direction"]):
             rows, more = limited(steps, limit)
@@ -291,9 +317,9 @@ def _text_embedding_bw(e: dict, limit: int) -> str:
     else:
         out += "  no embedding call with its inputs recorded and GPU time\n"
     if e.get("missing"):
-        out += "  without an estimate\n" + table(["op", "why", "calls", "kernels", "GPU ms"], [
-            [m["op"], clip(m["reason"], 70), m["calls"], m["activities"], ms(m["gpu_ns"])]
-            for m in e["missing"][:limit]]) + "\n"
+        out += "  without an estimate\n" + table(["op", "calls", "kernels", "GPU ms", "why"], [
+            [m["op"], m["calls"], m["activities"], ms(m["gpu_ns"]), m["reason"]]
+            for m in e["missing"][:limit]], left_last=True) + "\n"
     for n in e.get("notes") or []:
         out += f"  note: {n}\n"
     return out
@@ -304,74 +330,90 @@ def text_embedding_findings(e: dict | None) -> str:
     return "".join(f"  - {f['title']}\n      {f['evidence']}\n" for f in (e or {}).get("findings") or [])
 
 
+FIRST_SCREEN_WARNINGS = 3
+"""Loader and analysis warnings written on the first screen (all of them on stderr and in JSON)."""
+
+
+def _headline(h: dict) -> str:
+    return table(["figure", "value"], [
+        ["steps", f"{h['steps']} ({h['step_source']})"],
+        ["step time P50 / P90, CPU ms", f"{ms(h['step_cpu_p50_ns'])} / {ms(h['step_cpu_p90_ns'])}"],
+        ["step time P50 / P90, GPU ms", f"{ms(h['step_gpu_p50_ns'])} / {ms(h['step_gpu_p90_ns'])}"],
+        *([["bound (share of the critical path)",
+            f"{h.get('bound') or '-'} ({pct(h.get('bound_share'))})"]] if "bound" in h else []),
+        ["optimizer -> next lookup gap, mean ms", ms(h["mean_gap_ns"])],
+        ["exposed communication / memcpy, ms", f"{ms(h['exposed_comm_ns'])} / "
+                                               f"{ms(h['exposed_memcpy_ns'])}"],
+        ["communication overlapped by compute", pct(h["comm_overlap_ratio"])],
+        ["sync stalls: count, CPU ms, GPU idle after ms",
+         f"{h['stall_count']}, {ms(h['stall_total_ns'])}, {ms(h['stall_idle_after_ns'])}"],
+        *([["polls (not stalls): count, CPU ms",
+            f"{h['poll_count']}, {ms(h['poll_total_ns'])}"]] if h.get("poll_count") else []),
+        ["peak allocated / reserved", f"{fmt_bytes(h['peak_allocated_bytes'])} / "
+                                      f"{fmt_bytes(h['peak_reserved_bytes'])}"],
+        ["reserved - allocated at reserved peak", f"{fmt_bytes(h['unused_at_peak_reserved_bytes'])}"
+                                                  f" ({pct(h['unused_fraction'])})"],
+        *([["embedding bandwidth, share of peak: forward / backward (at most)",
+            f"{pct(h.get('embedding_forward_share'))} / {pct(h.get('embedding_backward_share'))}"]]
+          if h.get("embedding_forward_share") is not None
+          or h.get("embedding_backward_share") is not None else []),
+    ])
+
+
 def render_rank(r: dict, *, limit: int = 20) -> str:
-    """One rank's report as text (``limit``: rows shown per long table)."""
+    """One rank's report as text (``limit``: rows shown per long table). The first screen
+    answers what bounds the step, what to do first and the headline figures; the sections
+    follow, numbered as printed. Times in ms everywhere."""
     h = r["headline"]
     out = [f"== {r['source']}  (rank {r['rank']}, {r['schema']} schema, {r['platform']})"]
-    for w in r["warnings"]:
+    warns = r["warnings"]
+    for w in warns[:FIRST_SCREEN_WARNINGS]:
         out.append(f"  warning: {w}")
+    if len(warns) > FIRST_SCREEN_WARNINGS:
+        out.append(f"  ... {len(warns) - FIRST_SCREEN_WARNINGS} more warnings (stderr, --format json)")
     if "explain" in r:
         out.append("")
-        out.append("Findings")
-        out.append(text_findings(r.get("explain")).rstrip("\n"))
+        out += first_screen(r.get("explain"))
         emb = text_embedding_findings(r.get("embedding_bw"))
         if emb:
             out.append(emb.rstrip("\n"))
     out.append("")
     out.append("Headline")
-    out.append(table(["figure", "value"], [
-        ["steps", f"{h['steps']} ({h['step_source']})"],
-        ["step time P50 / P90, CPU ms", f"{ms(h['step_cpu_p50_ns'])} / {ms(h['step_cpu_p90_ns'])}"],
-        ["step time P50 / P90, GPU ms", f"{ms(h['step_gpu_p50_ns'])} / {ms(h['step_gpu_p90_ns'])}"],
-        ["peak allocated / reserved", f"{fmt_bytes(h['peak_allocated_bytes'])} / "
-                                      f"{fmt_bytes(h['peak_reserved_bytes'])}"],
-        ["reserved - allocated at reserved peak", f"{fmt_bytes(h['unused_at_peak_reserved_bytes'])}"
-                                                  f" ({pct(h['unused_fraction'])})"],
-        ["optimizer -> lookup gap, mean ms", ms(h["mean_gap_ns"])],
-        ["communication overlapped by compute", pct(h["comm_overlap_ratio"])],
-        ["exposed communication / memcpy, ms", f"{ms(h['exposed_comm_ns'])} / "
-                                               f"{ms(h['exposed_memcpy_ns'])}"],
-        ["sync stalls: count, CPU ms, GPU idle after ms",
-         f"{h['stall_count']}, {ms(h['stall_total_ns'])}, {ms(h['stall_idle_after_ns'])}"],
-        *([["polls (not stalls): count, CPU ms",
-            f"{h['poll_count']}, {ms(h['poll_total_ns'])}"]] if h.get("poll_count") else []),
-        *([["bound (share of the critical path)",
-            f"{h.get('bound') or '-'} ({pct(h.get('bound_share'))})"]] if "bound" in h else []),
-        *([["embedding bandwidth, share of peak: forward / backward (at most)",
-            f"{pct(h.get('embedding_forward_share'))} / {pct(h.get('embedding_backward_share'))}"]]
-          if h.get("embedding_forward_share") is not None
-          or h.get("embedding_backward_share") is not None else []),
-    ]))
+    out.append(_headline(h))
     gpu = r["platform"] != "cpu"
     no_gpu = "  no GPU activity\n"
-    sections = [
-        ("1. Steps", _text_steps(r["steps"], limit)),
-        ("2. Stream overlap", _text_overlap(r["overlap"]) if gpu else no_gpu),
-        ("3. Optimizer -> next lookup gap", _text_gaps(r["gaps"], limit) if gpu else no_gpu),
-        ("4. Sync stalls", _text_syncs(r["syncs"], limit) if gpu else no_gpu),
-        ("5. Allocator ([memory] events)", _text_allocator(r["allocator"], limit)),
+    sections = []
+    if "explain" in r:
+        sections.append(("Findings (tracekit explain: each with its fix and evidence)",
+                         text_findings(r.get("explain"))))
+    sections += [
+        ("Steps", _text_steps(r["steps"], limit)),
+        ("Stream overlap", _text_overlap(r["overlap"]) if gpu else no_gpu),
+        ("Optimizer -> next lookup gap", _text_gaps(r["gaps"], limit) if gpu else no_gpu),
+        ("Sync stalls", _text_syncs(r["syncs"], limit) if gpu else no_gpu),
+        ("Allocator ([memory] events)", _text_allocator(r["allocator"], limit)),
     ]
-    if r.get("hta") is not None:
-        hta = r["hta"]
-        body = _text_hta(hta, limit) if isinstance(hta, dict) else _text_generic(hta)
-        sections.append(("6. HTA (Holistic Trace Analysis on the same parsed trace)", body))
+    if r.get("explain"):
+        sections.append(("Critical path per step (tracekit explain)", text_explain(r["explain"], limit)))
+    if (r.get("collectives") or {}).get("count"):
+        sections.append(("Collectives (communication kernels)", _text_collectives(r["collectives"])))
+    e = r.get("embedding_bw")
+    if e and (e.get("calls") or e.get("missing")):
+        sections.append(("Embedding bandwidth (bytes from the recorded shapes over the kernels' time, "
+                         "against the GPU's peak)", _text_embedding_bw(e, limit)))
     if r.get("snapshot") is not None:
         snap = r["snapshot"]
         body = _text_snapshot(snap, limit) if isinstance(snap, dict) else _text_generic(snap)
-        sections.append(("7. Memory snapshot (CUDA caching allocator)", body))
-    if r.get("explain"):
-        sections.append(("8. Critical path per step (tracekit explain)",
-                         text_explain(r["explain"], limit)))
-    if (r.get("collectives") or {}).get("count"):
-        sections.append(("9. Collectives (communication kernels)",
-                         _text_collectives(r["collectives"])))
-    e = r.get("embedding_bw")
-    if e and (e.get("calls") or e.get("missing")):
-        sections.append(("10. Embedding bandwidth (bytes from the recorded shapes over the "
-                         "kernels' time, against the GPU's peak)", _text_embedding_bw(e, limit)))
-    for title, body in sections:
+        sections.append(("Memory snapshot (CUDA caching allocator)", body))
+    if r.get("hta") is not None:
+        hta = r["hta"]
+        body = _text_hta(hta, limit) if isinstance(hta, dict) else _text_generic(hta)
+        sections.append(("HTA (Holistic Trace Analysis on the same parsed trace)", body))
+    out.append("")
+    out.append("Below: " + "; ".join(f"{i}. {title.split(' (')[0]}" for i, (title, _) in enumerate(sections, 1)))
+    for i, (title, body) in enumerate(sections, 1):
         out.append("")
-        out.append(title)
+        out.append(f"{i}. {title}")
         out.append(body.rstrip("\n"))
     return "\n".join(out) + "\n"
 
