@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import phases, steps
+from tracekit.analyses import _groups as g
 from tracekit.analyses.operators import host_tree
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
@@ -55,39 +56,31 @@ class KernelsResult:
     """The steps found (``tracekit.steps``), in order."""
 
 
-def _most(values: pd.Series, keys: list[pd.Series], weights: np.ndarray | None = None) -> pd.Series:
-    """Per group of ``keys``: the value of ``values`` most frequent (or of the largest
-    ``weights``), ties to the first seen."""
-    w = np.ones(len(values), np.int64) if weights is None else weights
-    frame = pd.DataFrame({**{f"k{i}": k for i, k in enumerate(keys)}, "v": values, "w": w}, copy=False)
-    ks = [f"k{i}" for i in range(len(keys))]
-    tot = frame.groupby([*ks, "v"], sort=False, observed=True)["w"].sum().reset_index()
-    tot = tot.sort_values("w", ascending=False, kind="stable").drop_duplicates(ks)
-    return tot.set_index(ks)["v"]
+def _table(keys: list[np.ndarray], f: dict, names: dict) -> dict:
+    """One row per group of equal ``keys``: the ``KERNEL_COLUMNS`` figures (``share`` left to
+    the caller) and the keys' own columns (``key0``, ...) from their first row."""
+    gid, first, n = g.groups(*keys)
+    dur = f["dur"]
+    calls = g.total(gid, n)
+    tot = g.total(gid, n, dur)
+    launcher = g.mode(gid, n, f["op"])
+    phase = g.mode(gid, n, f["phase"], dur)
+    return {
+        **{f"key{i}": k[first] for i, k in enumerate(keys)},
+        "name": names["name"][f["name"][first]], "kind": f["kind"][first], "calls": calls, "total_ns": tot,
+        "mean_ns": tot / np.maximum(calls, 1), "min_ns": g.extreme(gid, n, dur, False),
+        "max_ns": g.extreme(gid, n, dur, True),
+        "launched_by": np.where(launcher >= 0, names["op"][np.maximum(launcher, 0)], ""),
+        "launchers": g.distinct(gid, n, f["op"]), "unlaunched": g.total(gid, n, (f["op"] < 0).astype(np.int64)),
+        "phase": names["phase"][np.maximum(phase, 0)],
+        "streams": np.array(g.joined(gid, n, f["where"], list(names["where"])), dtype=object),
+    }
 
 
-def _table(f: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    grp = f.groupby(keys, sort=False, observed=True)
-    out = grp.agg(kind=("kind", "first"), calls=("dur", "size"), total_ns=("dur", "sum"), min_ns=("dur", "min"),
-                  max_ns=("dur", "max"), unlaunched=("unlaunched", "sum"))
-    out["mean_ns"] = out["total_ns"] / out["calls"]
-    launched = f[~f["unlaunched"]]
-    pairs = launched.groupby([*keys, "op"], sort=False, observed=True).size()
-    out["launchers"] = pairs.groupby(level=list(range(len(keys)))).size().reindex(out.index).fillna(0).astype(np.int64)
-    by = _most(launched["op"], [launched[k] for k in keys])
-    out["launched_by"] = by.reindex(out.index).astype(object).fillna("").astype(str).to_numpy(object) if len(by) else ""
-    out["phase"] = _most(f["phase"], [f[k] for k in keys], f["dur"].to_numpy(np.int64)).reindex(out.index).astype(str).to_numpy(object)
-    streams = f.groupby([*keys, "where"], sort=True, observed=True).size().reset_index()
-    streams["where"] = streams["where"].astype(str)
-    joined = streams.groupby(keys, sort=False, observed=True)["where"].agg(", ".join)
-    out["streams"] = joined.reindex(out.index).to_numpy(object)
-    return out.reset_index()
-
-
-def _where(device: np.ndarray, stream: np.ndarray) -> pd.Categorical:
-    """``device:stream`` per activity, as a categorical (one string per pair, not per row)."""
+def _where(device: np.ndarray, stream: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """``device:stream`` per activity as codes into the sorted list of pairs."""
     pairs, inv = np.unique(np.stack([device, stream], axis=1), axis=0, return_inverse=True)
-    return pd.Categorical.from_codes(inv.reshape(-1), categories=[f"{d}:{s}" for d, s in pairs])
+    return inv.reshape(-1).astype(np.int64), [f"{d}:{s}" for d, s in pairs]
 
 
 def compute(trace: Trace, rules: Rules) -> KernelsResult:
@@ -104,34 +97,37 @@ def compute(trace: Trace, rules: Rules) -> KernelsResult:
     launch_ts = acts["launch_ts"].to_numpy(np.int64)
     launch_tid = acts["launch_tid"].to_numpy(np.int64)
     # the op that launched each activity: the innermost host op around its runtime call
-    ops, codes, cats = phases.host_ops(trace)
-    op_code = np.full(len(acts), -1, np.int64)
+    _, op_codes, op_cats = phases.host_ops(trace)
+    op = np.full(len(acts), -1, np.int64)
     linked = np.flatnonzero(launch_ts >= 0)
     if linked.size:
         tree = host_tree(trace)
         pos = tree.enclosing(launch_tid[linked], launch_ts[linked], launch_ts[linked])
         inside = pos >= 0
-        op_code[linked[inside]] = codes[tree.order[pos[inside]]]
-    op = pd.Categorical.from_codes(op_code, categories=cats) if len(cats) else pd.Categorical(np.full(len(acts), None))
+        op[linked[inside]] = op_codes[tree.order[pos[inside]]]
     win = pd.DataFrame({"ts": st.steps["cpu_start"].to_numpy(np.int64), "end": st.steps["cpu_end"].to_numpy(np.int64),
                         "step": st.steps["step"].to_numpy(np.int64)}) if len(st.steps) else pd.DataFrame()
     step = np.where(launch_ts >= 0, phases.step_of(win, np.where(launch_ts >= 0, launch_ts, 0)), -1) if len(win) \
         else np.full(len(acts), -1, np.int64)
     kind = acts["kind"].to_numpy(np.int64)
-    f = pd.DataFrame({
-        "name": pd.Categorical(acts["name"].to_numpy(object)),
-        "kind": np.array([KIND_NAMES.get(int(k), "other") for k in range(256)], dtype=object)[kind & 0xFF],
-        "dur": dur, "op": op, "unlaunched": op_code < 0, "phase": pd.Categorical(acts["phase"].to_numpy(object)),
-        "step": step, "where": _where(acts["device"].to_numpy(np.int64), acts["stream"].to_numpy(np.int64)),
-    }, copy=False)
-    total = _table(f, ["name"])
+    name_code, name_vals = g.codes(acts["name"].to_numpy(object))
+    phase_code, phase_vals = g.codes(acts["phase"].to_numpy(object))
+    where, where_names = _where(acts["device"].to_numpy(np.int64), acts["stream"].to_numpy(np.int64))
+    f = {"name": name_code, "dur": dur, "op": op, "phase": phase_code, "where": where,
+         "kind": np.array([KIND_NAMES.get(int(k), "other") for k in range(256)], dtype=object)[kind & 0xFF]}
+    names = {"name": np.asarray(name_vals, dtype=object).astype(str).astype(object),
+             "op": np.asarray(op_cats.astype(str), dtype=object), "phase": np.asarray(phase_vals, dtype=object),
+             "where": where_names}
+    t = _table([name_code], f, names)
+    total = pd.DataFrame({c: t[c] for c in cols if c != "share"})
     total["share"] = total["total_ns"] / gpu_ns if gpu_ns else np.nan
-    total["name"] = total["name"].astype(str)
     total = total.sort_values("total_ns", ascending=False, kind="stable", ignore_index=True)[cols]
-    per = _table(f, ["step", "name"])
-    step_gpu = f.groupby("step")["dur"].sum()
+    step_code = step - int(step.min()) if step.size else step
+    t = _table([step_code, name_code], f, names)
+    per = pd.DataFrame({"step": t["key0"] + (int(step.min()) if step.size else 0),
+                        **{c: t[c] for c in cols if c != "share"}})
+    step_gpu = pd.Series(dur).groupby(step).sum()
     per["share"] = per["total_ns"] / per["step"].map(step_gpu).replace(0, np.nan)
-    per["name"] = per["name"].astype(str)
     per = per.sort_values(["step", "total_ns"], ascending=[True, False], kind="stable", ignore_index=True)[["step", *cols]]
     return KernelsResult(total, per, gpu_ns, step_list)
 

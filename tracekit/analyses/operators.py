@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import intervals, phases, steps
+from tracekit.analyses import _groups as g
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
 
@@ -115,13 +116,18 @@ class OperatorsResult:
     launched outside every host op)."""
 
 
-def _aggregate(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    grp = frame.groupby(keys, sort=False, observed=True)
-    out = grp.agg(kind=("kind", "first"), calls=("dur", "size"), cpu_total_ns=("dur", "sum"),
-                  cpu_self_ns=("self", "sum"), gpu_self_ns=("gpu_self", "sum"),
-                  gpu_total_ns=("gpu_total", "sum"), activities=("acts", "sum")).reset_index()
-    out = out.sort_values(["gpu_total_ns", "cpu_total_ns"], ascending=False, kind="stable", ignore_index=True)
-    return out
+def _aggregate(keys: list[np.ndarray], f: dict, names: dict) -> pd.DataFrame:
+    """One row per group of equal ``keys`` (``key0``... and the ``OP_COLUMNS``), largest GPU
+    total first, then largest CPU total."""
+    gid, first, n = g.groups(*keys)
+    out = pd.DataFrame({
+        **{f"key{i}": k[first] for i, k in enumerate(keys)},
+        "name": names["name"][f["name"][first]], "kind": f["kind"][first], "input_dims": names["dims"][f["dims"][first]],
+        "calls": g.total(gid, n), "cpu_total_ns": g.total(gid, n, f["dur"]), "cpu_self_ns": g.total(gid, n, f["self"]),
+        "gpu_self_ns": g.total(gid, n, f["gpu_self"]), "gpu_total_ns": g.total(gid, n, f["gpu_total"]),
+        "activities": g.total(gid, n, f["acts"]),
+    })
+    return out.sort_values(["gpu_total_ns", "cpu_total_ns"], ascending=False, kind="stable", ignore_index=True)
 
 
 def compute(trace: Trace, rules: Rules) -> OperatorsResult:
@@ -174,19 +180,20 @@ def compute(trace: Trace, rules: Rules) -> OperatorsResult:
     row["gpu_total"][order] = gpu_total
     row["acts"][order] = count
 
-    names = _step_free_names(codes, cats, rules)
-    kind = np.where(_kinds(trace, ops) == int(Kind.ANNOTATION), "annotation", "cpu_op")
-    dims = _input_dims(trace, ops, n)
+    name_code, name_vals = _step_free_names(codes, cats, rules)
+    kind = np.where(_kinds(trace, ops) == int(Kind.ANNOTATION), "annotation", "cpu_op").astype(object)
+    dims_code, dims_vals = g.codes(_input_dims(trace, ops, n))
     ts = ops["ts"].to_numpy(np.int64)
     win = pd.DataFrame({"ts": st.steps["cpu_start"].to_numpy(np.int64), "end": st.steps["cpu_end"].to_numpy(np.int64),
                         "step": st.steps["step"].to_numpy(np.int64)}) if len(st.steps) else pd.DataFrame()
-    frame = pd.DataFrame({"name": names, "kind": kind, "input_dims": dims, "dur": dur, "self": row_self,
-                          "gpu_self": row["gpu_self"], "gpu_total": row["gpu_total"], "acts": row["acts"],
-                          "step": phases.step_of(win, ts) if len(win) else np.full(n, -1, np.int64)}, copy=False)
-    total = _aggregate(frame, ["name", "input_dims"])[cols]
-    total["name"] = total["name"].astype(str)
-    per_step = _aggregate(frame, ["step", "name", "input_dims"])
-    per_step["name"] = per_step["name"].astype(str)
+    step = phases.step_of(win, ts) if len(win) else np.full(n, -1, np.int64)
+    f = {"name": name_code, "kind": kind, "dims": dims_code, "dur": dur, "self": row_self,
+         "gpu_self": row["gpu_self"], "gpu_total": row["gpu_total"], "acts": row["acts"]}
+    names = {"name": name_vals, "dims": np.asarray(dims_vals, dtype=object)}
+    total = _aggregate([name_code, dims_code], f, names)[cols]
+    lo = int(step.min()) if step.size else 0
+    per_step = _aggregate([step - lo, name_code, dims_code], f, names)
+    per_step["step"] = per_step["key0"] + lo
     per_step = per_step.sort_values(["step", "gpu_total_ns", "cpu_total_ns"], ascending=[True, False, False],
                                     kind="stable", ignore_index=True)[["step", *cols]]
     return OperatorsResult(total, per_step, step_list, gpu_ns, unlaunched)
@@ -206,13 +213,14 @@ def step_free_name(name: str, rules: Rules) -> str:
     return name
 
 
-def _step_free_names(codes: np.ndarray, cats: pd.Index, rules: Rules) -> pd.Categorical:
-    """The host ops' names (``step_free_name``) as a categorical, worked out once per name."""
+def _step_free_names(codes: np.ndarray, cats: pd.Index, rules: Rules) -> tuple[np.ndarray, np.ndarray]:
+    """The host ops' names (``step_free_name``) as codes into the distinct names, worked out
+    once per name."""
     if not len(cats):
-        return pd.Categorical([])
+        return np.zeros(len(codes), np.int64), np.array([], dtype=object)
     free = [step_free_name(str(c), rules) for c in cats]
     uniq, inv = np.unique(np.array(free, dtype=object), return_inverse=True)
-    return pd.Categorical.from_codes(inv.reshape(-1)[codes], categories=uniq.tolist())
+    return inv.reshape(-1)[codes].astype(np.int64), uniq.astype(object)
 
 
 def _kinds(trace: Trace, ops: pd.DataFrame) -> np.ndarray:
