@@ -412,11 +412,20 @@ def diff_paths(
     cache_dir: str | os.PathLike | None = None,
     use_cache: bool = True,
     progress: bool | None = None,
+    parallel: bool = False,
 ):
     """``tracekit.analyses.diff`` of a rank of ``a`` (a trace file, or a directory of ranks with
     ``rank_a``) against a rank of ``b``; ``a`` and ``b`` may be one directory (two ranks of one
-    job), loaded once."""
+    job), loaded once. ``parallel``: A's side (loaded, analysed, summed up per step) in a forked
+    child while this process does B's (``tracekit.analyses.forked``: the same result, on two
+    cores), as a one-shot CLI process does."""
+    from tracekit.analyses import diff
+    from tracekit.analyses.forked import Forked
     from tracekit.errors import InputError
+
+    for p in (a, b):
+        check_readable(os.fspath(p), "trace file or directory", directory_ok=True)
+    opts = dict(rules=rules_path, cache_dir=cache_dir, use_cache=use_cache, progress=progress)
 
     def pick(got: list[LoadedTrace], rank: int | None, path) -> LoadedTrace:
         if rank is None and len(got) == 1:
@@ -428,12 +437,15 @@ def diff_paths(
         raise InputError(f"no rank {rank} here (ranks: {have})" if rank is not None else
                          f"holds {len(got)} ranks ({have}): name one (--rank-a/--rank-b)", path=os.fspath(path))
 
-    opts = dict(rules=rules_path, cache_dir=cache_dir, use_cache=use_cache, progress=progress)
-    got_a = load(a, **opts)
-    same = os.path.realpath(os.fspath(a)) == os.path.realpath(os.fspath(b))
-    got_b = got_a if same else load(b, rules=got_a[0].rules if got_a else rules_path, cache_dir=cache_dir,
-                                     use_cache=use_cache, progress=progress)
-    return pick(got_a, rank_a, a).diff(pick(got_b, rank_b, b))
+    if os.path.realpath(os.fspath(a)) == os.path.realpath(os.fspath(b)):  # two ranks of one job: one load
+        got = load(a, **opts)
+        la, lb = pick(got, rank_a, a), pick(got, rank_b, b)
+        side_a = Forked(la.diff_side, fork=parallel)
+        side_b = lb.diff_side()
+    else:
+        side_a = Forked(lambda: pick(load(a, **opts), rank_a, a).diff_side(), fork=parallel)
+        side_b = pick(load(b, **opts), rank_b, b).diff_side()
+    return diff.compute(side_a.result(), side_b)
 
 
 def has_untraced_beside(path: str | os.PathLike) -> bool:

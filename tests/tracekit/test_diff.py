@@ -64,8 +64,10 @@ def test_two_ranks_of_one_job(tmp_path):
     # rank 1 slept 2 ms before its all-to-all: rank 0's all-to-all kernel waited that long for it
     assert k.loc[a2a, "a_ns"] - k.loc[a2a, "b_ns"] > 1.5e6
     assert k.loc[a2a, "status"] == "both"
-    cp = d.critical_path.set_index("category")
-    assert cp.loc["host", "b_ns"] - cp.loc["host", "a_ns"] > 1.5e6  # rank 1's step waits on its host
+    # rank 1's step waits on its host: the sleep, which explain counts as host time or, with nothing
+    # in the trace that woke the thread, as time its model does not explain
+    cp = d.critical_path.set_index("category").reindex(["host", "unexplained"]).fillna(0.0)
+    assert cp["b_ns"].sum() - cp["a_ns"].sum() > 1.5e6
     with pytest.raises(Exception, match="name one"):
         api.diff_paths(JOB, JOB, cache_dir=tmp_path)
 

@@ -44,28 +44,48 @@ MAIN_PHASES = ("forward", "backward", "optimizer", "zero_grad")
 
 @dataclass(frozen=True)
 class Side:
-    """What the diff reads of one trace: each a result of tracekit's analyses of it."""
+    """What the diff reads of one trace: small per-step summaries of its results (``side``),
+    so that a side computed in another process comes back quickly."""
 
     source: str
     rank: int
-    steps: steps.StepsResult
-    operators: operators_mod.OperatorsResult
-    kernels: kernels_mod.KernelsResult
-    activities: pd.DataFrame
-    """``phases.activities``: every GPU activity with its phase (``device, stream, phase, ts,
-    end``...)."""
-    explain: object | None = None
-    """``tracekit.analyses.explain.ExplainResult``, or None (no critical-path part)."""
+    steps: int
+    """Steps found (``tracekit.steps``)."""
+    step_ns: dict
+    """``step_gpu_ns``, ``step_cpu_ns``: the mean span of a step (None without one)."""
+    phases: pd.Series
+    """GPU time per step by phase."""
+    streams: pd.DataFrame
+    """``stream, phase, ns, ids``: GPU time per step by stream (named by role) and phase."""
+    overlaps: dict
+    """(phase, phase) -> GPU time per step both ran at once."""
+    critical: pd.Series
+    """explain's critical path per step by category (empty without explain)."""
+    ops: pd.DataFrame
+    """Per (name, input_dims): ``calls, cpu, gpu`` per step."""
+    kernels: pd.DataFrame
+    """Per name: ``kind, calls, ns`` per step."""
 
 
 def side(trace: Trace, rules: Rules, *, explain: object | None = None,
          operators: operators_mod.OperatorsResult | None = None,
          kernels: kernels_mod.KernelsResult | None = None) -> Side:
-    """One trace's ``Side`` (the results given are used, the others computed)."""
+    """One trace's ``Side`` (the results given are used, the others computed; without
+    ``explain`` the critical-path part is empty)."""
     acts, _ = phases.activities(trace, rules)
-    return Side(trace.source, int(trace.rank), steps.compute(trace, rules),
-                operators if operators is not None else operators_mod.compute(trace, rules),
-                kernels if kernels is not None else kernels_mod.compute(trace, rules), acts, explain)
+    st = steps.compute(trace, rules)
+    ops = operators if operators is not None else operators_mod.compute(trace, rules)
+    ker = kernels if kernels is not None else kernels_mod.compute(trace, rules)
+    n = max(len(st.steps), 1)
+    inside = _in_steps(acts, st.steps)
+
+    def mean(col: str):
+        v = st.steps[col][st.steps[col] >= 0] if len(st.steps) else []
+        return float(np.mean(v)) if len(v) else None
+
+    return Side(trace.source, int(trace.rank), len(st.steps), {"step_gpu_ns": mean("gpu_ns"), "step_cpu_ns": mean("cpu_ns")},
+                _per_phase(inside, n), _per_stream(inside, acts, n), _overlaps(inside, n), _critical(explain),
+                _ops_per_step(ops, len(st.steps)), _kernels_per_step(ker, len(st.steps)))
 
 
 @dataclass(frozen=True)
@@ -99,28 +119,16 @@ class DiffResult:
     """Sentences: where the step's time moved (the largest changes of each table)."""
 
 
-def _nsteps(s: Side) -> int:
-    return max(len(s.steps.steps), 1)
-
-
-def _mean(values, default=None):
-    values = [v for v in values if v is not None]
-    return float(np.mean(values)) if values else default
-
-
 def _step_rows(a: Side, b: Side) -> pd.DataFrame:
     rows = []
-    for fig, col in (("step_gpu_ns", "gpu_ns"), ("step_cpu_ns", "cpu_ns")):
-        va = _mean(a.steps.steps[col][a.steps.steps[col] >= 0].tolist()) if len(a.steps.steps) else None
-        vb = _mean(b.steps.steps[col][b.steps.steps[col] >= 0].tolist()) if len(b.steps.steps) else None
+    for fig in ("step_gpu_ns", "step_cpu_ns"):
+        va, vb = a.step_ns.get(fig), b.step_ns.get(fig)
         rows.append((fig, va, vb, None if va is None or vb is None else vb - va))
     return pd.DataFrame(rows, columns=["figure", "a", "b", "delta"])
 
 
-def _in_steps(s: Side) -> pd.DataFrame:
+def _in_steps(acts: pd.DataFrame, st: pd.DataFrame) -> pd.DataFrame:
     """The activities launched inside a step (all of them for a trace without steps)."""
-    acts = s.activities
-    st = s.steps.steps
     if not len(st):
         return acts
     win = pd.DataFrame({"ts": st["cpu_start"].to_numpy(np.int64), "end": st["cpu_end"].to_numpy(np.int64),
@@ -130,10 +138,9 @@ def _in_steps(s: Side) -> pd.DataFrame:
     return acts[inside]
 
 
-def _per_phase(s: Side) -> pd.Series:
-    acts = _in_steps(s)
+def _per_phase(acts: pd.DataFrame, n: int) -> pd.Series:
     dur = (acts["end"] - acts["ts"]).to_numpy(np.int64)
-    return pd.Series(dur, index=acts["phase"].to_numpy(object)).groupby(level=0).sum() / _nsteps(s)
+    return pd.Series(dur, index=acts["phase"].to_numpy(object)).groupby(level=0).sum() / n
 
 
 def stream_names(acts: pd.DataFrame) -> dict[tuple[int, int], str]:
@@ -171,37 +178,35 @@ def stream_names(acts: pd.DataFrame) -> dict[tuple[int, int], str]:
     return out
 
 
-def _per_stream(s: Side) -> pd.DataFrame:
-    acts = _in_steps(s)
-    names = stream_names(s.activities)
+def _per_stream(acts: pd.DataFrame, every: pd.DataFrame, n: int) -> pd.DataFrame:
+    """GPU time per step by (stream named by role among ``every`` activity, phase)."""
+    names = stream_names(every)
     key = [names[(int(d), int(st))] for d, st in zip(acts["device"], acts["stream"])]
     ids = [f"{int(d)}:{int(st)}" for d, st in zip(acts["device"], acts["stream"])]
     f = pd.DataFrame({"stream": key, "phase": acts["phase"].to_numpy(object), "ids": ids,
                       "ns": (acts["end"] - acts["ts"]).to_numpy(np.int64)})
     if f.empty:
         return pd.DataFrame(columns=["stream", "phase", "ns", "ids"])
-    g = f.groupby(["stream", "phase"], sort=False)
-    return pd.DataFrame({"ns": g["ns"].sum() / _nsteps(s),
-                         "ids": g["ids"].agg(lambda v: ", ".join(sorted(set(v))))}).reset_index()
+    grp = f.groupby(["stream", "phase"], sort=False)
+    return pd.DataFrame({"ns": grp["ns"].sum() / n,
+                         "ids": grp["ids"].agg(lambda v: ", ".join(sorted(set(v))))}).reset_index()
 
 
-def _overlaps(s: Side) -> dict[tuple[str, str], float]:
-    acts = _in_steps(s)
+def _overlaps(acts: pd.DataFrame, n: int) -> dict[tuple[str, str], float]:
     out: dict[tuple[str, str], float] = {}
     for _, dev in acts.groupby("device"):
-        unions = {ph: intervals.union(g["ts"].to_numpy(np.int64), g["end"].to_numpy(np.int64))
-                  for ph, g in dev.groupby("phase")}
+        unions = {ph: intervals.union(grp["ts"].to_numpy(np.int64), grp["end"].to_numpy(np.int64))
+                  for ph, grp in dev.groupby("phase")}
         names = sorted(unions)
         for i, pa in enumerate(names):
             for pb in names[i + 1:]:
                 ns = intervals.intersection_length(unions[pa], unions[pb])
                 if ns:
-                    out[(pa, pb)] = out.get((pa, pb), 0.0) + ns / _nsteps(s)
+                    out[(pa, pb)] = out.get((pa, pb), 0.0) + ns / n
     return out
 
 
-def _critical(s: Side) -> pd.Series:
-    ex = s.explain
+def _critical(ex: object | None) -> pd.Series:
     if ex is None or not len(getattr(ex, "steps", [])):
         return pd.Series(dtype=float)
     total: dict[str, float] = {}
@@ -209,6 +214,23 @@ def _critical(s: Side) -> pd.Series:
         for k, v in (bd or {}).items():
             total[k] = total.get(k, 0.0) + float(v)
     return pd.Series(total, dtype=float) / max(len(ex.steps), 1)
+
+
+def _ops_per_step(ops: operators_mod.OperatorsResult, nsteps: int) -> pd.DataFrame:
+    t = ops.by_step
+    t = t[t["step"] >= 0] if nsteps else t
+    grp = t.groupby(["name", "input_dims"], sort=False)
+    n = max(nsteps, 1)
+    return pd.DataFrame({"calls": grp["calls"].sum() / n, "cpu": grp["cpu_total_ns"].sum() / n,
+                         "gpu": grp["gpu_total_ns"].sum() / n})
+
+
+def _kernels_per_step(ker: kernels_mod.KernelsResult, nsteps: int) -> pd.DataFrame:
+    t = ker.by_step
+    t = t[t["step"] >= 0] if nsteps else t
+    grp = t.groupby("name", sort=False)
+    n = max(nsteps, 1)
+    return pd.DataFrame({"kind": grp["kind"].first(), "calls": grp["calls"].sum() / n, "ns": grp["total_ns"].sum() / n})
 
 
 def _joined(a: pd.Series, b: pd.Series, key: str) -> pd.DataFrame:
@@ -224,16 +246,7 @@ def _status(in_a: np.ndarray, in_b: np.ndarray) -> np.ndarray:
 
 
 def _ops(a: Side, b: Side) -> pd.DataFrame:
-    def per_step(s: Side) -> pd.DataFrame:
-        t = s.operators.by_step
-        t = t[t["step"] >= 0] if len(s.steps.steps) else t
-        g = t.groupby(["name", "input_dims"], sort=False)
-        n = _nsteps(s)
-        return pd.DataFrame({"calls": g["calls"].sum() / n, "cpu": g["cpu_total_ns"].sum() / n,
-                             "gpu": g["gpu_total_ns"].sum() / n})
-
-    pa, pb = per_step(a), per_step(b)
-    j = pa.add_suffix("_a").join(pb.add_suffix("_b"), how="outer")
+    j = a.ops.add_suffix("_a").join(b.ops.add_suffix("_b"), how="outer")
     in_a, in_b = j["calls_a"].notna().to_numpy(), j["calls_b"].notna().to_numpy()
     j = j.fillna(0.0)
     out = pd.DataFrame({
@@ -249,15 +262,7 @@ def _ops(a: Side, b: Side) -> pd.DataFrame:
 
 
 def _kernels(a: Side, b: Side) -> pd.DataFrame:
-    def per_step(s: Side) -> pd.DataFrame:
-        t = s.kernels.by_step
-        t = t[t["step"] >= 0] if len(s.steps.steps) else t
-        g = t.groupby("name", sort=False)
-        n = _nsteps(s)
-        return pd.DataFrame({"kind": g["kind"].first(), "calls": g["calls"].sum() / n, "ns": g["total_ns"].sum() / n})
-
-    pa, pb = per_step(a), per_step(b)
-    j = pa.add_suffix("_a").join(pb.add_suffix("_b"), how="outer")
+    j = a.kernels.add_suffix("_a").join(b.kernels.add_suffix("_b"), how="outer")
     in_a, in_b = j["calls_a"].notna().to_numpy(), j["calls_b"].notna().to_numpy()
     kind = j["kind_a"].where(j["kind_a"].notna(), j["kind_b"])
     j = j.drop(columns=["kind_a", "kind_b"]).fillna(0.0)
@@ -311,8 +316,8 @@ def _summary(step: pd.DataFrame, ph: pd.DataFrame, streams: pd.DataFrame, overla
 def compute(a: Side, b: Side) -> DiffResult:
     """Where ``b`` differs from ``a``, per step."""
     step = _step_rows(a, b)
-    ph = _joined(_per_phase(a), _per_phase(b), "phase")
-    sa, sb = _per_stream(a), _per_stream(b)
+    ph = _joined(a.phases, b.phases, "phase")
+    sa, sb = a.streams, b.streams
     keys = list(dict.fromkeys([*zip(sa["stream"], sa["phase"]), *zip(sb["stream"], sb["phase"])]))
     ia = {k: (ns, ids) for k, ns, ids in zip(zip(sa["stream"], sa["phase"]), sa["ns"], sa["ids"])}
     ib = {k: (ns, ids) for k, ns, ids in zip(zip(sb["stream"], sb["phase"]), sb["ns"], sb["ids"])}
@@ -323,19 +328,19 @@ def compute(a: Side, b: Side) -> DiffResult:
     }, columns=["stream", "phase", "a_ns", "b_ns", "a_streams", "b_streams"])
     streams.insert(4, "delta_ns", streams["b_ns"] - streams["a_ns"])
     streams = streams.reindex(streams["delta_ns"].abs().sort_values(ascending=False, kind="stable").index).reset_index(drop=True)
-    oa, ob = _overlaps(a), _overlaps(b)
+    oa, ob = a.overlaps, b.overlaps
     pairs = list(dict.fromkeys([*oa, *ob]))
     overlaps = pd.DataFrame({"phase_a": [p[0] for p in pairs], "phase_b": [p[1] for p in pairs],
                              "a_ns": [oa.get(p, 0.0) for p in pairs], "b_ns": [ob.get(p, 0.0) for p in pairs]},
                             columns=["phase_a", "phase_b", "a_ns", "b_ns"])
     overlaps["delta_ns"] = overlaps["b_ns"] - overlaps["a_ns"]
     overlaps = overlaps.reindex(overlaps["delta_ns"].abs().sort_values(ascending=False, kind="stable").index).reset_index(drop=True)
-    crit = _joined(_critical(a), _critical(b), "category")
+    crit = _joined(a.critical, b.critical, "category")
     ops = _ops(a, b)
     kern = _kernels(a, b)
     return DiffResult(
-        a={"source": a.source, "rank": a.rank, "steps": len(a.steps.steps)},
-        b={"source": b.source, "rank": b.rank, "steps": len(b.steps.steps)},
+        a={"source": a.source, "rank": a.rank, "steps": a.steps},
+        b={"source": b.source, "rank": b.rank, "steps": b.steps},
         step=step, phases=ph, streams=streams, overlaps=overlaps, critical_path=crit, ops=ops, kernels=kern,
         summary=_summary(step, ph, streams, overlaps, crit, ops, kern))
 

@@ -39,7 +39,7 @@ def command(a, b, rank_a, rank_b, fmt, out, rules_path, limit, no_cache, cache_d
     from tracekit.report import diff_document, render_diff
 
     result = diff_paths(a, b, rank_a=rank_a, rank_b=rank_b, rules_path=rules_path, cache_dir=cache_dir,
-                        use_cache=not no_cache)
+                        use_cache=not no_cache, parallel=True)
     doc = diff_document(result, __version__)
     if fmt == "json":
         emit(json.dumps(doc, allow_nan=False) + "\n", out)
