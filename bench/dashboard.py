@@ -16,7 +16,12 @@ argument). Runs in three parts, each printed as a table:
    and the browser's time from the click to the view showing its new content.
 
 ``--screenshots DIR`` also writes every view at 1600x1000 (the README's pictures, ``docs/``),
-reduced to 128 colours when Pillow is installed.
+reduced to 128 colours when Pillow is installed, and ``DIR/dashboard-figures.json``: what each
+picture shows (its SHA-256, trace and the text of its figures), which
+``tests/dashboards/test_screenshots.py`` recomputes from the bundled traces
+(``--only-screenshots``: those alone, nothing timed). ``--tables TRACE``: only the operators and
+kernels views' tables of one (large) trace, its parse cache warm (issue 26: at most 2 s for a
+780 MB trace).
 The machine's load average is printed before and after: on a shared machine the absolute times
 move with it, so read the spread over the rounds.
 
@@ -26,6 +31,7 @@ Needs Debian's ``/usr/bin/chromium`` and Playwright for Python (as the browser t
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -121,7 +127,8 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
     browser_ms: dict[str, list[float]] = {}
     server_ms: dict[str, list[float]] = {}
 
-    containers = {"page": "#view", "timeline": "#view-timeline", "compare": "#compare-content", "stalls-sort": "#stalls-table-box"}
+    containers = {"page": "#view", "timeline": "#view-timeline", "compare": "#compare-content", "stalls-sort": "#stalls-table-box",
+                  "operators-step": "#operators-box", "diff": "#diff-content"}
 
     def settled(callback: str, before: int) -> None:
         """The callback ran and its part of the page is no longer loading (its answer is drawn)."""
@@ -168,7 +175,10 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
                           ("stalls", "#stalls-table-box > *"),
                           ("memory", "#view-memory > *"),
                           ("idle", "#view-idle > *"),
+                          ("operators", "#operators-table td.dash-cell"),
+                          ("kernels", "#kernels-table td.dash-cell"),
                           ("compare", "#compare-content > *"),
+                          ("diff", "#diff-summary"),
                           ("overview", "#overview-steps .js-plotly-plot")]:
             step(f"tab {view}", tab(view), visible(sel), "page")
         # trace and rank on the overview
@@ -205,6 +215,13 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
         step("timeline: whole trace", choose("timeline-step", "whole trace"),
              lambda: expect(page.locator("#timeline-info")).to_contain_text(f"window {span} ms (trace: {span} ms)", timeout=TIMEOUT),
              "timeline")
+        # operators: one step's
+        if len(steps) > 1:
+            page.click("#tab-operators")
+            page.wait_for_selector("#operators-table td.dash-cell", timeout=TIMEOUT)
+            step("operators: choose step", choose("operators-step", f"step {steps[-1]}"),
+                 lambda: expect(page.locator("#operators-summary")).to_contain_text(f"in step {steps[-1]}", timeout=TIMEOUT),
+                 "operators-step")
         # stalls: sort
         page.click("#tab-stalls")
         page.wait_for_selector("#stalls-table-box > *", timeout=TIMEOUT)
@@ -261,8 +278,79 @@ def _shrink(path: str) -> None:
     small.save(path, optimize=True)
 
 
+def tables(path: str, cache: str, repeat: int) -> list[list]:
+    """The operators and kernels views' tables of one (large) trace, warm: its parse in the
+    cache (a first load, not timed, put it there), in a new process each round (nothing of the
+    trace in memory but what the parse cache gives): the seconds to load it from the cache, to
+    compute the operators (``LoadedTrace.operators``) and kernels, and to build both views'
+    tables (``dashboards.results`` and ``dashboards.views.data_table``: what the browser is sent)."""
+    code = """
+import json, sys, time
+from dashboards import results
+from dashboards.views import data_table
+from tracekit import api
+path, cache = sys.argv[1], sys.argv[2]
+t0 = time.perf_counter()
+lt = api.load(path, cache_dir=cache)[0]
+t1 = time.perf_counter()
+lt.operators(); t2 = time.perf_counter()
+lt.kernels(); t3 = time.perf_counter()
+for what in ("operators", "kernels"):  # what the two views send: their tables, over all steps
+    df, _, _ = getattr(results, what)(lt, "all")
+    data_table(what, df).to_plotly_json()
+t4 = time.perf_counter()
+print(json.dumps({"load": t1 - t0, "operators": t2 - t1, "kernels": t3 - t2, "tables": t4 - t3,
+                  "ops": len(lt.operators().ops), "kernel_names": len(lt.kernels().kernels),
+                  "events": len(lt.trace.events)}))
+"""
+    import subprocess as sp
+
+    sp.run([*CLI, "analyze", path, "--no-hta", "--format", "json"], stdout=sp.DEVNULL, check=True,
+           env={**os.environ, "TRACEKIT_CACHE_DIR": cache})  # the parse cache filled (not timed)
+    rows = []
+    for _ in range(repeat):
+        out = sp.run([sys.executable, "-c", code, path, cache], capture_output=True, text=True, check=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        rows.append([f"{r['events']:,}", f"{r['load']:.2f}", f"{r['operators']:.2f}", f"{r['kernels']:.2f}", f"{r['tables']:.2f}",
+                     f"{r['operators'] + r['kernels'] + r['tables']:.2f}", f"{r['ops']:,} / {r['kernel_names']:,}",
+                     f"{os.getloadavg()[0]:.1f}"])
+    return rows
+
+
+SHOWN = {  # what each screenshot shows, read off the page and written beside the pictures
+    "overview": ("#overview-tiles", "#overview-bound", "#overview-findings"),
+    "timeline": ("#timeline-info",),
+    "ranks": ("#ranks-summary",),
+    "overlap": ("#overlap-ratios",),
+    "gaps": ("#gaps-summary",),
+    "stalls": ("#stalls-total",),
+    "memory": ("#memory-peaks", "#memory-snapshot-table"),
+    "idle": ("#idle-summary",),
+    "operators": ("#operators-summary", "#operators-table tr:has(td.dash-cell)"),
+    "kernels": ("#kernels-summary", "#kernels-table tr:has(td.dash-cell)"),
+    "compare": ("#compare-table",),
+    "diff": ("#diff-against", "#diff-summary"),
+}
+"""Per view, the page's elements whose text a screenshot's figures file records (the first
+matching element's), so that tests/dashboards/test_screenshots.py can recompute them from the
+bundled traces: a picture that no longer shows tracekit's figures fails it."""
+FIGURES_FILE = "dashboard-figures.json"
+
+
+def _relative(path: str) -> str:
+    """A path as the figures file names it: relative to the repository when inside it."""
+    root = Path(__file__).resolve().parents[1]
+    p = Path(path).resolve()
+    return p.relative_to(root).as_posix() if p.is_relative_to(root) else p.as_posix()
+
+
 def screenshots(browser, paths: list[str], cache: str, out: str) -> list[list]:
-    """Every view at 1600x1000 as PNG in ``out`` (what the README shows)."""
+    """Every view at 1600x1000 as PNG in ``out`` (what the README shows), and ``out``'s
+    ``dashboard-figures.json``: per picture its file's SHA-256, the view, the trace (and the
+    one compared or diffed against) and the text of the elements ``SHOWN`` names."""
+    import hashlib
+    import urllib.parse
+
     from dashboards.app import create_app
     from dashboards.catalog import Catalog
     from dashboards.server import Server
@@ -270,25 +358,45 @@ def screenshots(browser, paths: list[str], cache: str, out: str) -> list[list]:
     catalog = Catalog(paths, cache_dir=cache)
     server = Server(create_app(catalog), port=0).start()
     page = browser.new_page(viewport=VIEWPORT)
-    rows = []
+    rows, figures = [], {}
     os.makedirs(out, exist_ok=True)
     try:
         for name, view, want, sel in SHOTS:
             src = next((s for s in catalog.sources if os.path.abspath(s.path).replace(os.sep, "/").removesuffix(".json.gz")
                         .removesuffix("/trace_rank0").endswith(want)), catalog.sources[0])
-            import urllib.parse
-
             page.goto(server.url + "?" + urllib.parse.urlencode({"trace": src.label, "view": view}))
             page.wait_for_selector(sel, timeout=TIMEOUT)
             page.wait_for_timeout(500)  # plotly's transitions
+            shown = {css: page.locator(css).first.inner_text() for css in SHOWN.get(view, ()) if page.locator(css).count()}
             path = os.path.join(out, f"dashboard-{name}.png")
             page.screenshot(path=path)
             _shrink(path)
+            entry = {"file": os.path.basename(path), "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+                     "view": view, "trace": _relative(src.path), "name": src.name, "rank": src.ranks[0], "shown": shown}
+            if view == "compare":
+                entry["compared"] = [_relative(catalog.sources[int(v)].path) for v in
+                                     page.locator("#compare-sources input:checked").evaluate_all("e => e.map(x => x.value)")]
+            if view == "diff":
+                _, default = _diff_default(catalog, src)
+                ia, ra = (int(x) for x in default.split(":"))
+                entry["against"] = {"trace": _relative(catalog.sources[ia].path), "rank": ra}
+            figures[name] = entry
             rows.append([path, src.label, f"{os.path.getsize(path) / 1024:.0f} KiB"])
     finally:
         page.close()
         server.shutdown()
+    Path(out, FIGURES_FILE).write_text(json.dumps({
+        "written_by": "python -m bench.dashboard --screenshots " + out, "viewport": VIEWPORT,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "shots": figures}, indent=1, ensure_ascii=False) + "\n")
+    rows.append([os.path.join(out, FIGURES_FILE), "", ""])
     return rows
+
+
+def _diff_default(catalog, src):
+    """The trace the diff view diffs ``src`` against by default (``dashboards.views.Views``)."""
+    from dashboards.views import Views
+
+    return Views(catalog).diff_options(src.index, src.ranks[0])
 
 
 def main() -> None:
@@ -297,9 +405,18 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--screenshots", metavar="DIR", help="also write every view at 1600x1000 into DIR (docs/)")
     ap.add_argument("--cache-dir", help="the caches to warm and use (default: a new temporary directory)")
+    ap.add_argument("--only-screenshots", action="store_true", help="with --screenshots: write them, time nothing")
+    ap.add_argument("--tables", metavar="TRACE", help="only time the operators and kernels tables of TRACE (warm parse cache)")
     args = ap.parse_args()
     from tracekit.commands.dashboard import default_paths
 
+    if args.tables:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(f"operators and kernels tables of {args.tables} ({os.path.getsize(args.tables) / 1e6:.1f} MB gz), "
+                  f"warm parse cache, a new process per round, seconds:")
+            print(table(["events", "load (cache)", "operators", "kernels", "both views' tables", "tables total",
+                         "ops / kernel names", "load avg"], tables(args.tables, args.cache_dir or tmp, args.repeat)))
+        return
     paths = args.paths or default_paths()
     if not os.path.exists(CHROMIUM):
         sys.exit(f"{CHROMIUM} is missing (apt-get install chromium)")
@@ -315,6 +432,10 @@ def main() -> None:
         print(table(["trace", "s", "status"], warm(paths, cache)), "\n")
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            if args.only_screenshots and args.screenshots:
+                print(table(["file", "trace", "size"], screenshots(browser, paths, cache, args.screenshots)))
+                browser.close()
+                return
             print("2. start: seconds from launching `tracekit dashboard` to: the URL printed; the browser having the"
                   " layout (its scripts loaded) and the first callback's answer; the chosen trace's figures shown"
                   " (first content); every trace's row; the step chart drawn; a first tab click answered")
