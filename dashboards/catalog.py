@@ -216,6 +216,10 @@ class Catalog:
                 got = analyzed(source.path, rules=self.rules, cache_dir=self._cache_dir,
                                use_cache=self._use_cache, with_hta=ANALYSIS_HTA)
                 for lt in got:
+                    # the operators' and kernels' tables (small) while the activities and steps
+                    # the analysis derived are still there: their views then draw at once
+                    lt.operators()
+                    lt.kernels()
                     lt.release()  # what the analyses derived: kept by the analyses' results, not twice
                 source.results = tuple(sorted(got, key=lambda lt: lt.rank))
                 if source.reports is None:

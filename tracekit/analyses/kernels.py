@@ -79,8 +79,15 @@ def _table(keys: list[np.ndarray], f: dict, names: dict) -> dict:
 
 def _where(device: np.ndarray, stream: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """``device:stream`` per activity as codes into the sorted list of pairs."""
-    pairs, inv = np.unique(np.stack([device, stream], axis=1), axis=0, return_inverse=True)
-    return inv.reshape(-1).astype(np.int64), [f"{d}:{s}" for d, s in pairs]
+    width = int(stream.max()) - int(stream.min()) + 1 if stream.size else 1
+    key = (device - (int(device.min()) if device.size else 0)) * width + (stream - (int(stream.min()) if stream.size else 0))
+    code, uniq = g.codes(key)
+    rank = np.argsort(np.argsort(uniq, kind="stable"), kind="stable")  # the pairs sorted, a few dozen
+    first = g.first_rows(code, len(uniq))
+    names = [""] * len(uniq)
+    for i, r in enumerate(rank.tolist()):
+        names[r] = f"{int(device[first[i]])}:{int(stream[first[i]])}"
+    return rank[code].astype(np.int64), names
 
 
 def compute(trace: Trace, rules: Rules) -> KernelsResult:

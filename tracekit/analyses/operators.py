@@ -70,6 +70,24 @@ class HostTree:
         return out
 
 
+def _nesting_order(thread: np.ndarray, ts: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """The order ``intervals.innermost_containers`` needs: by (thread, start, end descending).
+    The events come sorted by start (``Trace.events``): a stable sort by thread (a radix sort of
+    small integers) keeps that order within each thread, and only the runs of equal starts are
+    sorted again by end."""
+    if not bool(np.all(ts[1:] >= ts[:-1])):  # not in start order: sort it all
+        return np.lexsort((-e, s))
+    small = thread.astype(np.int16) if thread.size and int(thread.max()) < 2**15 else thread
+    order = np.argsort(small, kind="stable")
+    so = s[order]
+    tie = np.flatnonzero(so[1:] == so[:-1])
+    if tie.size:  # outer first among equal starts
+        idx = np.unique(np.concatenate([tie, tie + 1]))
+        sub = np.lexsort((-e[order[idx]], so[idx]))
+        order[idx] = order[idx][sub]
+    return order
+
+
 def host_tree(trace: Trace) -> HostTree:
     """The nesting of ``phases.host_ops`` per thread (memoised per trace object)."""
 
@@ -83,11 +101,12 @@ def host_tree(trace: Trace) -> HostTree:
             return HostTree(z, z, z, z, {})
         lo, hi = int(ts.min()), int(end.max())
         span = hi - lo + 1
-        tids = np.unique(tid)
+        tids, thread = np.unique(tid, return_inverse=True)
+        thread = thread.reshape(-1)
         shift = {int(t): int(i * span - lo) for i, t in enumerate(tids)}
-        off = (np.searchsorted(tids, tid) * span - lo).astype(np.int64)
+        off = (thread * span - lo).astype(np.int64)
         s, e = ts + off, end + off
-        order = np.lexsort((-e, s))
+        order = _nesting_order(thread, ts, s, e)
         s, e = s[order], e[order]
         return HostTree(order, s, e, intervals.innermost_containers(s, e), shift)
 
@@ -149,8 +168,7 @@ def compute(trace: Trace, rules: Rules) -> OperatorsResult:
     order, parents = tree.order, tree.parents
     # CPU self: minus the children's durations (positions are sorted; map back to rows)
     child = np.flatnonzero(parents >= 0)
-    kids = np.zeros(n, np.int64)
-    np.add.at(kids, parents[child], dur[order[child]])
+    kids = np.rint(np.bincount(parents[child], weights=dur[order[child]], minlength=n)).astype(np.int64)
     self_pos = np.maximum(dur[order] - kids, 0)
     # GPU: each activity to the innermost host op around its launch, then up the ancestors
     gpu_self = np.zeros(n, np.int64)
@@ -165,13 +183,17 @@ def compute(trace: Trace, rules: Rules) -> OperatorsResult:
         inside = pos >= 0
         pos, d = pos[inside], act_dur[launched][inside]
         unlaunched = gpu_ns - int(d.sum())
-        np.add.at(gpu_self, pos, d)
-        while pos.size:
-            np.add.at(gpu_total, pos, d)
-            np.add.at(count, pos, 1)
+        gpu_self += np.rint(np.bincount(pos, weights=d, minlength=n)).astype(np.int64)
+        at, ds = [], []
+        while pos.size:  # one level of ancestors a round, counted once at the end
+            at.append(pos)
+            ds.append(d)
             pos = parents[pos]
             keep = pos >= 0
             pos, d = pos[keep], d[keep]
+        every, every_d = np.concatenate(at), np.concatenate(ds)
+        gpu_total += np.rint(np.bincount(every, weights=every_d, minlength=n)).astype(np.int64)
+        count += np.bincount(every, minlength=n)
     # back from sorted positions to rows of ``ops``
     row_self = np.empty(n, np.int64)
     row_self[order] = self_pos
