@@ -18,7 +18,7 @@ explain``, the finding with the pair's fix id) and compares:
   prediction must be within 2% of the step; where it made the step slower, explain, which
   predicts savings only, is right when it predicts at most 2% of the step); the verdicts say
   whether each prediction is
-  "would not help" (under ``tracekit.report.NO_HELP_FRACTION`` of the step, as ``tracekit
+  "would not help" (under ``tracekit.analyses.explain.NO_HELP_FRACTION`` of the step, as ``tracekit
   explain`` says it);
 - the estimated untraced "before" step (raw) against the untraced step the run that wrote the
   trace measured (``tracekit.beside``: ``metrics.json``, TorchRec's timing per batch), target
@@ -191,7 +191,7 @@ def _saving(f: dict | None) -> tuple[float, float]:
 
 
 def _verdict(saving_ms: float, step_ms: float | None) -> str:
-    from tracekit.report import NO_HELP_FRACTION
+    from tracekit.analyses.explain import NO_HELP_FRACTION
 
     if not step_ms or saving_ms < NO_HELP_FRACTION * step_ms:
         return "would not help"
