@@ -180,7 +180,10 @@ def test_a_cpu_run_with_the_defaults_is_small_and_its_analysis_true(tmp_path, ca
     captured = capfd.readouterr()
     assert rc == 0, captured.err
     ex = json.loads(captured.out)["explain"][0]
-    assert ex["bound"] == "host" and ex["bound_share"] > 0.99
+    # 100 % host: the critical path is host time and the time explain cannot attribute (the
+    # run's own preemptions on a loaded machine: 3-9 % of it seen at load 4-5), never the GPU's
+    assert {b["category"] for b in ex["breakdown"]} <= {"host", "unexplained"}, ex["breakdown"]
+    assert ex["bound"] == "host" and ex["bound_share"] > 0.5
     assert ex["findings"] and ex["findings"][0]["id"] == "host" and ex["findings"][0]["saving_fraction"] > 0.3
     host = {w["id"]: w for w in ex["what_ifs"]}["host=2"]
     assert host["applies"] and host["saving_fraction"] > 0.3
