@@ -258,7 +258,7 @@ class Views:
         if chosen is not None and chosen.error is None:
             top = self._overview_chosen(chosen, chosen.report(rank))
         rows = [self._overview_row(self.catalog.summary(s.index), index, rank) for s in self.catalog.sources]
-        head = html.Tr([html.Th(h) for h in ("trace", "steps", "step P90 GPU ms", "step P90 CPU ms", "gap mean ms",
+        head = html.Tr([html.Th(h) for h in ("trace", "steps", "step time P90 ms", "step P90 GPU span ms", "gap mean ms",
                                              "exposed comm ms", "exposed memcpy ms", "sync stalls ms", "peak reserved", "warnings")])
         table = html.Div([html.H3("All traces (click one to choose it)"),
                           html.Table([html.Thead(head), html.Tbody(rows)], className="tk-table tk-traces", id="overview-traces")],
@@ -270,8 +270,9 @@ class Views:
 
         h = rep["headline"]
         tiles = [
-            ("step time P90 (GPU)", fmt_figure(h.get("step_gpu_p90_ns"), "ms") + " ms"),
-            ("step time P90 (CPU)", fmt_figure(h.get("step_cpu_p90_ns"), "ms") + " ms"),
+            ("step time P90", fmt_figure(h.get("step_p90_ns"), "ms") + " ms"),
+            ("GPU span P90", fmt_figure(h.get("step_gpu_p90_ns"), "ms") + " ms"),
+            ("CPU span P90", fmt_figure(h.get("step_cpu_p90_ns"), "ms") + " ms"),
             ("optimizer → lookup gap", fmt_figure(h.get("mean_gap_ns"), "ms") + " ms"),
             ("exposed communication", fmt_figure(h.get("exposed_comm_ns"), "ms") + " ms"),
             ("exposed memcpy", fmt_figure(h.get("exposed_memcpy_ns"), "ms") + " ms"),
@@ -315,7 +316,7 @@ class Views:
         rank_note = f" · rank {rep['rank']} of {len(s.ranks)}" if len(s.ranks) > 1 else ""
         cells = [html.Td([name, html.Span(rank_note, className="tk-sub")]), td(h["steps"]),
                  *[html.Td(fmt_figure(h.get(k), "ms"), className="tk-num") for k in
-                   ("step_gpu_p90_ns", "step_cpu_p90_ns", "mean_gap_ns", "exposed_comm_ns", "exposed_memcpy_ns", "stall_total_ns")],
+                   ("step_p90_ns", "step_gpu_p90_ns", "mean_gap_ns", "exposed_comm_ns", "exposed_memcpy_ns", "stall_total_ns")],
                  html.Td(fmt_figure(h.get("peak_reserved_bytes"), "bytes"), className="tk-num"),
                  html.Td([html.Div("⚠ " + w, className="tk-flag") for w in warns] or "none", className="tk-warn-cell")]
         return html.Tr(cells, id=f"card-{s.index}", className=cls)

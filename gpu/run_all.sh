@@ -38,6 +38,8 @@
 # 1.6.1's own benchmark_train_pipeline, gpu/torchrec_bench.py, after installing fbgemm_gpu from
 # the parts in $FBPARTS (default /tmp/fbparts: part-aa, part-ab, part-ac, sha256, install.sh) and
 # the wheels in .whl/torchrec into /tmp/site; <= 330 s). gpu/CALLS.md: the calls that run them.
+# cudagraph (gpu/cuda_graph_trace.py: a small MLP's step captured in a CUDA graph and replayed,
+# and the same eagerly, each traced; for explain's CUDA-graph check on a real trace; <= 1 min).
 # Each part runs with its own time limit and its own output folder; one failing part does not
 # stop the others. The device tool brings back at most 8 files of at most 16 MiB, so each part's
 # folder is packed into $OUT/<part>.tar.gz (split into <part>.tar.gz.part-aa, -ab, ... when larger
@@ -98,6 +100,7 @@ for p in "${parts[@]}"; do
     hostprof) part hostprof 420 bash -c 'python3 -m bench.pipelines_host_profile --preset ${HOSTPROF_PRESET:-multitask_b4k} --variants ${HOSTPROF_VARIANTS:-sparse,fused,fused_current_stream} --rounds ${HOSTPROF_ROUNDS:-8} --out "$OUT"' ;;
     pipeprobe) part pipeprobe 420 bash -c 'python3 -m bench.pipelines --gpus 1 --budget-s ${PIPEPROBE_S:-240} --profile-steps 0 --plan "${PIPEPROBE_PLAN:?}" ${PIPEPROBE_ARGS:-} --out "$OUT"' ;;
     tbe_bw) part tbe_bw 90 bash -c 'python3 gpu/tbe_bw.py --budget-s 60 --out "$OUT"' ;;
+    cudagraph) part cudagraph 120 bash -c 'python3 gpu/cuda_graph_trace.py --out "$OUT"' ;;
     snapshot) part snapshot 180 bash -c 'python3 gpu/snapshot_sample.py --out "$OUT"' ;;
     tbe_build) part tbe_build 200 python3 -c 'import time; t = time.time(); from runtime.kernels import cuda; cuda.load(verbose=False); print(f"TBE extension ready in {time.time() - t:.1f} s")' ;;
     overhead1) part overhead1 260 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 180 --min-rounds 6 \

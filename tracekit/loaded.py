@@ -337,16 +337,20 @@ def report_for_path(
     progress: bool | None = None,
     with_hta: bool | None = True,
     prefetch: bool = False,
+    also_hta: tuple[bool | None, ...] = (),
 ) -> list[dict]:
     """Per-rank report objects (``tracekit.report.schema.Rank``) of ``path``, from the report
     cache when it holds them, else loaded (``loading``) and stored. ``prefetch``: on a miss,
-    ``loading``'s cold path (the CLI asks for it)."""
+    ``loading``'s cold path (the CLI asks for it). ``also_hta``: other ``with_hta`` values
+    whose cached reports will do (``tracekit explain`` needs no HTA section, so the report
+    ``tracekit analyze`` keeps, HTA's or not, answers it)."""
     src = os.fspath(path)
     check_readable(src, "trace file or directory", directory_ok=True)
     if use_cache:
-        hit = cached_report(src, rules_path=rules_path, cache_dir=cache_dir, with_hta=with_hta)
-        if hit is not None:
-            return hit
+        for h in (with_hta, *also_hta):
+            hit = cached_report(src, rules_path=rules_path, cache_dir=cache_dir, with_hta=h)
+            if hit is not None:
+                return hit
     with loading(src, rules=rules_path, cache_dir=cache_dir, use_cache=use_cache,
                  progress=progress, prefetch=prefetch) as traces:
         ranks = [lt.report(with_hta=with_hta) for lt in traces]

@@ -1,9 +1,20 @@
-"""Step time: CPU and GPU span of every training step, P50/P90 over steps.
+"""Step time: every training step's time, and its CPU and GPU span; P50/P90 over steps.
 
 Steps come from torch.profiler's ``ProfilerStep#N`` annotations (``Rules.profiler_step``). A
-step's CPU span is the annotation itself. Its GPU span runs from the first start to the last
-end of the GPU activities whose launching runtime call lies inside the step's CPU span (linked
-by correlation id), on any stream.
+step owns the host work inside its annotation (its CPU span) and the GPU work launched from it
+(linked by correlation id; an activity whose launch the trace lacks belongs to the step its
+start falls in). Its GPU span runs from the first start to the last end of that GPU work, on
+any stream.
+
+**The step time** (the one definition every figure uses: this section, ``tracekit explain``,
+its what-ifs, ``compare``, ``check``, the dashboard; ``docs/metrics.md``) is a step's period:
+from the previous step's completion to its own. A step completes when its annotation has ended
+and its GPU work on each device's main stream (the stream with the most activity time) has
+ended; a step cannot complete before the one before it. The first step runs from its
+annotation's start. Where the host waits for the GPU once a step (a loss's ``.item()``, the
+pipelines' syncs) this is the ProfilerStep span itself; where the host runs ahead of the GPU it
+is the GPU's period, not the host's enqueue (the CPU span). A copy a step launches on a side
+stream for a later batch does not hold it open.
 
 Without ProfilerStep, steps are inferred from optimizer boundaries: the top-level annotations
 matching ``Rules.step_boundary`` (``## optimizer {i} ##`` or torch's ``Optimizer.step#...``;
@@ -11,7 +22,9 @@ when several kinds appear, digits stripped, the most frequent one). Step k then 
 end of boundary k-1 to the end of boundary k, so n boundaries give n-1 steps, numbered 1..n-1;
 ``source`` says so.
 
-Percentiles are numpy's default (linear interpolation) over the steps that have a value.
+Percentiles are numpy's default (linear interpolation) over the steps that have a value; the
+step time's over the *counted* steps: all but the first when there are two or more (the first
+holds the pipeline's fill and the profiler's warm-up).
 """
 
 from __future__ import annotations
@@ -35,8 +48,9 @@ class StepsResult:
     """Per-step CPU and GPU spans."""
 
     steps: pd.DataFrame
-    """One row per step: ``step, cpu_start, cpu_end, cpu_ns, gpu_start, gpu_end, gpu_ns,
-    activities`` (ns; gpu_* are -1 and activities 0 for a step that launched no GPU work)."""
+    """One row per step: ``step, step_start, step_end, step_ns`` (its window and step time, the
+    module docstring), ``cpu_start, cpu_end, cpu_ns, gpu_start, gpu_end, gpu_ns, activities`` (ns;
+    gpu_* are -1 and activities 0 for a step that launched no GPU work)."""
     source: str
     """``"ProfilerStep"``, ``"optimizer boundaries"`` (inferred) or ``"none"``."""
     boundary: str | None
@@ -46,6 +60,18 @@ class StepsResult:
     gpu_p50_ns: float | None
     """P50 of the GPU span over steps with GPU activity; None without any."""
     gpu_p90_ns: float | None
+    p50_ns: float | None = None
+    """P50 of the step time over the counted steps (the module docstring)."""
+    p90_ns: float | None = None
+
+
+def counted(n: int) -> np.ndarray:
+    """Which of ``n`` steps the step time's figures count: all but the first when there are
+    two or more."""
+    keep = np.ones(n, bool)
+    if n >= 2:
+        keep[0] = False
+    return keep
 
 
 def _pct(x: np.ndarray, q: float) -> float | None:
@@ -115,16 +141,53 @@ def _compute(trace: Trace, rules: Rules) -> StepsResult:
     cpu_start = spans["ts"].to_numpy(np.int64)
     cpu_end = spans["end"].to_numpy(np.int64)
     gpu_ns = np.where(count > 0, gpu_end - gpu_start, -1)
+    start, end = windows(spans, acts)
     table = pd.DataFrame({
         "step": spans["step"].to_numpy(np.int64),
+        "step_start": start, "step_end": end, "step_ns": end - start,
         "cpu_start": cpu_start, "cpu_end": cpu_end, "cpu_ns": cpu_end - cpu_start,
         "gpu_start": gpu_start, "gpu_end": gpu_end, "gpu_ns": gpu_ns,
         "activities": count,
     })
     cpu = table["cpu_ns"].to_numpy()
     gpu = gpu_ns[count > 0]
+    per = (end - start)[counted(n)]
     return StepsResult(
         steps=table, source=source, boundary=boundary,
         cpu_p50_ns=_pct(cpu, 50), cpu_p90_ns=_pct(cpu, 90),
         gpu_p50_ns=_pct(gpu, 50), gpu_p90_ns=_pct(gpu, 90),
+        p50_ns=_pct(per, 50), p90_ns=_pct(per, 90),
     )
+
+
+def main_streams(acts: pd.DataFrame) -> np.ndarray:
+    """bool per activity: on its device's main stream (the one with the most activity time)."""
+    if not len(acts):
+        return np.zeros(0, bool)
+    dur = acts["end"].to_numpy(np.int64) - acts["ts"].to_numpy(np.int64)
+    busy = pd.DataFrame({"device": acts["device"].to_numpy(np.int64),
+                         "stream": acts["stream"].to_numpy(np.int64), "dur": dur}) \
+        .groupby(["device", "stream"])["dur"].sum().reset_index()
+    best = busy.sort_values(["device", "dur"], kind="stable").drop_duplicates("device", keep="last")
+    key = pd.MultiIndex.from_frame(best[["device", "stream"]])
+    return key.get_indexer(pd.MultiIndex.from_arrays(
+        [acts["device"].to_numpy(np.int64), acts["stream"].to_numpy(np.int64)])) >= 0
+
+
+def windows(spans: pd.DataFrame, acts: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's window (``start``, ``end``: the module docstring's step time), from its span
+    (``step, ts, end``) and the activities (``phases.activities``)."""
+    n = len(spans)
+    end = spans["end"].to_numpy(np.int64).copy()
+    if n and len(acts):
+        launch = acts["launch_ts"].to_numpy(np.int64)
+        st = phases.step_of(spans, np.where(launch >= 0, launch, acts["ts"].to_numpy(np.int64)))
+        sel = (st >= 0) & main_streams(acts)
+        if sel.any():
+            last = pd.Series(acts["end"].to_numpy(np.int64)[sel]).groupby(st[sel]).max()
+            pos = pd.Index(spans["step"].to_numpy(np.int64)).get_indexer(last.index.to_numpy())
+            ok = pos >= 0
+            end[pos[ok]] = np.maximum(end[pos[ok]], last.to_numpy(np.int64)[ok])
+    end = np.maximum.accumulate(end) if n else end  # never before the step before it
+    start = np.r_[spans["ts"].to_numpy(np.int64)[:1], end[:-1]] if n else end
+    return start.astype(np.int64), end.astype(np.int64)

@@ -482,7 +482,7 @@ def test_compare_a_runs_variants_against_a_chosen_baseline(page, dashboard):
     expect_text(page, "#compare-table thead", sparse.name)
     _, fa = fused.pick(None)
     _, sa = sparse.pick(None)
-    p90 = next(d for d in plot_data(page, "compare-bars") if d["hovertemplate"].endswith("<extra>step time P90, GPU</extra>"))
+    p90 = next(d for d in plot_data(page, "compare-bars") if d["hovertemplate"].endswith("<extra>GPU span P90</extra>"))
     diff = (fa.steps.gpu_p90_ns - sa.steps.gpu_p90_ns) / sa.steps.gpu_p90_ns * 100
     assert fused.name in p90["x"], p90
     i_f = p90["x"].index(fused.name)

@@ -116,7 +116,7 @@ def test_compare_verdicts_against_the_baseline():
               ("B", _rep(step_gpu_p90_ns=90e6, stall_total_ns=23_000, comm_overlap_ratio=0.6, exposed_comm_ns=0)),
               ("C", _rep(step_gpu_p90_ns=100.5e6, stall_total_ns=None, comm_overlap_ratio=0.4, exposed_comm_ns=0))]
     t = results.compare(picked, 0)
-    p90 = t[t["figure"] == "step time P90, GPU"].set_index("trace")
+    p90 = t[t["figure"] == "GPU span P90"].set_index("trace")
     assert p90.loc["A", "verdict"] == "baseline" and np.isnan(p90.loc["A", "diff_pct"])
     assert p90.loc["B", "verdict"] == "better" and p90.loc["B", "diff_pct"] == pytest.approx(-10.0)
     assert p90.loc["C", "verdict"] == "same"  # +0.5%: within the noise
@@ -127,7 +127,7 @@ def test_compare_verdicts_against_the_baseline():
     assert ratio.loc["B", "verdict"] == "better" and ratio.loc["C", "verdict"] == "worse"  # higher is better
     assert "exposed communication" not in set(t["figure"])  # 0 everywhere: no chart
     t1 = results.compare(picked, 1)  # another baseline
-    assert t1[(t1["figure"] == "step time P90, GPU") & (t1["trace"] == "A")]["verdict"].item() == "worse"
+    assert t1[(t1["figure"] == "GPU span P90") & (t1["trace"] == "A")]["verdict"].item() == "worse"
 
 
 def test_warnings_gather_the_loaders_and_the_sections():

@@ -36,7 +36,7 @@ def test_compare_text_and_json(tmp_path, capsys):
     assert d["peak_allocated_bytes"] == 2000 and d["peak_reserved_bytes"] == 4000
     assert d["mean_gap_ns"] is None
     code, out, _ = run(["compare", a, b, "--no-cache"], capsys)
-    row = next(line for line in out.splitlines() if "step time P90, CPU" in line)
+    row = next(line for line in out.splitlines() if "CPU span P90" in line)
     assert row.split()[-3:] == ["5.000", "4.000", "-1.000"]
     assert "Δ vs sparse_dist" in out
 

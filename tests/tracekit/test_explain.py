@@ -232,3 +232,29 @@ def test_annotate_refuses_the_input(tmp_path, capsys):
 def test_missing_file(tmp_path, capsys):
     code, _, err = run(["explain", tmp_path / "nope.json"], capsys)
     assert code == 2 and "no such file" in err
+
+
+def test_explain_runs_no_hta_section(tmp_path, capsys, monkeypatch):
+    """explain without --step does not run HTA's analyses (issue 24 item 7: they took twice
+    the time of `analyze --no-hta` on a 54 MB trace); a report `analyze` kept, HTA's included,
+    answers it when there is one."""
+    from tracekit.analyses import hta
+
+    def ran(*a, **k):
+        raise AssertionError("explain ran the HTA section")
+
+    src = writeback_trace(tmp_path).write(tmp_path / "wb.json.gz")
+    monkeypatch.setattr(hta, "compute", ran)
+    code, out, err = run(["explain", src, "--no-cache"], capsys)
+    assert code == 0 and "Findings" in out, err
+    cache = tmp_path / "c"
+    code, out, err = run(["explain", src, "--cache-dir", cache], capsys)  # kept without HTA
+    assert code == 0 and "Findings" in out, err
+    monkeypatch.undo()
+    cache2 = tmp_path / "c2"
+    code, _, err = run(["analyze", src, "--cache-dir", cache2], capsys)  # HTA's auto
+    assert code == 0, err
+    monkeypatch.setattr(hta, "compute", ran)
+    monkeypatch.setattr(explain, "compute", ran)  # nothing computed: analyze's report answers
+    code, out2, err = run(["explain", src, "--cache-dir", cache2], capsys)
+    assert code == 0 and out2 == out, err

@@ -19,7 +19,8 @@ NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)"
 LOOKUP = "void split_embedding_codegen_forward_unweighted_kernel<float>(int)"
 
 SECTION_FIELDS = {
-    "steps": {"steps", "source", "boundary", "cpu_p50_ns", "cpu_p90_ns", "gpu_p50_ns",
+    "steps": {"steps", "source", "boundary", "p50_ns", "p90_ns", "cpu_p50_ns", "cpu_p90_ns",
+              "gpu_p50_ns",
               "gpu_p90_ns"},
     "overlap": {"streams", "pairs", "classes", "compute_ns", "communication_ns", "memcpy_ns",
                 "gpu_busy_ns", "comm_compute_overlap_ns", "exposed_comm_ns",
@@ -37,7 +38,7 @@ SECTION_FIELDS = {
     "identity": {"distributed_info", "base_time_ns", "start_ns", "end_ns"},
 }
 TABLE_COLUMNS = {
-    ("steps", "steps"): ["step", "cpu_start", "cpu_end", "cpu_ns", "gpu_start", "gpu_end",
+    ("steps", "steps"): ["step", "step_start", "step_end", "step_ns", "cpu_start", "cpu_end", "cpu_ns", "gpu_start", "gpu_end",
                          "gpu_ns", "activities"],
     ("overlap", "streams"): ["device", "stream", "activities", "busy_ns", "first_ts", "last_end"],
     ("overlap", "pairs"): ["device", "stream_a", "stream_b", "overlap_ns"],
@@ -157,7 +158,7 @@ def test_compare_document():
     assert doc["differences"][1]["mean_gap_ns"] is None  # a has none
     assert doc["differences"][0]["step_cpu_p90_ns"] == 0
     text = report.render_compare(doc)
-    row = next(line for line in text.splitlines() if "step time P90, CPU" in line)
+    row = next(line for line in text.splitlines() if "CPU span P90" in line)
     assert row.split()[-3:] == ["100.000", "80.000", "-20.000"]
     assert "Δ vs a" in text
 

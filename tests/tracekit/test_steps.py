@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
+from tests.conftest import SAMPLE_TRACES
 from tests.tracegen import US, TraceBuilder, load_built, ns
 from tracekit.analyses import steps
 from tracekit.phases import default_rules
+
+RULES = default_rules()
 
 
 def test_profiler_steps(tmp_path):
@@ -97,3 +102,49 @@ def test_legacy_schema(tmp_path):
     assert y.stalls["step"].tolist() == [5, 5]
     # the memcpy ran [15, 19): after the call (ends 20) and the sync (ends 26) the GPU waits for 120
     assert y.stalls["idle_after_ns"].tolist() == [100.0 * US, 94.0 * US]
+
+
+# ---- the step time: one definition (issue 24 item 3) --------------------------------------------
+
+def test_step_time_is_the_period_the_gpu_sets_when_the_host_runs_ahead(tmp_path):
+    """The host enqueues three steps in 30 us (10 us annotations) and the GPU runs each step's
+    100-us kernel back to back from 5 us: the steps' spans are the host's enqueue (10 us); the
+    step time is the GPU's period (100 us), the first step from its annotation's start."""
+    b = TraceBuilder()
+    for i in range(3):
+        b.profiler_step(i + 1, 10 * i, 10)
+        b.kernel(f"k{i}", 5 + 100 * i, 100, launched_by=b.runtime("cudaLaunchKernel", 10 * i + 2, 1))
+    r = steps.compute(load_built(b, tmp_path), RULES)
+    t = r.steps
+    assert t["cpu_ns"].tolist() == [10 * US] * 3
+    assert t["step_end"].tolist() == [ns(105), ns(205), ns(305)]
+    assert t["step_ns"].tolist() == [105 * US, 100 * US, 100 * US]
+    assert r.p50_ns == 100 * US and r.p90_ns == 100 * US  # all steps but the first
+
+
+def test_step_time_is_the_span_when_the_host_waits_each_step(tmp_path):
+    """Each step synchronizes on its kernel before it ends: the step time is the annotation."""
+    b = TraceBuilder()
+    for i in range(3):
+        t0 = 200 * i
+        b.profiler_step(i + 1, t0, 150)
+        b.kernel(f"k{i}", t0 + 10, 100, launched_by=b.runtime("cudaLaunchKernel", t0 + 2, 1))
+        b.runtime("cudaStreamSynchronize", t0 + 5, 110)
+    r = steps.compute(load_built(b, tmp_path), RULES)
+    assert r.steps["step_end"].tolist() == [ns(150), ns(350), ns(550)]
+    assert r.steps["step_ns"].tolist()[1:] == [200 * US, 200 * US]
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in SAMPLE_TRACES.glob("**/*.json.gz")))
+def test_one_step_definition_steps_and_explain(path):
+    """The steps section's windows are explain's, on every committed trace."""
+    from tracekit.graph import build_graph
+    from tracekit.graph import critical as cr
+    from tracekit.trace import load
+
+    for t in load(path).traces:
+        a = steps.compute(t, RULES).steps.rename(columns={"step_start": "start",
+                                                          "step_end": "end"})
+        a = a.set_index("step")[["start", "end"]]
+        b = cr.step_windows(build_graph(t, RULES)).set_index("step")[["start", "end"]]
+        assert len(a) == len(b) and a.reindex(b.index).equals(b)

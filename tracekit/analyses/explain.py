@@ -27,11 +27,13 @@ import pandas as pd
 
 from tracekit import _objarrays as objarrays
 from tracekit.analyses import allocator, syncs
+from tracekit import steps as steps_mod
 from tracekit.analyses.forked import Forked
 from tracekit.graph import build_graph
 from tracekit.graph import critical as cr
 from tracekit.graph import fixes as fx
 from tracekit.graph import overhead as oh
+from tracekit.graph import readable as rd
 from tracekit.graph import whatif as wi
 from tracekit.graph.build import GraphConfig
 from tracekit.graph.model import (
@@ -260,6 +262,33 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     if len(win):
         wi.base_schedule(gw, win)  # computed once, before a fork below shares it
 
+    # ---- what the trace does not let the graph read, and what follows for the verdict ---------
+    counted_view = win["step"].to_numpy(np.int64)[wi.counted_steps(win)] if len(win) else \
+        np.zeros(0, np.int64)
+    # the steps whose path says host: where a check says the host cannot be the bound, the
+    # verdict changes (and a check that changes nothing is no warning)
+    host_path = np.array([cr.bound_of(bds.get(int(s), {}), int(e - b))[0] == "host"
+                          for s, b, e in zip(win["step"], win["start"], win["end"])], bool) \
+        if len(win) else np.zeros(0, bool)
+    limits = rd.limits(g0, counted_view, loops=g0.poll_loops,
+                       behind_in=win["step"].to_numpy(np.int64)[host_path] if len(win) else
+                       counted_view)
+    warnings += [x.warning for x in limits]
+    src = steps_mod.compute(trace, rules).source
+    if src == steps_mod.SOURCE_OPTIMIZER:
+        warnings.append("no ProfilerStep in this trace: its steps run from one optimizer step's "
+                        "end to the next (docs/metrics.md)")
+    elif not len(g0.steps):
+        warnings.append("no step in this trace (no ProfilerStep, no optimizer annotation): one "
+                        "window over the whole trace, step -1; its length is the trace's, not a "
+                        "step's")
+    unknown = any(x.bound_unknown for x in limits)
+    not_host_all = any(x.host_not_bound and not x.steps for x in limits)
+    not_host_steps = {s for x in limits if x.host_not_bound for s in x.steps}
+    not_host_all = not_host_all or bool(counted_view.size and not_host_steps >= set(
+        counted_view.tolist()))
+    host_what_ifs = not (unknown or not_host_all)
+
     # ---- fixes and what-ifs --------------------------------------------------------------------
     chains = _chains(trace, g)
 
@@ -280,7 +309,7 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
             generic.append((f"phase:{ph}", f"phase:{ph}=2",
                             f"GPU compute in phase {ph!r} is {100 * v:.1f}% of the critical path",
                             f"make phase {ph!r} 2x faster (what-if)"))
-        if share.get("host", 0) >= HOST_FINDING_SHARE:
+        if share.get("host", 0) >= HOST_FINDING_SHARE and host_what_ifs:
             generic.append(("host", "host=2",
                             f"host time (dispatch, launches, Python between them) is "
                             f"{100 * share['host']:.1f}% of the critical path",
@@ -301,14 +330,15 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     tops = _tops(g, path)
     for r, dur, rp, er in zip(win.itertuples(index=False), durs, replayed.tolist(), err.tolist()):
         bd = bds.get(int(r.step), {})
-        b, share = cr.bound_of(bd, dur)
+        b, share = _verdict(*cr.bound_of(bd, dur), unknown,
+                            not_host_all or int(r.step) in not_host_steps)
         rows.append((int(r.step), int(r.start), int(r.end), dur, b,
                      np.nan if share is None else share, bd, tops.get(int(r.step), []),
                      int(rp), er, int(bd.get(UNEXPLAINED, 0))))
     steps = pd.DataFrame(rows, columns=["step", "start_ns", "end_ns", "duration_ns", "bound",
                                         "bound_share", "breakdown", "top", "replayed_ns",
                                         "replay_error", "unexplained_ns"])
-    bound, bound_share = cr.bound_of(total_bd, total)
+    bound, bound_share = _verdict(*cr.bound_of(total_bd, total), unknown, not_host_all)
     bd_t = pd.DataFrame([(k, v, v / total if total else None) for k, v in
                          sorted(total_bd.items(), key=lambda kv: -kv[1])],
                         columns=["category", "ns", "share"])
@@ -379,6 +409,18 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         replay=replay, warnings=tuple(warnings), path=path,
         view="untraced" if est is not None and config.untraced else "traced",
         overhead=None if est is None else {**est.to_dict(), "source": config.step_ms_source})
+
+
+def _verdict(bound, share, unknown: bool, not_host: bool):
+    """The bound a step's path gives, as far as the trace lets it be read
+    (``tracekit.graph.readable``): a host or sync bound is unknown (None) where the host -> GPU
+    links cannot be read; a host bound is the GPU's (its share unknown: None) where the GPU ran
+    behind work the trace does not show or far behind its launches."""
+    if bound in ("host", "sync") and unknown:
+        return None, None
+    if bound == "host" and not_host:
+        return "gpu", None
+    return bound, share
 
 
 def _replay_summary(err: np.ndarray, counted: np.ndarray) -> dict:

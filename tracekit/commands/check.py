@@ -23,7 +23,7 @@ from tracekit.commands.common import (cache_lines, cache_options, echo_lines, em
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--max", "maxima", multiple=True, metavar="KEY=VALUE",
               help="Fail when the figure is above VALUE, e.g. stall_total=5ms, "
-                   "peak_reserved=60GiB, step_gpu_p90=6s.")
+                   "peak_reserved=60GiB, step_p90=6s.")
 @click.option("--min", "minima", multiple=True, metavar="KEY=VALUE",
               help="Fail when the figure is below VALUE, e.g. comm_overlap_ratio=80%.")
 @format_option()

@@ -82,8 +82,11 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
     if not slow:
         from tracekit.loaded import report_for_path
 
+        # explain needs no HTA section: the report `tracekit analyze` keeps when there is one
+        # (HTA's or not, it holds explain's answer), else one computed without HTA
         got = report_for_path(path, rules_path=rules_path, cache_dir=cache_dir,
-                              use_cache=not no_cache, with_hta=None, prefetch=True)
+                              use_cache=not no_cache, with_hta=False, prefetch=True,
+                              also_hta=(None, True))
         ranks = select_rank(got, rank, path)
     else:
         from tracekit.loaded import loading

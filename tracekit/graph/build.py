@@ -65,6 +65,13 @@ class GraphConfig:
     activity ended at most this long before the call returned (beyond that the call's own
     time, not the GPU, is what kept it)."""
 
+    poll_loop_ns: int = 500_000
+    """At least three polls (``cudaEventQuery``/``cudaStreamQuery``) in a row on a thread that
+    is not a polling thread, spanning at least this long, are a wait loop: the thread waits for
+    the GPU by asking (a busy or sleeping poll); the loop ends, in the model, half a poll
+    interval after the GPU work it saw end (the caching allocator's queries, a few in tens of
+    us, are not one)."""
+
     launch_queue_depth: int | None = None
     """How many launches a stream's launch queue holds: a launch cannot return before the
     activity launched that many launches earlier on its stream has ended (a what-if whose host
@@ -74,7 +81,7 @@ class GraphConfig:
 
     def __post_init__(self) -> None:
         for f in ("wait_ready_ns", "wait_match_ns", "idle_ns", "handoff_max_ns",
-                  "host_wait_tolerance_ns"):
+                  "host_wait_tolerance_ns", "poll_loop_ns"):
             v = getattr(self, f)
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"GraphConfig.{f} must be a non-negative int, got {v!r}")
@@ -106,6 +113,11 @@ POLLING_SHARE = 0.8
 """A thread whose calls are at least this share of polls (``POLL``), and at least
 ``POLLING_MIN`` of them, is a polling thread."""
 POLLING_MIN = 10
+GRAPH_LAUNCH = re.compile(r"^(cuda|hip)GraphLaunch|^cuGraphLaunch")
+"""A CUDA/HIP graph replay: every kernel of the graph carries the launch's correlation id."""
+UNTRACED_GRAPH_PHASE = "cuda_graph_untraced"
+"""The phase of the time a blocking call waited after a graph launch whose kernels the trace
+does not hold (``compute:cuda_graph_untraced`` on the critical path: GPU work, unseen)."""
 DEFAULT_QUEUE_DEPTH = 1021
 """A stream's launch queue depth when the trace does not show it: the runtime's H200 traces
 (torch 2.11, CUDA 13) block a launch on the activity launched 1,020-1,022 launches earlier."""
@@ -206,8 +218,8 @@ def _host_points(trace: Trace, cl: pd.DataFrame, base: int, main_lane: int,
     event and blocks after its last. A wake point is triggered by the latest block point of
     another thread at most ``config.handoff_max_ns`` before it (a baton pass: autograd's
     engine thread running the backward while the main thread waits in ``backward()``, and
-    back); polling threads (``POLLING_SHARE`` of their calls polls) neither wake nor are woken
-    by others: they stop and resume on their own timer."""
+    back); polling threads (other than the main one, ``POLLING_SHARE`` of their calls polls)
+    neither wake nor are woken by others: they stop and resume on their own timer."""
     ev = trace.events
     kinds = ev["kind"].to_numpy()
     busy = phases.of_kinds(kinds, (Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER, Kind.PYTHON))
@@ -225,7 +237,7 @@ def _host_points(trace: Trace, cl: pd.DataFrame, base: int, main_lane: int,
                                    cl["tid"].to_numpy(np.int64).tolist())):
         ln = base + i
         mine = k_lane == ln
-        if mine.sum() >= POLLING_MIN and k_poll[mine].mean() >= POLLING_SHARE:
+        if ln != main_lane and mine.sum() >= POLLING_MIN and k_poll[mine].mean() >= POLLING_SHARE:
             polling.append(ln)
         sel = (tid == t) & (pid == p)
         if not sel.any():
@@ -264,6 +276,64 @@ def _host_points(trace: Trace, cl: pd.DataFrame, base: int, main_lane: int,
         ok = (k >= 0) & (time[w] - time[c[np.maximum(k, 0)]] <= config.handoff_max_ns)
         trigger[w[ok]] = c[k[ok]]
     return _Points(lane, time, wake, trigger, np.array(polling, np.int64))
+
+
+def _polls(name: np.ndarray) -> np.ndarray:
+    """bool per node: a poll (``syncs.POLL``), the regex run once per distinct name."""
+    codes, uniq = pd.factorize(name)
+    hit = np.array([POLL.search(str(u)) is not None for u in uniq], bool)
+    return hit[codes] if codes.size else np.zeros(0, bool)
+
+
+def _poll_loops(calls, lane, ev_ts, end, is_poll, polling, is_gpu, config: GraphConfig):
+    """Wait loops of polls (``GraphConfig.poll_loop_ns``) on threads that are not polling
+    threads: ``(first, mid, first_of_mid, last, producer, lag)`` node ids (``producer``: the
+    GPU activity that ended last before the last poll and after the one before it, -1 for
+    none; ``lag``: half the loop's median interval between polls), None without any."""
+    out = {k: [] for k in ("first", "mid", "mid_first", "last", "src", "lag")}
+    gpu = np.flatnonzero(is_gpu)
+    by_end = gpu[np.argsort(end[gpu], kind="stable")]
+    g_end = end[by_end]
+    for ln in np.unique(lane[calls]):
+        if ln in polling:
+            continue
+        c = calls[lane[calls] == ln]
+        q = is_poll[c]
+        if q.sum() < 3:
+            continue
+        edges = np.diff(np.r_[0, q.astype(np.int8), 0])
+        for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)):
+            run = c[a:b]
+            if run.size < 3 or end[run[-1]] - ev_ts[run[0]] < config.poll_loop_ns:
+                continue
+            out["first"].append(run[0])
+            out["mid"] += run[1:-1].tolist()
+            out["mid_first"] += [run[0]] * (run.size - 2)
+            out["last"].append(run[-1])
+            k = np.searchsorted(g_end, ev_ts[run[-1]], side="right") - 1
+            out["src"].append(int(by_end[k]) if k >= 0 and g_end[k] > ev_ts[run[-2]] else -1)
+            out["lag"].append(int(np.median(np.diff(ev_ts[run])) // 2))
+    if not out["last"]:
+        return None
+    return tuple(np.array(out[k], np.int64) for k in ("first", "mid", "mid_first", "last", "src",
+                                                      "lag"))
+
+
+def _after_dark(dark, blocking, lane, ts) -> np.ndarray:
+    """bool per call: a blocking call (``blocking``) that follows, on its thread, a graph launch
+    whose kernels the trace does not hold (``dark``), with no blocking call in between."""
+    out = np.zeros(dark.size, bool)
+    for ln in np.unique(lane[dark]):
+        mine = np.flatnonzero(lane == ln)
+        mine = mine[np.argsort(ts[mine], kind="stable")]
+        pending = False
+        for i in mine.tolist():  # a thread's calls, in order (few lanes have graph launches)
+            if dark[i]:
+                pending = True
+            elif blocking[i] and pending:
+                out[i] = True
+                pending = False
+    return out
 
 
 def _main_thread(trace: Trace, rules: Rules, calls: pd.DataFrame) -> tuple[int, int]:
@@ -495,11 +565,22 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     ev_ts = np.r_[a_start, k_ts, m_time, pts.time][order]  # the event's own start (calls: before waiting)
     wait = np.r_[np.zeros(na, np.int64), c_wait, np.zeros(nm + n_pt, np.int64)][order]
     spans = st if n_st else st.iloc[:0]
-    spans = spans.rename(columns={"cpu_start": "ts", "cpu_end": "end"})
+    spans = pd.DataFrame({"step": spans["step"].to_numpy(np.int64),
+                          "ts": spans["cpu_start"].to_numpy(np.int64),
+                          "end": spans["cpu_end"].to_numpy(np.int64)})
     a_step = phases.step_of(spans, np.where(a_launch >= 0, a_launch, a_start))
     c_step = phases.step_of(spans, k_ts)
     step = np.r_[a_step, c_step, m_step, phases.step_of(spans, pts.time)][order]
     c_cat = objarrays.where(blocking, SYNC, HOST)
+    # graph launches whose kernels the trace does not hold, and the blocking calls of their
+    # thread that waited for nothing the trace shows after them: waits on the graph's kernels
+    glaunch = phases.name_matches(ncodes[k_rows], ncats, GRAPH_LAUNCH)
+    dark = glaunch & (call_act < 0)
+    if dark.any():
+        waited_for = np.zeros(len(kept), bool)
+        waited_for[hw_dst] = True
+        c_cat[_after_dark(dark, blocking & ~waited_for, c_lane, k_ts)] = \
+            COMPUTE + UNTRACED_GRAPH_PHASE
     category = np.r_[a_cat, c_cat, objarrays.full(nm + n_pt, HOST)][order]
     name = np.r_[acts["name"].to_numpy(object), phases.name_strings(ncodes[k_rows], ncats)
                  if nc else np.zeros(0, object), m_name, pt_name][order]
@@ -595,6 +676,21 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     h_obs = start[h_dst] - end[h_src]
     handoff = int(np.clip(np.median(h_obs), 0, config.handoff_max_ns)) if h_obs.size else \
         min(DEFAULT_HANDOFF_NS, config.handoff_max_ns)
+    # wait loops of polls: the loop collapses, and its last poll waits for the GPU work it saw
+    # end (half a poll interval after it)
+    loops = _poll_loops(ids[kind == NodeKind.CALL], lane, ev_ts, end, _polls(name), pts.polling,
+                        is_gpu, config)
+    n_loops = 0
+    if loops is not None:
+        first, mid, mid_first, last, src_l, lag_l = loops
+        n_loops = int(last.size)
+        inner = np.isin(p_next, np.r_[mid, last])
+        p_prev, p_next, p_nom = p_prev[~inner], p_next[~inner], p_nom[~inner]
+        add(mid_first, mid, EdgeKind.PROGRAM, 0)
+        add(first, last, EdgeKind.PROGRAM, 0)
+        ok = src_l >= 0
+        add(src_l[ok], last[ok], EdgeKind.HOST_WAIT, lag_l[ok])
+        category[np.r_[first, mid, last]] = SYNC
     add(p_prev, p_next, EdgeKind.PROGRAM, p_nom)
     add(h_src, h_dst, EdgeKind.HANDOFF, handoff)
 
@@ -642,7 +738,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
                  wait_ns=wait, launched=launched, launcher=launcher, launch_latency_ns=lat,
                  wait_consumers=wait_consumers, queue_depth=int(depth),
                  unexplained=unexplained, gap_ns=gap, handoff_ns=handoff,
-                 polling_lanes=pts.polling, main_lane=main_lane,
+                 polling_lanes=pts.polling, main_lane=main_lane, poll_loops=n_loops,
                  warnings=tuple(warnings))
 
 

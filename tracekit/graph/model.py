@@ -224,6 +224,9 @@ class Graph:
     """CPU lanes of threads that poll (mostly ``cudaEventQuery``/``cudaStreamQuery`` calls)."""
     main_lane: int = -1
     """The lane of the thread holding the steps (-1: none)."""
+    poll_loops: int = 0
+    """Wait loops of polls on threads that are not polling threads (``GraphConfig.
+    poll_loop_ns``), each modelled as a wait for the GPU work its last poll saw end."""
     warnings: tuple[str, ...] = ()
     """What the graph could not see (no correlation ids, edges dropped...)."""
 

@@ -6,8 +6,10 @@ from tracekit.report.tables import fmt_figure, table
 
 
 COMPARE_ROWS = (
-    ("step time P90, CPU ms", "step_cpu_p90_ns", "ms"),
-    ("step time P90, GPU ms", "step_gpu_p90_ns", "ms"),
+    ("step time P50, ms", "step_p50_ns", "ms"),
+    ("step time P90, ms", "step_p90_ns", "ms"),
+    ("CPU span P90, ms", "step_cpu_p90_ns", "ms"),
+    ("GPU span P90, ms", "step_gpu_p90_ns", "ms"),
     ("peak allocated", "peak_allocated_bytes", "bytes"),
     ("peak reserved", "peak_reserved_bytes", "bytes"),
     ("reserved - allocated at peak", "unused_at_peak_reserved_bytes", "bytes"),

@@ -101,8 +101,12 @@ def text_findings(e: dict | None, limit: int = 8) -> str:
     out = _text_view(e)
     if e.get("bound"):
         n = len(e.get("steps") or [])
-        out += (f"  bound: {e['bound']} ({pct(e['bound_share'])} of the critical path over "
-                f"{n} step{'s' if n != 1 else ''})\n")
+        share = (f"{pct(e['bound_share'])} of the critical path" if e.get("bound_share")
+                 is not None else "not what the path through the recorded events says: see the "
+                 "warnings")
+        out += f"  bound: {e['bound']} ({share} over {n} step{'s' if n != 1 else ''})\n"
+    elif e.get("steps"):
+        out += "  bound: unknown (the trace does not let it be read: see the warnings)\n"
     else:
         out += "  bound: - (no critical path)\n"
     bd = e.get("breakdown") or []

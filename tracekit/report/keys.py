@@ -9,7 +9,8 @@ SERIES_POINTS = 1000
 """``schema.Allocator.series`` keeps at most this many points per device."""
 
 HEADLINE_KEYS = (
-    "steps", "step_source", "step_cpu_p50_ns", "step_cpu_p90_ns", "step_gpu_p50_ns",
+    "steps", "step_source", "step_p50_ns", "step_p90_ns", "step_cpu_p50_ns", "step_cpu_p90_ns",
+    "step_gpu_p50_ns",
     "step_gpu_p90_ns", "peak_allocated_bytes", "peak_reserved_bytes",
     "unused_at_peak_reserved_bytes", "unused_fraction", "mean_gap_ns", "mean_gap_idle_ns",
     "comm_overlap_ratio", "exposed_comm_ns", "exposed_memcpy_ns", "stall_count",

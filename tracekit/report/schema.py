@@ -37,9 +37,14 @@ class Headline(TypedDict):
 
     steps: int
     step_source: str
+    step_p50_ns: float | None
+    """P50 of the step time (``docs/metrics.md``: the one definition) over the counted steps."""
+    step_p90_ns: float | None
     step_cpu_p50_ns: float | None
+    """The CPU span (the ProfilerStep annotation)'s P50."""
     step_cpu_p90_ns: float | None
     step_gpu_p50_ns: float | None
+    """The GPU span's P50 (first start to last end of a step's GPU work)."""
     step_gpu_p90_ns: float | None
     peak_allocated_bytes: int | None
     peak_reserved_bytes: int | None
@@ -211,6 +216,12 @@ class Explain(TypedDict):
 
 class StepRow(TypedDict):
     step: int
+    step_start: int
+    """The step's window (``docs/metrics.md``'s step time): from the previous step's
+    completion..."""
+    step_end: int
+    """... to its own."""
+    step_ns: int
     cpu_start: int
     cpu_end: int
     cpu_ns: int
@@ -221,12 +232,16 @@ class StepRow(TypedDict):
 
 
 class Steps(TypedDict):
-    """``tracekit.analyses.steps``: CPU and GPU span per step (``gpu_*`` -1 for a step that
-    launched no GPU work)."""
+    """``tracekit.steps``: each step's time (the one definition, ``docs/metrics.md``), and its
+    CPU and GPU span (``gpu_*`` -1 for a step that launched no GPU work)."""
 
     steps: list[StepRow]
     source: str
     boundary: str | None
+    p50_ns: float | None
+    """The step time's P50 over the counted steps (all but the first when there are two or
+    more)."""
+    p90_ns: float | None
     cpu_p50_ns: float | None
     cpu_p90_ns: float | None
     gpu_p50_ns: float | None

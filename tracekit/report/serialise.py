@@ -125,6 +125,8 @@ def headline(a: Any) -> dict:
     return {
         "steps": len(s.steps),
         "step_source": s.source,
+        "step_p50_ns": s.p50_ns,
+        "step_p90_ns": s.p90_ns,
         "step_cpu_p50_ns": s.cpu_p50_ns,
         "step_cpu_p90_ns": s.cpu_p90_ns,
         "step_gpu_p50_ns": s.gpu_p50_ns,
