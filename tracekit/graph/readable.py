@@ -59,6 +59,14 @@ class Limit:
     steps: tuple[int, ...] = ()
 
 
+def _names_match(names: np.ndarray, f) -> np.ndarray:
+    """bool per name: ``f(name)``, asked once per distinct name."""
+    if not names.size:
+        return np.zeros(0, bool)
+    codes, uniq = pd.factorize(names)
+    return np.array([bool(f(str(u))) for u in uniq], bool)[codes]
+
+
 def _ms(ns) -> str:
     return f"{ns / 1e6:,.3f} ms"
 
@@ -71,7 +79,7 @@ def linking(g: Graph) -> Limit | None:
     # activities that started before the first host call cannot have their launch in the trace
     after = gpu[g.start[gpu] > g.start[calls].min()]
     a = float((g.launcher[after] >= 0).mean()) if after.size else 1.0
-    launch = calls[np.char.find(g.name[calls].astype(str), "Launch") >= 0]
+    launch = calls[_names_match(g.name[calls], lambda n: "Launch" in n)]
     lk = float((g.launched[launch] >= 0).mean()) if launch.size >= 10 else 1.0
     if a >= LINKED_SHARE and lk >= LINKED_SHARE:
         return None
@@ -121,9 +129,7 @@ def graph_untraced(g: Graph) -> Limit | None:
     from tracekit.graph.build import GRAPH_LAUNCH
 
     calls = np.flatnonzero(g.kind == NodeKind.CALL)
-    names = g.name[calls].astype(str)
-    gl = calls[np.array([GRAPH_LAUNCH.search(n) is not None for n in names], bool)] \
-        if calls.size else calls
+    gl = calls[_names_match(g.name[calls], lambda n: GRAPH_LAUNCH.search(n) is not None)]
     if not gl.size:
         return None
     dark = gl[g.launched[gl] < 0]
