@@ -67,7 +67,11 @@ def first_screen(e: dict | None) -> list[str]:
     o = e.get("overhead") or {}
     view = (f"the estimated untraced step, {ms(o.get('untraced_step_ns'))} ms; traced "
             f"{ms(o.get('traced_step_ns'))} ms" if e.get("view") == "untraced" and o else "the traced step")
-    if e.get("bound"):
+    if e.get("bound") and e.get("bound_share") is None:  # the verdict the trace's limits decided
+        out = [f"What bounds the step: {e['bound']}, not what the path through the recorded events "
+               f"says (the warnings say why; {n} step{'s' if n != 1 else ''}; {view})"]
+        out += [f"  warning: {w}" for w in (e.get("warnings") or []) if "bound" in w][:2]
+    elif e.get("bound"):
         out = [f"What bounds the step: {e['bound']}, {pct(e['bound_share'])} of the critical path "
                f"({n} step{'s' if n != 1 else ''}; {view})"]
     else:
