@@ -78,10 +78,15 @@ def test_runtime_trace_on_two_gpus():
 
 
 def test_public_trace_without_metadata(public_traces):
-    """HTA's sampled 2021-era trace: NCCL kernels without args fall back to stream and name."""
+    """HTA's sampled 2021-era trace: NCCL kernels without args fall back to stream, and the
+    collective the launching op names (every kernel is a SendRecv; the ops say all-to-all,
+    all-reduce, all-gather)."""
     t = load(public_traces / "hta_sampled_rank0.json.gz", use_cache=False).traces[0]
     c = collectives.compute(t, default_rules())
     assert c.source == collectives.SOURCE_NAMES
     per_group = c.kernels.groupby("group").size().to_dict()
     assert per_group == {"stream 84": 8, "stream 203": 2}
-    assert set(c.kernels["collective"]) == {"sendrecv"}
+    assert set(c.kernels["collective"]) == {
+        "all_to_all", "all_reduce", "all_gather_base"}
+    assert c.kernels.groupby("group")["collective"].agg(lambda x: sorted(set(x))).to_dict() == {
+        "stream 84": ["all_reduce", "all_to_all"], "stream 203": ["all_gather_base"]}

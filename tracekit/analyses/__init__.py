@@ -11,9 +11,9 @@ and bandwidth against the GPU's peak). Optional sections:
 already-parsed trace; it says so when HTA (traceinsight) is not installed) and
 ``snapshot`` (``tracekit.analyses.snapshot``: a memory-snapshot pickle, which is not part of
 the trace, so the caller attaches it; ``snapshot_streams`` then matches its stream handles to the
-trace's CUPTI streams). ``collectives`` (the rank's communication kernels) and
-``identity`` (which job and clock the trace comes from) are what ``tracekit.ranks`` combines
-across the ranks of a job.
+trace's CUPTI streams). ``collectives`` (the rank's communication kernels), ``identity``
+(which job and clock the trace comes from) and ``profile`` (the step by phase and by op) are
+what ``tracekit.ranks`` combines across the ranks of a job.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import sys
 from dataclasses import dataclass
 
 from tracekit import steps
-from tracekit.analyses import allocator, collectives, embedding_bw, gaps, overlap, syncs
+from tracekit.analyses import (allocator, collectives, embedding_bw, gaps, overlap, profile,
+                               syncs)
 from tracekit.analyses.forked import Forked
 from tracekit.phases import Rules, default_rules
 from tracekit.trace.model import Trace
@@ -70,6 +71,8 @@ class Analysis:
     embedding_bw: embedding_bw.EmbeddingBwResult | None = None
     """``tracekit.analyses.embedding_bw``: the embedding kernels' bandwidth against the GPU's
     peak (None: not computed)."""
+    profile: object | None = None
+    """``tracekit.analyses.profile.ProfileResult``: the step by phase and by op."""
 
 
 def trace_identity(trace: Trace) -> dict:
@@ -166,6 +169,7 @@ def _other_sections(trace: Trace, rules: Rules, with_hta: bool | None, snapshot:
         "collectives": collectives.compute(trace, rules, steps=steps_result),
         "identity": trace_identity(trace),
         "embedding_bw": embedding_bw.compute(trace, rules),
+        "profile": profile.compute(trace, rules, steps=steps_result),
     }
 
 

@@ -10,8 +10,12 @@ without that metadata, whose name matches ``Rules.communication`` (NCCL/RCCL). P
   it is ``stream <n>``: one communicator runs its kernels on one stream, in issue order, and the
   same program creates its streams in the same order on every rank.
 - ``collective``: the metadata's ``Collective name`` (``allreduce``, ``all_to_allv``...), else
-  the word after ``Kernel_`` in the kernel name, lower case (``ncclKernel_SendRecv_RING...`` ->
-  ``sendrecv``).
+  the collective the CPU op that launched the kernel names (the innermost ``nccl:<name>``
+  annotation or ``c10d::<name>_`` op around the launch, lower case without the leading and
+  trailing ``_``: ``nccl:all_to_all`` -> ``all_to_all``, ``c10d::_allgather_base_`` ->
+  ``allgather_base``: NCCL runs every collective of a sampled TorchRec job as a ``SendRecv``
+  kernel, while the ops say all-to-all, all-reduce, all-gather), else the word after
+  ``Kernel_`` in the kernel name, lower case (``ncclKernel_SendRecv_RING...`` -> ``sendrecv``).
 - ``seq``: the collective's sequence number in its group (``Seq``, on the kernel or on the
   ``record_param_comms`` op with the same External id), -1 when the trace has none.
 - ``index``: its position among this rank's kernels of the same group, by start time (0, 1...).
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracekit import phases
+from tracekit import intervals, phases
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
 
@@ -54,6 +58,9 @@ SOURCE_MIXED = "args and kernel names"
 SOURCE_NONE = "none"
 
 _KERNEL_WORD = re.compile(r"Kernel_([A-Za-z]+)")
+COLLECTIVE_OP = re.compile(r"^nccl:(?P<a>\w+)$|^c10d::(?P<b>\w+)$")
+"""A CPU op or annotation that launches a collective and names it: torch's ``nccl:<name>``
+record_function and its ``c10d::<name>_`` dispatcher op."""
 
 
 @dataclass(frozen=True)
@@ -122,18 +129,56 @@ def _pg_config(trace: Trace) -> dict[str, dict]:
     return out
 
 
-def _launch_ts(trace: Trace, rules: Rules, correlation: np.ndarray) -> np.ndarray:
-    """The start of the CPU call that launched each kernel (by correlation id), -1 if none."""
+def _launches(trace: Trace, rules: Rules, correlation: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The start and thread of the CPU call that launched each kernel (by correlation id), -1
+    if none."""
     acts, _ = phases.activities(trace, rules)
     corr = acts["correlation"].to_numpy(np.int64)
     launch = acts["launch_ts"].to_numpy(np.int64)
+    tid = acts["launch_tid"].to_numpy(np.int64)
     order = np.argsort(corr, kind="stable")
-    corr, launch = corr[order], launch[order]
+    corr, launch, tid = corr[order], launch[order], tid[order]
+    none = np.full(correlation.size, -1, np.int64)
     if not corr.size:
-        return np.full(correlation.size, -1, np.int64)
+        return none, none
     k = np.minimum(np.searchsorted(corr, correlation), corr.size - 1)
     hit = (correlation >= 0) & (corr[k] == correlation)
-    return np.where(hit, launch[k], -1)
+    return np.where(hit, launch[k], -1), np.where(hit, tid[k], -1)
+
+
+def _canonical(name: str) -> str:
+    m = COLLECTIVE_OP.match(name)
+    return (m.group("a") or m.group("b") or "").strip("_").lower() if m else ""
+
+
+def launching_collective(trace: Trace, tid: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Per launch (thread, start): the collective the innermost ``COLLECTIVE_OP`` around it
+    names (``_canonical``), ``""`` where none encloses it."""
+    out = np.full(tid.size, "", dtype=object)
+    ops, codes, cats = phases.host_ops(trace)
+    if not tid.size or ops.empty:
+        return out
+    canon = phases.per_used_name(codes, cats, lambda n: np.array([_canonical(x) for x in n],
+                                                                 dtype=object), "")
+    keep = np.flatnonzero(canon != "")
+    if not keep.size:
+        return out
+    otid = ops["tid"].to_numpy(np.int64)[keep]
+    ots = ops["ts"].to_numpy(np.int64)[keep]
+    oend = ots + ops["dur"].to_numpy(np.int64)[keep]
+    names = canon[keep]
+    for t in np.unique(tid[ts >= 0]):
+        sel = np.flatnonzero((tid == t) & (ts >= 0))
+        mine = np.flatnonzero(otid == t)
+        if not mine.size:
+            continue
+        order = mine[np.lexsort((-oend[mine], ots[mine]))]
+        s, e = ots[order], oend[order]
+        par = intervals.innermost_containers(s, e)
+        k = intervals.innermost_enclosing(s, e, par, ts[sel], ts[sel])
+        hit = k >= 0
+        out[sel[hit]] = names[order[k[hit]]]
+    return out
 
 
 def compute(trace: Trace, rules: Rules, *, steps=None) -> CollectivesResult:
@@ -184,6 +229,10 @@ def compute(trace: Trace, rules: Rules, *, steps=None) -> CollectivesResult:
     group_a = a["group"].astype(str).to_numpy(object)
     group_a = np.where(group_a == "", "unnamed", group_a)
     names_n = phases.per_used_name(codes[rows_n], cats, _name_collective, "unknown")
+    if rows_n.size:  # the collective the launching op names, where one encloses the launch
+        l_ts, l_tid = _launches(trace, rules, ev["correlation"].to_numpy(np.int64)[rows_n])
+        by_op = launching_collective(trace, l_tid, l_ts)
+        names_n = np.where(by_op != "", by_op, names_n.astype(object))
     table = pd.DataFrame({
         "event": np.concatenate([rows_a, rows_n]),
         "group": np.concatenate([group_a, np.array([f"stream {s}" for s in stream[rows_n]],
@@ -208,7 +257,8 @@ def compute(trace: Trace, rules: Rules, *, steps=None) -> CollectivesResult:
 
         steps = steps_mod.compute(trace, rules)
     spans = steps.steps.rename(columns={"cpu_start": "ts", "cpu_end": "end"})[["step", "ts", "end"]]
-    launch = _launch_ts(trace, rules, ev["correlation"].to_numpy(np.int64)[table["event"].to_numpy()])
+    launch, _ = _launches(trace, rules,
+                          ev["correlation"].to_numpy(np.int64)[table["event"].to_numpy()])
     step = phases.step_of(spans.sort_values("ts"), launch)
     table["step"] = np.where(launch >= 0, step, -1)
     kernels = table[KERNEL_COLUMNS]

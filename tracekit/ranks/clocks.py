@@ -18,6 +18,12 @@ collectives):
 ``spread_ns`` is the median of ``|end_r - offset_r - center|``: how far the rank's ends stray
 from the instances' centers after alignment (a few microseconds on one host; large values mean
 the ends are not simultaneous, and the offset is as uncertain).
+
+An offset is *applied* (``applied``) only when its spread is smaller than the offset itself:
+smaller than the change it would make to every arrival skew of the rank. An offset within its
+own spread of zero is noise (ranks of one host share a clock), and applying it could reorder
+arrivals that the clocks as written order correctly (an offset of +0.170 ms fitted with a
+spread of ±10.7 ms on a sampled trace flipped the last rank of an instance).
 """
 
 from __future__ import annotations
@@ -34,13 +40,20 @@ class Offsets:
 
     reference: int | None
     table: pd.DataFrame
-    """``rank, offset_ns, spread_ns, samples, aligned`` (samples: instances it was estimated
-    from; aligned False: it shares no instance with a placed rank, offset 0)."""
+    """``rank, offset_ns, spread_ns, samples, aligned, applied`` (samples: instances it was
+    estimated from; aligned False: it shares no instance with a placed rank, offset 0;
+    applied: aligned and its spread smaller than the offset, see the module docstring)."""
 
     def of(self) -> dict[int, int]:
         """rank -> offset in whole ns (0 for ranks not aligned)."""
         return dict(zip(self.table["rank"].tolist(),
                         np.rint(self.table["offset_ns"].to_numpy()).astype(np.int64).tolist()))
+
+    def applied(self) -> dict[int, int]:
+        """rank -> the offset to apply in whole ns (0 where it is not ``applied``)."""
+        t = self.table
+        off = np.where(t["applied"].to_numpy(bool), np.rint(t["offset_ns"].to_numpy()), 0)
+        return dict(zip(t["rank"].tolist(), off.astype(np.int64).tolist()))
 
 
 def _centers(e: pd.DataFrame, off: pd.Series) -> pd.Series:
@@ -69,7 +82,7 @@ def estimate(arrivals: pd.DataFrame, ranks: list[int]) -> Offsets:
     a = a[multi]
     if a.empty:
         t = pd.DataFrame({"rank": ranks, "offset_ns": 0.0, "spread_ns": np.nan, "samples": 0,
-                          "aligned": False})
+                          "aligned": False, "applied": False})
         return Offsets(reference=None, table=t)
     t0 = int(a["end"].min())
     e = pd.DataFrame({"instance": a["instance"].to_numpy(),
@@ -103,4 +116,7 @@ def estimate(arrivals: pd.DataFrame, ranks: list[int]) -> Offsets:
     t["spread_ns"] = spread.reindex(ranks).to_numpy()
     t["samples"] = refined["n"].reindex(ranks).fillna(0).astype(np.int64).to_numpy()
     t["aligned"] = off.reindex(ranks).notna().to_numpy()
+    sp = t["spread_ns"].to_numpy(float)
+    t["applied"] = t["aligned"].to_numpy(bool) & ~np.isnan(sp) & (
+        sp < np.abs(t["offset_ns"].to_numpy(float)))
     return Offsets(reference=ref, table=t)

@@ -35,13 +35,29 @@ class JobConfig:
     ranks with 864 collectives each has 884,736)."""
     min_alignment_samples: int = 3
     """A clock offset estimated from fewer shared collectives than this comes with a warning."""
+    overlap_slack_ns: int = 10_000
+    """The kernels of one collective instance overlap in time (``tracekit.ranks.match.verify``):
+    the last one starts no later than the first one ends plus this (10 us of clock noise)."""
+    end_tolerance_ns: int = 50_000
+    """Kernels matched again by their ends (``tracekit.ranks.match.by_ends``) end within this
+    of each other (50 us) ..."""
+    end_tolerance_share: float = 0.05
+    """... or within this share of the shorter kernel's duration, whichever is larger."""
+    offset_note_min_ns: int = 100_000
+    """A clock offset that is not applied (its spread is not smaller than itself) is noted when
+    its spread is at least this (0.1 ms); below it, the clocks agree within noise."""
 
     def __post_init__(self) -> None:
         for name in ("straggler_min_skew_ns", "other_job_gap_ns", "worst_kept",
-                     "arrivals_kept", "min_alignment_samples"):
+                     "arrivals_kept", "min_alignment_samples", "overlap_slack_ns",
+                     "end_tolerance_ns", "offset_note_min_ns"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise JobConfigError(f"JobConfig.{name} must be an integer >= 0, not {v!r}")
+        if isinstance(self.end_tolerance_share, bool) or not isinstance(
+                self.end_tolerance_share, (int, float)) or not 0 <= self.end_tolerance_share < 1:
+            raise JobConfigError("JobConfig.end_tolerance_share must be a number in [0, 1), not "
+                                 f"{self.end_tolerance_share!r}")
         if not isinstance(self.align_clocks, bool):
             raise JobConfigError(f"JobConfig.align_clocks must be True or False, not "
                                  f"{self.align_clocks!r}")

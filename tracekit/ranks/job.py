@@ -36,7 +36,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.ranks import clocks, match
+from tracekit.ranks import clocks, match, straggler
 from tracekit.ranks.config import JobConfig
 from tracekit.ranks.inputs import RankSet
 
@@ -84,12 +84,29 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
     ranks = rankset.ranks
     rank_ids = [int(r["rank"]) for r in ranks]
     m = match.match(ranks)
-    arr = m.arrivals.copy()
     notes: list[str] = []
 
-    # clocks
-    offsets = clocks.estimate(arr, rank_ids)
-    off = offsets.of() if config.align_clocks else {r: 0 for r in rank_ids}
+    # clocks: offsets fitted on the first match; the match verified on them (and redone by
+    # the kernels' ends where it fails), the offsets fitted again on the verified match
+    zero = {r: 0 for r in rank_ids}
+    offsets = clocks.estimate(m.arrivals, rank_ids)
+    off = offsets.applied() if config.align_clocks else zero
+    # (verified on the fitted offsets even with align_clocks False: that choice is how arrivals
+    # are compared, not which kernels form an instance)
+    verified = match.verify(m, offsets.applied(), slack_ns=config.overlap_slack_ns,
+                            end_tolerance_ns=config.end_tolerance_ns,
+                            end_tolerance_share=config.end_tolerance_share)
+    if verified is not m:
+        m = verified
+        offsets = clocks.estimate(m.arrivals, rank_ids)
+        off = offsets.applied() if config.align_clocks else zero
+    for grp in m.groups:
+        if grp.get("not_overlapping"):
+            notes.append(f"group {grp['group']}: {grp['not_overlapping']} instance"
+                         f"{'s' if grp['not_overlapping'] != 1 else ''} of the match by "
+                         f"{grp['first_matched_by']} had kernels that never "
+                         "overlapped in time: matched again by the kernels' ends")
+    arr = m.arrivals.copy()
     aligned = set(offsets.table.loc[offsets.table["aligned"], "rank"].tolist())
     shift = arr["rank"].map(off).fillna(0).astype(np.int64).to_numpy()
     arr["ts"] = arr["ts"].to_numpy(np.int64) - shift
@@ -100,9 +117,16 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
         if not row.aligned and len(arr):
             notes.append(f"rank {row.rank} shares no collective with the other ranks: its "
                          "clock is not aligned")
-        elif row.aligned and row.samples < config.min_alignment_samples:
+            continue
+        if row.aligned and row.samples < config.min_alignment_samples:
             notes.append(f"rank {row.rank}'s clock offset comes from {row.samples} collective"
                          f"{'s' if row.samples != 1 else ''} only")
+        if config.align_clocks and row.aligned and not row.applied and (
+                np.isnan(row.spread_ns) or row.spread_ns >= config.offset_note_min_ns):
+            spread = "unknown" if np.isnan(row.spread_ns) else f"±{row.spread_ns / 1e6:.3f} ms"
+            notes.append(f"rank {row.rank}'s clock offset {row.offset_ns / 1e6:+.3f} ms "
+                         f"(spread {spread}) is not applied: the fit's spread is not smaller "
+                         "than the offset; its clock is taken as written")
 
     # per instance
     inst = m.instances.set_index("instance")
@@ -163,7 +187,9 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
             "collectives": int(c.get("count") or 0), "collective_ns": int(c.get("kernel_ns") or 0),
             "wait_ns": int(wait_r.get(k, 0)), "last_count": int(last_r.get(k, 0)),
             "caused_wait_ns": int(caused_r.get(k, 0)),
-            "clock_offset_ns": off[k] if config.align_clocks and k in aligned else None,
+            "clock_offset_ns": (offsets.of()[k] if config.align_clocks and k in aligned
+                                else None),
+            "clock_offset_applied": bool(off.get(k, 0) != 0),
             "sent_bytes": int(sent.get(k, 0)) if known else None,
             "received_bytes": int(recv.get(k, 0)) if known else None,
             "warnings": list(r.get("warnings") or []),
@@ -211,6 +237,8 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
         "bound_share": srow["bound_share"] if srow else None,
         "min_skew_ns": config.straggler_min_skew_ns,
         "steps": per_step,
+        "why": straggler.why(ranks, job_straggler, arr,
+                             table.loc[a2a, ["instance", "key", "step", "collective"]]),
     }
 
     # all-to-all
@@ -268,7 +296,8 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
     for rec in (rows if every else worst):
         rec["arrivals"] = per.get(rec["instance"], [])
     offs = [{"rank": int(t.rank), "offset_ns": _int(round(t.offset_ns)) if t.aligned else None,
-             "spread_ns": _num(t.spread_ns), "samples": int(t.samples), "aligned": bool(t.aligned)}
+             "spread_ns": _num(t.spread_ns), "samples": int(t.samples), "aligned": bool(t.aligned),
+             "applied": bool(config.align_clocks and t.applied)}
             for t in offsets.table.itertuples()]
     return {
         "source": rankset.source,

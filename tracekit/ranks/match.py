@@ -15,6 +15,17 @@ restricted to the ranks read. An instance is *complete* when every member has a 
 and all of them name the same collective; only complete instances enter the figures, the others
 are counted per group (``partial``: a member lacks it, at the edges of the trace windows;
 ``inconsistent``: the collectives differ, which means the order-based match went wrong).
+
+A match by order is then verified (``verify``): the kernels of one collective overlap in time
+(each waits in the kernel for the last rank to arrive, then they move the data together), so
+an instance whose kernels do not overlap on the ranks' clocks (aligned where the offsets are
+applied, ``tracekit.ranks.clocks``) was matched wrongly: a trace that records only some events
+(HTA's event-sampled traces) lacks some of a rank's kernels, and order pairs a kernel with
+another's next one. Such a group is matched again by the kernels' ends (``by_ends``): kernels
+of one collective end together, so each kernel of the group's first member is paired with the
+kernel of every other member that names the same collective, overlaps it and ends nearest to
+it, within ``end_tolerance``; pairs keep each rank's order. The instances a new match leaves
+without a kernel on some member are partial.
 """
 
 from __future__ import annotations
@@ -27,8 +38,10 @@ import pandas as pd
 BY_SEQ = "seq"
 BY_STEP = "step and order"
 BY_ORDER = "order"
+BY_ENDS = "ends"
 
-ARRIVAL_COLUMNS = ["instance", "rank", "ts", "end", "step", "in_bytes", "out_bytes"]
+ARRIVAL_COLUMNS = ["instance", "rank", "ts", "end", "step", "in_bytes", "out_bytes", "kernel"]
+"""``kernel``: the kernel's row in its rank's ``collectives.kernels`` list."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +56,11 @@ class Matched:
     groups: list[dict]
     """Per group: ``group, desc, ranks`` (the members read, ``[int]``), ``matched_by``,
     ``instances`` (complete), ``partial``, ``inconsistent``, ``outside_steps`` (kernels left
-    out for lying outside any step)."""
+    out for lying outside any step), ``not_overlapping`` (instances of the first match whose
+    kernels did not overlap in time: the group was matched again by its kernels' ends),
+    ``first_matched_by`` (how the first match went: ``matched_by`` unless it was redone)."""
+    kernels: pd.DataFrame | None = None
+    """Every rank's collective kernels (``kernel_table``), for ``verify``."""
 
 
 def kernel_table(ranks: list[dict]) -> tuple[pd.DataFrame, dict[str, dict]]:
@@ -63,11 +80,12 @@ def kernel_table(ranks: list[dict]) -> tuple[pd.DataFrame, dict[str, dict]]:
             "out_bytes"]
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object if c in ("group", "collective")
-                                          else np.int64) for c in ["rank", *cols]}), meta
+                                          else np.int64) for c in ["rank", *cols, "kernel"]}), meta
     data = {"rank": np.concatenate(owner)}
     for c in cols:  # column by column: much quicker than from_records on a million rows
         data[c] = ([row[c] for row in rows] if c in ("group", "collective")
                    else np.fromiter((row[c] for row in rows), np.int64, len(rows)))
+    data["kernel"] = np.concatenate([np.arange(o.size, dtype=np.int64) for o in owner])
     return pd.DataFrame(data), meta
 
 
@@ -75,8 +93,7 @@ def match(ranks: list[dict]) -> Matched:
     """Match the collective kernels of ``ranks`` (rank objects with ``collectives``)."""
     k, meta = kernel_table(ranks)
     read = {int(r["rank"]) for r in ranks}
-    inst_frames, arr_frames, groups = [], [], []
-    next_id = 0
+    parts = []
     for g, kg in k.groupby("group", sort=True):
         have = set(kg["rank"].unique().tolist())
         declared = meta.get(g, {}).get("ranks")
@@ -97,38 +114,50 @@ def match(ranks: list[dict]) -> Matched:
         else:
             by, key = BY_ORDER, kg["index"].astype(str)
         kg = kg.assign(key=key.to_numpy()).drop_duplicates(["rank", "key"], keep="first")
-        per = kg.groupby("key", sort=False).agg(n=("rank", "size"),
-                                                kinds=("collective", "nunique"),
-                                                first_ts=("ts", "min"))
-        complete = per[(per["n"] == len(members)) & (per["kinds"] == 1)]
-        partial = int((per["n"] < len(members)).sum())
-        inconsistent = int(((per["n"] == len(members)) & (per["kinds"] > 1)).sum())
-        complete = complete.sort_values("first_ts", kind="stable")
-        ids = pd.Series(np.arange(next_id, next_id + len(complete), dtype=np.int64),
-                        index=complete.index)
-        next_id += len(complete)
-        sel = kg[kg["key"].isin(complete.index)]
-        arr = pd.DataFrame({
-            "instance": ids.reindex(sel["key"]).to_numpy(np.int64),
-            "rank": sel["rank"].to_numpy(np.int64),
-            "ts": sel["ts"].to_numpy(np.int64),
-            "end": sel["end"].to_numpy(np.int64),
-            "step": sel["step"].to_numpy(np.int64),
-            "in_bytes": sel["in_bytes"].to_numpy(np.int64),
-            "out_bytes": sel["out_bytes"].to_numpy(np.int64),
-        })
-        coll = sel.drop_duplicates("key").set_index("key")["collective"]
-        inst_frames.append(pd.DataFrame({
-            "instance": ids.to_numpy(np.int64),
-            "group": g,
-            "collective": coll.reindex(complete.index).to_numpy(object),
-            "key": complete.index.to_numpy(object),
-            "members": len(members),
-        }))
-        arr_frames.append(arr)
-        groups.append({"group": g, "desc": meta.get(g, {}).get("desc", ""), "ranks": members,
-                       "matched_by": by, "instances": len(complete), "partial": partial,
-                       "inconsistent": inconsistent, "outside_steps": outside})
+        parts.append(_group_instances(g, kg, members, by, meta.get(g, {}).get("desc", ""),
+                                      outside))
+    return _combine(parts, k)
+
+
+def _group_instances(g: str, kg: pd.DataFrame, members: list[int], by: str, desc: str,
+                     outside: int) -> tuple:
+    """The complete instances of one group from its kernels keyed (column ``key``): (instances,
+    arrivals, group dict), instance ids from 0 in order of first start."""
+    per = kg.groupby("key", sort=False).agg(n=("rank", "size"), kinds=("collective", "nunique"),
+                                            first_ts=("ts", "min"))
+    complete = per[(per["n"] == len(members)) & (per["kinds"] == 1)]
+    partial = int((per["n"] < len(members)).sum())
+    inconsistent = int(((per["n"] == len(members)) & (per["kinds"] > 1)).sum())
+    complete = complete.sort_values("first_ts", kind="stable")
+    ids = pd.Series(np.arange(len(complete), dtype=np.int64), index=complete.index)
+    sel = kg[kg["key"].isin(complete.index)]
+    arr = pd.DataFrame({
+        "instance": ids.reindex(sel["key"]).to_numpy(np.int64),
+        **{c: sel[c].to_numpy(np.int64) for c in ARRIVAL_COLUMNS[1:]},
+    })
+    coll = sel.drop_duplicates("key").set_index("key")["collective"]
+    inst = pd.DataFrame({
+        "instance": ids.to_numpy(np.int64),
+        "group": g,
+        "collective": coll.reindex(complete.index).to_numpy(object),
+        "key": complete.index.to_numpy(object),
+        "members": len(members),
+    })
+    info = {"group": g, "desc": desc, "ranks": members, "matched_by": by,
+            "instances": len(complete), "partial": partial, "inconsistent": inconsistent,
+            "outside_steps": outside, "not_overlapping": 0, "first_matched_by": by}
+    return inst, arr, info
+
+
+def _combine(parts: list[tuple], kernels: pd.DataFrame) -> Matched:
+    """One ``Matched`` from the groups' parts, instance ids numbered on across groups."""
+    inst_frames, arr_frames, groups = [], [], []
+    next_id = 0
+    for inst, arr, info in parts:
+        inst_frames.append(inst.assign(instance=inst["instance"].to_numpy(np.int64) + next_id))
+        arr_frames.append(arr.assign(instance=arr["instance"].to_numpy(np.int64) + next_id))
+        next_id += len(inst)
+        groups.append(info)
     if inst_frames:
         instances = pd.concat(inst_frames, ignore_index=True)
         arrivals = pd.concat(arr_frames, ignore_index=True).sort_values(
@@ -140,4 +169,92 @@ def match(ranks: list[dict]) -> Matched:
                                   "key": pd.Series(dtype=object),
                                   "members": pd.Series(dtype=np.int64)})
         arrivals = pd.DataFrame({c: pd.Series(dtype=np.int64) for c in ARRIVAL_COLUMNS})
-    return Matched(instances=instances, arrivals=arrivals, groups=groups)
+    return Matched(instances=instances, arrivals=arrivals, groups=groups, kernels=kernels)
+
+
+def overlapping(arrivals: pd.DataFrame, offsets: dict[int, int], slack_ns: int) -> pd.Series:
+    """Per instance: whether its kernels overlap in time on the clocks shifted by ``offsets``
+    (rank -> ns to subtract): the last start is no later than the first end + ``slack_ns``."""
+    if arrivals.empty:
+        return pd.Series(dtype=bool)
+    shift = arrivals["rank"].map(offsets).fillna(0).to_numpy(np.int64)
+    a = pd.DataFrame({"instance": arrivals["instance"].to_numpy(),
+                      "ts": arrivals["ts"].to_numpy(np.int64) - shift,
+                      "end": arrivals["end"].to_numpy(np.int64) - shift})
+    g = a.groupby("instance", sort=True)
+    return g["ts"].max() <= g["end"].min() + slack_ns
+
+
+def verify(m: Matched, offsets: dict[int, int], *, slack_ns: int, end_tolerance_ns: int,
+           end_tolerance_share: float) -> Matched:
+    """``m`` with every group matched by step or order whose instances do not all overlap in
+    time (``overlapping``) matched again by its kernels' ends (``by_ends``); the groups matched
+    by ``seq`` are taken as they are. ``offsets``: rank -> ns on the clocks the instances are
+    compared on (the applied clock offsets)."""
+    if m.kernels is None or m.arrivals.empty:
+        return m
+    ok = overlapping(m.arrivals, offsets, slack_ns)
+    bad = set(ok.index[~ok.to_numpy(bool)].tolist())
+    if not bad:
+        return m
+    parts = []
+    for info in m.groups:
+        mine = m.instances[m.instances["group"] == info["group"]]
+        own = m.arrivals[m.arrivals["instance"].isin(mine["instance"])]
+        n_bad = len(set(mine["instance"].tolist()) & bad)
+        first = int(mine["instance"].min()) if len(mine) else 0
+        if not n_bad or info["matched_by"] == BY_SEQ:
+            parts.append((mine.assign(instance=mine["instance"] - first),
+                          own.assign(instance=own["instance"] - first), info))
+            continue
+        kg = m.kernels[(m.kernels["group"] == info["group"])
+                       & m.kernels["rank"].isin(info["ranks"])]
+        kg = by_ends(kg, info["ranks"], offsets, end_tolerance_ns, end_tolerance_share)
+        inst, arr, new = _group_instances(info["group"], kg, info["ranks"], BY_ENDS,
+                                          info["desc"], info["outside_steps"])
+        new["not_overlapping"] = n_bad
+        new["first_matched_by"] = info["matched_by"]
+        parts.append((inst, arr, new))
+    return _combine(parts, m.kernels)
+
+
+def by_ends(kg: pd.DataFrame, members: list[int], offsets: dict[int, int], tol_ns: int,
+            tol_share: float) -> pd.DataFrame:
+    """The kernels of one group keyed by the kernel of its first member they end with (column
+    ``key``: ``e<n>``, the n-th kernel of that member); a kernel paired with none is keyed
+    alone (a partial instance). Two kernels pair when they name the same collective, overlap
+    in time and end within ``max(tol_ns, tol_share * the shorter one's duration)`` of each
+    other, on the clocks shifted by ``offsets``; each rank's kernels pair in their order, each
+    with the nearest end it can."""
+    kg = kg.sort_values(["rank", "ts"], kind="stable")
+    shift = kg["rank"].map(offsets).fillna(0).to_numpy(np.int64)
+    ts = kg["ts"].to_numpy(np.int64) - shift
+    end = kg["end"].to_numpy(np.int64) - shift
+    rank = kg["rank"].to_numpy(np.int64)
+    coll = kg["collective"].to_numpy(object)
+    key = np.array([f"u{i}" for i in range(len(kg))], dtype=object)  # unpaired: alone
+    anchor = members[0]
+    a = np.flatnonzero(rank == anchor)
+    for i, j in enumerate(a.tolist()):
+        key[j] = f"e{i}"
+    for p in members[1:]:
+        b = np.flatnonzero(rank == p)
+        b = b[np.argsort(end[b], kind="stable")]
+        eb = end[b]
+        last = -1  # pairs keep the order: p's next pair lies after its previous one
+        for j in a.tolist():
+            reach = max(tol_ns, tol_share * (end[j] - ts[j]))
+            lo, hi = np.searchsorted(eb, [end[j] - reach, end[j] + reach], side="left")
+            cand = b[lo:hi + 1][eb[lo:hi + 1] <= end[j] + reach] if hi >= lo else b[:0]
+            cand = cand[cand > last]
+            if not cand.size:
+                continue
+            d = np.abs(end[cand] - end[j])
+            tol = np.maximum(tol_ns, tol_share * np.minimum(end[cand] - ts[cand], end[j] - ts[j]))
+            fit = (coll[cand] == coll[j]) & (d <= tol) & (ts[cand] <= end[j]) & (ts[j] <= end[cand])
+            if not fit.any():
+                continue
+            k = cand[fit][np.argmin(d[fit])]
+            key[k] = key[j]
+            last = k
+    return kg.assign(key=key)

@@ -656,6 +656,35 @@ class EmbeddingBw(TypedDict):
     notes: list[str]
 
 
+class ProfilePhase(TypedDict):
+    phase: str
+    gpu_ns: float
+    host_ns: float
+
+
+class ProfileOp(TypedDict):
+    name: str
+    self_ns: float
+    count: float
+
+
+class ProfileKernel(TypedDict):
+    name: str
+    gpu_ns: float
+    count: float
+
+
+class Profile(TypedDict):
+    """``tracekit.analyses.profile``: where the rank's step goes, per step on average over
+    ``steps`` steps: GPU and host time by phase, the host ops with most self time, the kernels
+    with most time (what ``tracekit.ranks.straggler`` compares across ranks)."""
+
+    steps: int
+    phases: list[ProfilePhase]
+    host_ops: list[ProfileOp]
+    kernels: list[ProfileKernel]
+
+
 class Rank(TypedDict):
     """One rank's report (``tracekit.report.to_dict(analysis)``), keys in this order
     (``keys.RANK_KEYS``; the sections: ``keys.SECTION_KEYS``)."""
@@ -682,6 +711,8 @@ class Rank(TypedDict):
     identity: Identity | None
     embedding_bw: EmbeddingBw | None
     """null when it was not computed (a report of a rank read for a job's summary only)."""
+    profile: Profile | None
+    """null in reports written before it existed (read from an older cache: never)."""
 
 
 # ---- a job of many ranks (``tracekit.ranks``) ---------------------------------------------------
@@ -697,8 +728,8 @@ class JobRank(TypedDict):
     """A rank in the job's summary; ``bound`` is the rank's explain headline, ``collectives``
     and ``collective_ns`` its collective kernels and their time, ``wait_ns`` its wait at
     collectives, ``last_count`` / ``caused_wait_ns`` the times it arrived last and the wait it
-    caused, ``clock_offset_ns`` its clock minus the reference's, the bytes over the
-    all-to-alls."""
+    caused, ``clock_offset_ns`` its clock minus the reference's as fitted (``clock_offset_applied``:
+    whether arrivals were compared with it taken out), the bytes over the all-to-alls."""
 
     rank: int
     source: str
@@ -716,6 +747,7 @@ class JobRank(TypedDict):
     last_count: int
     caused_wait_ns: int
     clock_offset_ns: int | None
+    clock_offset_applied: bool
     sent_bytes: int | None
     received_bytes: int | None
     warnings: list[str]
@@ -738,11 +770,15 @@ class Spread(TypedDict):
 
 
 class ClockOffset(TypedDict):
+    """A rank's fitted clock offset (``tracekit.ranks.clocks``); ``applied``: taken out of its
+    times (its spread is smaller than the offset and the job aligns clocks)."""
+
     rank: int
     offset_ns: int | None
     spread_ns: float | None
     samples: int
     aligned: bool
+    applied: bool
 
 
 class Clock(TypedDict):
@@ -756,11 +792,15 @@ class MatchGroup(TypedDict):
     group: str
     desc: str | None
     ranks: list[int]
-    matched_by: Literal["seq", "step and order", "order"]
+    matched_by: Literal["seq", "step and order", "order", "ends"]
     instances: int
     partial: int
     inconsistent: int
     outside_steps: int
+    not_overlapping: int
+    """Instances of the first match whose kernels never overlapped in time (the group was then
+    matched by its kernels' ends, ``tracekit.ranks.match.verify``)."""
+    first_matched_by: Literal["seq", "step and order", "order"]
 
 
 class Matching(TypedDict):

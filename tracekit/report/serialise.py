@@ -245,6 +245,7 @@ def to_dict(a: Any) -> dict:
         "collectives": jsonable(a.collectives),
         "identity": jsonable(a.identity),
         "embedding_bw": jsonable(getattr(a, "embedding_bw", None)),
+        "profile": jsonable(a.profile),
     }
     return d
 

@@ -80,7 +80,14 @@ def test_cli_directory_of_one_trace_is_that_rank(cache):
 
 
 def test_public_sampled_ranks_without_metadata(public_traces, tmp_path, cache):
-    """Two of 128 ranks: matched by stream and order; the 126 others are missing."""
+    """Two of 128 ranks of an event-sampled TorchRec job (issue 25): no collective metadata,
+    every NCCL kernel a SendRecv. Matched by stream, step and order, then verified: on stream 84
+    four of the eight instances pair kernels that never overlapped (one rank's kernel ended
+    before the other's began: each trace lacks kernels the other has), so the group is matched
+    again by the kernels' ends: the three pairs that end together (all-to-all, all-reduce,
+    all-reduce), the others partial. The waits are then those of kernels that ran together
+    (31.865 ms, where the order-based match summed 512.6 ms); the clock offset fitted on them
+    (0 +- 27.5 us) is not applied. The 126 other ranks are missing."""
     d = tmp_path / "sampled"
     d.mkdir()
     for r in (0, 1):
@@ -88,8 +95,18 @@ def test_public_sampled_ranks_without_metadata(public_traces, tmp_path, cache):
     rep = analyze_job(d, cache_dir=cache, whole=False, workers=1)
     job = rep.job
     groups = {g["group"]: g for g in job["matching"]["groups"]}
-    assert {g: (x["matched_by"], x["instances"]) for g, x in groups.items()} == {
-        "stream 203": ("step and order", 2), "stream 84": ("step and order", 8)}
+    assert {g: (x["matched_by"], x["instances"], x["not_overlapping"])
+            for g, x in groups.items()} == {
+        "stream 203": ("step and order", 2, 0), "stream 84": ("ends", 3, 4)}
+    assert groups["stream 84"]["first_matched_by"] == "step and order"
+    assert sorted(i["collective"] for i in job["instances"]) == [
+        "all_gather_base", "all_gather_base", "all_reduce", "all_reduce", "all_to_all"]
+    for i in job["instances"]:  # every instance's kernels ran together
+        a = i["arrivals"]
+        assert max(x["start"] for x in a) <= min(x["end"] for x in a)
+        assert i["end_spread_ns"] < 400_000
+    assert job["stragglers"]["waited_ns"] == 31_865_000
+    assert not any(o["applied"] for o in job["clock"]["offsets"])
     assert job["world_size"] == 128 and job["ranks_read"] == 2 and not job["complete"]
     assert sum(p["kind"] == "missing" for p in job["problems"]) == 126
     r = _run("analyze", d, cache=cache)

@@ -1,0 +1,133 @@
+"""Where one rank's step goes, by phase and by op: what a job compares across its ranks.
+
+Over the steps of the trace (``tracekit.steps``: from the first step's CPU start to the last
+one's CPU end), per step on average:
+
+- ``phases``: per phase (``tracekit.phases``), the GPU time of its activities (kernels, copies,
+  memsets, summed over streams; an activity counts when its launch, else its start, lies in the
+  steps) and its host time: the time inside that phase's annotations, less the phase
+  annotations nested in them (so the host times of the phases add up to the annotated time of
+  each thread);
+- ``host_ops``: CPU ops and annotations by name (digits replaced by ``#``: ``## backward 12 ##``
+  of every step is one name), their *self* time (duration less the ops and annotations nested
+  in them on the same thread: the self times of a thread add up to its recorded time), the
+  ``TOP`` largest;
+- ``kernels``: GPU activities by name, their time, the ``TOP`` largest.
+
+Names are cut to ``NAME_CHARS`` characters. ``tracekit.ranks.straggler`` reads these of every
+rank to say why the straggler is slower than the median rank.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tracekit import intervals, phases
+from tracekit import steps as steps_mod
+from tracekit.phases import Rules
+from tracekit.trace.model import Trace
+
+TOP = 60
+"""Host ops and kernels kept (largest first)."""
+NAME_CHARS = 160
+"""Names longer than this are cut (templated kernel names run to thousands of characters)."""
+_DIGITS = re.compile(r"\d+")
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """Per step on average (ns), over ``steps`` steps."""
+
+    steps: int
+    """Steps averaged over (0: the trace has none; every figure is then over the whole trace)."""
+    phases: pd.DataFrame
+    """``phase, gpu_ns, host_ns``, largest GPU time first."""
+    host_ops: pd.DataFrame
+    """``name, self_ns, count``: the ``TOP`` CPU ops and annotations with most self time."""
+    kernels: pd.DataFrame
+    """``name, gpu_ns, count``: the ``TOP`` GPU activity names with most time."""
+
+
+def _cut(names: np.ndarray) -> np.ndarray:
+    return np.array([n if len(n) <= NAME_CHARS else n[: NAME_CHARS - 3] + "..." for n in
+                     names.astype(str)], dtype=object)
+
+
+def _self_times(tid: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Each interval's duration less its direct children's on the same thread."""
+    own = (end - ts).astype(np.int64)
+    out = own.copy()
+    for t in np.unique(tid):
+        sel = np.flatnonzero(tid == t)
+        order = sel[np.lexsort((-end[sel], ts[sel]))]
+        par = intervals.innermost_containers(ts[order], end[order])
+        child = par >= 0
+        np.subtract.at(out, order[par[child]], own[order[child]])
+    return np.maximum(out, 0)
+
+
+def compute(trace: Trace, rules: Rules, *, steps: steps_mod.StepsResult | None = None
+            ) -> ProfileResult:
+    """The rank's profile (see the module docstring); ``steps``: the steps result when the
+    caller has it."""
+    st = steps_mod.compute(trace, rules) if steps is None else steps
+    n = len(st.steps)
+    if n:
+        lo = int(st.steps["cpu_start"].min())
+        hi = int(st.steps["cpu_end"].max())
+    else:
+        lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    per = max(n, 1)
+
+    # GPU: activities launched (else started) within the steps
+    acts, index = phases.activities(trace, rules)
+    at = np.where(acts["launch_ts"].to_numpy(np.int64) >= 0, acts["launch_ts"].to_numpy(np.int64),
+                  acts["ts"].to_numpy(np.int64))
+    a = acts[(at >= lo) & (at < hi)]
+    dur = (a["end"] - a["ts"]).to_numpy(np.int64)
+    gpu_phase = pd.Series(dur).groupby(a["phase"].to_numpy(object)).sum()
+    kern = (pd.DataFrame({"name": a["name"].to_numpy(object), "d": dur})
+            .groupby("name", sort=False)["d"].agg(["sum", "size"]))
+    kern = kern.sort_values("sum", ascending=False, kind="stable").head(TOP)
+    kernels = pd.DataFrame({"name": _cut(kern.index.to_numpy(object)),
+                            "gpu_ns": (kern["sum"].to_numpy(float) / per),
+                            "count": kern["size"].to_numpy(float) / per})
+
+    # host: phase annotations' exclusive time
+    ann = index.table
+    if len(ann):
+        ats, aend = ann["ts"].to_numpy(np.int64), ann["end"].to_numpy(np.int64)
+        inside = (ats >= lo) & (ats < hi)
+        ex = _self_times(ann["tid"].to_numpy(np.int64), ats, aend)
+        host_phase = pd.Series(ex[inside]).groupby(ann["phase"].to_numpy(object)[inside]).sum()
+    else:
+        host_phase = pd.Series(dtype=np.int64)
+    ph = pd.DataFrame({"gpu_ns": gpu_phase, "host_ns": host_phase}).fillna(0) / per
+    ph = ph.sort_values(["gpu_ns", "host_ns"], ascending=False, kind="stable")
+    phase_table = pd.DataFrame({"phase": ph.index.to_numpy(object),
+                                "gpu_ns": ph["gpu_ns"].to_numpy(float),
+                                "host_ns": ph["host_ns"].to_numpy(float)})
+
+    # host ops: self time by name
+    ops, codes, cats = phases.host_ops(trace)
+    if len(ops):
+        ots = ops["ts"].to_numpy(np.int64)
+        oend = ots + ops["dur"].to_numpy(np.int64)
+        self_ns = _self_times(ops["tid"].to_numpy(np.int64), ots, oend)
+        inside = (ots >= lo) & (ots < hi)
+        general = np.array([_DIGITS.sub("#", n) for n in cats.astype(str)], dtype=object)
+        by = (pd.DataFrame({"name": general[codes[inside]], "s": self_ns[inside]})
+              .groupby("name", sort=False)["s"].agg(["sum", "size"]))
+        by = by.sort_values("sum", ascending=False, kind="stable").head(TOP)
+        host_ops = pd.DataFrame({"name": _cut(by.index.to_numpy(object)),
+                                 "self_ns": by["sum"].to_numpy(float) / per,
+                                 "count": by["size"].to_numpy(float) / per})
+    else:
+        host_ops = pd.DataFrame({"name": pd.Series(dtype=object),
+                                 "self_ns": pd.Series(dtype=float),
+                                 "count": pd.Series(dtype=float)})
+    return ProfileResult(steps=n, phases=phase_table, host_ops=host_ops, kernels=kernels)

@@ -1,0 +1,103 @@
+"""Why the straggler is slow: its step against the median rank's, phase by phase and op by op.
+
+From each rank's ``profile`` section (``tracekit.analyses.profile``: per step on average, GPU
+and host time by phase, host ops by self time, kernels by time) the straggler's figure of every
+phase and op is set against the median of the other ranks' (a rank that does not list an op has
+0 of it); the differences where the straggler spends more come out largest first:
+
+- ``phases``: GPU and host time per phase;
+- ``ops``: host ops (self time) and kernels (GPU time).
+
+Communication kernels and the ``communication`` phase are left out: their time is mostly the
+wait for the last rank, which the straggler causes and does not suffer. With them, its
+all-to-all sizes: the all-to-all instances where it received the most bytes, largest first,
+against the median of the other ranks in the same instance (a rank that receives more moves
+more data and has more rows to look up).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+COMMUNICATION_KERNEL = re.compile(r"(?i)nccl|rccl")
+"""Kernel names left out of the comparison (NCCL/RCCL: their time is mostly waiting)."""
+COMMUNICATION_PHASE = "communication"
+KEPT = 10
+"""Rows kept in each list."""
+MIN_DIFF_NS = 5_000
+"""A difference smaller than this (5 us per step) is not listed."""
+
+
+def _table(ranks: list[dict], key: str, value: str) -> pd.DataFrame:
+    """rank x name -> value (0 where a rank does not list the name)."""
+    rows = []
+    for r in ranks:
+        p = r.get("profile") or {}
+        for item in p.get(key) or []:
+            rows.append((int(r["rank"]), str(item.get("name", item.get("phase"))),
+                         float(item.get(value) or 0.0)))
+    if not rows:
+        return pd.DataFrame()
+    t = pd.DataFrame(rows, columns=["rank", "name", "v"])
+    return t.pivot_table(index="name", columns="rank", values="v", aggfunc="sum", fill_value=0.0)
+
+
+def _diffs(t: pd.DataFrame, straggler: int, kind: str, skip) -> list[dict]:
+    if t.empty or straggler not in t.columns or t.shape[1] < 2:
+        return []
+    mine = t[straggler]
+    others = t.drop(columns=[straggler])
+    med = others.median(axis=1)
+    d = (mine - med)
+    out = []
+    for name in d.sort_values(ascending=False, kind="stable").index:
+        if skip(name):
+            continue
+        diff = float(d[name])
+        if diff < MIN_DIFF_NS:
+            break
+        out.append({"kind": kind, "name": name, "straggler_ns": float(mine[name]),
+                    "median_ns": float(med[name]), "diff_ns": diff})
+    return out
+
+
+def why(ranks: list[dict], straggler: int | None, arrivals: pd.DataFrame | None = None,
+        a2a_instances: pd.DataFrame | None = None) -> dict | None:
+    """The straggler's differences from the median rank (module docstring); None without a
+    straggler, another rank, or profiles. ``arrivals``: the matched arrivals (``instance,
+    rank, in_bytes, out_bytes``); ``a2a_instances``: the all-to-all instances (``instance,
+    key, step, collective``)."""
+    if straggler is None or len(ranks) < 2 or not any(r.get("profile") for r in ranks):
+        return None
+    steps = {int(r["rank"]): (r.get("profile") or {}).get("steps") for r in ranks}
+    comm_phase = lambda n: n == COMMUNICATION_PHASE  # noqa: E731
+    phases = (_diffs(_table(ranks, "phases", "gpu_ns"), straggler, "GPU", comm_phase)
+              + _diffs(_table(ranks, "phases", "host_ns"), straggler, "host", comm_phase))
+    phases.sort(key=lambda x: -x["diff_ns"])
+    ops = (_diffs(_table(ranks, "host_ops", "self_ns"), straggler, "host op", lambda n: False)
+           + _diffs(_table(ranks, "kernels", "gpu_ns"), straggler, "kernel",
+                    lambda n: COMMUNICATION_KERNEL.search(n) is not None))
+    ops.sort(key=lambda x: -x["diff_ns"])
+    sizes: list[dict] = []
+    if arrivals is not None and a2a_instances is not None and len(a2a_instances):
+        a = arrivals[arrivals["instance"].isin(a2a_instances["instance"])]
+        a = a[a["out_bytes"] >= 0]
+        if len(a):
+            mine = a[a["rank"] == straggler].set_index("instance")
+            med = a[a["rank"] != straggler].groupby("instance")[["out_bytes", "in_bytes"]].median()
+            info = a2a_instances.set_index("instance")
+            for i in mine["out_bytes"].sort_values(ascending=False, kind="stable").index[:KEPT]:
+                sizes.append({"instance": int(i), "key": str(info.loc[i, "key"]),
+                              "step": int(info.loc[i, "step"]),
+                              "received_bytes": int(mine.loc[i, "out_bytes"]),
+                              "sent_bytes": int(mine.loc[i, "in_bytes"]),
+                              "median_received_bytes": float(med.loc[i, "out_bytes"])
+                              if i in med.index else None,
+                              "median_sent_bytes": float(med.loc[i, "in_bytes"])
+                              if i in med.index else None})
+    return {"rank": int(straggler), "against": len(ranks) - 1,
+            "steps": steps.get(int(straggler)),
+            "phases": phases[:KEPT], "ops": ops[:KEPT], "all_to_all": sizes}
