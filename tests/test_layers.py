@@ -21,7 +21,7 @@ LAYERS = [
     ("phases", ["tracekit.phases"]),
     ("steps", ["tracekit.steps"]),
     ("analyses and graph", ["tracekit.analyses", "tracekit.graph", "tracekit.lanes"]),
-    ("explain", ["tracekit.analyses.explain"]),
+    ("explain", ["tracekit.analyses.explain", "tracekit.analyses.skeleton"]),
     ("every section", ["tracekit.analyses.__init__"]),
     ("report", ["tracekit.report", "tracekit.checks", "tracekit.annotate"]),
     ("one loaded trace", ["tracekit.reportcache", "tracekit.loaded"]),

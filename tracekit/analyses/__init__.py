@@ -13,7 +13,8 @@ already-parsed trace; it says so when HTA (traceinsight) is not installed) and
 the trace, so the caller attaches it; ``snapshot_streams`` then matches its stream handles to the
 trace's CUPTI streams). ``collectives`` (the rank's communication kernels), ``identity``
 (which job and clock the trace comes from) and ``profile`` (the step by phase and by op) are
-what ``tracekit.ranks`` combines across the ranks of a job.
+what ``tracekit.ranks`` combines across the ranks of a job, with ``skeleton`` (explain's graph
+reduced to the collectives: what the job's graph joins).
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ class Analysis:
     peak (None: not computed)."""
     profile: object | None = None
     """``tracekit.analyses.profile.ProfileResult``: the step by phase and by op."""
+    skeleton: object | None = None
+    """``tracekit.analyses.skeleton.SkeletonResult``: explain's graph reduced to the rank's
+    collectives, what the job's graph joins (None: no explain, or no collective kernels)."""
 
 
 def trace_identity(trace: Trace) -> dict:
@@ -132,6 +136,7 @@ def analyze_trace(
     # the loader's warnings, then the sections' own (values they had to leave out)
     warned = tuple(trace.warnings) + tuple(
         w for s in (steps_result, *sections.values()) for w in getattr(s, "warnings", ()))
+    reduced = _skeleton(trace, rules) if with_explain else None
     return Analysis(
         source=trace.source,
         rank=trace.rank,
@@ -142,6 +147,7 @@ def analyze_trace(
         steps=steps_result,
         snapshot=snapshot,
         explain=explained,
+        skeleton=reduced,
         **sections,
     )
 
@@ -181,6 +187,12 @@ def _match_streams(trace: Trace, snapshot: object | None):
 
     st = snapshot.streams
     return snapshot_streams.compute(trace, addresses, list(zip(st["device"].tolist(), st["stream"].tolist())))
+
+
+def _skeleton(trace: Trace, rules: Rules):
+    from tracekit.analyses import skeleton
+
+    return skeleton.compute(trace, rules)
 
 
 def _explain(trace: Trace, rules: Rules, snapshot: object | None, parallel: bool = False):

@@ -181,24 +181,41 @@ def launching_collective(trace: Trace, tid: np.ndarray, ts: np.ndarray) -> np.nd
     return out
 
 
+def _rows(trace: Trace, rules: Rules) -> tuple[np.ndarray, np.ndarray, np.ndarray, pd.Index]:
+    """(bool per ``Trace.args`` row: a kernel's collective metadata; the event rows of the
+    kernels without metadata that the communication rule names; the events' name codes and
+    their categories)."""
+    ev = trace.events
+    is_kernel = ev["kind"].to_numpy() == int(Kind.KERNEL)
+    args = trace.args
+    arg_event = args["event"].to_numpy(np.int64)
+    with_args = is_kernel[arg_event] & (args["collective"].astype(str).to_numpy(object) != "")
+    codes, cats = phases.name_codes(ev)
+    comm = phases.name_matches(codes, cats, rules.communication) & is_kernel
+    comm[arg_event[with_args]] = False
+    return with_args, np.flatnonzero(comm), codes, cats
+
+
+def kernel_events(trace: Trace, rules: Rules) -> np.ndarray:
+    """The ``Trace.events`` rows of the collective kernels, in the order of ``compute``'s
+    ``kernels`` (row i is kernel i)."""
+    with_args, rows_n, _, _ = _rows(trace, rules)
+    rows = np.concatenate([trace.args["event"].to_numpy(np.int64)[with_args], rows_n])
+    ts = trace.events["ts"].to_numpy(np.int64)[rows]
+    return rows[np.lexsort((rows, ts))]
+
+
 def compute(trace: Trace, rules: Rules, *, steps=None) -> CollectivesResult:
     """The collective kernels of ``trace`` (see the module docstring). ``steps``: the rank's
     ``tracekit.analyses.steps`` result when already computed (else it is computed here)."""
     ev = trace.events
     kind = ev["kind"].to_numpy()
-    is_kernel = kind == int(Kind.KERNEL)
     args = trace.args
     arg_event = args["event"].to_numpy(np.int64)
     coll = args["collective"].astype(str).to_numpy(object)
-    # kernels described by metadata
-    with_args = is_kernel[arg_event] & (coll != "")
+    with_args, rows_n, codes, cats = _rows(trace, rules)
     a = args[with_args]
     rows_a = arg_event[with_args]
-    # kernels without: matched by name
-    codes, cats = phases.name_codes(ev)
-    comm = phases.name_matches(codes, cats, rules.communication) & is_kernel
-    comm[rows_a] = False
-    rows_n = np.flatnonzero(comm)
 
     # seq from the record_param_comms op of the same External id, where the kernel has none
     seq_a = a["seq"].to_numpy(np.int64).copy()

@@ -39,7 +39,7 @@ from tracekit.graph.build import GraphConfig
 from tracekit.graph.model import (
     BOUNDS, COMPUTE, SYNC, UNEXPLAINED, Graph, HostCost, NodeKind, bound_class,
 )
-from tracekit.phases import Rules
+from tracekit.phases import Rules, derived
 from tracekit.trace.model import Trace
 
 HOST_FINDING_SHARE = 0.10
@@ -205,6 +205,36 @@ def _finding(fid, title, fix, evidence, pred: wi.Prediction, kind="time") -> dic
             "predicted_contention_step_ns": obs - pred.saving_contention_ns}
 
 
+def view_graph(trace: Trace, rules: Rules, config: ExplainConfig | None = None, *,
+               host_cost: Callable[[Trace, Graph], HostCost] | None = None
+               ) -> tuple[Graph, Graph, oh.Estimate | None]:
+    """(the graph as traced, the graph explain reads, the profiler-overhead estimate): the
+    graph explain reads is the estimated untraced one (``tracekit.graph.overhead``) unless
+    ``config.untraced`` is False or the trace has no runtime calls (the estimate is then None).
+    ``host_cost`` (``compute``'s) replaces the overhead model's host cost. Memoised per trace
+    object, rules and the config's graph and overhead choices when ``host_cost`` is None
+    (``tracekit.ranks``' skeleton of a rank reads the same graph as its explain)."""
+    config = ExplainConfig() if config is None else config
+
+    def make():
+        g0 = g = build_graph(trace, rules, config.graph)
+        est = None
+        if (g.kind == NodeKind.CALL).any():
+            counts = oh.count(trace, g)
+            cost = oh.host_cost(trace, g, config.overhead, counts) if host_cost is None else \
+                host_cost(trace, g)
+            est = oh.estimate(trace, g, config.overhead, step_ms=config.step_ms, counts=counts,
+                              cost=None if host_cost is None else cost)
+            if config.untraced:
+                g = oh.untraced_graph(g, cost, host_factor=est.host_factor)
+        return g0, g, est
+
+    if host_cost is not None:
+        return make()
+    key = f"explain-view:{config.graph!r}:{config.untraced}:{config.step_ms}:{config.overhead!r}"
+    return derived(trace, rules, key, make)
+
+
 def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
             config: ExplainConfig | None = None, parallel: bool = False,
             host_cost: Callable[[Trace, Graph], HostCost] | None = None) -> ExplainResult:
@@ -219,17 +249,8 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     The view (``config.untraced``) is the graph without it, replayed: its critical path, bound
     and findings, and the what-ifs replay it."""
     config = ExplainConfig() if config is None else config
-    g0 = g = build_graph(trace, rules, config.graph)  # g0: the trace as traced
-    warnings = list(g.warnings)
-    est = None
-    if (g.kind == NodeKind.CALL).any():
-        counts = oh.count(trace, g)
-        cost = oh.host_cost(trace, g, config.overhead, counts) if host_cost is None else \
-            host_cost(trace, g)
-        est = oh.estimate(trace, g, config.overhead, step_ms=config.step_ms, counts=counts,
-                          cost=None if host_cost is None else cost)
-        if config.untraced:
-            g = oh.untraced_graph(g, cost, host_factor=est.host_factor)
+    g0, g, est = view_graph(trace, rules, config, host_cost=host_cost)  # g0: as traced
+    warnings = list(g0.warnings)
     gw = g  # the graph the what-ifs replay: the view's
     win = cr.step_windows(g)
     path = cr.step_paths(g, windows=win)

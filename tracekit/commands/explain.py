@@ -122,7 +122,29 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
     lines = [ln for r in ranks for ln in warning_lines(r)]
     echo_lines(lines, verbose=verbose, room=2 if annotate is not None else 3)
     ranks = [{**r, "path": paths.get(r["rank"])} for r in ranks]
+    _in_job(ranks, path, rules_path=rules_path, cache_dir=cache_dir, use_cache=not no_cache)
     if fmt == "json":
         emit(json.dumps(explain_document(ranks, __version__), allow_nan=False) + "\n", out)
     else:
         emit(render_explain(ranks, limit=limit, step=step), out)
+
+
+def _in_job(ranks: list[dict], path, *, rules_path, cache_dir, use_cache: bool) -> None:
+    """For a directory of several ranks: each rank's place in the job (``rank_context``: its
+    own work against its wait on the job's graph; for a rank that waits, the fixes of the rank
+    it waits for), from the job's analysis through the report cache."""
+    import os
+
+    from tracekit._files import trace_files_in
+
+    if not os.path.isdir(path) or len(trace_files_in(path)) < 2:
+        return
+    from tracekit.ranks import analyze_job
+    from tracekit.ranks.job import rank_context
+
+    rep = analyze_job(path, rules_path=rules_path, cache_dir=cache_dir, use_cache=use_cache,
+                      whole=False)
+    for r in ranks:
+        ctx = rank_context(rep.job, int(r["rank"]), rep.ranks)
+        if ctx is not None:
+            r["job"] = ctx

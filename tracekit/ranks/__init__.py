@@ -118,8 +118,19 @@ def analyze_job(
                for given, r in zip(files, results)]
     config = JobConfig() if config is None else config
     rankset = inputs.assign(src, results, other_job_gap_ns=config.other_job_gap_ns)
-    return JobReport(source=src, ranks=rankset.ranks, problems=rankset.problems,
-                     job=job.build(rankset, config))
+    built, ctx = job.build_with_graph(rankset, config)
+    if ctx is not None and config.balance_what_if and not url:
+        from tracekit.ranks import whatif
+
+        got = whatif.balanced(rankset.ranks, built, ctx, config,
+                              task=whatif.RankSkeletonTask(rules_path=rules,
+                                                           cache_dir=task.cache_dir,
+                                                           use_cache=use_cache),
+                              workers=workers, scheduler=scheduler,
+                              connect_timeout_s=scheduler_timeout_s)
+        if got is not None:
+            built["graph"]["what_ifs"].append(got)
+    return JobReport(source=src, ranks=rankset.ranks, problems=rankset.problems, job=built)
 
 
 __all__ = ["JobConfig", "JobReport", "analyze_job"]

@@ -43,6 +43,13 @@ class JobConfig:
     of each other (50 us) ..."""
     end_tolerance_share: float = 0.05
     """... or within this share of the shorter kernel's duration, whichever is larger."""
+    balance_what_if: bool = True
+    """Predict what balancing the all-to-all would save when the job is imbalanced
+    (``balance_min_imbalance``): the ranks whose work differs from the mean rank's are loaded
+    again and their graphs reduced with it changed (``tracekit.ranks.whatif``)."""
+    balance_min_imbalance: float = 1.1
+    """The all-to-all imbalance (the most bytes a rank received over the mean) from which the
+    balanced what-if runs."""
     offset_note_min_ns: int = 100_000
     """A clock offset that is not applied (its spread is not smaller than itself) is noted when
     its spread is at least this (0.1 ms); below it, the clocks agree within noise."""
@@ -54,6 +61,13 @@ class JobConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise JobConfigError(f"JobConfig.{name} must be an integer >= 0, not {v!r}")
+        if isinstance(self.balance_min_imbalance, bool) or not isinstance(
+                self.balance_min_imbalance, (int, float)) or not self.balance_min_imbalance >= 1:
+            raise JobConfigError("JobConfig.balance_min_imbalance must be a number >= 1, not "
+                                 f"{self.balance_min_imbalance!r}")
+        if not isinstance(self.balance_what_if, bool):
+            raise JobConfigError("JobConfig.balance_what_if must be True or False, not "
+                                 f"{self.balance_what_if!r}")
         if isinstance(self.end_tolerance_share, bool) or not isinstance(
                 self.end_tolerance_share, (int, float)) or not 0 <= self.end_tolerance_share < 1:
             raise JobConfigError("JobConfig.end_tolerance_share must be a number in [0, 1), not "

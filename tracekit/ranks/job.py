@@ -80,6 +80,13 @@ def _spread(ranks: list[dict]) -> dict:
 
 def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
     """The job object of ``rankset`` (see the module docstring and ``tracekit.report.schema.Job``)."""
+    return build_with_graph(rankset, config)[0]
+
+
+def build_with_graph(rankset: RankSet, config: JobConfig | None = None) -> tuple[dict, object]:
+    """``build``'s job object and the job's graph it read (``tracekit.ranks.jobgraph.Context``,
+    None when fewer than two ranks have a skeleton): what-ifs that change ranks' own graphs
+    replay it again (``tracekit.ranks.whatif``)."""
     config = JobConfig() if config is None else config
     ranks = rankset.ranks
     rank_ids = [int(r["rank"]) for r in ranks]
@@ -299,6 +306,7 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
              "spread_ns": _num(t.spread_ns), "samples": int(t.samples), "aligned": bool(t.aligned),
              "applied": bool(config.align_clocks and t.applied)}
             for t in offsets.table.itertuples()]
+    joined, ctx = _joined(ranks, arr, table, off, config, job_straggler)
     return {
         "source": rankset.source,
         "world_size": rankset.world_size,
@@ -317,4 +325,121 @@ def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
         "arrivals_everywhere": every,
         "instances": rows,
         "worst": worst,
-    }
+        "graph": joined,
+    }, ctx
+
+
+def rank_inputs(ranks: list[dict], arr: pd.DataFrame, off: dict[int, int]) -> list:
+    """The job graph's input of every rank with a skeleton (``tracekit.ranks.jobgraph``):
+    its skeleton, applied clock offset, kernels' instances and transfers (each kernel's end less
+    its instance's last arrival, on the aligned clocks ``arr``)."""
+    from tracekit.ranks.jobgraph import RankInput
+
+    tr = (arr["end"] - arr["ts"] - arr["wait"]).clip(lower=0)
+    inst: dict[int, dict] = {}
+    trans: dict[int, dict] = {}
+    recv: dict[int, dict] = {}
+    for r, k, i, x, b in zip(arr["rank"].tolist(), arr["kernel"].tolist(),
+                             arr["instance"].tolist(), tr.tolist(), arr["out_bytes"].tolist()):
+        inst.setdefault(r, {})[k] = i
+        trans.setdefault(r, {})[k] = x
+        recv.setdefault(r, {})[k] = b
+    out = []
+    for r in ranks:
+        sk = r.get("skeleton")
+        if not isinstance(sk, dict) or not sk.get("kernels"):
+            continue
+        k = int(r["rank"])
+        out.append(RankInput(rank=k, skeleton=sk, offset_ns=int(off.get(k, 0)),
+                             instance=inst.get(k, {}), transfer=trans.get(k, {}),
+                             received=recv.get(k, {})))
+    return out
+
+
+def cut_names(ranks: list[dict], table: pd.DataFrame, arr: pd.DataFrame) -> dict:
+    """(rank, cut) -> ``all_to_allv 11:2`` (the collective and its instance key), and
+    ("i", instance) -> the same, for the job graph's paths."""
+    label = {int(i): f"{c} {k}" for i, c, k in zip(table["instance"], table["collective"],
+                                                  table["key"])}
+    by_kernel = {(int(r), int(k)): label.get(int(i), "") for r, k, i in
+                 zip(arr["rank"], arr["kernel"], arr["instance"])}
+    out: dict = {("i", i): v for i, v in label.items()}
+    for r in ranks:
+        sk = r.get("skeleton")
+        if not isinstance(sk, dict):
+            continue
+        kern = (r.get("collectives") or {}).get("kernels") or []
+        for j, row in enumerate(sk.get("kernels") or []):
+            name = by_kernel.get((int(r["rank"]), int(row)))
+            if not name:
+                c = kern[row]["collective"] if row < len(kern) else "collective"
+                name = f"{c} (unmatched kernel {row})"
+            out[(int(r["rank"]), j)] = name
+    return out
+
+
+def _joined(ranks: list[dict], arr: pd.DataFrame, table: pd.DataFrame, off: dict[int, int],
+            config: JobConfig, straggler_rank: int | None) -> tuple[dict | None, object]:
+    """The job graph's answer (``tracekit.ranks.jobgraph.summarise``) with the straggler at the
+    median rank's speed (``tracekit.ranks.whatif``), and the graph; (None, None) when fewer than
+    two ranks have a skeleton."""
+    from tracekit.ranks import jobgraph, whatif
+
+    inputs = rank_inputs(ranks, arr, off)
+    if len(inputs) < 2:
+        return None, None
+    jg = jobgraph.build(inputs)
+    sc = jobgraph.schedule(jg)
+    names = cut_names(ranks, table, arr)
+    out = jobgraph.summarise(jg, sc, names, kept_steps=config.worst_kept)
+    views = sorted({i.skeleton.get("view", "") for i in inputs})
+    out["view"] = views[0] if len(views) == 1 else "mixed"
+    out["ranks_joined"] = len(inputs)
+    out["warnings"] = list(jg.warnings)
+    ctx = jobgraph.Context(inputs=inputs, names=names, graph=jg, schedule=sc)
+    out["what_ifs"] = []
+    if straggler_rank is not None:
+        got = whatif.straggler_at_median(ctx, out, straggler_rank)
+        if got is not None:
+            out["what_ifs"].append(got)
+    return out, ctx
+
+
+def rank_context(job: dict, rank: int, ranks: list[dict], *, fixes_kept: int = 3) -> dict | None:
+    """What a rank's explain says in its job (``tracekit explain DIR``), from the job object and
+    the ranks' objects: its step on the job's graph (own work, transfers, wait), whether it
+    waits more than it works (``waiting``) and for whom, its share of the job's critical path
+    and, for a waiting rank, the findings of the rank it waits for most (``fixes``: those are the
+    fixes that shorten its step). None without the job's graph or the rank in it."""
+    g = job.get("graph")
+    if not g:
+        return None
+    mine = next((x for x in g["ranks"] if x["rank"] == rank), None)
+    if mine is None:
+        return None
+    on_path = total = 0
+    for s in g["steps"]:
+        for p in s["path"]:
+            total += p["ns"]
+            on_path += p["ns"] if p["rank"] == rank else 0
+    top = mine["waits_for"][0] if mine["waits_for"] else None
+    waited = top["rank"] if top else None
+    fixes: list[dict] = []
+    waited_bound = None
+    if mine["waiting"] and waited is not None:
+        other = next((r for r in ranks if int(r["rank"]) == waited), None)
+        ex = (other or {}).get("explain") or {}
+        fixes = [f for f in ex.get("findings") or [] if f.get("kind") != "memory"
+                 and (f.get("saving_ns") or 0) > 0][:fixes_kept]
+        w = next((x for x in g["ranks"] if x["rank"] == waited), None)
+        if w:
+            cls = max(w["own_classes"].items(), key=lambda kv: kv[1])[0] \
+                if w["own_classes"] else None
+            waited_bound = {"rank": waited, "class": cls, "own_ns": w["own_ns"]}
+    return {"job": job["source"], "ranks": job["ranks_read"], "job_step_ns": g["step_ns"],
+            "step_ns": mine["step_ns"], "own_ns": mine["own_ns"],
+            "transfer_ns": mine["transfer_ns"], "wait_ns": mine["wait_ns"],
+            "wait_share": mine["wait_share"], "waiting": mine["waiting"],
+            "waits_for": mine["waits_for"][:3], "waits_at": mine["waits_at"][:3],
+            "path_share": on_path / total if total else None, "waited": waited_bound,
+            "fixes": fixes, "what_ifs": g["what_ifs"]}

@@ -16,7 +16,7 @@ from tracekit.errors import TracekitError
 from tracekit.ranks.inputs import Failed
 
 SUMMARY_KEYS = ("source", "rank", "schema", "platform", "warnings", "rules", "headline",
-                "steps", "collectives", "identity", "explain", "profile")
+                "steps", "collectives", "identity", "explain", "profile", "skeleton")
 """What the cross-rank part reads of a rank object; ``summary`` keeps only these keys."""
 
 

@@ -198,10 +198,48 @@ def render_explain(ranks: list[dict], *, limit: int = 20, step: int | None = Non
     with ``step``, that step's path."""
     text = ""
     for r in ranks:
-        text += f"== {r['source']}  (rank {r['rank']})\n\nFindings\n"
+        text += f"== {r['source']}  (rank {r['rank']})\n\n"
+        if r.get("job"):
+            text += "In its job\n" + text_job(r["job"]) + "\n"
+        text += "Findings" + (" (of this rank alone)" if r.get("job") else "") + "\n"
         text += text_findings(r.get("explain"), limit=limit)
         if r.get("explain"):
             text += "\nCritical path per step\n" + text_explain(r["explain"], limit)
         if r.get("path") is not None:
             text += "\n" + text_path(r["path"], step, limit)
     return text
+
+
+def text_job(j: dict) -> str:
+    """A rank's place in its job (``schema.ExplainJob``)."""
+    out = (f"  the job ({j['ranks']} ranks): step {ms(j['job_step_ns'])} ms on its graph (the "
+           "ranks' graphs joined at their collectives); this rank per step: own work "
+           f"{ms(j['own_ns'])} ms, collectives moving data {ms(j['transfer_ns'])} ms, waiting "
+           f"for other ranks {ms(j['wait_ns'])} ms ({pct(j['wait_share'])})\n")
+    if j["waiting"] and j["waits_for"]:
+        w = j["waits_for"][0]
+        at = j["waits_at"][0]["at"] if j["waits_at"] else ""
+        out += (f"  bound: waiting for rank {w['rank']} ({ms(w['ns'])} ms per step"
+                + (f", most at {at}" if at else "") + "): making this rank faster would not "
+                "shorten the job's step; its own findings below are for when it no longer "
+                "waits\n")
+        wd = j.get("waited")
+        if wd:
+            out += (f"  rank {wd['rank']}'s own work is {ms(wd['own_ns'])} ms per step, mostly "
+                    f"{wd['class'] or '-'}; the fixes that shorten this rank's step are rank "
+                    f"{wd['rank']}'s:\n")
+        for i, f in enumerate(j["fixes"], 1):
+            out += f"    {i}. {f['title']}: {_saving(f)} (on rank {wd['rank'] if wd else '?'})\n"
+            out += f"       fix: {f['fix']}\n"
+        if not j["fixes"]:
+            out += "    (none of its findings predicts a saving: tracekit explain DIR --rank " \
+                   f"{wd['rank'] if wd else w['rank']})\n"
+    else:
+        out += (f"  {pct(j['path_share'])} of the job's critical path is on this rank: its own "
+                "findings below shorten the job's step where they shorten that path\n")
+    for w in j["what_ifs"]:
+        sv = w["saving_ns"]
+        out += (f"  what-if across ranks: {w['title']}: job step {ms(w['predicted_ns'])} ms"
+                + (f", saves {ms(sv)} ms ({pct(w['saving_fraction'])})" if sv > 0 else
+                   ", would not help") + "\n")
+    return out

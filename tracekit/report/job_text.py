@@ -28,6 +28,96 @@ def _notable(rows: list[dict], job: dict, limit: int) -> tuple[list[dict], str]:
                    "--format json)\n")
 
 
+CLASS_TEXT = {"host": "host work", "gpu": "GPU work", "communication": "collectives moving data",
+              "sync": "syncs", "idle": "idle", "unexplained": "time the trace does not explain "
+              "(a sleep, a wait for something it does not show)"}
+
+
+def _classes(c: dict, total: float) -> str:
+    parts = sorted(((k, v) for k, v in c.items() if v and total and v / total >= 0.05),
+                   key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {ms(v)}" for k, v in parts)
+
+
+def first_screen(job: dict, *, limit: int = 64) -> list[str]:
+    """What ``analyze DIR`` opens with: the job's step and bound from its graph, the straggler,
+    why it is slow, the what-ifs across ranks and each rank's own work against its wait."""
+    out: list[str] = []
+    g = job.get("graph")
+    st = job["stragglers"]
+    if g:
+        steps = g["counted_steps"]
+        span = (f"step {steps[0]}" if len(steps) == 1 else
+                f"steps {steps[0]}-{steps[-1]}") if steps else "no counted step"
+        view = ("estimated untraced" if g["view"] == "untraced" else
+                "as traced" if g["view"] == "traced" else "ranks untraced and traced")
+        out.append(f"  job step {ms(g['step_ns'])} ms ({view}; the ranks' graphs joined at "
+                   f"their collectives, {span})")
+        b = g["bound"]
+        if b:
+            out.append(f"  bound: rank {b['rank']}'s {CLASS_TEXT.get(b['class'], b['class'])}, "
+                       f"{share(b['share'], 1)} of the job's critical path")
+        waiting = [r for r in g["ranks"] if r["waiting"]]
+        for r in waiting[:3]:
+            top = r["waits_for"][0] if r["waits_for"] else None
+            at = r["waits_at"][0]["at"] if r["waits_at"] else ""
+            if top:
+                out.append(f"  rank {r['rank']} waits {ms(r['wait_ns'])} ms per step "
+                           f"({share(r['wait_share'], 1)} of its step) for rank {top['rank']}"
+                           + (f", most at {at}" if at else ""))
+        if len(waiting) > 3:
+            out.append(f"  ... {len(waiting) - 3} more ranks wait more than they work "
+                       "(Job graph below)")
+    if st["rank"] is not None:
+        out.append(f"  straggler: rank {st['rank']}, last to arrive at {st['last_count']} of "
+                   f"{st['instances']} collectives; the others waited {ms(st['caused_wait_ns'])} "
+                   "ms for it in all")
+        why = st.get("why")
+        if why and (why["phases"] or why["ops"]):
+            out.append(f"  why rank {why['rank']} is slow (per step, against the median of the "
+                       f"{why['against']} other rank{'s' if why['against'] != 1 else ''}; "
+                       "largest first):")
+            rows = sorted(why["ops"][:5] + why["phases"][:3], key=lambda x: -x["diff_ns"])[:6]
+            out.append(table(["", "name", "+ms", "rank ms", "median ms"],
+                             [[x["kind"], clip(x["name"], 60), ms(x["diff_ns"]),
+                               ms(x["straggler_ns"]), ms(x["median_ns"])] for x in rows],
+                             indent="    "))
+            big = [a for a in why["all_to_all"] if a["median_received_bytes"]
+                   and a["received_bytes"] > 1.1 * a["median_received_bytes"]][:2]
+            for a in big:
+                out.append(f"    all-to-all {a['key']}: it received {fmt_bytes(a['received_bytes'])}"
+                           f", the median rank {fmt_bytes(a['median_received_bytes'])}")
+    if g and g["what_ifs"]:
+        out.append(f"  what-ifs, replayed on the job's graph (job step {ms(g['step_ns'])} ms):")
+        for w in g["what_ifs"]:
+            sv = w["saving_ns"]
+            verdict = (f"saves {ms(sv)} ms ({share(w['saving_fraction'], 1)})" if sv > 0.001 *
+                       w["step_ns"] else "would not help")
+            aware = (f"; with contention {ms(w['predicted_contention_ns'])} ms"
+                     if abs(w["predicted_contention_ns"] - w["predicted_ns"]) > 1_000 else "")
+            out.append(f"    {w['title']}: {ms(w['predicted_ns'])} ms, {verdict}{aware}")
+            if w.get("note") and not w["note"].startswith("skeletons only"):
+                out.append(f"      ({w['note']})")
+    if g and g["ranks"]:
+        out.append("  each rank's step on the job's graph (per step): its own work, its "
+                   "collectives moving data, its wait for the others")
+        rows = sorted(g["ranks"], key=lambda r: (-r["wait_ns"], r["rank"]))
+        rows, more = limited(rows, min(limit, 16))
+        out.append(table(["rank", "step ms", "own ms", "transfer ms", "wait ms", "waits for",
+                          "own work is mostly"],
+                         [[r["rank"], ms(r["step_ns"]), ms(r["own_ns"]), ms(r["transfer_ns"]),
+                           ms(r["wait_ns"]),
+                           ", ".join(f"rank {w['rank']} {ms(w['ns'])}" for w in
+                                     r["waits_for"][:2]) or "-",
+                           _classes(r["own_classes"], r["own_ns"]) or "-"]
+                          for r in sorted(rows, key=lambda r: r["rank"])], indent="    "))
+        if more:
+            out.append("  " + more.strip())
+    for w in (g or {}).get("warnings") or []:
+        out.append(f"  warning: {w}")
+    return out
+
+
 def render_job(job: dict, *, limit: int = 64) -> str:
     """A job object (``tracekit.ranks``) as text: the summary first, then the cross-rank
     sections. ``limit``: rows shown in the longest tables."""
@@ -50,6 +140,7 @@ def render_job(job: dict, *, limit: int = 64) -> str:
     which = "GPU" if sp.get("figure") == "step_gpu" else "CPU"
     fig = sp.get("figure", "step_gpu")
     align = job["clock"]["aligned"]
+    out += first_screen(job, limit=limit)
 
     out += ["", "Ranks"]
     rows, more = _notable(job["ranks"], job, limit)

@@ -21,7 +21,7 @@ HEADLINE_KEYS = (
 TEXT_KEYS = ("step_source", "bound")
 """Headline keys whose values are words, not figures."""
 SECTION_KEYS = ("explain", "steps", "overlap", "gaps", "syncs", "allocator", "hta", "snapshot",
-                "collectives", "identity", "embedding_bw", "profile")
+                "collectives", "identity", "embedding_bw", "profile", "skeleton")
 """The sections of a rank's object, in order."""
 RANK_KEYS = ("source", "rank", "schema", "platform", "warnings", "rules", "headline",
              *SECTION_KEYS)

@@ -685,6 +685,43 @@ class Profile(TypedDict):
     kernels: list[ProfileKernel]
 
 
+class SkeletonTerms(TypedDict):
+    """Columns, one entry per term: ``target`` (a cut's arrival ``0..cuts-1``, else step
+    ``target - cuts``'s completion), ``source`` (the cut whose end it follows, -1: ``lag`` is a
+    time on the rank's clock), ``lag`` (ns), the path's time by class (``host``, ``gpu``,
+    ``communication``, ``sync``, ``idle``, ``unexplained``) and its compute ``phase`` with most
+    time."""
+
+    target: list[int]
+    source: list[int]
+    lag: list[int]
+    host: list[int]
+    gpu: list[int]
+    communication: list[int]
+    sync: list[int]
+    idle: list[int]
+    unexplained: list[int]
+    phase: list[str]
+
+
+class Skeleton(TypedDict):
+    """``tracekit.analyses.skeleton``: explain's graph of the rank reduced to its collective
+    kernels (``tracekit.graph.skeleton``), one entry per cut in the first lists: ``kernels``
+    (its row in ``collectives.kernels``), ``pinned``, ``arrive`` / ``end`` (ns, the rank's own
+    replay); per step window: ``steps``, ``done`` (its completion); ``pin_done`` the pinned
+    first step's completion."""
+
+    view: Literal["untraced", "traced"]
+    kernels: list[int]
+    pinned: list[bool]
+    arrive: list[int]
+    end: list[int]
+    steps: list[int]
+    done: list[int]
+    pin_done: int
+    terms: SkeletonTerms
+
+
 class Rank(TypedDict):
     """One rank's report (``tracekit.report.to_dict(analysis)``), keys in this order
     (``keys.RANK_KEYS``; the sections: ``keys.SECTION_KEYS``)."""
@@ -712,7 +749,8 @@ class Rank(TypedDict):
     embedding_bw: EmbeddingBw | None
     """null when it was not computed (a report of a rank read for a job's summary only)."""
     profile: Profile | None
-    """null in reports written before it existed (read from an older cache: never)."""
+    skeleton: Skeleton | None
+    """null without explain or collective kernels."""
 
 
 # ---- a job of many ranks (``tracekit.ranks``) ---------------------------------------------------
@@ -828,6 +866,43 @@ class StragglerStep(TypedDict):
     bound: Bound | None
 
 
+class StragglerDiff(TypedDict):
+    """A phase or op where the straggler spends more than the median of the other ranks, per
+    step: ``kind`` is ``GPU`` / ``host`` (a phase's time) or ``host op`` / ``kernel``."""
+
+    kind: Literal["GPU", "host", "host op", "kernel"]
+    name: str
+    straggler_ns: float
+    median_ns: float
+    diff_ns: float
+
+
+class StragglerAllToAll(TypedDict):
+    """An all-to-all instance where the straggler received the most bytes, against the median of
+    the other members."""
+
+    instance: int
+    key: str
+    step: int
+    received_bytes: int
+    sent_bytes: int
+    median_received_bytes: float | None
+    median_sent_bytes: float | None
+
+
+class StragglerWhy(TypedDict):
+    """The straggler against the median of the ``against`` other ranks: ``phases`` and ``ops``
+    where it spends more, largest first (communication left out: its time is the wait the
+    straggler causes), its ``all_to_all`` instances of most bytes received, largest first."""
+
+    rank: int
+    against: int
+    steps: int | None
+    phases: list[StragglerDiff]
+    ops: list[StragglerDiff]
+    all_to_all: list[StragglerAllToAll]
+
+
 class Stragglers(TypedDict):
     """``rank`` is the rank that caused the most wait (null when no instance has a skew of at
     least ``min_skew_ns``), ``instances`` the instances with such a skew, ``waited_ns`` all the
@@ -844,6 +919,9 @@ class Stragglers(TypedDict):
     bound_share: float | None
     min_skew_ns: int
     steps: list[StragglerStep]
+    why: StragglerWhy | None
+    """Why the straggler is slow (``tracekit.ranks.straggler``); null without a straggler or
+    the ranks' profiles."""
 
 
 class AllToAllRank(TypedDict):
@@ -908,6 +986,106 @@ class Instance(_Instance, total=False):
     arrivals: list[Arrival]
 
 
+class PathClasses(TypedDict):
+    """ns by class: what the piece of path is made of (``tracekit.graph.skeleton.CLASSES``)."""
+
+    host: float
+    gpu: float
+    communication: float
+    sync: float
+    idle: float
+    unexplained: float
+
+
+PathPiece = TypedDict("PathPiece", {
+    "rank": int, "from": str, "to": str, "ns": int,
+    "kind": Literal["work", "transfer", "kept"], "phase": str, "classes": PathClasses})
+PathPiece.__doc__ = """A piece of the job's critical path on one rank, ``from`` a collective
+(or the step's start) ``to`` another (or the step's end): ``work`` (the rank's own path between
+them; ``phase``: its compute phase with most time), ``transfer`` (a collective moving its data
+once the last rank arrived) or ``kept`` (as replayed alone: the pinned step)."""
+
+PathBound = TypedDict("PathBound", {"rank": int, "class": str, "ns": float, "share": float})
+PathBound.__doc__ = """The (rank, class) with most time on the path, and its share of it."""
+
+
+class JobGraphStep(TypedDict):
+    """A counted step of the job: its length (the rank that completed it last, ``sink_rank``),
+    its critical path across ranks (earliest first) and bound."""
+
+    step: int
+    ns: int
+    sink_rank: int
+    bound: PathBound | None
+    path: list[PathPiece]
+
+
+class RankWait(TypedDict):
+    rank: int
+    ns: float
+
+
+class RankWaitAt(TypedDict):
+    rank: int
+    at: str
+    ns: float
+
+
+class JobGraphRank(TypedDict):
+    """A rank's step in the job's graph, per counted step on average: its own work
+    (``own_classes`` by class), transfers and the wait for the other ranks (``waits_for``: by
+    the rank it waited for; ``waits_at``: the five largest (rank, collective)); ``waiting``:
+    it waits more than it works."""
+
+    rank: int
+    steps: int
+    step_ns: float
+    own_ns: float
+    transfer_ns: float
+    wait_ns: float
+    wait_share: float | None
+    own_classes: PathClasses
+    waits_for: list[RankWait]
+    waits_at: list[RankWaitAt]
+    waiting: bool
+
+
+class JobWhatIf(TypedDict, total=False):
+    """A what-if across ranks replayed on the job's graph (``tracekit.ranks.whatif``): the
+    job step (``step_ns``: the unchanged graph's replay), predicted contention-free and
+    contention-aware, the savings; ``factors`` (balancing): per rank, phase -> times faster."""
+
+    id: str
+    title: str
+    ranks_changed: list[int]
+    step_ns: float
+    predicted_ns: float
+    predicted_contention_ns: float
+    saving_ns: float
+    saving_contention_ns: float
+    saving_fraction: float | None
+    note: str
+    factors: dict[str, dict[str, float]]
+
+
+class JobGraph(TypedDict):
+    """The ranks' graphs joined at the collectives (``tracekit.ranks.jobgraph``): ``step_ns``
+    the job's step (its period over the counted steps), ``view`` the graphs' (``untraced``:
+    the estimated untraced steps), the critical path per step, the bound over them, each rank's
+    split into own work, transfers and waits, and the what-ifs."""
+
+    step_ns: float
+    slowest_rank: int | None
+    counted_steps: list[int]
+    bound: PathBound | None
+    steps: list[JobGraphStep]
+    ranks: list[JobGraphRank]
+    view: str
+    ranks_joined: int
+    warnings: list[str]
+    what_ifs: list[JobWhatIf]
+
+
 class Job(TypedDict):
     """A directory of per-rank traces analysed as one job (``tracekit.ranks``; definitions in
     ``tracekit.ranks.job``). Every time is in ns on the reference rank's clock once the offsets
@@ -936,6 +1114,9 @@ class Job(TypedDict):
     instances: list[Instance]
     worst: list[Instance]
     """``JobConfig.worst_kept`` instances of the largest skews, with their arrivals."""
+    graph: JobGraph | None
+    """The job's graph (``tracekit.ranks.jobgraph``); null when fewer than two ranks have a
+    skeleton (no explain section, no collectives)."""
 
 
 # ---- the documents ------------------------------------------------------------------------------
@@ -967,8 +1148,37 @@ class _ExplainRank(TypedDict):
     rank: int
 
 
-_ExplainFields = TypedDict("_ExplainFields", {**Explain.__annotations__, "path": list[PathRun]},
-                           total=False)
+WaitedRank = TypedDict("WaitedRank", {"rank": int, "class": str | None, "own_ns": float})
+WaitedRank.__doc__ = """The rank waited for most: its own work per step and the class most of
+it is."""
+
+
+class ExplainJob(TypedDict):
+    """A rank in its job (``tracekit explain DIR``, ``tracekit.ranks.job.rank_context``): its
+    step on the job's graph (own work, transfers, wait per step), ``waiting`` (it waits more
+    than it works: bound by waiting), for whom and where, its share of the job's critical path,
+    and for a waiting rank the findings of the rank it waits for (``fixes``) and the job's
+    what-ifs."""
+
+    job: str
+    ranks: int
+    job_step_ns: float
+    step_ns: float
+    own_ns: float
+    transfer_ns: float
+    wait_ns: float
+    wait_share: float | None
+    waiting: bool
+    waits_for: list[RankWait]
+    waits_at: list[RankWaitAt]
+    path_share: float | None
+    waited: WaitedRank | None
+    fixes: list[Finding]
+    what_ifs: list[JobWhatIf]
+
+
+_ExplainFields = TypedDict("_ExplainFields", {**Explain.__annotations__, "path": list[PathRun],
+                                              "job": ExplainJob}, total=False)
 
 
 class ExplainRank(_ExplainRank, _ExplainFields):

@@ -246,6 +246,7 @@ def to_dict(a: Any) -> dict:
         "identity": jsonable(a.identity),
         "embedding_bw": jsonable(getattr(a, "embedding_bw", None)),
         "profile": jsonable(a.profile),
+        "skeleton": jsonable(a.skeleton),
     }
     return d
 
@@ -261,7 +262,8 @@ def explain_document(ranks: list[dict], version: str) -> dict:
     """``tracekit explain --format json`` (``schema.ExplainDocument``) from per-rank
     ``{"source", "rank", "explain": schema.Explain | None, "path": [PathRun] | None}``."""
     doc = document([{"source": r["source"], "rank": r["rank"], **(r.get("explain") or {}),
-                     **({"path": r["path"]} if r.get("path") is not None else {})}
+                     **({"path": r["path"]} if r.get("path") is not None else {}),
+                     **({"job": r["job"]} if r.get("job") is not None else {})}
                     for r in ranks], version)
     doc["explain"] = doc.pop("analyses")
     return doc

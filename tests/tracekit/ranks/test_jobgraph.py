@@ -1,0 +1,100 @@
+"""The job's graph (``tracekit.ranks.jobgraph``) on real NCCL jobs: the per-rank graphs joined at
+their collectives say who waits for whom, what bounds the job's step, and what the straggler at
+the median rank's speed would save; ``tracekit explain DIR`` tells a waiting rank so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import SAMPLE_TRACES
+from tracekit.report import schema
+from tracekit.ranks import analyze_job
+
+STRAGGLER = SAMPLE_TRACES / "ranks_2gpu_straggler"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def straggler_job(cache):
+    return analyze_job(STRAGGLER, cache_dir=cache, whole=False)
+
+
+def test_the_waiting_rank_and_the_one_it_waits_for(straggler_job):
+    """Rank 1 sleeps 2 ms before its all-to-all (issue 25's seen case): on the job's graph rank
+    0 waits about that per step, for rank 1, and rank 1's time the trace does not explain (the
+    sleep) bounds the job's critical path."""
+    g = straggler_job.job["graph"]
+    assert g["ranks_joined"] == 2 and g["view"] == "untraced"
+    r0, r1 = sorted(g["ranks"], key=lambda r: r["rank"])
+    assert r0["waiting"] and not r1["waiting"]
+    assert r0["waits_for"][0]["rank"] == 1
+    assert 1_500_000 < r0["wait_ns"] < 2_500_000 and r1["wait_ns"] < 100_000
+    assert r0["waits_at"][0]["at"].startswith("all_to_allv")
+    assert g["bound"]["rank"] == 1 and g["bound"]["class"] == "unexplained"
+    # a rank's step splits into its own work, its transfers and its wait
+    for r in g["ranks"]:
+        assert r["own_ns"] + r["transfer_ns"] + r["wait_ns"] == pytest.approx(r["step_ns"],
+                                                                               rel=0.01)
+    for s in g["steps"]:
+        assert sum(p["ns"] for p in s["path"]) == s["ns"]
+    assert schema.problems(json.loads(json.dumps(straggler_job.job)), schema.Job) == []
+
+
+def test_straggler_at_the_median_speed(straggler_job):
+    """Rank 1 doing rank 0's work between the same collectives: the sleep is gone from the job's
+    path; the job step shrinks by most of the 2 ms."""
+    w = {x["id"]: x for x in straggler_job.job["graph"]["what_ifs"]}["straggler_at_median"]
+    assert w["ranks_changed"] == [1]
+    assert 1_000_000 < w["saving_ns"] < 2_200_000
+    assert w["predicted_ns"] == pytest.approx(w["step_ns"] - w["saving_ns"])
+
+
+def test_explain_tells_a_waiting_rank_whom_it_waits_for(cache):
+    run = subprocess.run([sys.executable, "-m", "tracekit.cli", "explain", str(STRAGGLER),
+                          "--rank", "0", "--cache-dir", str(cache)], capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[2] == "In its job"
+    assert any(x.startswith("  bound: waiting for rank 1 (") for x in lines)
+    assert "the fixes that shorten this rank's step are rank 1's:" in run.stdout
+    assert "Findings (of this rank alone)" in run.stdout
+    doc = json.loads(subprocess.run(
+        [sys.executable, "-m", "tracekit.cli", "explain", str(STRAGGLER), "--format", "json",
+         "--cache-dir", str(cache)], capture_output=True, text=True).stdout)
+    assert schema.problems(doc, schema.ExplainDocument) == []
+    by = {e["rank"]: e for e in doc["explain"]}
+    assert by[0]["job"]["waiting"] and by[0]["job"]["waited"]["rank"] == 1
+    assert not by[1]["job"]["waiting"] and by[1]["job"]["path_share"] > 0.5
+
+
+def test_analyze_opens_with_the_job(cache):
+    run = subprocess.run([sys.executable, "-m", "tracekit.cli", "analyze", str(STRAGGLER),
+                          "--cache-dir", str(cache)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    head = run.stdout.splitlines()[:12]
+    assert head[2].startswith("  job step ") and "joined at their collectives" in head[2]
+    assert head[3].startswith("  bound: rank 1's ")
+    assert head[4].startswith("  rank 0 waits ") and "for rank 1" in head[4]
+    assert head[5].startswith("  straggler: rank 1, last to arrive at 8 of 8 collectives")
+
+
+def test_a_runtime_job_without_a_straggler(cache):
+    """SparseDist on 2 GPUs: the ranks run the same work; neither waits more than it works, the
+    job's path crosses between them at the all-to-alls, and a median-speed straggler saves
+    nothing."""
+    job = analyze_job(SAMPLE_TRACES / "pipelines_2gpu" / "sparse", cache_dir=cache,
+                      whole=False).job
+    g = job["graph"]
+    assert not any(r["waiting"] for r in g["ranks"])
+    assert {p["rank"] for s in g["steps"] for p in s["path"]} == {0, 1}
+    w = {x["id"]: x for x in g["what_ifs"]}["straggler_at_median"]
+    assert abs(w["saving_ns"]) < 0.01 * w["step_ns"]

@@ -1,0 +1,77 @@
+"""The rank's dependency graph reduced to its collectives (``tracekit.graph.skeleton``): what
+``tracekit.ranks.jobgraph`` joins across the ranks of a job into the job's graph.
+
+The graph is explain's (``tracekit.analyses.explain.view_graph``: the estimated untraced step
+by default, the profiler's host cost taken out), its cuts the rank's collective kernels
+(``tracekit.analyses.collectives``). ``compute`` returns it as plain columns (``to_dict``), each
+cut named by its kernel's row in the rank's ``collectives.kernels``. None for a rank without
+collective kernels or steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tracekit.graph import skeleton as sk
+from tracekit.phases import Rules
+from tracekit.trace.model import Trace
+
+
+@dataclass(frozen=True)
+class SkeletonResult:
+    """A rank's skeleton with its cuts named by collective kernel (``kernels``)."""
+
+    view: str
+    """``untraced`` (the estimated untraced step) or ``traced``: which graph it reduces."""
+    kernels: np.ndarray
+    """int64 per cut: its row in the rank's ``collectives.kernels``."""
+    skeleton: sk.Skeleton
+
+    def to_dict(self) -> dict:
+        s = self.skeleton
+        terms = {"target": s.t_target.tolist(), "source": s.t_source.tolist(),
+                 "lag": s.t_lag.tolist()}
+        for i, c in enumerate(sk.CLASSES):
+            terms[c] = s.t_classes[:, i].tolist()
+        terms["phase"] = [str(p) for p in s.t_phase]
+        return {"view": self.view, "kernels": self.kernels.tolist(),
+                "pinned": s.pinned.tolist(), "arrive": s.arrive.tolist(), "end": s.end.tolist(),
+                "steps": s.steps.tolist(), "done": s.done.tolist(), "pin_done": int(s.pin_done),
+                "terms": terms}
+
+
+def cut_nodes(g, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(node ids of the graph's nodes for these event rows, the rows' positions in ``events``),
+    for the rows that have a node."""
+    pos = np.full(int(max(g.row.max(initial=-1), events.max(initial=-1))) + 1, -1, np.int64)
+    pos[events] = np.arange(events.size)
+    has = g.row >= 0
+    nodes = np.flatnonzero(has)
+    k = pos[g.row[nodes]]
+    hit = k >= 0
+    return nodes[hit], k[hit]
+
+
+def compute(trace: Trace, rules: Rules, *, config=None) -> SkeletonResult | None:
+    """The skeleton of ``trace`` (module docstring); ``config``: explain's
+    (``tracekit.analyses.explain.ExplainConfig``), whose graph it reduces."""
+    from tracekit.analyses import collectives
+    from tracekit.analyses.explain import ExplainConfig, view_graph
+
+    config = ExplainConfig() if config is None else config
+    events = collectives.kernel_events(trace, rules)
+    if not events.size:
+        return None
+    _, g, est = view_graph(trace, rules, config)
+    if not len(g.steps):
+        return None
+    nodes, which = cut_nodes(g, events)
+    if not nodes.size:
+        return None
+    o = np.argsort(nodes, kind="stable")
+    nodes, which = nodes[o], which[o]
+    s = sk.reduce(g, nodes)
+    view = "untraced" if est is not None and config.untraced else "traced"
+    return SkeletonResult(view=view, kernels=which, skeleton=s)

@@ -1,0 +1,269 @@
+"""What-ifs across ranks, replayed on the job's graph (``tracekit.ranks.jobgraph``).
+
+- ``straggler at the median rank's speed``: the straggler's skeleton replaced by the median
+  rank's (``jobgraph.translate``: the median rank's work between the same collectives, on the
+  straggler's clock). The median rank: among the other ranks, the one whose own work per step
+  (``jobgraph.summarise``) is the median. Needs only the skeletons.
+- ``all-to-all balanced``: every rank doing the mean rank's work: in each phase whose GPU time
+  differs across ranks (the largest rank's at least ``PHASE_IMBALANCE_MIN`` times the mean:
+  what the shards' sizes decide, not the noise of equal work; communication left out), every
+  rank's GPU time (``tracekit.analyses.profile``) scaled to the mean over the ranks (a rank
+  above the mean gets its kernels of that phase faster, one below slower), and
+  each all-to-all instance's transfers scaled by the mean over the members of the bytes they
+  received over the largest (the busiest member decides how long the data takes to move). A rank
+  whose every factor lies within ``BALANCE_TOLERANCE`` of 1 keeps its skeleton.
+- ``phase:NAME=N on rank R``: one rank's phase N times faster.
+
+The last two change ranks' own graphs: each such rank's trace is loaded again (the parse cache
+makes it quick), its explain graph changed (``tracekit.graph.whatif``: durations scaled) and
+reduced again (``tracekit.graph.skeleton``), once with the durations as changed
+(contention-free) and once with the contention-aware durations of the rank's own replay
+(kernels that now overlap others' share the GPU). ``RankSkeletonTask`` does that where the
+per-rank work runs (``tracekit.ranks.executors``); the job's graph is then replayed with the
+changed skeletons, and the saving is the unchanged graph's job step less the changed one's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tracekit.errors import TracekitError
+from tracekit.ranks.inputs import Failed
+
+BALANCE_TOLERANCE = 0.05
+"""A rank whose phases are all within this share of the mean is left as it is when balancing."""
+PHASE_IMBALANCE_MIN = 1.25
+"""A phase is balanced when its largest rank's GPU time is at least this times the mean."""
+LEFT_OUT_PHASES = ("communication",)
+"""Phases never scaled (their time is mostly the wait for other ranks)."""
+
+STRAGGLER = "straggler_at_median"
+BALANCED = "all_to_all_balanced"
+PHASE = "phase"
+
+
+@dataclass(frozen=True)
+class RankSkeletonTask:
+    """Reduce one rank's explain graph again with its GPU activities of some phases scaled
+    (``factors``: path -> {phase -> times faster}). Returns ``{"free": skeleton, "contention":
+    skeleton}`` (``schema.Skeleton`` dicts) or ``Failed``."""
+
+    factors: dict = field(default_factory=dict)
+    rules_path: str | None = None
+    cache_dir: str | None = None
+    use_cache: bool = True
+
+    def __call__(self, path: str) -> dict | Failed:
+        from tracekit.loaded import loading
+
+        try:
+            with loading(path, rules=self.rules_path, cache_dir=self.cache_dir,
+                         use_cache=self.use_cache, progress=False) as traces:
+                if len(traces) != 1:
+                    return Failed(path, f"holds {len(traces)} ranks, not one")
+                return changed_skeletons(traces[0].trace, traces[0].rules,
+                                         self.factors.get(path, {}))
+        except TracekitError as exc:
+            return Failed(path, str(exc))
+
+
+def changed_skeletons(trace, rules, factors: dict[str, float]) -> dict:
+    """The rank's skeleton with the GPU activities of each phase in ``factors`` that many times
+    faster, contention-free and contention-aware (module docstring)."""
+    from tracekit.analyses import collectives
+    from tracekit.analyses.explain import view_graph
+    from tracekit.analyses.skeleton import SkeletonResult, cut_nodes
+    from tracekit.graph import skeleton as sk
+    from tracekit.graph import whatif as wi
+    from tracekit.graph.model import NodeKind
+
+    _, g, est = view_graph(trace, rules)
+    events = collectives.kernel_events(trace, rules)
+    nodes, which = cut_nodes(g, events)
+    o = np.argsort(nodes, kind="stable")
+    nodes, which = nodes[o], which[o]
+    dur = g.dur.copy()
+    gpu = g.kind == NodeKind.GPU
+    cuts = np.zeros(g.n, bool)
+    cuts[nodes] = True
+    faster = True
+    for ph, f in factors.items():
+        sel = gpu & ~cuts & (g.phase == ph)
+        dur[sel] = np.round(g.dur[sel] / float(f)).astype(np.int64)
+        faster &= f >= 1
+    change = wi.Change(dur=dur, speedup=bool(faster))
+    view = "untraced" if est is not None else "traced"
+    free = sk.reduce(g, nodes, change)
+    contended = wi.schedule(g, change, contention=True).plan.dur
+    aware = sk.reduce(g, nodes, change, dur=contended)
+    return {"free": SkeletonResult(view, which, free).to_dict(),
+            "contention": SkeletonResult(view, which, aware).to_dict()}
+
+
+def balance_factors(ranks: list[dict]) -> dict[int, dict[str, float]]:
+    """Per rank: phase -> times faster that brings its GPU time in the phase to the mean over
+    the ranks, for the phases imbalanced by ``PHASE_IMBALANCE_MIN`` or more (only factors off 1
+    by more than ``BALANCE_TOLERANCE``)."""
+    table: dict[str, dict[int, float]] = {}
+    for r in ranks:
+        for p in (r.get("profile") or {}).get("phases") or []:
+            if p["phase"] in LEFT_OUT_PHASES:
+                continue
+            table.setdefault(p["phase"], {})[int(r["rank"])] = float(p.get("gpu_ns") or 0.0)
+    ids = [int(r["rank"]) for r in ranks]
+    out: dict[int, dict[str, float]] = {}
+    for ph, per in table.items():
+        vals = np.array([per.get(k, 0.0) for k in ids])
+        mean = float(vals.mean()) if vals.size else 0.0
+        if mean <= 0 or vals.max() < PHASE_IMBALANCE_MIN * mean:
+            continue
+        for k, v in zip(ids, vals.tolist()):
+            if v <= 0:
+                continue  # nothing of the phase to scale on this rank
+            f = v / mean
+            if abs(math.log(f)) > math.log1p(BALANCE_TOLERANCE):
+                out.setdefault(k, {})[ph] = f
+    return out
+
+
+def transfer_factors(arrivals, a2a_instances) -> dict[int, float]:
+    """Per all-to-all instance: the mean over its members of the bytes received over the
+    largest (1.0 for a balanced instance)."""
+    a = arrivals[arrivals["instance"].isin(a2a_instances) & (arrivals["out_bytes"] >= 0)]
+    if not len(a):
+        return {}
+    g = a.groupby("instance")["out_bytes"]
+    mx, mean = g.max(), g.mean()
+    ok = mx > 0
+    return {int(i): float(mean[i] / mx[i]) for i in mx.index[ok]}
+
+
+def median_rank(summary: dict, straggler: int) -> int | None:
+    """Among the ranks other than ``straggler`` in the job graph's ``ranks``, the one whose own
+    work per step is the median (the lower of two middles)."""
+    rows = sorted((x for x in summary.get("ranks") or [] if x["rank"] != straggler),
+                  key=lambda x: (x["own_ns"], x["rank"]))
+    return rows[(len(rows) - 1) // 2]["rank"] if rows else None
+
+
+def source_path(rank: dict) -> str | None:
+    """The local trace file of a rank object (None for a URL or a file no longer there)."""
+    src = rank.get("source")
+    if not src or "://" in str(src) or not os.path.isfile(src):
+        return None
+    return str(src)
+
+
+def _row(ident: str, title: str, ctx, changed: list[int], free, aware, note: str = "") -> dict:
+    base = float(ctx.schedule.step_ns)
+    p_free = float(free.step_ns)
+    p_aware = float(aware.step_ns) if aware is not None else p_free
+    return {"id": ident, "title": title, "ranks_changed": sorted(changed),
+            "step_ns": base, "predicted_ns": p_free, "predicted_contention_ns": p_aware,
+            "saving_ns": base - p_free, "saving_contention_ns": base - p_aware,
+            "saving_fraction": (base - p_free) / base if base > 0 else None,
+            "note": note}
+
+
+def straggler_at_median(ctx, summary: dict, straggler: int) -> dict | None:
+    """The straggler at the median rank's speed (module docstring), or None without a
+    median rank or a skeleton of the straggler."""
+    from tracekit.ranks import jobgraph
+
+    med = median_rank(summary, straggler)
+    by = {i.rank: i for i in ctx.inputs}
+    if med is None or straggler not in by or med not in by:
+        return None
+    new = jobgraph.translate(by[med], by[straggler])
+    sc, _ = jobgraph.predict(ctx.inputs, {straggler: new})
+    return _row(STRAGGLER, f"rank {straggler} at the median rank's speed (rank {med}'s work "
+                f"between the same collectives)", ctx, [straggler], sc, None,
+                "skeletons only: the same prediction with contention")
+
+
+def with_skeletons(ctx, ident: str, title: str, skeletons: dict[int, dict],
+                   transfer: dict[int, float] | None = None) -> dict:
+    """The job's graph with ranks' skeletons replaced (``skeletons``: rank -> ``{"free",
+    "contention"}`` from ``RankSkeletonTask``) and all-to-all transfers scaled (``transfer``:
+    instance -> factor), replayed twice (contention-free, contention-aware)."""
+    from tracekit.ranks import jobgraph
+
+    def changed(which: str) -> dict:
+        out = {}
+        for ri in ctx.inputs:
+            new = ri
+            if ri.rank in skeletons:
+                new = jobgraph.RankInput(rank=ri.rank, skeleton=skeletons[ri.rank][which],
+                                         offset_ns=ri.offset_ns, instance=ri.instance,
+                                         transfer=ri.transfer, received=ri.received)
+            if transfer:
+                new = jobgraph.scaled_transfers(new, transfer)
+            if new is not ri:
+                out[ri.rank] = new
+        return out
+
+    free, _ = jobgraph.predict(ctx.inputs, changed("free"))
+    aware, _ = jobgraph.predict(ctx.inputs, changed("contention"))
+    return _row(ident, title, ctx, list(skeletons), free, aware)
+
+
+def balanced(ranks: list[dict], job: dict, ctx, config, *, task: RankSkeletonTask,
+             workers: int | None = None, scheduler: str | None = None,
+             connect_timeout_s: float | None = None) -> dict | None:
+    """The all-to-all balanced (module docstring) when the job's imbalance is at least
+    ``config.balance_min_imbalance``; None otherwise, or when no rank would change. Ranks whose
+    trace cannot be read again keep their skeletons (the row's ``note`` names them)."""
+    from dataclasses import replace
+
+    from tracekit.ranks import executors
+
+    imb = (job.get("all_to_all") or {}).get("imbalance")
+    if imb is None or imb < config.balance_min_imbalance:
+        return None
+    factors = balance_factors(ranks)
+    inst = [i["instance"] for i in job["instances"] if "all_to_all" in i["collective"]
+            or "alltoall" in i["collective"]]
+    arrivals = _arrivals(ctx)
+    trans = transfer_factors(arrivals, inst) if arrivals is not None else {}
+    joined = {ri.rank for ri in ctx.inputs}
+    paths = {int(r["rank"]): source_path(r) for r in ranks if int(r["rank"]) in joined}
+    todo = {k: v for k, v in factors.items() if k in paths and paths[k]}
+    missing = sorted(k for k in factors if k in joined and not paths.get(k))
+    if not todo and not trans:
+        return None
+    order = sorted(todo)
+    task = replace(task, factors={paths[k]: todo[k] for k in order})
+    got = executors.run(task, [paths[k] for k in order], workers=workers, scheduler=scheduler,
+                        connect_timeout_s=connect_timeout_s) if order else []
+    skeletons = {}
+    for k, res in zip(order, got):
+        if isinstance(res, Failed):
+            missing.append(k)
+        else:
+            skeletons[k] = res
+    row = with_skeletons(ctx, BALANCED, "the all-to-all balanced: every rank's GPU time per "
+                         "phase at the mean rank's, each all-to-all's transfer at its mean "
+                         "member's bytes", skeletons, trans)
+    row["factors"] = {str(k): {ph: round(f, 4) for ph, f in v.items()} for k, v in
+                      sorted(factors.items())}
+    if missing:
+        row["note"] = (f"ranks {', '.join(map(str, sorted(missing)))} could not be read again: "
+                       "their work is left as traced")
+    return row
+
+
+def _arrivals(ctx):
+    """The matched arrivals' instance, rank and bytes, from the job graph's inputs."""
+    import pandas as pd
+
+    rows = []
+    for ri in ctx.inputs:
+        for k, i in ri.instance.items():
+            rows.append((int(i), ri.rank, ri.received.get(k, -1)))
+    if not rows:
+        return None
+    return pd.DataFrame(rows, columns=["instance", "rank", "out_bytes"])
