@@ -416,9 +416,11 @@ def job_summary(job: dict) -> str:
         parts.append(("Clocks aligned on collective ends" if clock.get("aligned") else "Clocks NOT aligned")
                      + f" (largest offset {ms(worst['offset_ns'])}, rank {worst['rank']}).")
     a2a = job.get("all_to_all") or {}
-    if a2a.get("instances"):
+    if a2a.get("instances") and a2a.get("imbalance") is not None:
         parts.append(f"All-to-all: {a2a['instances']} instances; the heaviest rank ({a2a['heaviest_rank']}) received "
                      f"{a2a['imbalance']:.3f}× the mean.")
+    elif a2a.get("instances"):
+        parts.append(f"All-to-all: {a2a['instances']} instances, their sizes not in the traces.")
     return " ".join(parts)
 
 

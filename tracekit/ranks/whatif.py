@@ -53,6 +53,9 @@ class RankSkeletonTask:
     skeleton}`` (``schema.Skeleton`` dicts) or ``Failed``."""
 
     factors: dict = field(default_factory=dict)
+    fix: str | None = None
+    """A fix of ``tracekit.graph.fixes`` by id (``fused_sparse_dist``...) applied to every rank
+    instead of the factors: its what-if on each rank's graph."""
     rules_path: str | None = None
     cache_dir: str | None = None
     use_cache: bool = True
@@ -66,14 +69,16 @@ class RankSkeletonTask:
                 if len(traces) != 1:
                     return Failed(path, f"holds {len(traces)} ranks, not one")
                 return changed_skeletons(traces[0].trace, traces[0].rules,
-                                         self.factors.get(path, {}))
+                                         self.factors.get(path, {}), fix=self.fix)
         except TracekitError as exc:
             return Failed(path, str(exc))
 
 
-def changed_skeletons(trace, rules, factors: dict[str, float]) -> dict:
+def changed_skeletons(trace, rules, factors: dict[str, float], *, fix: str | None = None) -> dict:
     """The rank's skeleton with the GPU activities of each phase in ``factors`` that many times
-    faster, contention-free and contention-aware (module docstring)."""
+    faster (or with the fix ``fix`` applied: ``tracekit.graph.fixes``), contention-free and
+    contention-aware (module docstring). A fix that does not apply to the rank leaves it as it
+    is (``applies`` False in the result)."""
     from tracekit.analyses import collectives
     from tracekit.analyses.explain import view_graph
     from tracekit.analyses.skeleton import SkeletonResult, cut_nodes
@@ -96,12 +101,19 @@ def changed_skeletons(trace, rules, factors: dict[str, float]) -> dict:
         dur[sel] = np.round(g.dur[sel] / float(f)).astype(np.int64)
         faster &= f >= 1
     change = wi.Change(dur=dur, speedup=bool(faster))
+    applies = True
+    if fix is not None:
+        from tracekit.analyses.explain import ExplainConfig, detect_fixes
+
+        got = [f for f in detect_fixes(trace, g, rules, ExplainConfig().fixes) if f.id == fix]
+        applies = bool(got and got[0].applies and got[0].change is not None)
+        change = got[0].change if applies else wi.Change()
     view = "untraced" if est is not None else "traced"
     free = sk.reduce(g, nodes, change)
     contended = wi.schedule(g, change, contention=True).plan.dur
     aware = sk.reduce(g, nodes, change, dur=contended)
     return {"free": SkeletonResult(view, which, free).to_dict(),
-            "contention": SkeletonResult(view, which, aware).to_dict()}
+            "contention": SkeletonResult(view, which, aware).to_dict(), "applies": applies}
 
 
 def balance_factors(ranks: list[dict]) -> dict[int, dict[str, float]]:
@@ -267,3 +279,27 @@ def _arrivals(ctx):
     if not rows:
         return None
     return pd.DataFrame(rows, columns=["instance", "rank", "out_bytes"])
+
+
+def with_fix(ranks: list[dict], ctx, fix: str, *, task: RankSkeletonTask,
+             workers: int | None = None) -> dict | None:
+    """A fix (``tracekit.graph.fixes``, by id) applied to every rank's graph, the ranks reduced
+    again and the job's graph replayed: what the fix saves the job (None when no rank's trace
+    can be read again)."""
+    from dataclasses import replace
+
+    from tracekit.ranks import executors
+
+    joined = {ri.rank for ri in ctx.inputs}
+    paths = {int(r["rank"]): source_path(r) for r in ranks if int(r["rank"]) in joined}
+    order = sorted(k for k, p in paths.items() if p)
+    if not order:
+        return None
+    got = executors.run(replace(task, fix=fix), [paths[k] for k in order], workers=workers)
+    skeletons = {k: res for k, res in zip(order, got) if not isinstance(res, Failed)}
+    if not skeletons:
+        return None
+    row = with_skeletons(ctx, f"fix:{fix}", f"{fix} on every rank", skeletons)
+    row["note"] = ", ".join(f"rank {k}: {'applies' if v.get('applies') else 'does not apply'}"
+                            for k, v in sorted(skeletons.items()))
+    return row
