@@ -33,7 +33,8 @@ per case: the same steps, then one profiler warm-up step and ``--profile-steps``
 Writes (rank 0) ``DIR/results.json`` and ``DIR/results.md`` (updated after every round), and
 ``DIR/commit/`` laid out as the repository:
 
-- ``sample_traces/ranks_<W>gpu_<case>/trace_rank<r>.json.gz`` (every rank), ``metrics.json`` and
+- ``sample_traces/ranks_<W>gpu_<case>/trace_rank<r>.json.gz`` (every rank; preset ``jobs_hot``:
+  ``ranks_<W>gpu_heavy_<case>``, another preset ``ranks_<W>gpu_<preset>_<case>``), ``metrics.json`` and
   ``README.md`` (the case, the plan, the measured untraced job step);
 - ``bench/results/jobs-<W>gpu-<gpu>-<date>-<HHMM>.json`` / ``.md``.
 
@@ -293,7 +294,9 @@ class Jobs:
     def traces(self) -> None:
         a = self.args
         for case in CASES:
-            folder = self.out / "commit" / "sample_traces" / f"ranks_{self.world}gpu_{case}"
+            # the presets' traces apart: ranks_4gpu_<case> (jobs), ranks_4gpu_heavy_<case> (jobs_hot)
+            kind = {"jobs_hot": "heavy_"}.get(a.preset, "" if a.preset == "jobs" else f"{a.preset}_")
+            folder = self.out / "commit" / "sample_traces" / f"ranks_{self.world}gpu_{kind}{case}"
             cfg = dataclasses.replace(self.cfg, profile_steps=a.profile_steps, out=str(folder))
             seg = self.run(case, cfg)
             self.doc["traces"][case] = {"dir": str(folder.relative_to(self.out / "commit")), "job_step_ms": seg["job_step_ms"],

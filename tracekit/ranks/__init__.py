@@ -34,6 +34,9 @@ class JobReport:
     """Files and ranks that are not read (empty when the job is complete)."""
     job: dict
     """The job object (``tracekit.report.schema.Job`` documents its keys)."""
+    graph: object | None = None
+    """The job's graph it read (``tracekit.ranks.jobgraph.Context``; None without one): what a
+    what-if across ranks replays again (``tracekit.ranks.whatif``)."""
 
 
 def analyze_job(
@@ -130,7 +133,8 @@ def analyze_job(
                               connect_timeout_s=scheduler_timeout_s)
         if got is not None:
             built["graph"]["what_ifs"].append(got)
-    return JobReport(source=src, ranks=rankset.ranks, problems=rankset.problems, job=built)
+    return JobReport(source=src, ranks=rankset.ranks, problems=rankset.problems, job=built,
+                     graph=ctx)
 
 
 __all__ = ["JobConfig", "JobReport", "analyze_job"]

@@ -584,22 +584,31 @@ def summarise(jg: JobGraph, sc: Schedule, names: dict, *, kept_steps: int = 64) 
 # ---- what-ifs on the job's graph --------------------------------------------------------------
 
 def _period(jg: JobGraph, windows: pd.DataFrame) -> float:
-    """The job's step: from the last rank's completion of the step before the counted ones to
-    the last rank's completion of the last counted step, over their number (ns; 0 without).
-    (Each rank's first step is pinned as traced, and the ranks end it at different times: a
-    rank's own windows in the first counted step absorb the difference, the job's period
-    does not. Over many steps it is the slowest rank's step, what the runtime measures.)"""
+    """The job's step: the time between the last rank's completions of the first and of the
+    last counted step, over the steps between (ns); with a single counted step, from the last
+    rank's completion of the pinned step before it. Each completion is measured the same way
+    (a step completes with the GPU work it launched on each rank's main stream), so a change
+    that shortens that tail shortens the period only where the next step waits for it; and the
+    ranks end the pinned step at different times, which the first counted step absorbs. Over
+    many steps it is the slowest rank's step, what the runtime measures."""
     steps = counted_steps(jg)
     if not steps:
         return 0.0
-    first, last = steps[0], steps[-1]
     w = windows.set_index(["rank", "step"])
-    ends_last = [int(w.loc[(r.rank, last), "end"]) for r in jg.ranks if (r.rank, last) in w.index]
-    starts = [w.loc[(r.rank, first), "start"] for r in jg.ranks if (r.rank, first) in w.index]
-    starts = [int(x) for x in starts if x == x]
-    if not ends_last or not starts:
-        return 0.0
-    return (max(ends_last) - max(starts)) / len(steps)
+
+    def latest(step: int, col: str) -> int | None:
+        vals = [w.loc[(r.rank, step), col] for r in jg.ranks if (r.rank, step) in w.index]
+        vals = [int(v) for v in vals if v == v]
+        return max(vals) if vals else None
+
+    last_end = latest(steps[-1], "end")
+    if len(steps) >= 2:
+        first_end = latest(steps[0], "end")
+        if last_end is None or first_end is None:
+            return 0.0
+        return (last_end - first_end) / (len(steps) - 1)
+    start = latest(steps[0], "start")
+    return 0.0 if last_end is None or start is None else float(last_end - start)
 
 
 def translate(src: RankInput, dst: RankInput) -> RankInput:
