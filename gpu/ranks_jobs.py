@@ -34,7 +34,7 @@ Writes (rank 0) ``DIR/results.json`` and ``DIR/results.md`` (updated after every
 ``DIR/commit/`` laid out as the repository:
 
 - ``sample_traces/ranks_<W>gpu_<case>/trace_rank<r>.json.gz`` (every rank; preset ``jobs_hot``:
-  ``ranks_<W>gpu_heavy_<case>``, another preset ``ranks_<W>gpu_<preset>_<case>``), ``metrics.json`` and
+  ``ranks_<W>gpu_heavy_<case>``, apart from preset ``jobs``' traces), ``metrics.json`` and
   ``README.md`` (the case, the plan, the measured untraced job step);
 - ``bench/results/jobs-<W>gpu-<gpu>-<date>-<HHMM>.json`` / ``.md``.
 
@@ -295,7 +295,7 @@ class Jobs:
         a = self.args
         for case in CASES:
             # the presets' traces apart: ranks_4gpu_<case> (jobs), ranks_4gpu_heavy_<case> (jobs_hot)
-            kind = {"jobs_hot": "heavy_"}.get(a.preset, "" if a.preset == "jobs" else f"{a.preset}_")
+            kind = "heavy_" if a.preset == "jobs_hot" else ""
             folder = self.out / "commit" / "sample_traces" / f"ranks_{self.world}gpu_{kind}{case}"
             cfg = dataclasses.replace(self.cfg, profile_steps=a.profile_steps, out=str(folder))
             seg = self.run(case, cfg)

@@ -585,8 +585,9 @@ def summarise(jg: JobGraph, sc: Schedule, names: dict, *, kept_steps: int = 64) 
 
 def _period(jg: JobGraph, windows: pd.DataFrame) -> float:
     """The job's step: the time between the last rank's completions of the first and of the
-    last counted step, over the steps between (ns); with a single counted step, from the last
-    rank's completion of the pinned step before it. Each completion is measured the same way
+    last counted step, over the steps between (ns); with a single counted step, the slowest
+    rank's step, each rank's from its own completion of the pinned step (the ranks' pinned
+    completions differ: the latest of them is no start for another rank). Each completion is measured the same way
     (a step completes with the GPU work it launched on each rank's main stream), so a change
     that shortens that tail shortens the period only where the next step waits for it; and the
     ranks end the pinned step at different times, which the first counted step absorbs. Over
@@ -607,8 +608,10 @@ def _period(jg: JobGraph, windows: pd.DataFrame) -> float:
         if last_end is None or first_end is None:
             return 0.0
         return (last_end - first_end) / (len(steps) - 1)
-    start = latest(steps[0], "start")
-    return 0.0 if last_end is None or start is None else float(last_end - start)
+    # one counted step: the slowest rank's (each from its own completion of the pinned step)
+    one = w.xs(steps[0], level="step")
+    one = (one["end"] - one["start"]).dropna()
+    return float(one.max()) if len(one) else 0.0
 
 
 def translate(src: RankInput, dst: RankInput) -> RankInput:
