@@ -12,7 +12,10 @@ Findings: each of the four fixes (``tracekit.graph.fixes``) where it applies, wi
 and its predicted saving from a what-if replay (contention-free and contention-aware,
 ``tracekit.graph.whatif``); then generic ones: the phase with the largest share of the
 critical path twice as fast, the host twice as fast (when the host holds 10% of it or more), the
-host syncs removed (when sync holds 5% or more and no fix covers them). The saving is over the
+host syncs removed (when sync holds 5% or more and no fix covers them). Besides the four fixes,
+``allocator_polls``: the caching allocator's polls (``tracekit.analyses.syncs``: the
+``cudaEventQuery`` calls it makes on side streams' events before it reuses a block) taken out
+of the host (``tracekit.graph.fixes.detect_allocator_polls``); a known fix in the order. The saving is over the
 mean step (``tracekit.graph.whatif``: all steps but the first when there are two or more). User what-ifs
 (``--what-if``) are replayed the same way and listed with the fixes under ``what_ifs``.
 """
@@ -109,7 +112,9 @@ class ExplainResult:
     """Dicts: ``id, title, fix, evidence, kind, saving_ns, saving_fraction,
     saving_contention_ns, saving_contention_fraction, observed_step_ns, predicted_step_ns``
     and, for memory findings, ``peak_reserved_bytes, predicted_peak_reserved_bytes,
-    saving_bytes``; ``helps`` (False for a time finding predicted to save under
+    saving_bytes``; for ``allocator_polls``, ``polls_per_step, allocator_polls_per_step,
+    allocator_poll_ns_per_step`` (in this view), ``allocator_poll_traced_ns_per_step,
+    allocator_poll_sites``; ``helps`` (False for a time finding predicted to save under
     ``NO_HELP_FRACTION`` of the step). In the one order every output shows them
     (``finding_order``): the known fixes that help, largest saving first; the memory findings;
     the generic what-ifs that help (a phase or the host 2x faster, the syncs removed), largest
@@ -318,6 +323,8 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
             else None
 
     fixes = detect_fixes(trace, gw, rules, config.fixes, snapshot=snapshot, chains=chains)
+    if (gw.kind == NodeKind.GPU).any():
+        fixes.append(allocator_polls_fix(trace, g0, gw, counted_view))
     covered_syncs = any(f.applies and f.id in ("async_delta_copy", "precomputed_writeback")
                         for f in fixes)
     generic = []
@@ -401,7 +408,7 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
             continue
         pred = run(f.id, f.title, f.applies, f.evidence, predict(f.applies, f.change))
         if f.applies and pred is not None:
-            findings.append(_finding(f.id, f.title, f.fix, f.evidence, pred))
+            findings.append({**_finding(f.id, f.title, f.fix, f.evidence, pred), **f.facts})
     preds = [predict(n > 0, ch) for _, _, _, ch, n in changes[:1]] + later.result()
     for (fid, title, fix, ch, n), pred in zip(changes, preds):
         pred = run(fid, title, n > 0, f"{n} nodes changed", pred)
@@ -517,6 +524,32 @@ def detect_fixes(trace: Trace, g, rules: Rules, config: fx.FixConfig, *,
             fx.detect_async_delta(trace, g, config, keep_ns),
             fx.detect_writeback(trace, g, config, chains),
             fx.detect_inplace(trace, g, rules, config, snapshot, allocator.peak_reserved(trace))]
+
+
+def allocator_polls_fix(trace: Trace, g0: Graph, g: Graph, counted: np.ndarray) -> fx.Fix:
+    """The caching allocator's polls (``tracekit.analyses.syncs``) as a fix on the view ``g``
+    (``tracekit.graph.fixes.detect_allocator_polls``); ``g0``: the graph as traced (the same
+    nodes), ``counted``: the view's counted steps."""
+    known = syncs.allocations_recorded(trace)
+    mask = np.zeros(g.n, bool)
+    every = np.zeros(g.n, bool)
+    sites = objarrays.full(g.n, "")
+    calls = np.flatnonzero(g.kind == NodeKind.CALL)
+    if known and calls.size:
+        names, inv = np.unique(g.name[calls].astype(str), return_inverse=True)
+        ids = calls[np.array([syncs.POLL.search(x) is not None for x in names], bool)[inv]]
+        ev = trace.events
+        rows = g.row[ids]
+        tid = ev["tid"].to_numpy(np.int64)[rows]
+        ts = ev["ts"].to_numpy(np.int64)[rows]
+        end = ts + ev["dur"].to_numpy(np.int64)[rows]
+        a = syncs.allocator_polls(trace, tid, end) if ids.size else np.zeros(0, bool)
+        every[ids] = True
+        ids, tid, ts, end = ids[a], tid[a], ts[a], end[a]
+        mask[ids] = True
+        chain = syncs.op_chains(trace, tid, ts, end)
+        sites[ids] = [f"{c} > {n}" if c else str(n) for c, n in zip(chain, g.name[ids])]
+    return fx.detect_allocator_polls(g, mask, sites, g0.dur, counted, known, every)
 
 
 def _chains(trace: Trace, g) -> np.ndarray:

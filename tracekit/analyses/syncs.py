@@ -240,7 +240,7 @@ def compute(trace: Trace, rules: Rules) -> SyncsResult:
                                          idle_after_ns=("idle_after_ns", "sum")).reset_index()
     by_step["idle_after_ns"] = by_step["idle_after_ns"].astype(np.int64)
     pl = _polls(trace, rules, rt[poll], rt, rcodes, rcats, index)
-    known = bool((_allocations(trace)[0]).size)
+    known = allocations_recorded(trace)
     alloc = pl["allocator"].to_numpy(bool) if len(pl) else np.zeros(0, bool)
     return SyncsResult(
         stalls=stalls,
@@ -280,13 +280,47 @@ def _polls(trace: Trace, rules: Rules, p: pd.DataFrame, rt: pd.DataFrame, rcodes
     end = ts + dur
     tid = p["tid"].to_numpy(np.int64)
     name = p["name"].astype(str).to_numpy(object)
-    # the allocator's: the thread's next allocation before its next other runtime call
+    allocator = _allocator(tid, end, trace, rt, rcodes, rcats)
+    chain = op_chains(trace, tid, ts, end)
+    ann = index.enclosing(tid, ts, end) if not index.table.empty else np.full(ts.size, -1)
+    phase = np.where(ann >= 0, index.table["phase"].to_numpy(object)[np.maximum(ann, 0)]
+                     if not index.table.empty else phases.OTHER, phases.OTHER)
+    site = np.array([f"{c} > {n}" if c else n for c, n in zip(chain, name)], dtype=object)
+    return pd.DataFrame({
+        "ts": ts, "end": end, "dur_ns": dur, "name": name, "tid": tid, "op_chain": chain,
+        "call_site": site, "phase": phase.astype(object),
+        "step": phases.step_of(phases.profiler_steps(trace, rules), ts), "allocator": allocator,
+    }, columns=POLL_COLUMNS).sort_values("ts", kind="stable").reset_index(drop=True)
+
+
+def allocations_recorded(trace: Trace) -> bool:
+    """Whether the trace has the ``[memory]`` events (GPU allocations) that tell the allocator's
+    polls (``SyncsResult.allocator_known``)."""
+    return bool(_allocations(trace)[0].size)
+
+
+def allocator_polls(trace: Trace, tid: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """bool per poll call (its thread ``tid`` and end ``end``, ns): the caching allocator's, by
+    the rule of the module docstring (its thread's next GPU allocation comes before its
+    thread's next runtime call other than a poll or the allocator's own). All False without
+    ``[memory]`` events (``SyncsResult.allocator_known``)."""
+    rt = phases.select(trace, Kind.RUNTIME, Kind.DRIVER, columns=("name", "ts", "tid"))
+    rcodes, rcats = phases.name_codes(rt)
+    return _allocator(np.asarray(tid, np.int64), np.asarray(end, np.int64), trace, rt, rcodes,
+                      rcats)
+
+
+def _allocator(tid: np.ndarray, end: np.ndarray, trace: Trace, rt: pd.DataFrame, rcodes,
+               rcats) -> np.ndarray:
+    """``allocator_polls`` with the trace's runtime calls (``rt``, their name codes) given."""
     a_tid, a_ts = _allocations(trace)
+    allocator = np.zeros(tid.size, bool)
+    if not a_ts.size:
+        return allocator
     other = ~phases.name_matches(rcodes, rcats, POLL) & \
         ~phases.name_matches(rcodes, rcats, ALLOCATOR_CALL)
     o_tid = rt["tid"].to_numpy(np.int64)[other]
     o_ts = rt["ts"].to_numpy(np.int64)[other]
-    allocator = np.zeros(ts.size, bool)
     for t in np.unique(tid):
         sel = np.flatnonzero(tid == t)
         at = np.sort(a_ts[a_tid == t])
@@ -300,16 +334,7 @@ def _polls(trace: Trace, rules: Rules, p: pd.DataFrame, rt: pd.DataFrame, rcodes
         call = np.where(j < ot.size, ot[np.minimum(j, max(ot.size - 1, 0))] if ot.size else 0,
                         np.iinfo(np.int64).max)
         allocator[sel] = has & (nxt <= call)
-    chain = op_chains(trace, tid, ts, end)
-    ann = index.enclosing(tid, ts, end) if not index.table.empty else np.full(ts.size, -1)
-    phase = np.where(ann >= 0, index.table["phase"].to_numpy(object)[np.maximum(ann, 0)]
-                     if not index.table.empty else phases.OTHER, phases.OTHER)
-    site = np.array([f"{c} > {n}" if c else n for c, n in zip(chain, name)], dtype=object)
-    return pd.DataFrame({
-        "ts": ts, "end": end, "dur_ns": dur, "name": name, "tid": tid, "op_chain": chain,
-        "call_site": site, "phase": phase.astype(object),
-        "step": phases.step_of(phases.profiler_steps(trace, rules), ts), "allocator": allocator,
-    }, columns=POLL_COLUMNS).sort_values("ts", kind="stable").reset_index(drop=True)
+    return allocator
 
 
 def _poll_totals(polls: pd.DataFrame, key: str) -> pd.DataFrame:

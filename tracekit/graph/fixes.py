@@ -13,6 +13,13 @@ trace as if the fix were in (or, for the in-place batch copy, the predicted peak
   main stream (a device-to-device copy on a side stream, copied out by a host thread).
 - ``precomputed_writeback`` (FBGEMM's sync-free writeback): the host syncs of the backward's
   dedup (``unique``/``nonzero`` ops, or the ``## writeback_legacy ##`` region) are gone.
+- ``allocator_polls`` (the caching allocator's polls, issue 24): before it hands out a block
+  that ``record_stream`` tied to side streams, the allocator queries the events it recorded on
+  them (``cudaEventQuery``, one a stream each: ``tracekit.analyses.syncs``). The what-if takes
+  those calls' host time out of the graph (their durations in the view explain replays: after
+  the overhead model by default) and replays: where the host decides the step the step
+  shortens, where the GPU does the replay shows it does not. The fix in words: fewer blocks
+  tied to side streams (the side streams' tensors allocated up front, or a pool per stream).
 - ``inplace_batch_copy`` (TorchRec): memory, not time. The batch copied under a side stream is
   reserved on that stream, which the main stream cannot reuse; allocated on the main stream
   instead, the batches in flight live in the main stream's pool: predicted peak reserved = the
@@ -86,10 +93,18 @@ class Fix:
     memory: dict = field(default_factory=dict)
     """Memory fixes: ``peak_reserved_bytes``, ``predicted_peak_reserved_bytes`` (None when it
     cannot be predicted) and what they were computed from."""
+    facts: dict = field(default_factory=dict)
+    """Figures a time finding carries in JSON besides its saving (the allocator's polls: their
+    count and host time per step, their call sites)."""
 
 
 def _ms(ns) -> str:
     return f"{ns / 1e6:.3f} ms"
+
+
+def _count(x: float) -> str:
+    """A count per step: whole from 10 on, else to one decimal."""
+    return f"{x:,.0f}" if x >= 10 else f"{x:.1f}"
 
 
 def _gib(b) -> str:
@@ -367,3 +382,62 @@ def _batch_bytes(trace: Trace, rules: Rules, cfg: FixConfig, ann, codes, cats):
                 d.append(int(cb.max() - fb.min() + 1))
         depth = int(np.median(d)) if d else None
     return per_copy, depth
+
+
+ALLOCATOR_POLL_SITES = 3
+"""Call sites of the caching allocator's polls an ``allocator_polls`` finding names."""
+
+
+def detect_allocator_polls(g: Graph, polls: np.ndarray, sites: np.ndarray,
+                           traced_dur: np.ndarray, counted: np.ndarray, known: bool,
+                           all_polls: np.ndarray | None = None) -> Fix:
+    """The caching allocator's polls off the host (module docstring). ``polls``: bool per node,
+    the allocator's poll calls (``tracekit.analyses.syncs.allocator_polls``); ``sites``: per
+    node, a poll's call site (op chain > call); ``traced_dur``: the nodes' durations as traced
+    (``g`` is the view explain replays, the estimated untraced one by default: the what-if
+    takes out its durations); ``counted``: the steps the figures are a mean over; ``known``:
+    whether the trace's ``[memory]`` events tell which polls are the allocator's;
+    ``all_polls``: bool per node, every poll call (the allocator's among them)."""
+    title = "the caching allocator polls side streams' events before it reuses a block"
+    fix = ("fewer blocks tied to side streams by record_stream: allocate the side streams' "
+           "tensors up front (on the stream that uses them, or copied in place), or give each "
+           "side stream its own pool")
+    fid = "allocator_polls"
+    if not known:
+        return Fix(fid, title, fix, False, "no [memory] events (profile_memory off): which polls "
+                   "are the caching allocator's cannot be told")
+    sel = polls & (g.kind == NodeKind.CALL)
+    if not sel.any():
+        return Fix(fid, title, fix, False, "no poll of the caching allocator (a cudaEventQuery "
+                   "right before a GPU allocation)")
+    mine = sel & np.isin(g.step, counted)
+    if not mine.any():
+        return Fix(fid, title, fix, False, f"{int(sel.sum())} polls of the caching allocator, "
+                   "none in the counted steps")
+    n = max(int(np.asarray(counted).size), 1)
+    ids = np.flatnonzero(mine)
+    view = g.dur[ids].astype(np.int64)
+    traced = np.asarray(traced_dur, np.int64)[ids]
+    t = pd.DataFrame({"site": np.asarray(sites, object)[ids], "n": 1, "ns": view,
+                      "traced": traced}).groupby("site", sort=False).sum()
+    t = t.sort_values(["ns", "n"], ascending=False, kind="stable").head(ALLOCATOR_POLL_SITES)
+    top = [{"call_site": str(k), "per_step": float(r.n) / n, "ns_per_step": float(r.ns) / n,
+            "traced_ns_per_step": float(r.traced) / n} for k, r in t.iterrows()]
+    every = polls if all_polls is None else all_polls
+    facts = {"polls_per_step": float((every & np.isin(g.step, counted)).sum()) / n,
+             "allocator_polls_per_step": ids.size / n,
+             "allocator_poll_ns_per_step": float(view.sum()) / n,
+             "allocator_poll_traced_ns_per_step": float(traced.sum()) / n,
+             "allocator_poll_sites": top}
+    host = f"{_ms(facts['allocator_poll_ns_per_step'])} of host time in them per step"
+    if not np.array_equal(view, traced):
+        host += f" ({_ms(facts['allocator_poll_traced_ns_per_step'])} as traced)"
+    evidence = (f"{_count(facts['allocator_polls_per_step'])} polls of the caching allocator per "
+                f"step (of {_count(facts['polls_per_step'])} polls: cudaEventQuery on side "
+                f"streams' events before it reuses a block), {host}; "
+                "call sites: " +
+                "; ".join(f"{x['call_site']} ({_count(x['per_step'])}/step, "
+                          f"{_ms(x['ns_per_step'])})" for x in top))
+    dur = g.dur.copy()
+    dur[sel] = 0
+    return Fix(fid, title, fix, True, evidence, Change(dur=dur, speedup=True), facts=facts)

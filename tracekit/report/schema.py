@@ -144,10 +144,33 @@ class _Finding(TypedDict):
     that would not help."""
 
 
+class AllocatorPollSite(TypedDict):
+    """A call site of the caching allocator's polls (op chain > call), per counted step."""
+
+    call_site: str
+    per_step: float
+    ns_per_step: float
+    """Host time in them in the view explained."""
+    traced_ns_per_step: float
+
+
 class Finding(_Finding, total=False):
     """A fix that applies, with its evidence and predicted saving (``tracekit.analyses.explain``
     says what each one means); findings come first in the text output. A memory finding
-    (``kind == "memory"``) has no time saving and carries the bytes instead."""
+    (``kind == "memory"``) has no time saving and carries the bytes instead. The
+    ``allocator_polls`` finding carries the caching allocator's polls (``docs/metrics.md``),
+    per counted step: how many, their host time in the view explained and as traced, and their
+    costliest call sites."""
+
+    polls_per_step: float
+    """Every poll call (``cudaEventQuery``/``cudaStreamQuery``), the allocator's among them."""
+    allocator_polls_per_step: float
+    allocator_poll_ns_per_step: float
+    """Their host time in the view explained (the estimated untraced step by default): what the
+    what-if takes out."""
+    allocator_poll_traced_ns_per_step: float
+    allocator_poll_sites: list[AllocatorPollSite]
+    """The costliest call sites (at most three), largest host time first."""
 
     peak_reserved_bytes: int | None
     predicted_peak_reserved_bytes: int | None
