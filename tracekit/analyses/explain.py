@@ -15,9 +15,10 @@ critical path twice as fast, the host twice as fast (when the host holds 10% of 
 host syncs removed (when sync holds 5% or more and no fix covers them). Besides the four fixes,
 ``allocator_polls``: the caching allocator's polls (``tracekit.analyses.syncs``: the
 ``cudaEventQuery`` calls it makes on side streams' events before it reuses a block) taken out
-of the host (``tracekit.graph.fixes.detect_allocator_polls``); a known fix in the order. The saving is over the
-mean step (``tracekit.graph.whatif``: all steps but the first when there are two or more). User what-ifs
-(``--what-if``) are replayed the same way and listed with the fixes under ``what_ifs``.
+of the host (``tracekit.graph.fixes.detect_allocator_polls``); a known fix in the order. The
+saving is over the mean step (``tracekit.graph.whatif``: all steps but the first when there are
+two or more). User what-ifs (``--what-if``) are replayed the same way and listed with the fixes
+under ``what_ifs``.
 """
 
 from __future__ import annotations

@@ -22,7 +22,9 @@ step like a stall. A poll is the *caching allocator's* when its thread's next GP
 runtime call other than a poll or the allocator's own (``cudaMalloc``/``cudaFree``...): before
 it hands out a block freed while ``record_stream`` tied it to other streams, the allocator
 queries the events it recorded on them (``process_events``), one ``cudaEventQuery`` each. That
-is host time a pipeline's side streams cost at every allocation. Without ``[memory]`` events
+is host time a pipeline's side streams cost at every allocation (what it costs the step:
+explain's ``allocator_polls`` finding, ``tracekit.graph.fixes.detect_allocator_polls``). Without
+``[memory]`` events
 (``profile_memory`` off) which polls are the allocator's cannot be told
 (``SyncsResult.allocator_known`` is False).
 
