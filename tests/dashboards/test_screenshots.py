@@ -70,7 +70,7 @@ def expected(e: dict, cache: str) -> dict[str, list[str]]:
     h = rep["headline"]
     if view == "overview":
         ex = rep["explain"]
-        return {"#overview-tiles": [fmt_figure(h["step_gpu_p90_ns"], "ms") + " ms", fmt_figure(h["stall_total_ns"], "ms") + " ms"],
+        return {"#overview-tiles": [fmt_figure(h[k], "ms") + " ms" for k in ("step_p90_ns", "step_gpu_p90_ns", "stall_total_ns")],
                 "#overview-bound": [bound_text(ex["bound"], ex["bound_share"])],
                 "#overview-findings": [ex["findings"][0]["title"]] if ex["findings"] else []}
     if view == "timeline":
@@ -101,8 +101,8 @@ def expected(e: dict, cache: str) -> dict[str, list[str]]:
         k = lt.kernels().kernels.iloc[0]
         return {"#kernels-table tr:has(td.dash-cell)": [_ms(k["total_ns"])]}
     if view == "compare":
-        return {"#compare-table": [fmt_figure(_trace(p, 0, cache).report(with_hta=False)["headline"]["step_gpu_p90_ns"], "ms")
-                                   for p in e["compared"]]}
+        heads = [_trace(p, 0, cache).report(with_hta=False)["headline"] for p in e["compared"]]
+        return {"#compare-table": [fmt_figure(h[k], "ms") for h in heads for k in ("step_p90_ns", "step_gpu_p90_ns")]}
     if view == "diff":
         d = _trace(e["against"]["trace"], e["against"]["rank"], cache).diff(lt)
         return {"#diff-summary": d.summary[:3]}
