@@ -378,6 +378,22 @@ def cut_names(ranks: list[dict], table: pd.DataFrame, arr: pd.DataFrame) -> dict
     return out
 
 
+def _count_warnings(ranks: list[dict]) -> list[str]:
+    """A line when the ranks disagree on the number of collective kernels they traced: the
+    ranks with fewer than the most, named (the instances they miss are partial: in the job's
+    graph a kernel of no complete instance runs its own replayed time, waiting for no rank)."""
+    n = {int(r["rank"]): len((r.get("collectives") or {}).get("kernels") or []) for r in ranks}
+    if len(set(n.values())) < 2:
+        return []
+    top = max(n.values())
+    fewer = sorted((k, v) for k, v in n.items() if v < top)
+    shown = ", ".join(f"rank {k} has {v}" for k, v in fewer[:5]) + (
+        f" and {len(fewer) - 5} more" if len(fewer) > 5 else "")
+    return [f"the ranks disagree on the number of collectives: {shown}, against {top} on "
+            f"{sum(v == top for v in n.values())} rank(s); the instances they miss are partial, "
+            "their kernels joined to no other rank's"]
+
+
 def _joined(ranks: list[dict], arr: pd.DataFrame, table: pd.DataFrame, off: dict[int, int],
             config: JobConfig, straggler_rank: int | None) -> tuple[dict | None, object]:
     """The job graph's answer (``tracekit.ranks.jobgraph.summarise``) with the straggler at the
@@ -395,7 +411,7 @@ def _joined(ranks: list[dict], arr: pd.DataFrame, table: pd.DataFrame, off: dict
     views = sorted({i.skeleton.get("view", "") for i in inputs})
     out["view"] = views[0] if len(views) == 1 else "mixed"
     out["ranks_joined"] = len(inputs)
-    out["warnings"] = list(jg.warnings)
+    out["warnings"] = list(jg.warnings) + _count_warnings(ranks)
     ctx = jobgraph.Context(inputs=inputs, names=names, graph=jg, schedule=sc)
     out["what_ifs"] = []
     if straggler_rank is not None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracekit.analyses.explain import NO_HELP_FRACTION
 from tracekit.errors import TracekitError
 from tracekit.ranks.inputs import Failed
 
@@ -178,7 +179,7 @@ def _row(ident: str, title: str, ctx, changed: list[int], free, aware, note: str
             "step_ns": base, "predicted_ns": p_free, "predicted_contention_ns": p_aware,
             "saving_ns": base - p_free, "saving_contention_ns": base - p_aware,
             "saving_fraction": (base - p_free) / base if base > 0 else None,
-            "note": note}
+            "helps": base > 0 and (base - p_free) / base >= NO_HELP_FRACTION, "note": note}
 
 
 def straggler_at_median(ctx, summary: dict, straggler: int) -> dict | None:

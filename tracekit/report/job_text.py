@@ -39,9 +39,34 @@ def _classes(c: dict, total: float) -> str:
     return ", ".join(f"{k} {ms(v)}" for k, v in parts)
 
 
+def _helps(w: dict) -> bool:
+    return bool(w.get("helps", w["saving_ns"] > 0.01 * w["step_ns"]))
+
+
+def _what_first(g: dict) -> list[str]:
+    """"What to do first": the change across ranks that saves most (balancing, a fix on every
+    rank) before the straggler at the median rank's speed, which says how much the straggler
+    costs, not how to remove it (it is then the bound beside); none that helps: said."""
+    helps = [w for w in g["what_ifs"] if _helps(w)]
+    if not helps:
+        return ["What to do first: no change across ranks would help much here (what-ifs below); "
+                "each rank's own findings: --rank N"] if g["what_ifs"] else []
+    changes = [w for w in helps if w["id"] != "straggler_at_median"]
+    w = max(changes or helps, key=lambda x: x["saving_ns"])
+    out = [f"What to do first: {w['title']}: saves {ms(w['saving_ns'])} ms per job step "
+           f"({share(w['saving_fraction'], 1)}), {ms(w['step_ns'])} -> {ms(w['predicted_ns'])} ms"]
+    strag = next((x for x in helps if x["id"] == "straggler_at_median" and x is not w), None)
+    if strag is not None:
+        out.append(f"  the straggler's whole cost: {strag['title']} would save "
+                   f"{ms(strag['saving_ns'])} ms ({share(strag['saving_fraction'], 1)})")
+    return out
+
+
 def first_screen(job: dict, *, limit: int = 64) -> list[str]:
-    """What ``analyze DIR`` opens with: the job's step and bound from its graph, the straggler,
-    why it is slow, the what-ifs across ranks and each rank's own work against its wait."""
+    """What ``analyze DIR`` opens with: what bounds the job (the rank and the class of time on
+    the job's critical path, from the ranks' graphs joined at their collectives), what to do
+    first (the what-if across ranks that saves most), who waits for whom, the straggler and why
+    it is slow, every what-if, and each rank's own work against its wait."""
     out: list[str] = []
     g = job.get("graph")
     st = job["stragglers"]
@@ -51,12 +76,14 @@ def first_screen(job: dict, *, limit: int = 64) -> list[str]:
                 f"steps {steps[0]}-{steps[-1]}") if steps else "no counted step"
         view = ("estimated untraced" if g["view"] == "untraced" else
                 "as traced" if g["view"] == "traced" else "ranks untraced and traced")
-        out.append(f"  job step {ms(g['step_ns'])} ms ({view}; the ranks' graphs joined at "
-                   f"their collectives, {span})")
         b = g["bound"]
-        if b:
-            out.append(f"  bound: rank {b['rank']}'s {CLASS_TEXT.get(b['class'], b['class'])}, "
-                       f"{share(b['share'], 1)} of the job's critical path")
+        where = (f"rank {b['rank']}'s {CLASS_TEXT.get(b['class'], b['class'])}, "
+                 f"{share(b['share'], 1)} of the job's critical path" if b else
+                 "- (no critical path across ranks)")
+        out.append(f"What bounds the job: {where} (job step {ms(g['step_ns'])} ms, {view}; "
+                   f"the ranks' graphs joined at their collectives, {span})")
+        out += _what_first(g)
+        out += [f"  warning: {w}" for w in g.get("warnings") or []]
         waiting = [r for r in g["ranks"] if r["waiting"]]
         for r in waiting[:3]:
             top = r["waits_for"][0] if r["waits_for"] else None
@@ -91,8 +118,8 @@ def first_screen(job: dict, *, limit: int = 64) -> list[str]:
         out.append(f"  what-ifs, replayed on the job's graph (job step {ms(g['step_ns'])} ms):")
         for w in g["what_ifs"]:
             sv = w["saving_ns"]
-            verdict = (f"saves {ms(sv)} ms ({share(w['saving_fraction'], 1)})" if sv > 0.001 *
-                       w["step_ns"] else "would not help")
+            verdict = (f"saves {ms(sv)} ms ({share(w['saving_fraction'], 1)})" if _helps(w)
+                       else f"would not help ({ms(sv)} ms)")
             aware = (f"; with contention {ms(w['predicted_contention_ns'])} ms"
                      if abs(w["predicted_contention_ns"] - w["predicted_ns"]) > 1_000 else "")
             out.append(f"    {w['title']}: {ms(w['predicted_ns'])} ms, {verdict}{aware}")
@@ -113,8 +140,6 @@ def first_screen(job: dict, *, limit: int = 64) -> list[str]:
                           for r in sorted(rows, key=lambda r: r["rank"])], indent="    "))
         if more:
             out.append("  " + more.strip())
-    for w in (g or {}).get("warnings") or []:
-        out.append(f"  warning: {w}")
     return out
 
 

@@ -1087,6 +1087,8 @@ class JobWhatIf(TypedDict, total=False):
     saving_ns: float
     saving_contention_ns: float
     saving_fraction: float | None
+    helps: bool
+    """It saves at least ``NO_HELP_FRACTION`` of the job step (as explain's findings)."""
     note: str
     factors: dict[str, dict[str, float]]
 

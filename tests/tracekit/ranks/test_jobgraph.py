@@ -81,8 +81,8 @@ def test_analyze_opens_with_the_job(cache):
                           "--cache-dir", str(cache)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     head = run.stdout.splitlines()[:12]
-    assert head[2].startswith("  job step ") and "joined at their collectives" in head[2]
-    assert head[3].startswith("  bound: rank 1's ")
+    assert head[2].startswith("What bounds the job: rank 1's ") and "joined at their collectives" in head[2]
+    assert head[3].startswith("What to do first: rank 1 at the median rank's speed") and " saves " in head[3]
     assert head[4].startswith("  rank 0 waits ") and "for rank 1" in head[4]
     assert head[5].startswith("  straggler: rank 1, last to arrive at 8 of 8 collectives")
 
