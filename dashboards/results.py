@@ -424,6 +424,23 @@ def job_summary(job: dict) -> str:
     return " ".join(parts)
 
 
+def job_graph_ranks(job: dict) -> pd.DataFrame | None:
+    """One row per rank of the job's graph (the ranks' graphs joined at their collectives): its
+    step, own work, transfers and wait per step, whom it waits for, what its own work is mostly;
+    None without a graph."""
+    g = job.get("graph") or {}
+    if not g.get("ranks"):
+        return None
+    ms = lambda ns: ns / NS_PER_MS  # noqa: E731
+    return pd.DataFrame([{
+        "rank": r["rank"], "step ms": ms(r["step_ns"]), "own work ms": ms(r["own_ns"]),
+        "transfer ms": ms(r["transfer_ns"]), "wait ms": ms(r["wait_ns"]),
+        "waits for": ", ".join(f"rank {w['rank']} {ms(w['ns']):,.3f} ms" for w in r["waits_for"][:2]) or "–",
+        "own work is mostly": ", ".join(f"{k} {ms(v):,.3f} ms" for k, v in sorted(
+            (r.get("own_classes") or {}).items(), key=lambda kv: -kv[1])[:2] if v) or "–",
+    } for r in sorted(g["ranks"], key=lambda r: r["rank"])])
+
+
 def job_cells(job: dict) -> pd.DataFrame | None:
     """Ranks × steps of a job: ``rank, step`` (text), ``step_ms`` (GPU span, else CPU),
     ``wait_ms`` (the rank's wait at collectives in that step), ``straggler`` (True where the

@@ -378,9 +378,19 @@ class Views:
             return [note(f"{source.name} is one rank: give a directory of a job's rank traces to see them side by side.",
                          id="ranks-summary")]
         job = self.catalog.job(source)
-        out: list = [html.Div(results.job_summary(job), className="tk-lead", id="ranks-summary")]
+        from tracekit.report import job_headline  # lazily, as results (the first page stays quick)
+
+        head = job_headline(job)
+        out: list = ([html.Div([html.Div(x) for x in head], className="tk-lead", id="ranks-graph")] if head else [])
+        out.append(html.Div(results.job_summary(job), className="tk-lead", id="ranks-summary"))
         for p in job.get("problems") or []:
             out.append(warning(f"⚠ {p['message']}" + (f" ({p['source']})" if p.get("source") else "")))
+        for w in (job.get("graph") or {}).get("warnings") or []:
+            out.append(warning(f"⚠ {w}"))
+        split = results.job_graph_ranks(job)
+        if split is not None:
+            out.append(html.Div([html.H4("Each rank's step on the job's graph: its own work, transfers, wait for the others"),
+                                 html_table(split, id="ranks-graph-table", text_right=True)], className="tk-section"))
         cells = results.job_cells(job)
         if cells is not None:
             out.append(note("Click a cell to open that rank's timeline at that step. ▲ marks the step's straggler "

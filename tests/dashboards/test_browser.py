@@ -218,6 +218,13 @@ def test_ranks_side_by_side_and_a_click_opens_that_ranks_timeline(page, dashboar
     st = job["stragglers"]
     expect_text(page, "#ranks-summary", f"Straggler: rank {st['rank']}")
     expect_text(page, "#ranks-summary", f"{st['caused_wait_ns'] / 1e6:,.3f} ms")
+    g = job["graph"]  # the job overview from the ranks' graphs joined at their collectives
+    expect_text(page, "#ranks-graph", f"What bounds the job: rank {g['bound']['rank']}'s ")
+    expect_text(page, "#ranks-graph", f"job step {g['step_ns'] / 1e6:,.3f} ms")
+    if g["what_ifs"]:
+        expect_text(page, "#ranks-graph", "What to do first: ")
+    for r in g["ranks"]:
+        expect_text(page, "#ranks-graph-table", f"{r['own_ns'] / 1e6:,.3f}")
     for p in job["problems"]:  # ranks the directory lacks are said, never dropped silently
         expect_text(page, "#view-ranks", p["message"])
     heat = plot_data(page, "ranks-step-time")[0]

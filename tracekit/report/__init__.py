@@ -21,7 +21,7 @@ from tracekit.report.compare_text import COMPARE_ROWS, render_compare
 from tracekit.report.explain_text import (render_explain, text_explain,
                                           text_findings, text_path, would_not_help)
 from tracekit.report.diff_text import render_diff
-from tracekit.report.job_text import render_job
+from tracekit.report.job_text import headline as job_headline, render_job
 from tracekit.report.rank_text import render_rank, render_text
 from tracekit.report.keys import (FORMAT, HEADLINE_KEYS, RANK_KEYS, SECTION_KEYS, SERIES_POINTS,
                                   TEXT_KEYS)
@@ -36,6 +36,6 @@ __all__ = [
     "SERIES_POINTS", "TEXT_KEYS", "bound_text", "clip", "compare_document", "diff_document", "document",
     "explain_dict", "explain_document", "fmt_bytes", "fmt_figure", "headline", "jsonable", "limited", "ms",
     "path_rows", "pct", "ranges", "render_check", "render_compare", "render_diff", "render_explain",
-    "render_job", "render_rank", "render_text", "snapshot_dict", "table", "text_explain",
+    "job_headline", "render_job", "render_rank", "render_text", "snapshot_dict", "table", "text_explain",
     "text_findings", "text_path", "to_dict", "unit_of", "would_not_help",
 ]

@@ -50,7 +50,7 @@ def _what_first(g: dict) -> list[str]:
     helps = [w for w in g["what_ifs"] if _helps(w)]
     if not helps:
         return ["What to do first: no change across ranks would help much here (what-ifs below); "
-                "each rank's own findings: --rank N"] if g["what_ifs"] else []
+                "each rank's own findings: analyze DIR --rank N"] if g["what_ifs"] else []
     changes = [w for w in helps if w["id"] != "straggler_at_median"]
     w = max(changes or helps, key=lambda x: x["saving_ns"])
     out = [f"What to do first: {w['title']}: saves {ms(w['saving_ns'])} ms per job step "
@@ -62,6 +62,25 @@ def _what_first(g: dict) -> list[str]:
     return out
 
 
+def headline(job: dict) -> list[str]:
+    """The job's answer in two or three lines, from its graph: what bounds the job and what to
+    do first (``analyze DIR``'s first lines, the dashboard's job overview); [] without a graph."""
+    g = job.get("graph")
+    if not g:
+        return []
+    steps = g["counted_steps"]
+    span = (f"step {steps[0]}" if len(steps) == 1 else
+            f"steps {steps[0]}-{steps[-1]}") if steps else "no counted step"
+    view = ("estimated untraced" if g["view"] == "untraced" else
+            "as traced" if g["view"] == "traced" else "ranks untraced and traced")
+    b = g["bound"]
+    where = (f"rank {b['rank']}'s {CLASS_TEXT.get(b['class'], b['class'])}, "
+             f"{share(b['share'], 1)} of the job's critical path" if b else
+             "- (no critical path across ranks)")
+    return [f"What bounds the job: {where} (job step {ms(g['step_ns'])} ms, {view}; "
+            f"the ranks' graphs joined at their collectives, {span})"] + _what_first(g)
+
+
 def first_screen(job: dict, *, limit: int = 64) -> list[str]:
     """What ``analyze DIR`` opens with: what bounds the job (the rank and the class of time on
     the job's critical path, from the ranks' graphs joined at their collectives), what to do
@@ -71,18 +90,7 @@ def first_screen(job: dict, *, limit: int = 64) -> list[str]:
     g = job.get("graph")
     st = job["stragglers"]
     if g:
-        steps = g["counted_steps"]
-        span = (f"step {steps[0]}" if len(steps) == 1 else
-                f"steps {steps[0]}-{steps[-1]}") if steps else "no counted step"
-        view = ("estimated untraced" if g["view"] == "untraced" else
-                "as traced" if g["view"] == "traced" else "ranks untraced and traced")
-        b = g["bound"]
-        where = (f"rank {b['rank']}'s {CLASS_TEXT.get(b['class'], b['class'])}, "
-                 f"{share(b['share'], 1)} of the job's critical path" if b else
-                 "- (no critical path across ranks)")
-        out.append(f"What bounds the job: {where} (job step {ms(g['step_ns'])} ms, {view}; "
-                   f"the ranks' graphs joined at their collectives, {span})")
-        out += _what_first(g)
+        out += headline(job)
         out += [f"  warning: {w}" for w in g.get("warnings") or []]
         waiting = [r for r in g["ranks"] if r["waiting"]]
         for r in waiting[:3]:
