@@ -344,7 +344,9 @@ def _headline(h: dict) -> str:
         ["CPU span P50 / P90, ms", f"{ms(h['step_cpu_p50_ns'])} / {ms(h['step_cpu_p90_ns'])}"],
         ["GPU span P50 / P90, ms", f"{ms(h['step_gpu_p50_ns'])} / {ms(h['step_gpu_p90_ns'])}"],
         *([["bound (share of the critical path)",
-            f"{h.get('bound') or '-'} ({pct(h.get('bound_share'))})"]] if "bound" in h else []),
+            f"{h.get('bound') or '-'} ({pct(h.get('bound_share'))})" if h.get("bound_share") is not None
+            or not h.get("bound") else f"{h['bound']} (not from the path: see the warnings)"]]
+          if "bound" in h else []),
         ["optimizer -> next lookup gap, mean ms", ms(h["mean_gap_ns"])],
         ["exposed communication / memcpy, ms", f"{ms(h['exposed_comm_ns'])} / "
                                                f"{ms(h['exposed_memcpy_ns'])}"],
