@@ -35,6 +35,7 @@ def _normal(cols: Columns) -> dict:
     for index, p in cols._ev:
         d = {k: v.tolist() for k, v in p.items() if k != "_args"}
         d["name"] = [names[i] for i in p["name"].tolist()]
+        d["launch"] = [cols.launches.values_[i] if i >= 0 else None for i in p["launch"].tolist()]
         a = p["_args"]
         d["_args"] = None if a is None else {k: (v.tolist() if isinstance(v, np.ndarray) else v)
                                              for k, v in a.items()}
@@ -118,7 +119,12 @@ _STR_KEYS = ["name", "Collective name", "Process Group Name", "Process Group Des
 _SKIPPED = ['"Input Dims": [[2048, 64], [64], []]', '"Concrete Inputs": ["", "", "1"]',
             '"Ev Idx": 3', '"Fwd thread id": 1', '"x": {"a": [1, {"b": null}], "c": -1.5e10}',
             '"blob": "\\u00e9\\"\\\\/"', '"t": true, "f": false', '"big": 1e999',
-            '"raw": "\xc3\xa9"']
+            '"raw": "\xc3\xa9"',
+            # a kernel's launch configuration (read by ``_schema.Launch``), odd values too
+            '"grid": [512, 16, 1]', '"block": [128,1,1]', '"registers per thread": 32',
+            '"shared memory": 13056', '"est. achieved occupancy %": 25', '"grid": [2, 1, 1]',
+            '"est. achieved occupancy %": 12.5', '"grid": "x"', '"block": [1, -2, 3]',
+            '"registers per thread": null', '"shared memory": 1e999']
 
 
 def _args(r: random.Random, odd: float) -> str:

@@ -12,13 +12,17 @@ Per activity name:
   have launched;
 - ``phase``: the phase (``tracekit.phases``) most of its GPU time has; ``streams``: the
   streams it ran on (``device:stream``);
-- the launch configuration where the trace records it and the loader keeps it (``grid``,
-  ``block``, ``registers``, ``shared_memory``, ``occupancy``): not kept by this loader yet,
-  so these columns are absent; a renderer shows what is there.
+- the launch configuration where the trace records it (Kineto writes it in a kernel's args;
+  ``Trace.events.launch``): ``grid`` and ``block`` (``[512, 16, 1]``), ``registers`` (per
+  thread), ``shared_memory`` (bytes per block), ``occupancy`` (Kineto's "est. achieved
+  occupancy %"); "" and NaN where the trace does not record them (memcpys, memsets, older
+  traces).
 
-Rows per name over all steps (``kernels``) and per step (``by_step``: the step whose CPU span
-holds the launch, -1 outside steps or without a launch), largest total first. A pure function
-of the parsed trace.
+One row per name and launch configuration: a kernel launched with two grids is two rows (its
+time per configuration is what a user tunes; ``configs`` says how many a name has, and the
+name's own total is the sum of its rows). Rows over all steps (``kernels``) and per step
+(``by_step``: the step whose CPU span holds the launch, -1 outside steps or without a launch),
+largest total first. A pure function of the parsed trace.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+import json
+
 from tracekit import phases, steps
 from tracekit.analyses import _groups as g
 from tracekit.analyses.operators import host_tree
@@ -35,7 +41,8 @@ from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
 
 KERNEL_COLUMNS = ["name", "kind", "calls", "total_ns", "mean_ns", "min_ns", "max_ns", "share",
-                  "launched_by", "launchers", "unlaunched", "phase", "streams"]
+                  "launched_by", "launchers", "unlaunched", "phase", "streams",
+                  "grid", "block", "registers", "shared_memory", "occupancy", "configs"]
 """The columns of ``KernelsResult.kernels`` (``by_step``: ``step`` first)."""
 
 KIND_NAMES = {int(Kind.KERNEL): "kernel", int(Kind.MEMCPY): "memcpy", int(Kind.MEMSET): "memset"}
@@ -46,8 +53,8 @@ class KernelsResult:
     """Every GPU activity name of a trace, over all steps and per step."""
 
     kernels: pd.DataFrame
-    """One row per activity name: ``KERNEL_COLUMNS`` (times in ns; ``share`` 0..1 of
-    ``gpu_ns``), largest total first."""
+    """One row per activity name and launch configuration: ``KERNEL_COLUMNS`` (times in ns;
+    ``share`` 0..1 of ``gpu_ns``), largest total first."""
     by_step: pd.DataFrame
     """The same per step: ``step`` first (``share`` of that step's GPU time)."""
     gpu_ns: int
@@ -90,6 +97,41 @@ def _where(device: np.ndarray, stream: np.ndarray) -> tuple[np.ndarray, list[str
     return rank[code].astype(np.int64), names
 
 
+LAUNCH_COLUMNS = ("grid", "block", "registers", "shared_memory", "occupancy")
+"""The launch configuration's columns (``Trace.events.launch``'s fields)."""
+
+
+def _dims(v) -> str:
+    return "[" + ", ".join(map(str, v)) + "]" if isinstance(v, list) else ""
+
+
+def _launch_fields(texts: list[str]) -> dict[str, np.ndarray]:
+    """The ``LAUNCH_COLUMNS`` of each launch text (``Trace.events.launch``'s categories): grid
+    and block as text, the others as floats, "" and NaN where not recorded."""
+    rows = [json.loads(t) if t else {} for t in texts]
+    return {
+        "grid": np.array([_dims(r.get("grid")) for r in rows], dtype=object),
+        "block": np.array([_dims(r.get("block")) for r in rows], dtype=object),
+        **{c: np.array([float(r[c]) if c in r else np.nan for r in rows], dtype=np.float64)
+           for c in ("registers", "shared_memory", "occupancy")},
+    }
+
+
+def _launch_codes(trace: Trace, n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Each GPU activity's launch configuration (in ``phases.activities``' order: the events',
+    by ts) as a code, -1 where none, and the fields of each code (the last row: none)."""
+    ev = trace.events
+    if "launch" not in ev:  # a table built without the loader
+        return np.full(n, -1, np.int64), _launch_fields([""])
+    col = ev["launch"]
+    mask = phases.of_kinds(ev["kind"].to_numpy(), tuple(KIND_NAMES))
+    codes = col.cat.codes.to_numpy()[mask].astype(np.int64)
+    if len(codes) != n:  # pragma: no cover - the activities are the events of these kinds
+        raise AssertionError("activities and events disagree")
+    cats = [str(c) for c in col.cat.categories]
+    return np.where(codes < 0, len(cats), codes), _launch_fields([*cats, ""])
+
+
 def compute(trace: Trace, rules: Rules) -> KernelsResult:
     """Every GPU activity name of ``trace`` with its calls, time and launching op."""
     acts, _ = phases.activities(trace, rules)
@@ -125,18 +167,27 @@ def compute(trace: Trace, rules: Rules) -> KernelsResult:
     names = {"name": np.asarray(name_vals, dtype=object).astype(str).astype(object),
              "op": np.asarray(op_cats.astype(str), dtype=object), "phase": np.asarray(phase_vals, dtype=object),
              "where": where_names}
-    t = _table([name_code], f, names)
-    total = pd.DataFrame({c: t[c] for c in cols if c != "share"})
+    launch, fields = _launch_codes(trace, len(acts))
+
+    def with_launch(t: dict, key: int) -> dict:
+        code = t[f"key{key}"]
+        return {**t, **{c: fields[c][code] for c in LAUNCH_COLUMNS}}
+
+    t = with_launch(_table([name_code, launch], f, names), 1)
+    total = pd.DataFrame({c: t[c] for c in cols if c not in ("share", "configs")})
     total["share"] = total["total_ns"] / gpu_ns if gpu_ns else np.nan
+    configs = pd.Series(t["key0"]).value_counts()
+    total["configs"] = pd.Series(t["key0"]).map(configs).to_numpy(np.int64)
     total = total.sort_values("total_ns", ascending=False, kind="stable", ignore_index=True)[cols]
     step_code = step - int(step.min()) if step.size else step
-    t = _table([step_code, name_code], f, names)
+    t = with_launch(_table([step_code, name_code, launch], f, names), 2)
     per = pd.DataFrame({"step": t["key0"] + (int(step.min()) if step.size else 0),
-                        **{c: t[c] for c in cols if c != "share"}})
+                        **{c: t[c] for c in cols if c not in ("share", "configs")}})
+    per["configs"] = pd.DataFrame({"s": t["key0"], "n": t["key1"]}).groupby(["s", "n"])["n"].transform("size").to_numpy(np.int64)
     step_gpu = pd.Series(dur).groupby(step).sum()
     per["share"] = per["total_ns"] / per["step"].map(step_gpu).replace(0, np.nan)
     per = per.sort_values(["step", "total_ns"], ascending=[True, False], kind="stable", ignore_index=True)[["step", *cols]]
     return KernelsResult(total, per, gpu_ns, step_list)
 
 
-__all__ = ["KERNEL_COLUMNS", "KernelsResult", "compute"]
+__all__ = ["KERNEL_COLUMNS", "LAUNCH_COLUMNS", "KernelsResult", "compute"]

@@ -18,7 +18,7 @@ from tracekit.intervals import is_nondecreasing
 from tracekit.trace._numbers import BAD, us_float_to_ns, us_text_to_ns
 from tracekit.trace._schema import (
     CATEGORY_KIND, GPU_SIDE_KINDS, LEGACY_CATEGORIES, NO_ARGS, NO_CAT, RAW_ARGS, STR_ARGS, Args,
-    Event, str_id,
+    Event, str_id, LAUNCH_LIST, NO_LAUNCH, launch_key, launch_of, launch_text,
 )
 
 try:  # the compiled scanner (setup.py builds it; optional: msgspec alone reads the same)
@@ -208,6 +208,9 @@ class Columns:
         self._arg_parts: list[dict] = []
         self._order: np.ndarray | None = None  # file order -> ts order, set by event_arrays
         self._thread_names: list[tuple[int, int, int, str]] = []  # (piece, pid, tid, name)
+        self.launches = _Codes()
+        """The kernels' launch configurations (``_schema.launch_text``): ``launch`` codes."""
+        self._launch_code: dict[bytes, int] = {}  # launch_key -> code (-1: none recorded)
 
     def reset(self) -> None:
         self.__init__()
@@ -241,14 +244,19 @@ class Columns:
             "dropped": self.dropped,
             "dropped_names": self.dropped_names,
             "thread_names": self._thread_names,
+            "launches": self.launches.values_,
         }
 
     def add_part(self, index: int, part: dict) -> None:
         """Adds a piece decoded elsewhere (``export()``), its name codes mapped onto ours."""
         names = part["names"]
         remap = np.fromiter(map(self.names.__getitem__, names), dtype=np.int32, count=len(names))
+        launches = part["launches"]
+        lmap = np.fromiter(map(self.launches.__getitem__, launches), dtype=np.int32, count=len(launches))
+        lmap = np.append(lmap, np.int32(-1))  # code -1 (none) stays -1
         for ev in part["ev"]:
             ev["name"] = remap[ev["name"]]
+            ev["launch"] = lmap[ev["launch"]]
             self._ev.append((index, ev))
             self.n_events += len(ev["ts"])
         for mem in part["mem"]:
@@ -292,13 +300,15 @@ class Columns:
             return [_ints(_aget[f], sub, len(sub)) for f in fs]
 
         self._event_columns(index, kind, name, ts, dur, _ints(_get["pid"], xs, n),
-                            _ints(_get["tid"], xs, n), fields, lambda rows: _pick(args, rows))
+                            _ints(_get["tid"], xs, n), fields, lambda rows: _pick(args, rows),
+                            lambda rows: [launch_key(launch_of(a)) for a in _pick(args, rows)])
 
     def _event_columns(self, index: int, kind: np.ndarray, name: np.ndarray, ts: np.ndarray,
-                       dur: np.ndarray, pid: np.ndarray, tid: np.ndarray, fields, args_at) -> None:
+                       dur: np.ndarray, pid: np.ndarray, tid: np.ndarray, fields, args_at, launch_at) -> None:
         """Adds a piece's complete events, every one readable (``ts``, ``dur`` in ns). ``kind``
         may hold -1 (no cat); ``fields(names, rows=None)`` gives those ``Args`` integer fields
-        (of the rows, or of every event) as int64 arrays; ``args_at(rows)`` the rows' ``Args``."""
+        (of the rows, or of every event) as int64 arrays; ``args_at(rows)`` the rows' ``Args``;
+        ``launch_at(rows)`` the rows' launch configurations as ``_schema.launch_key`` bytes."""
         n = len(ts)
         if kind.min() < 0:  # complete events without a cat (or not a string): Kind.OTHER
             self.problems["cat"] += int((kind < 0).sum())
@@ -352,9 +362,25 @@ class Columns:
             "correlation": corr,
             "external_id": ext,
             "bytes": nbytes,
+            "launch": self._launch_codes(kind, launch_at),
         }
         self._ev.append((index, cols))
         self.n_events += n
+
+    def _launch_codes(self, kind: np.ndarray, launch_at) -> np.ndarray:
+        """Each event's launch configuration as a code into ``self.launches`` (-1: none; only
+        kernels are read), each distinct configuration read once."""
+        out = np.full(len(kind), -1, dtype=np.int32)
+        rows = np.flatnonzero(kind == int(Kind.KERNEL))
+        if not len(rows):
+            return out
+        known = self._launch_code
+        keys = launch_at(rows)
+        for k in set(keys).difference(known):
+            text = launch_text(k)
+            known[k] = self.launches[text] if text else -1
+        out[rows] = np.fromiter(map(known.__getitem__, keys), dtype=np.int32, count=len(keys))
+        return out
 
     def _extra_args(self, kind: np.ndarray, name: np.ndarray, args_at) -> dict | None:
         """The ``Trace.args`` fields of this piece's events that carry them (``row``: the
@@ -485,9 +511,21 @@ class Columns:
                     return [NO_ARGS if s < 0 else _ARGS.decode(text[s:e])
                             for s, e in spans[rows].tolist()]
 
+            def launch_at(rows: np.ndarray) -> list:
+                # the rows' args objects as one JSON array, decoded in one call into ``Launch``
+                # (msgspec skips every other key in C), each encoded again as its key
+                with memoryview(data) as text:
+                    joined = b"[" + b",".join([b"{}" if s < 0 else text[s:e]
+                                               for s, e in spans[rows].tolist()]) + b"]"
+                try:
+                    got = LAUNCH_LIST.decode(joined)
+                except msgspec.ValidationError:  # not objects (the scanner reads only those)
+                    got = [NO_LAUNCH] * len(rows)
+                return list(map(launch_key, got))
+
             self._event_columns(index, klut[cats], lut[codes], x[:, 4].copy(),
                                 dur, fixed(x[:, 2], 0),
-                                fixed(x[:, 3], 1), fields, args_at)
+                                fixed(x[:, 3], 1), fields, args_at, launch_at)
         return n_elements
 
     # ---- building the tables -------------------------------------------------------------

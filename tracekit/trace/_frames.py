@@ -17,8 +17,9 @@ if TYPE_CHECKING:  # imported where a table is built: parsing needs only numpy
     import pandas as pd
 
 
-def events_frame(cols: dict[str, np.ndarray], names: list[str]) -> pd.DataFrame:
-    """The ``Trace.events`` DataFrame from ``event_arrays()`` columns and the name list."""
+def events_frame(cols: dict[str, np.ndarray], names: list[str], launches: list[str]) -> pd.DataFrame:
+    """The ``Trace.events`` DataFrame from ``event_arrays()`` columns, the name list and the
+    launch configurations' (``launch``: codes into it, -1 none)."""
     import pandas as pd
 
     data = {}
@@ -26,6 +27,8 @@ def events_frame(cols: dict[str, np.ndarray], names: list[str]) -> pd.DataFrame:
         a = cols[c]
         if c == "name":
             data[c] = pd.Categorical.from_codes(a, categories=pd.Index(names), validate=False)
+        elif c == "launch":
+            data[c] = pd.Categorical.from_codes(a, categories=pd.Index(launches, dtype=object), validate=False)
         else:
             data[c] = a.astype(dtype, copy=False)
     return pd.DataFrame(data, copy=False)

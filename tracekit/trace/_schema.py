@@ -48,6 +48,8 @@ class Args(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, rename={
     "input_dims": "Input Dims",
     "input_types": "Input type",
     "concrete_inputs": "Concrete Inputs",
+    **{f: k for f, k in (("grid", "grid"), ("block", "block"), ("registers", "registers per thread"),
+                         ("shared_memory", "shared memory"), ("occupancy", "est. achieved occupancy %"))},
 }):
     """The ``args`` keys tracekit reads; absent ones are -1 (the tables' sentinel) or "".
 
@@ -92,9 +94,78 @@ class Args(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, rename={
     input_dims: msgspec.Raw = msgspec.Raw(b"")
     input_types: msgspec.Raw = msgspec.Raw(b"")
     concrete_inputs: msgspec.Raw = msgspec.Raw(b"")
+    # a kernel's launch configuration (``Launch``; read on the msgspec path)
+    grid: msgspec.Raw = msgspec.Raw(b"")
+    block: msgspec.Raw = msgspec.Raw(b"")
+    registers: msgspec.Raw = msgspec.Raw(b"")
+    shared_memory: msgspec.Raw = msgspec.Raw(b"")
+    occupancy: msgspec.Raw = msgspec.Raw(b"")
 
 
 NO_ARGS = Args()
+
+LAUNCH_KEYS = {"grid": "grid", "block": "block", "registers": "registers per thread",
+               "shared_memory": "shared memory", "occupancy": "est. achieved occupancy %"}
+"""A kernel's launch configuration as Kineto writes it in its args -> tracekit's names."""
+
+
+class Launch(msgspec.Struct, gc=False, omit_defaults=True, rename=LAUNCH_KEYS):
+    """A kernel's launch configuration, its values as the JSON text they were written as: the
+    compiled scanner's path decodes only these keys of a kernel's args (every other key is
+    skipped in C), and the loader keys its table on the struct's encoding (one C call a
+    kernel), reading each distinct configuration once (``launch_text``)."""
+
+    grid: msgspec.Raw = msgspec.Raw(b"")
+    block: msgspec.Raw = msgspec.Raw(b"")
+    registers: msgspec.Raw = msgspec.Raw(b"")
+    shared_memory: msgspec.Raw = msgspec.Raw(b"")
+    occupancy: msgspec.Raw = msgspec.Raw(b"")
+
+
+NO_LAUNCH = Launch()
+LAUNCH_LIST = msgspec.json.Decoder(list[Launch])
+launch_key = msgspec.json.Encoder().encode
+"""A ``Launch`` as bytes (``b"{}"`` for none): the key a configuration is read once under."""
+
+
+def launch_of(a: Args) -> Launch:
+    """The launch configuration fields of a decoded ``Args`` (those absent left at the default,
+    which encoding omits)."""
+    return Launch(**{f: v for f in LAUNCH_KEYS if len(v := getattr(a, f))})
+
+
+def _dims(v: Any) -> list | None:
+    return v if isinstance(v, list) and 0 < len(v) <= 3 and all(
+        isinstance(x, int) and not isinstance(x, bool) and 0 <= x < (1 << 40) for x in v) else None
+
+
+def _count(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < (1 << 40) else None
+
+
+def _percent(v: Any) -> float | int | None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1000
+    return v if ok else None
+
+
+def launch_text(key: bytes) -> str:
+    """A ``launch_key`` as tracekit keeps it: compact JSON of the fields written with a
+    readable value (``{"grid":[512,16,1],"block":[128,1,1],"registers":128,
+    "shared_memory":13056,"occupancy":25}``), "" when none is; grid and block lists of up to
+    three non-negative integers, registers and shared memory integers, occupancy a number."""
+    try:
+        d = msgspec.json.decode(key)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return ""
+    if not isinstance(d, dict):
+        return ""
+    out = {}
+    for f, read in (("grid", _dims), ("block", _dims), ("registers", _count), ("shared_memory", _count),
+                    ("occupancy", _percent)):
+        v = read(d.get(LAUNCH_KEYS[f]))
+        if v is not None:
+            out[f] = v
+    return msgspec.json.encode(out).decode() if out else ""
 
 _NO_TS = msgspec.Raw(b"")
 """A missing ``ts``: not a number, so the columns read it as unreadable (``_numbers.BAD``)."""

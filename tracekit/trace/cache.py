@@ -34,7 +34,7 @@ import numpy as np
 from tracekit._files import ENV_VAR, cache_dir, content_stamp  # noqa: F401 (re-exported)
 from tracekit.trace.model import ARG_COLUMNS, EVENT_COLUMNS, MEMORY_COLUMNS
 
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 """Bump when the tables, the loader's output or this layout change: old entries then miss."""
 _MAGIC = b"TKCACHE\0"
 _FIXED = struct.Struct("<8sIIQI")
@@ -208,6 +208,9 @@ def _parse(data: mmap.mmap, st: dict) -> Entry:
         codes = tables["events"]["name"]
         if len(codes) and (int(codes.max()) >= len(names) or int(codes.min()) < 0):
             raise Invalid("name codes out of range")
+        launch = tables["events"]["launch"]
+        if len(launch) and (int(launch.max()) >= len(header["info"]["launches"]) or int(launch.min()) < -1):
+            raise Invalid("launch codes out of range")
         strings = header["arg_strings"]
         args = tables["args"]
         for c, t in ARG_COLUMNS.items():

@@ -204,7 +204,7 @@ def _load_file(path: str, directory: str | None, progress: bool | None,
     info = entry.info
     return {
         "source": path,
-        "events": events_frame(entry.events, entry.names),
+        "events": events_frame(entry.events, entry.names, info["launches"]),
         "memory": memory_frame(entry.memory),
         "args": args_frame(entry.args, entry.arg_strings),
         "metadata": info["metadata"],
@@ -302,6 +302,7 @@ def parse_file(path: str, *, progress: bool | None = None, threaded: bool = True
         "platform": platform_of(events, names),
         "warnings": warnings,
         "thread_names": cols.thread_names(events),
+        "launches": cols.launches.values_,
     }
     return cache.Entry(events=events, memory=memory, names=names, info=info, args=args,
                        arg_strings=arg_strings)

@@ -24,6 +24,11 @@ correlation    int64    links a runtime call to the GPU activity it launched, el
                         cpu_op that names a stream keeps its correlation)
 external_id    int64    Kineto's "External id" (legacy "external id"), else -1
 bytes          int64    bytes moved by a memcpy/memset, else -1
+launch         category a kernel's launch configuration where its args record it, as compact
+                        JSON text (``_schema.launch_text``: ``{"grid":[512,16,1],"block":
+                        [128,1,1],"registers":128,"shared_memory":13056,"occupancy":25}``,
+                        the fields written, registers per thread, shared memory in bytes,
+                        Kineto's "est. achieved occupancy %"); NaN for every other event
 ============== ======== =====================================================================
 
 Times are exact: ``ts`` is parsed from the JSON number's text (``round(us * 1000)`` on the
@@ -130,6 +135,7 @@ EVENT_COLUMNS: dict[str, Any] = {
     "correlation": np.int64,
     "external_id": np.int64,
     "bytes": np.int64,
+    "launch": "category",
 }
 
 ARG_COLUMNS: dict[str, Any] = {
