@@ -632,9 +632,10 @@ KERNEL_TABLE = {"name": "kernel", "kind": "kind", "calls": "calls", "total_ns": 
                 "min_ns": "min ms", "max_ns": "max ms", "share": "% of GPU time", "launched_by": "launched by",
                 "launchers": "ops launching it", "phase": "phase", "streams": "streams",
                 "grid": "grid", "block": "block", "registers": "registers", "shared_memory": "shared memory",
-                "occupancy": "est. occupancy %"}
-"""``tracekit.analyses.kernels``' columns as the kernels view heads them; the launch
-configuration's only where the result has them."""
+                "occupancy": "est. occupancy %", "configs": "launch configs"}
+"""``tracekit.analyses.kernels``' columns as the kernels view heads them (one row per kernel and
+launch configuration; grid and block as ``512x16x1``, blank where the trace does not record
+them)."""
 
 
 def _shown(frame: pd.DataFrame, heads: dict[str, str]) -> pd.DataFrame:
@@ -648,6 +649,8 @@ def _shown(frame: pd.DataFrame, heads: dict[str, str]) -> pd.DataFrame:
             v = v.to_numpy(np.float64) / NS_PER_MS
         elif col == "share":
             v = v.to_numpy(np.float64) * 100
+        elif col in ("grid", "block"):  # "[512, 16, 1]" -> "512x16x1": searchable as typed
+            v = [x[1:-1].replace(", ", "x") if x else "" for x in v.astype(str)]
         out[head] = v
     return pd.DataFrame(out)
 
@@ -672,7 +675,7 @@ def kernels(trace: LoadedTrace, step: str | None) -> tuple[pd.DataFrame, list[in
     else:
         t = r.by_step[r.by_step["step"].astype(str) == str(step)]
         gpu = int(t["total_ns"].sum())
-    return _shown(t, KERNEL_TABLE), list(r.steps), {"gpu_ms": gpu / NS_PER_MS, "names": int(len(r.kernels))}
+    return _shown(t, KERNEL_TABLE), list(r.steps), {"gpu_ms": gpu / NS_PER_MS, "names": int(t["name"].nunique())}
 
 
 # ---- diff of two traces (tracekit.analyses.diff) ----------------------------------------------------

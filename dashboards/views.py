@@ -98,6 +98,7 @@ def data_table(table_id: str, df, sort_col: str | None = None):
     browser): numbers right-aligned with thousands separators, ms to 3 decimals."""
     import warnings
 
+    import numpy as np
     from dash import dash_table
     from dash.dash_table.Format import Format, Group, Scheme
 
@@ -110,7 +111,12 @@ def data_table(table_id: str, df, sort_col: str | None = None):
         numeric = df[c].dtype.kind in "iuf"
         col = {"name": c, "id": c, "type": "numeric" if numeric else "text"}
         if numeric:
-            col["format"] = Format(group=Group.yes, precision=3 if df[c].dtype.kind == "f" else 0, scheme=Scheme.fixed)
+            v = df[c].to_numpy()
+            # counts held as floats to leave blanks (NaN: registers where a trace does not record
+            # them) are drawn as integers
+            whole = df[c].dtype.kind != "f" or (not str(c).endswith("ms") and not str(c).startswith("% ")
+                                                and bool(np.all(np.isnan(v) | (v == np.round(v)))))
+            col["format"] = Format(group=Group.yes, precision=0 if whole else 3, scheme=Scheme.fixed)
         columns.append(col)
     return dash_table.DataTable(
         id=table_id, columns=columns, data=df.to_dict("records"), sort_action="native", filter_action="native",
@@ -603,8 +609,10 @@ class Views:
                     "launched by no op.")
             sort = "GPU total ms"
         else:
-            lead = (f"{len(table):,} kernels, memcpys and memsets {where}, {fmt(info['gpu_ms'])} ms of GPU time; launched by: "
-                    "the op around the launching call for most of its calls.")
+            lead = (f"{info['names']:,} kernels, memcpys and memsets {where}, {fmt(info['gpu_ms'])} ms of GPU time; one row "
+                    f"per launch configuration ({len(table):,} rows; grid, block, registers per thread, shared memory per "
+                    "block and Kineto's estimated achieved occupancy, blank where the trace does not record them); "
+                    "launched by: the op around the launching call for most of its calls.")
             sort = "total ms"
         return [html.Div(lead, id=f"{what}-summary", className="tk-lead"), data_table(f"{what}-table", table, sort)]
 

@@ -168,7 +168,10 @@ class TraceBuilder:
         Link it to its launch either with ``launched_by`` (a correlation id returned by
         ``runtime``) or with ``launch_at`` (a ``cudaLaunchKernel`` of 1 us is added at that CPU
         time on ``tid``). Without either it has its own correlation id and no launch.
-        ``args``: extra args written as they are (an NCCL kernel's collective metadata).
+        ``args``: extra args written as they are (an NCCL kernel's collective metadata, a launch
+        configuration: ``grid``, ``block``, ``registers per thread``, ``shared memory``, ``est.
+        achieved occupancy %``, written as grid [1, 1, 1], block [128, 1, 1], 32 registers and no
+        shared memory unless given); a key given as None is left out.
         Returns the correlation id.
         """
         corr = self._activity("kernel", name, ts, dur, "LaunchKernel", stream, device,
@@ -472,9 +475,10 @@ class TraceBuilder:
                 ext = self._ext_of_call.get(id(launch), -1)
                 if ext >= 0:
                     args[ext_key] = ext
-            if e.kind == "kernel":
-                args.update({"registers per thread": 32, "shared memory": 0, "grid": [1, 1, 1],
-                             "block": [128, 1, 1]})
+            if e.kind == "kernel":  # a launch configuration unless the kernel's args give one
+                for key, v in {"registers per thread": 32, "shared memory": 0, "grid": [1, 1, 1],
+                               "block": [128, 1, 1]}.items():
+                    args.setdefault(key, v)
             else:
                 args["bytes"] = e.bytes
                 args["memory bandwidth (GB/s)"] = (e.bytes / (e.dur * 1e3)) if e.dur else 0.0
@@ -492,7 +496,7 @@ class TraceBuilder:
             args["stream"] = e.stream
             if e.correlation >= 0:
                 args["correlation"] = e.correlation
-        d["args"] = args
+        d["args"] = {k: v for k, v in args.items() if v is not None}  # None: key left out
         return [d, *flows]
 
     def _launch_of(self, corr: int) -> _Ev | None:

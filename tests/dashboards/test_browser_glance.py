@@ -328,16 +328,44 @@ def test_kernels_every_kernel_with_its_launching_op(browser, dashboard):
 
     k = kernels.compute(lt.trace, lt.rules)
     with opened(browser, link(dashboard, "sparse", "kernels")) as pg:
-        expect_text(pg, "#kernels-summary", f"{len(k.kernels):,} kernels, memcpys and memsets over all steps")
+        names = k.kernels["name"].nunique()
+        expect_text(pg, "#kernels-summary", f"{names:,} kernels, memcpys and memsets over all steps")
+        expect_text(pg, "#kernels-summary", f"one row per launch configuration ({len(k.kernels):,} rows")
+        assert len(k.kernels) > names  # the trace launches some kernels with several grids
         heads, rows = _table(pg, "kernels-table")
         col = {h: i for i, h in enumerate(heads)}
-        assert {"kernel", "calls", "total ms", "mean ms", "max ms", "launched by", "phase", "streams"} <= set(heads)
+        assert {"kernel", "calls", "total ms", "mean ms", "max ms", "launched by", "phase", "streams", "grid", "block",
+                "registers", "shared memory", "est. occupancy %", "launch configs"} <= set(heads)
         top = k.kernels.head(len(rows))  # largest total first
         assert [r[col["kernel"]] for r in rows] == top["name"].tolist()  # whole names, never cut
         for r, rec in zip(rows, top.itertuples(index=False)):
             assert _num(r[col["total ms"]]) == pytest.approx(rec.total_ns / 1e6, abs=5e-4)
             assert _num(r[col["max ms"]]) == pytest.approx(rec.max_ns / 1e6, abs=5e-4)
             assert r[col["launched by"]] == rec.launched_by
+            # the launch configuration as the trace's args wrote it: "[512, 16, 1]" as 512x16x1
+            assert r[col["grid"]] == rec.grid[1:-1].replace(", ", "x") and r[col["block"]] == rec.block[1:-1].replace(", ", "x")
+            for head, v in (("registers", rec.registers), ("shared memory", rec.shared_memory),
+                            ("est. occupancy %", rec.occupancy)):
+                assert (r[col[head]] == "") if v != v else _num(r[col[head]]) == pytest.approx(v)
+        assert any(r[col["grid"]] for r in rows) and any(r[col["grid"]] == "" for r in rows)  # copies: blank
+        # sort by registers (two clicks: descending), then search a grid
+        reg = pg.locator("#kernels-table th.dash-header", has_text="registers").locator(".column-header--sort")
+        reg.click()
+        reg.click()
+        want = k.kernels["registers"].dropna().sort_values(ascending=False).head(3).tolist()
+        pg.wait_for_function("w => { const t = document.querySelector('#kernels-table'); return t && "
+                             "t.querySelectorAll('tr:has(td.dash-cell)').length > 0; }", arg=want, timeout=TIMEOUT)
+        heads, rows = _table(pg, "kernels-table")
+        assert [_num(r[col["registers"]]) for r in rows[:3]] == want
+        grid = k.kernels.loc[k.kernels["grid"] != "", "grid"].iloc[0][1:-1].replace(", ", "x")
+        box = pg.locator("#kernels-table th.dash-filter[data-dash-column='grid'] input[type=text]")
+        box.fill(grid)
+        box.press("Enter")
+        n = int(k.kernels["grid"].map(lambda g: grid in g[1:-1].replace(", ", "x")).sum())
+        pg.wait_for_function("n => document.querySelectorAll('#kernels-table tr:has(td.dash-cell)').length === n",
+                             arg=min(n, 25), timeout=TIMEOUT)
+        box.fill("")
+        box.press("Enter")
         # the TBE kernels were launched by the embedding ops, the HtoD copies by aten::copy_
         copies = k.kernels[k.kernels["name"].str.startswith("Memcpy HtoD")]
         assert (copies["launched_by"] == "aten::copy_").all()

@@ -115,3 +115,92 @@ def test_empty_and_cpu_only(tmp_path):
     assert r.ops.set_index("name").loc["aten::add"].cpu_self_ns == 20 * US and r.gpu_ns == 0
     k = kernels.compute(t, default_rules())
     assert k.kernels.empty and k.gpu_ns == 0
+
+
+def _launch(grid, block, regs, smem, occ) -> dict:
+    """A kernel's launch configuration as Kineto writes it in its args."""
+    return {"grid": grid, "block": block, "registers per thread": regs, "shared memory": smem,
+            "est. achieved occupancy %": occ, "blocks per SM": 1.5, "warps per SM": 6.0}
+
+
+def test_kernels_by_launch_configuration(tmp_path):
+    """One kernel name launched with two grids is two rows (``configs`` 2), each with its own
+    calls and time; a kernel whose args record no configuration and a memcpy are blank."""
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 900)
+    for i, (grid, dur) in enumerate([([512, 16, 1], 30), ([512, 16, 1], 20), ([4, 1, 1], 5)]):
+        c = b.runtime("cudaLaunchKernel", 10 + 20 * i, 5)
+        b.kernel("gemm", 100 + 50 * i, dur, launched_by=c, args=_launch(grid, [128, 1, 1], 128, 13056, 25))
+    c = b.runtime("cudaLaunchKernel", 80, 5)
+    b.kernel("bare_k", 300, 4, launched_by=c,  # no launch configuration in its args
+             args={"grid": None, "block": None, "registers per thread": None, "shared memory": None})
+    c = b.runtime("cudaLaunchKernel", 90, 5)
+    b.kernel("odd_k", 320, 2, launched_by=c, args={"grid": "512", "block": [64, 1, 1], "registers per thread": True,
+                                                   "est. achieved occupancy %": 12.5})
+    c = b.runtime("cudaMemcpyAsync", 95, 5)
+    b.memcpy(400, 6, launched_by=c)
+    t = load_built(b, tmp_path)
+    r = kernels.compute(t, default_rules())
+    k = r.kernels
+    gemm = k[k["name"] == "gemm"].set_index("grid")
+    assert sorted(gemm.index) == ["[4, 1, 1]", "[512, 16, 1]"] and (gemm["configs"] == 2).all()
+    big = gemm.loc["[512, 16, 1]"]
+    assert (big.calls, big.total_ns, big.max_ns) == (2, 50 * US, 30 * US)
+    assert (big.block, big.registers, big.shared_memory, big.occupancy) == ("[128, 1, 1]", 128, 13056, 25)
+    assert gemm.loc["[4, 1, 1]"].calls == 1 and gemm.loc["[4, 1, 1]"].total_ns == 5 * US
+    bare = k.set_index("name").loc["bare_k"]
+    assert bare.grid == "" and bare.block == "" and bare.configs == 1
+    assert all(v != v for v in (bare.registers, bare.shared_memory, bare.occupancy))  # NaN: not recorded
+    odd = k.set_index("name").loc["odd_k"]  # values of other types read as not recorded
+    assert (odd.grid, odd.block, odd.occupancy) == ("", "[64, 1, 1]", 12.5) and odd.registers != odd.registers
+    copy = k[k["kind"] == "memcpy"].iloc[0]
+    assert copy.grid == "" and copy.registers != copy.registers
+    assert k["calls"].sum() == 6 and len(k) == 5
+    per = r.by_step[r.by_step["name"] == "gemm"]
+    assert sorted(per["grid"]) == ["[4, 1, 1]", "[512, 16, 1]"] and (per["step"] == 1).all()
+    # the loader's column: each kernel's configuration as compact JSON text, NaN elsewhere
+    launch = t.events["launch"]
+    assert launch.notna().sum() == 4
+    assert '{"grid":[512,16,1],"block":[128,1,1],"registers":128,"shared_memory":13056,"occupancy":25}' in set(launch.dropna())
+
+
+def test_kernels_of_a_trace_without_launch_configurations(tmp_path):
+    """A trace whose kernels' args record no configuration (older Kineto): the columns are
+    there, blank, one row per name."""
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 100)
+    none = {"grid": None, "block": None, "registers per thread": None, "shared memory": None}
+    b.kernel("a_k", 10, 5, launch_at=2, args=none)
+    b.kernel("a_k", 20, 5, launch_at=4, args=none)
+    k = kernels.compute(load_built(b, tmp_path), default_rules()).kernels
+    assert len(k) == 1 and k.iloc[0].calls == 2 and k.iloc[0].grid == "" and k.iloc[0].block == ""
+    assert k[["registers", "shared_memory", "occupancy"]].isna().all().all() and k.iloc[0].configs == 1
+
+
+def test_kernels_of_the_fused_pipeline_trace():
+    """The runtime's FusedSparseDist trace (H200): each kernel's calls and time per launch
+    configuration as the file's own args count them (read here with ``json``)."""
+    import gzip
+    import json
+    from collections import Counter
+
+    from tests.conftest import SAMPLE_TRACES
+    from tracekit.trace import load
+
+    path = SAMPLE_TRACES / "pipelines_1gpu" / "fused" / "trace_rank0.json.gz"
+    calls: Counter = Counter()
+    for e in json.load(gzip.open(path))["traceEvents"]:
+        if e.get("cat") == "kernel":
+            a = e["args"]
+            calls[(e["name"], str(a["grid"]), str(a["block"]), a["registers per thread"], a["shared memory"],
+                   a["est. achieved occupancy %"])] += 1
+    (t,) = load(str(path)).traces
+    k = kernels.compute(t, default_rules()).kernels
+    k = k[k["kind"] == "kernel"]
+    got = Counter({(r.name, r.grid, r.block, int(r.registers), int(r.shared_memory), int(r.occupancy)): r.calls
+                   for r in k.itertuples(index=False)})
+    assert got == calls and len(calls) == 147 and sum(calls.values()) == 3988
+    several = k[k["configs"] > 1]["name"].nunique()
+    assert several == 19  # of its 69 kernel names, 19 are launched with more than one configuration
+    gemm = k.iloc[0]
+    assert (gemm.grid, gemm.block, gemm.registers, gemm.shared_memory) == ("[132, 1, 1]", "[384, 1, 1]", 168, 231424)

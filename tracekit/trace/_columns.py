@@ -18,7 +18,7 @@ from tracekit.intervals import is_nondecreasing
 from tracekit.trace._numbers import BAD, us_float_to_ns, us_text_to_ns
 from tracekit.trace._schema import (
     CATEGORY_KIND, GPU_SIDE_KINDS, LEGACY_CATEGORIES, NO_ARGS, NO_CAT, RAW_ARGS, STR_ARGS, Args,
-    Event, str_id, LAUNCH_LIST, NO_LAUNCH, launch_key, launch_of, launch_text,
+    Event, Launch, str_id, launch_key, launch_of, launch_text,
 )
 
 try:  # the compiled scanner (setup.py builds it; optional: msgspec alone reads the same)
@@ -37,8 +37,10 @@ _aget = {
     )
 }
 _ARGS = msgspec.json.Decoder(Args)
+_LAUNCH = msgspec.json.Decoder(Launch)
 # the column order of _fastscan's rows (see its header comment)
-_X_COLS, _M_COLS = 14, 8
+_X_COLS, _M_COLS = 15, 8
+_X_LAUNCH = 14  # the launch configuration's hash (0: none)
 _X_FIELD = {"external_id": 6, "external_id_legacy": 7, "correlation": 8, "stream": 9,
             "device": 10, "nbytes": 11}
 _M_FIELD = {"device_type": 2, "device_id": 3, "mem_bytes": 4, "total_allocated": 5,
@@ -299,16 +301,21 @@ class Columns:
             sub = args if rows is None else _pick(args, rows)
             return [_ints(_aget[f], sub, len(sub)) for f in fs]
 
+        def launch_at(rows: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+            keys = [launch_key(launch_of(a)) for a in _pick(args, rows)]
+            first = {k: i for i, k in enumerate(dict.fromkeys(keys))}  # in order of appearance
+            return np.fromiter(map(first.__getitem__, keys), dtype=np.int64, count=len(keys)), list(first)
+
         self._event_columns(index, kind, name, ts, dur, _ints(_get["pid"], xs, n),
-                            _ints(_get["tid"], xs, n), fields, lambda rows: _pick(args, rows),
-                            lambda rows: [launch_key(launch_of(a)) for a in _pick(args, rows)])
+                            _ints(_get["tid"], xs, n), fields, lambda rows: _pick(args, rows), launch_at)
 
     def _event_columns(self, index: int, kind: np.ndarray, name: np.ndarray, ts: np.ndarray,
                        dur: np.ndarray, pid: np.ndarray, tid: np.ndarray, fields, args_at, launch_at) -> None:
         """Adds a piece's complete events, every one readable (``ts``, ``dur`` in ns). ``kind``
         may hold -1 (no cat); ``fields(names, rows=None)`` gives those ``Args`` integer fields
         (of the rows, or of every event) as int64 arrays; ``args_at(rows)`` the rows' ``Args``;
-        ``launch_at(rows)`` the rows' launch configurations as ``_schema.launch_key`` bytes."""
+        ``launch_at(rows)`` the rows' launch configurations as (a group per row, each group's
+        ``_schema.launch_key`` bytes)."""
         n = len(ts)
         if kind.min() < 0:  # complete events without a cat (or not a string): Kind.OTHER
             self.problems["cat"] += int((kind < 0).sum())
@@ -375,11 +382,13 @@ class Columns:
         if not len(rows):
             return out
         known = self._launch_code
-        keys = launch_at(rows)
-        for k in set(keys).difference(known):
-            text = launch_text(k)
-            known[k] = self.launches[text] if text else -1
-        out[rows] = np.fromiter(map(known.__getitem__, keys), dtype=np.int32, count=len(keys))
+        group, keys = launch_at(rows)
+        for k in keys:
+            if k not in known:
+                text = launch_text(k)
+                known[k] = self.launches[text] if text else -1
+        codes = np.fromiter(map(known.__getitem__, keys), dtype=np.int32, count=len(keys))
+        out[rows] = codes[group]
         return out
 
     def _extra_args(self, kind: np.ndarray, name: np.ndarray, args_at) -> dict | None:
@@ -511,17 +520,20 @@ class Columns:
                     return [NO_ARGS if s < 0 else _ARGS.decode(text[s:e])
                             for s, e in spans[rows].tolist()]
 
-            def launch_at(rows: np.ndarray) -> list:
-                # the rows' args objects as one JSON array, decoded in one call into ``Launch``
-                # (msgspec skips every other key in C), each encoded again as its key
+            def launch_at(rows: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+                # the scanner hashed each event's launch configuration (its values' text): the
+                # first event of each hash is read (``Launch``: msgspec skips the other keys),
+                # in order of appearance; no Python object per kernel
+                h = x[rows, _X_LAUNCH]
+                uniq, first, group = np.unique(h, return_index=True, return_inverse=True)
+                seen = np.argsort(first, kind="stable")  # groups in order of appearance
+                rank = np.empty_like(seen)
+                rank[seen] = np.arange(len(seen))
+                picked = rows[first[seen]]
                 with memoryview(data) as text:
-                    joined = b"[" + b",".join([b"{}" if s < 0 else text[s:e]
-                                               for s, e in spans[rows].tolist()]) + b"]"
-                try:
-                    got = LAUNCH_LIST.decode(joined)
-                except msgspec.ValidationError:  # not objects (the scanner reads only those)
-                    got = [NO_LAUNCH] * len(rows)
-                return list(map(launch_key, got))
+                    keys = [launch_key(_LAUNCH.decode(text[s:e])) if hv != 0 and s >= 0 else b"{}"
+                            for hv, (s, e) in zip(uniq[seen].tolist(), spans[picked].tolist())]
+                return rank[group.reshape(-1)], keys
 
             self._event_columns(index, klut[cats], lut[codes], x[:, 4].copy(),
                                 dur, fixed(x[:, 2], 0),

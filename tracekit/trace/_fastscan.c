@@ -13,7 +13,9 @@
  * scan(buffer) -> None | (n_elements, strings, x, mem, threads, fixups)
  *   strings:  the distinct name/cat/ph strings of the piece (codes index it)
  *   x:        bytes of the complete events' columns, X_COLS int64 (name and cat codes, cat -1
- *             when absent; dur as float64 bits; args offsets -1 when absent), row-major
+ *             when absent; dur as float64 bits; args offsets -1 when absent; the launch hash:
+ *             FNV-1a over the launch configuration's keys and value texts, 0 when its args
+ *             have none of them, see LAUNCH_KEYS), row-major
  *   mem:      bytes of the [memory] events' columns, M_COLS int64, row-major
  *   threads:  [(pid, tid, name)] of thread_name metadata events with int pid and tid
  *   fixups:   [(column, row, str)] pid/tid values that are strings (0: x pid, 1: x tid,
@@ -35,7 +37,18 @@
 
 /* columns of a complete event */
 enum { XC_NAME, XC_CAT, XC_PID, XC_TID, XC_TS, XC_DUR, XC_EXT, XC_EXTL, XC_CORR, XC_STREAM,
-       XC_DEVICE, XC_NBYTES, XC_ASTART, XC_AEND, X_COLS };
+       XC_DEVICE, XC_NBYTES, XC_ASTART, XC_AEND, XC_LAUNCH, X_COLS };
+/* A kernel's launch configuration (tracekit/trace/_schema.py's Launch): their values are
+ * skipped as any other key's, and hashed with their key's index, so that the loader reads each
+ * distinct configuration once (from the first event of each hash) instead of every kernel's. */
+static const char *LAUNCH_KEYS[] = {"grid", "block", "registers per thread", "shared memory",
+                                    "est. achieved occupancy %", NULL};
+#define FNV_BASIS 1469598103934665603ULL
+#define FNV_PRIME 1099511628211ULL
+static uint64_t fnv(uint64_t h, const unsigned char *s, const unsigned char *e) {
+    for (; s < e; s++) { h ^= *s; h *= FNV_PRIME; }
+    return h;
+}
 /* columns of a [memory] event */
 enum { MC_TS, MC_TID, MC_DTYPE, MC_DID, MC_BYTES, MC_TALLOC, MC_TRES, MC_ADDR, M_COLS };
 
@@ -445,11 +458,13 @@ typedef struct {
     double dur;
     int64_t a[A_KEPT];
     int64_t astart, aend, label_off, label_len;
+    uint64_t launch;
 } Ev;
 
 static int args_object(P *p, Ev *e) {
     for (int i = 0; i < A_KEPT; i++) e->a[i] = -1;
     e->label_len = 0;
+    e->launch = 0;
     e->astart = p->s - p->base;
     p->s++;
     ws(p);
@@ -485,7 +500,20 @@ static int args_object(P *p, Ev *e) {
                 }
             }
         }
-        if (!done && (r = skip(p, 2))) return r;
+        if (!done) {
+            int li = -1;
+            for (int j = 0; LAUNCH_KEYS[j]; j++)
+                if ((size_t)kn == strlen(LAUNCH_KEYS[j]) && memcmp(k, LAUNCH_KEYS[j], (size_t)kn) == 0) { li = j; break; }
+            const unsigned char *v0 = p->s;
+            if ((r = skip(p, 2))) return r;
+            if (li >= 0) {
+                uint64_t h = e->launch ? e->launch : FNV_BASIS;
+                unsigned char tag = (unsigned char)(li + 1);
+                h = fnv(h, &tag, &tag + 1);
+                e->launch = fnv(h, v0, p->s);
+                if (!e->launch) e->launch = 1; /* 0 means none */
+            }
+        }
         if ((r = next_member(p, '}')) == 1) { e->aend = p->s - p->base; return 0; }
         if (r) return r;
     }
@@ -584,6 +612,7 @@ static int event(P *p) {
         row[XC_EXT] = e.a[A_EXT]; row[XC_EXTL] = e.a[A_EXTL]; row[XC_CORR] = e.a[A_CORR];
         row[XC_STREAM] = e.a[A_STREAM]; row[XC_DEVICE] = e.a[A_DEVICE]; row[XC_NBYTES] = e.a[A_NBYTES];
         row[XC_ASTART] = e.astart; row[XC_AEND] = e.aend;
+        row[XC_LAUNCH] = e.has_args ? (int64_t)e.launch : 0;
         int64_t xrow = p->x.n / (8 * X_COLS);
         if (e.pid_str) { int64_t f[4] = {0, xrow, e.pid_off, e.pid_len}; if (buf_row(&p->fixups, f, 4)) return NOMEM; }
         if (e.tid_str) { int64_t f[4] = {1, xrow, e.tid_off, e.tid_len}; if (buf_row(&p->fixups, f, 4)) return NOMEM; }

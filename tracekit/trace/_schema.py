@@ -110,10 +110,10 @@ LAUNCH_KEYS = {"grid": "grid", "block": "block", "registers": "registers per thr
 
 
 class Launch(msgspec.Struct, gc=False, omit_defaults=True, rename=LAUNCH_KEYS):
-    """A kernel's launch configuration, its values as the JSON text they were written as: the
-    compiled scanner's path decodes only these keys of a kernel's args (every other key is
-    skipped in C), and the loader keys its table on the struct's encoding (one C call a
-    kernel), reading each distinct configuration once (``launch_text``)."""
+    """A kernel's launch configuration, its values as the JSON text they were written as. The
+    compiled scanner hashes these keys' value texts per event (``_fastscan.c``: LAUNCH_KEYS) and
+    the loader decodes one event's ``Launch`` per distinct hash; msgspec's path reads them from
+    ``Args``. Either way each distinct configuration is read once (``launch_text``)."""
 
     grid: msgspec.Raw = msgspec.Raw(b"")
     block: msgspec.Raw = msgspec.Raw(b"")
@@ -122,8 +122,6 @@ class Launch(msgspec.Struct, gc=False, omit_defaults=True, rename=LAUNCH_KEYS):
     occupancy: msgspec.Raw = msgspec.Raw(b"")
 
 
-NO_LAUNCH = Launch()
-LAUNCH_LIST = msgspec.json.Decoder(list[Launch])
 launch_key = msgspec.json.Encoder().encode
 """A ``Launch`` as bytes (``b"{}"`` for none): the key a configuration is read once under."""
 
