@@ -45,6 +45,19 @@ static const char *LAUNCH_KEYS[] = {"grid", "block", "registers per thread", "sh
                                     "est. achieved occupancy %", NULL};
 #define FNV_BASIS 1469598103934665603ULL
 #define FNV_PRIME 1099511628211ULL
+static const Py_ssize_t LAUNCH_LEN[] = {4, 5, 20, 13, 25};
+static int launch_key_index(const unsigned char *k, Py_ssize_t kn) {
+    int j;
+    switch (kn) { /* one length each: at most one comparison a skipped key */
+    case 4: j = 0; break;
+    case 5: j = 1; break;
+    case 20: j = 2; break;
+    case 13: j = 3; break;
+    case 25: j = 4; break;
+    default: return -1;
+    }
+    return memcmp(k, LAUNCH_KEYS[j], (size_t)LAUNCH_LEN[j]) == 0 ? j : -1;
+}
 static uint64_t fnv(uint64_t h, const unsigned char *s, const unsigned char *e) {
     for (; s < e; s++) { h ^= *s; h *= FNV_PRIME; }
     return h;
@@ -501,9 +514,7 @@ static int args_object(P *p, Ev *e) {
             }
         }
         if (!done) {
-            int li = -1;
-            for (int j = 0; LAUNCH_KEYS[j]; j++)
-                if ((size_t)kn == strlen(LAUNCH_KEYS[j]) && memcmp(k, LAUNCH_KEYS[j], (size_t)kn) == 0) { li = j; break; }
+            int li = launch_key_index(k, kn);
             const unsigned char *v0 = p->s;
             if ((r = skip(p, 2))) return r;
             if (li >= 0) {
