@@ -18,7 +18,7 @@ def make_trace(rows: list[tuple]) -> Trace:
         gpu = kind in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
         recs.append(
             dict(kind=int(kind), name=name, ts=ts, dur=dur, pid=0 if gpu else 100, tid=tid, stream=stream if gpu else -1,
-                 device=0 if gpu else -1, correlation=-1, external_id=-1, bytes=-1)
+                 device=0 if gpu else -1, correlation=-1, external_id=-1, bytes=-1, launch=None)
         )
     ev = pd.DataFrame(recs).astype(EVENT_COLUMNS).sort_values("ts", ignore_index=True)
     mem = pd.DataFrame({c: pd.Series(dtype=t) for c, t in MEMORY_COLUMNS.items()})
