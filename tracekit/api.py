@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracekit._files import short_labels
 from tracekit.loaded import (LoadedTrace, analyze_path, analyzed, diff_paths, explain_path,
-                             has_untraced_beside, load, loading, report_for_path)
+                             has_untraced_beside, load, loading, pick_rank, report_for_path)
 from tracekit.reportcache import (MAX_REPORTS, REPORT_CACHE_VERSION, cache_problem,
                                   cached_report, cached_reports, report_key, trace_files)
 
@@ -69,17 +69,7 @@ def open(path: str | os.PathLike, *, rank: int | None = None, **options: Any) ->
     trace), or of ``rank`` among several; ``options``: ``loading``'s (``rules``,
     ``cache_dir``, ``use_cache``, ``progress``). ``InputError`` when the rank is not there,
     or when the path holds several ranks and none is named."""
-    from tracekit.errors import InputError
-
-    got = load(path, **options)
-    if rank is None and len(got) == 1:
-        return got[0]
-    for lt in got:
-        if lt.rank == rank:
-            return lt
-    have = ", ".join(str(lt.rank) for lt in got)
-    raise InputError(f"no rank {rank} here (ranks: {have})" if rank is not None else
-                     f"holds {len(got)} ranks ({have}): name one (rank=N)", path=os.fspath(path))
+    return pick_rank(load(path, **options), rank, path)
 
 
 def is_job(path: str | os.PathLike) -> bool:

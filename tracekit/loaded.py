@@ -425,21 +425,13 @@ def diff_paths(
     cores), as a one-shot CLI process does."""
     from tracekit.analyses import diff
     from tracekit.analyses.forked import Forked
-    from tracekit.errors import InputError
 
     for p in (a, b):
         check_readable(os.fspath(p), "trace file or directory", directory_ok=True)
     opts = dict(rules=rules_path, cache_dir=cache_dir, use_cache=use_cache, progress=progress)
 
     def pick(got: list[LoadedTrace], rank: int | None, path) -> LoadedTrace:
-        if rank is None and len(got) == 1:
-            return got[0]
-        for lt in got:
-            if lt.rank == rank:
-                return lt
-        have = ", ".join(str(lt.rank) for lt in got)
-        raise InputError(f"no rank {rank} here (ranks: {have})" if rank is not None else
-                         f"holds {len(got)} ranks ({have}): name one (--rank-a/--rank-b)", path=os.fspath(path))
+        return pick_rank(got, rank, path, how="--rank-a/--rank-b")
 
     if os.path.realpath(os.fspath(a)) == os.path.realpath(os.fspath(b)):  # two ranks of one job: one load
         got = load(a, **opts)
@@ -450,6 +442,22 @@ def diff_paths(
         side_a = Forked(lambda: pick(load(a, **opts), rank_a, a).diff_side(), fork=parallel)
         side_b = pick(load(b, **opts), rank_b, b).diff_side()
     return diff.compute(side_a.result(), side_b)
+
+
+def pick_rank(got: list[LoadedTrace], rank: int | None, path: str | os.PathLike, *,
+              how: str = "rank=N") -> LoadedTrace:
+    """The one of ``got`` (the traces ``path`` holds) that is ``rank``; with ``rank`` None, the
+    only one. ``InputError`` naming the ranks there otherwise (``how``: how to name one)."""
+    from tracekit.errors import InputError
+
+    if rank is None and len(got) == 1:
+        return got[0]
+    for lt in got:
+        if lt.rank == rank:
+            return lt
+    have = ", ".join(str(lt.rank) for lt in got)
+    raise InputError(f"no rank {rank} here (ranks: {have})" if rank is not None else
+                     f"holds {len(got)} ranks ({have}): name one ({how})", path=os.fspath(path))
 
 
 def has_untraced_beside(path: str | os.PathLike) -> bool:
@@ -466,4 +474,4 @@ def has_untraced_beside(path: str | os.PathLike) -> bool:
 
 
 __all__ = ["LoadedTrace", "analyze_path", "analyzed", "diff_paths", "explain_path", "has_untraced_beside", "load", "loading",
-           "report_for_path"]
+           "pick_rank", "report_for_path"]
