@@ -280,6 +280,14 @@ def _pct(v):
     return "-" if v is None else f"{100 * v:+.2f}%"
 
 
+def _bound(bound: str | None, share: float | None) -> str:
+    """A bound and its share of the critical path; a bound the trace's limits decided (explain
+    gives it no share: the path through the recorded events does not show it) says so."""
+    if not bound:
+        return "-"
+    return f"{bound} {_fmt(100 * share, 0)}%" if share is not None else f"{bound} (the trace's limits)"
+
+
 def _yes(v):
     return "-" if v is None else ("yes" if v else "no")
 
@@ -313,8 +321,8 @@ def render(doc: dict) -> str:
             interval = f" [{_fmt(r['measured_lo'])}, {_fmt(r['measured_hi'])}]" \
                 if r.get("measured_lo") is not None else ""
             out.append(
-                f"| {r['name']} | {r['bound'] or '-'} {_fmt(100 * (r['bound_share'] or 0), 0)}% / "
-                f"{r['bound_traced'] or '-'} {_fmt(100 * (r['bound_traced_share'] or 0), 0)}% | "
+                f"| {r['name']} | {_bound(r['bound'], r['bound_share'])} / "
+                f"{_bound(r['bound_traced'], r['bound_traced_share'])} | "
                 f"{_fmt(r['before_ms'])} -> {_fmt(r['after_ms'])} | "
                 f"{_fmt(r['measured_saving_ms'])}{interval} | {_fmt(r['predicted_saving_ms'])} / "
                 f"{_fmt(r['predicted_contention_saving_ms'])} | {_yes(r['ok'])} | "
