@@ -208,18 +208,26 @@ def _dims(total_d: int, max_d: int, t: int) -> tuple[float, str]:
                          "counted at the mean dim")
 
 
-def _fbgemm_forward(m: re.Match, x: _Inputs) -> OpBytes:
-    dense, nobag, weighted = m["dense"] == "dense", bool(m["nobag"]), m["w"] == "weighted"
-    if m["vbe"]:
-        raise _Bad("variable batch sizes (VBE): not modelled")
-    base = 0 if dense else 3  # dev_weights, [uvm_weights, lxu_cache_weights, weights_placements]
-    dev, s = x.numel(0, "dev_weights", _FLOATS, 1)
+def _weights_in_hbm(x: _Inputs, at: int, dense: bool) -> tuple[int, int]:
+    """The element size of the device weights (input ``at``) and the position of the last
+    weights input (``weights_offsets`` comes next): a split op's UVM, cache and placement inputs
+    follow its device weights. ``_Bad`` when the tables are in UVM (host memory) or there are no
+    device weights."""
+    dev, s = x.numel(at, "dev_weights", _FLOATS, 1)
     if not dense:
-        uvm, _ = x.numel(1, "uvm_weights", _FLOATS, 1)
+        uvm, _ = x.numel(at + 1, "uvm_weights", _FLOATS, 1)
         if uvm:
             raise _Bad("tables in UVM (host memory), not read from HBM: not modelled")
     if not dev:
         raise _Bad("no device weights")
+    return s, at + (0 if dense else 3)
+
+
+def _fbgemm_forward(m: re.Match, x: _Inputs) -> OpBytes:
+    dense, nobag, weighted = m["dense"] == "dense", bool(m["nobag"]), m["w"] == "weighted"
+    if m["vbe"]:
+        raise _Bad("variable batch sizes (VBE): not modelled")
+    s, base = _weights_in_hbm(x, 0, dense)
     wt = x.types[0]
     t, _ = x.numel(base + 1, "weights_offsets", _INTS, 1)
     if nobag:
@@ -258,14 +266,7 @@ def _fbgemm_backward(m: re.Match, x: _Inputs) -> OpBytes:
     if opt not in _STATE_FLOATS:
         raise _Bad(f"optimizer {opt!r}: its state is not modelled")
     g_n, g_s = x.numel(0, "grad_output", {"float", "c10::Half", "c10::BFloat16"})
-    dev, s = x.numel(1, "dev_weights", _FLOATS, 1)
-    base = 1 if dense else 4
-    if not dense:
-        uvm, _ = x.numel(2, "uvm_weights", _FLOATS, 1)
-        if uvm:
-            raise _Bad("tables in UVM (host memory), not read from HBM: not modelled")
-    if not dev:
-        raise _Bad("no device weights")
+    s, base = _weights_in_hbm(x, 1, dense)
     if nobag:
         d = x.scalar(base + 2, "D")
         dim, t, pos = float(d), x.numel(base + 1, "weights_offsets", _INTS, 1)[0], base + 3
@@ -299,14 +300,7 @@ def _fbgemm_grad_indice_weights(m: re.Match, x: _Inputs) -> OpBytes:
     if m["vbe"]:
         raise _Bad("variable batch sizes (VBE): not modelled")
     gd, gt = x.tensor(0, "grad_output", {"float", "c10::Half", "c10::BFloat16"}, 2)
-    dev, s = x.numel(1, "dev_weights", _FLOATS, 1)
-    base = 1 if dense else 4
-    if not dense:
-        uvm, _ = x.numel(2, "uvm_weights", _FLOATS, 1)
-        if uvm:
-            raise _Bad("tables in UVM (host memory), not read from HBM: not modelled")
-    if not dev:
-        raise _Bad("no device weights")
+    s, base = _weights_in_hbm(x, 1, dense)
     t1, _ = x.numel(base + 2, "D_offsets", _INTS, 1)
     max_d = x.scalar(base + 3, "max_D")
     total_d = int(gd[1])
