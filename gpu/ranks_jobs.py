@@ -34,7 +34,7 @@ Writes (rank 0) ``DIR/results.json`` and ``DIR/results.md`` (updated after every
 ``DIR/commit/`` laid out as the repository:
 
 - ``sample_traces/ranks_<W>gpu_<case>/trace_rank<r>.json.gz`` (every rank; preset ``jobs_hot``:
-  ``ranks_<W>gpu_heavy_<case>``, apart from preset ``jobs``' traces), ``metrics.json`` and
+  ``ranks_<W>gpu_heavy_<case>``, ``jobs_mid``: ``ranks_<W>gpu_mid_<case>``, apart from preset ``jobs``' traces), ``metrics.json`` and
   ``README.md`` (the case, the plan, the measured untraced job step);
 - ``bench/results/jobs-<W>gpu-<gpu>-<date>-<HHMM>.json`` / ``.md``.
 
@@ -94,6 +94,10 @@ PRESETS = {
     # a stronger imbalance: 4x the samples and 200 ids per sample in the hot tables (the lookups of the
     # rank that owns them dominate its step)
     "jobs_hot": dict(tables=16, rows=1_000_000, dim=128, hot=4, hot_pooling=200.0, cold_pooling=2.0, batch=32768,
+                     dense_arch=(512, 256), over_arch=(1024, 1024, 512)),
+    # held out from every fit (2026-11-27, session 2): between the two above (16k samples, 40 ids per
+    # sample in the hot tables, 3 in the cold), for 2-rank jobs with a delay of another size
+    "jobs_mid": dict(tables=16, rows=1_000_000, dim=128, hot=4, hot_pooling=40.0, cold_pooling=3.0, batch=16384,
                      dense_arch=(512, 256), over_arch=(1024, 1024, 512)),
     # the CPU smoke test (gloo, the reference TBE)
     "tiny": dict(tables=8, rows=2_000, dim=16, hot=2, hot_pooling=16.0, cold_pooling=2.0, batch=64,
@@ -294,8 +298,9 @@ class Jobs:
     def traces(self) -> None:
         a = self.args
         for case in CASES:
-            # the presets' traces apart: ranks_4gpu_<case> (jobs), ranks_4gpu_heavy_<case> (jobs_hot)
-            kind = "heavy_" if a.preset == "jobs_hot" else ""
+            # the presets' traces apart: ranks_4gpu_<case> (jobs), ranks_4gpu_heavy_<case> (jobs_hot),
+            # ranks_2gpu_mid_<case> (jobs_mid)
+            kind = {"jobs_hot": "heavy_", "jobs_mid": "mid_"}.get(a.preset, "")
             folder = self.out / "commit" / "sample_traces" / f"ranks_{self.world}gpu_{kind}{case}"
             cfg = dataclasses.replace(self.cfg, profile_steps=a.profile_steps, out=str(folder))
             seg = self.run(case, cfg)

@@ -38,6 +38,10 @@
 # 1.6.1's own benchmark_train_pipeline, gpu/torchrec_bench.py, after installing fbgemm_gpu from
 # the parts in $FBPARTS (default /tmp/fbparts: part-aa, part-ab, part-ac, sha256, install.sh) and
 # the wheels in .whl/torchrec into /tmp/site; <= 330 s). gpu/CALLS.md: the calls that run them.
+# holdout1 / holdout2 / jobs2 (held out, 2026-11-27 session 2: presets never used to fit the overhead model,
+# the replay or the what-ifs: bench.pipelines on 1 GPU (multitask_b8k, multitask_h32, multitask_p0,
+# dense_b16k; profiler options default, shapes, stack) and 2 GPUs (multitask, dense_b16k, multitask_b8k),
+# and gpu/ranks_jobs.py on 2 ranks (jobs_mid with rank 1 +2 ms, jobs_hot with rank 0 +4 ms); <= 270 s each).
 # cudagraph (gpu/cuda_graph_trace.py: a small MLP's step captured in a CUDA graph and replayed,
 # and the same eagerly, each traced; for explain's CUDA-graph check on a real trace; <= 1 min).
 # Each part runs with its own time limit and its own output folder; one failing part does not
@@ -111,6 +115,15 @@ for p in "${parts[@]}"; do
                   --plan multitask_b32k:sparse+fused,multitask_b4k:sparse+fused \
                   --profile-options default,no_memory,no_sync,shapes,stack --window-variants sparse \
                   --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
+    holdout1) part holdout1 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 170 --min-rounds 6 \
+                  --plan multitask_b8k:sparse+fused,multitask_h32:sparse+fused,multitask_p0:sparse+fused,dense_b16k:sparse+fused \
+                  --profile-options default,shapes,stack --window-variants sparse \
+                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
+    holdout2) part holdout2 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
+                  --plan multitask:sparse+fused,dense_b16k:sparse+fused,multitask_b8k:sparse+fused \
+                  --profile-options default --out "$OUT"' ;;
+    jobs2) part jobs2 290 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_mid --delay-rank 1 --delay-ms 2 --budget-s 110 --out "$OUT/mid" &&
+                  torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_hot --delay-rank 0 --delay-ms 4 --budget-s 60 --min-rounds 4 --out "$OUT/hot"' ;;
     jobs4) part jobs4 250 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --budget-s 190 --out "$OUT"' ;;
     torchrec) part torchrec 340 bash -c 'set -e; fb=${FBPARTS:-/tmp/fbparts}; ls -l "$fb";
                   t=$SECONDS; bash "$fb/install.sh" "$fb" /tmp/site;

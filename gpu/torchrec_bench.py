@@ -84,6 +84,10 @@ PLAN: dict[str, tuple[int, str, int, int, int]] = {
     "1gpu_semi_b8192": (1, "semi", 8192, 8, 2),
     "1gpu_fused_b8192_r2": (1, "fused", 8192, 8, 2),
     "1gpu_sparse_b8192_r2": (1, "sparse", 8192, 8, 2),
+    "2gpu_sparse_b8192": (2, "sparse", 8192, 8, 1),
+    "2gpu_fused_b8192": (2, "fused", 8192, 8, 1),
+    "2gpu_sparse_b4096": (2, "sparse", 4096, 8, 1),
+    "2gpu_fused_b4096": (2, "fused", 4096, 8, 1),
 }
 
 
