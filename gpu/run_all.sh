@@ -37,7 +37,7 @@
 # interleaved untraced rounds and every rank traced; <= 240 s), torchrec (issue 24: TorchRec
 # 1.6.1's own benchmark_train_pipeline, gpu/torchrec_bench.py, after installing fbgemm_gpu from
 # the parts in $FBPARTS (default /tmp/fbparts: part-aa, part-ab, part-ac, sha256, install.sh) and
-# the wheels in .whl/torchrec into /tmp/site; <= 330 s). gpu/CALLS.md: the calls that run them.
+# the wheels in .whl/torchrec into /tmp/site; <= 330 s; $TORCHREC_ARGS: more flags, e.g. --plan). gpu/CALLS.md: the calls that run them.
 # holdout1 / holdout2 / jobs2 (held out, 2026-11-27 session 2: presets never used to fit the overhead model,
 # the replay or the what-ifs: bench.pipelines on 1 GPU (multitask_b8k, multitask_h32, multitask_p0,
 # dense_b16k; profiler options default, shapes, stack) and 2 GPUs (multitask, dense_b16k, multitask_b8k),
@@ -115,7 +115,7 @@ for p in "${parts[@]}"; do
                   --plan multitask_b32k:sparse+fused,multitask_b4k:sparse+fused \
                   --profile-options default,no_memory,no_sync,shapes,stack --window-variants sparse \
                   --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
-    holdout1) part holdout1 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 170 --min-rounds 6 \
+    holdout1) part holdout1 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
                   --plan multitask_b8k:sparse+fused,multitask_h32:sparse+fused,multitask_p0:sparse+fused,dense_b16k:sparse+fused \
                   --profile-options default,shapes,stack --window-variants sparse \
                   --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
@@ -129,7 +129,7 @@ for p in "${parts[@]}"; do
                   t=$SECONDS; bash "$fb/install.sh" "$fb" /tmp/site;
                   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/torchrec/*.whl;
                   export PYTHONPATH=/tmp/site:$PYTHONPATH; python3 -c "$0"; echo "install: $((SECONDS - t)) s";
-                  python3 gpu/torchrec_bench.py --budget-s $((300 - (SECONDS - t))) --out "$OUT"' "$fbgemm_check" ;;
+                  python3 gpu/torchrec_bench.py --budget-s $((300 - (SECONDS - t))) ${TORCHREC_ARGS:-} --out "$OUT"' "$fbgemm_check" ;;
     *) echo "unknown part: $p" >&2 ;;
     esac
 done
