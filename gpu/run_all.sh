@@ -41,7 +41,8 @@
 # holdout1 / holdout2 / jobs2 (held out, 2026-11-27 session 2: presets never used to fit the overhead model,
 # the replay or the what-ifs: bench.pipelines on 1 GPU (multitask_b8k, multitask_h32, multitask_p0,
 # dense_b16k; profiler options default, shapes, stack) and 2 GPUs (multitask, dense_b16k, multitask_b8k),
-# and gpu/ranks_jobs.py on 2 ranks (jobs_mid with rank 1 +2 ms, jobs_hot with rank 0 +4 ms); <= 270 s each).
+# and gpu/ranks_jobs.py on 2 ranks (jobs_mid with rank 1 +2 ms, jobs_hot with rank 0 +4 ms); <= 290 s each);
+# jobs4m: the same held-out preset jobs_mid on 4 ranks, rank 3 +2.5 ms (<= 200 s).
 # cudagraph (gpu/cuda_graph_trace.py: a small MLP's step captured in a CUDA graph and replayed,
 # and the same eagerly, each traced; for explain's CUDA-graph check on a real trace; <= 1 min).
 # Each part runs with its own time limit and its own output folder; one failing part does not
@@ -124,6 +125,7 @@ for p in "${parts[@]}"; do
                   --profile-options default --out "$OUT"' ;;
     jobs2) part jobs2 290 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_mid --delay-rank 1 --delay-ms 2 --budget-s 110 --out "$OUT/mid" &&
                   torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_hot --delay-rank 0 --delay-ms 4 --budget-s 60 --min-rounds 4 --out "$OUT/hot"' ;;
+    jobs4m) part jobs4m 200 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_mid --delay-rank 3 --delay-ms 2.5 --budget-s 90 --out "$OUT"' ;;
     jobs4) part jobs4 250 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --budget-s 190 --out "$OUT"' ;;
     torchrec) part torchrec 340 bash -c 'set -e; fb=${FBPARTS:-/tmp/fbparts}; ls -l "$fb";
                   t=$SECONDS; bash "$fb/install.sh" "$fb" /tmp/site;
