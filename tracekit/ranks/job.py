@@ -414,9 +414,15 @@ def _joined(ranks: list[dict], arr: pd.DataFrame, table: pd.DataFrame, off: dict
     out["warnings"] = list(jg.warnings) + _count_warnings(ranks)
     ctx = jobgraph.Context(inputs=inputs, names=names, graph=jg, schedule=sc)
     out["what_ifs"] = []
-    if straggler_rank is not None:
-        got = whatif.straggler_at_median(ctx, out, straggler_rank)
+    on_graph = whatif.graph_straggler(out, straggler_rank)
+    if on_graph is not None:
+        got = whatif.straggler_at_median(ctx, out, on_graph)
         if got is not None:
+            if straggler_rank is not None and on_graph != straggler_rank:
+                got["note"] = "; ".join(x for x in (
+                    got.get("note"), f"over the counted steps the ranks wait most for rank "
+                    f"{on_graph}; the job's straggler over every instance is rank "
+                    f"{straggler_rank}") if x)
             out["what_ifs"].append(got)
     return out, ctx
 

@@ -2,8 +2,10 @@
 
 - ``straggler at the median rank's speed``: the straggler's skeleton replaced by the median
   rank's (``jobgraph.translate``: the median rank's work between the same collectives, on the
-  straggler's clock). The median rank: among the other ranks, the one whose own work per step
-  (``jobgraph.summarise``) is the median. Needs only the skeletons.
+  straggler's clock). The straggler is the graph's (``graph_straggler``: the rank the others
+  wait for most over the counted steps, which the replay changes). The median rank: among the
+  other ranks, the one whose own work per step (``jobgraph.summarise``) is the median. Needs
+  only the skeletons.
 - ``all-to-all balanced``: every rank doing the mean rank's work: in each phase whose GPU time
   differs across ranks (the largest rank's at least ``PHASE_IMBALANCE_MIN`` times the mean:
   what the shards' sizes decide, not the noise of equal work; communication left out), every
@@ -153,6 +155,24 @@ def transfer_factors(arrivals, a2a_instances) -> dict[int, float]:
     mx, mean = g.max(), g.mean()
     ok = mx > 0
     return {int(i): float(mean[i] / mx[i]) for i in mx.index[ok]}
+
+
+def graph_straggler(summary: dict, fallback: int | None) -> int | None:
+    """The rank the others wait for most on the job's graph over its counted steps (the sum
+    of the ranks' ``waits_for`` in ``jobgraph.summarise``): the straggler of the steps the
+    graph replays, which the what-if changes. The job's straggler (``fallback``: the most caused
+    wait over every matched instance, the pinned step and the unstepped collectives included)
+    can be another rank: a rank whose delay only the pinned step shows, or one the GPU-heavy
+    steps absorb. ``fallback`` where no rank waits on the graph."""
+    caused: dict[int, float] = {}
+    for r in summary.get("ranks") or []:
+        for w in r.get("waits_for") or []:
+            if int(w["rank"]) != int(r["rank"]):
+                caused[int(w["rank"])] = caused.get(int(w["rank"]), 0.0) + float(w["ns"])
+    if not caused or max(caused.values()) <= 0:
+        return fallback
+    top = max(caused.values())
+    return min(k for k, v in caused.items() if v == top)
 
 
 def median_rank(summary: dict, straggler: int) -> int | None:

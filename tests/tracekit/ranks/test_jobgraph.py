@@ -103,3 +103,21 @@ def test_a_runtime_job_without_a_straggler(cache):
     assert g["step_ns"] == max(r["step_ns"] for r in g["ranks"])
     w = {x["id"]: x for x in g["what_ifs"]}["straggler_at_median"]
     assert 0 < w["saving_ns"] <= own[0] - own[1]
+
+
+def test_the_what_if_straggler_is_the_one_the_graph_waits_for():
+    """``graph_straggler``: the rank the others wait for most over the counted steps (summed
+    over the waiting ranks), the lower rank on a tie; the job's straggler where none waits."""
+    from tracekit.ranks.whatif import graph_straggler
+
+    summary = {"ranks": [
+        {"rank": 0, "waits_for": [{"rank": 1, "ns": 300.0}, {"rank": 2, "ns": 20.0}]},
+        {"rank": 1, "waits_for": [{"rank": 2, "ns": 60.0}]},
+        {"rank": 2, "waits_for": [{"rank": 1, "ns": 270.0}]},
+        {"rank": 3, "waits_for": [{"rank": 2, "ns": 45.0}, {"rank": 1, "ns": 10.0}]}]}
+    assert graph_straggler(summary, 2) == 1
+    tie = {"ranks": [{"rank": 0, "waits_for": [{"rank": 2, "ns": 5.0}]},
+                     {"rank": 2, "waits_for": [{"rank": 1, "ns": 5.0}]}]}
+    assert graph_straggler(tie, 0) == 1
+    none = {"ranks": [{"rank": 0, "waits_for": []}, {"rank": 1, "waits_for": []}]}
+    assert graph_straggler(none, 1) == 1 and graph_straggler({}, None) is None
