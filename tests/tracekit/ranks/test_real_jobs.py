@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests.conftest import SAMPLE_TRACES
@@ -137,3 +138,46 @@ def test_planted_straggler_on_real_nccl(cache):
     assert a["heaviest_rank"] == 0 and a["imbalance"] == pytest.approx(4 * 2 / (2 - 1 + 4))
     off = next(o for o in job["clock"]["offsets"] if o["rank"] == 1)
     assert abs(off["offset_ns"]) < 20_000  # one host, one clock
+
+
+def test_fused_job_waits_hide_under_each_ranks_compute(cache):
+    """2-GPU FusedSparseDist (2026-11-27): the arrivals name rank 1 the straggler, but of its
+    42.5 ms of caused waits 36.9 ms lie in the pinned first step; in the counted step the
+    waits (5.6 ms) are rank 0's collective kernels on their own streams, under its compute: no
+    activity of either rank's main stream starts right after a collective's end having sat
+    idle (in the pinned step two of rank 0's do, 1.2-1.3 us after an all-reduce ends), and the
+    graph has no edge from a counted collective into the main stream or the main thread. So the
+    job's graph rightly finds no rank waiting and no change across ranks that helps."""
+    from tracekit.analyses import collectives
+    from tracekit.analyses.skeleton import cut_nodes
+    from tracekit.graph.build import build_graph
+    from tracekit.graph.model import EdgeKind, NodeKind, main_lanes
+    from tracekit.loaded import loading
+
+    d = SAMPLE_TRACES / "pipelines_2gpu" / "fused"
+    job = analyze_job(d, cache_dir=cache, whole=False).job
+    per_step = {s["step"]: s for s in job["stragglers"]["steps"]}
+    assert job["stragglers"]["rank"] == 1 and set(per_step) == {8, 9}
+    assert per_step[8]["caused_wait_ns"] > 6 * per_step[9]["caused_wait_ns"] > 0
+    g = job["graph"]
+    assert g["counted_steps"] == [9] and not any(r["waiting"] or r["wait_ns"] for r in g["ranks"])
+    assert not any(w["helps"] for w in g["what_ifs"])
+    resumed = {}
+    for r in (0, 1):
+        with loading(d / f"trace_rank{r}.json.gz", cache_dir=cache, progress=False) as tr:
+            gr = build_graph(tr[0].trace, tr[0].rules)
+            cuts, _ = cut_nodes(gr, collectives.kernel_events(tr[0].trace, tr[0].rules))
+        main = (gr.kind == NodeKind.GPU) & main_lanes(gr)[gr.lane]
+        on = np.flatnonzero(main)
+        on = on[np.argsort(gr.start[on])]
+        idle = gr.start[on[1:]] - gr.end[on[:-1]]
+        woke = on[1:][idle >= 20_000]
+        after = gr.start[woke][:, None] - gr.end[cuts][None, :]
+        hit = ((after >= 0) & (after <= 10_000)).any(axis=1)
+        for st in (8, 9):
+            resumed[(r, st)] = int((hit & (gr.step[woke] == st)).sum())
+        waits = np.isin(gr.src, cuts[gr.step[cuts] == 9]) & np.isin(gr.edge_kind, [
+            int(EdgeKind.WAIT_RECORDED), int(EdgeKind.WAIT_INFERRED), int(EdgeKind.HOST_WAIT)])
+        into = gr.dst[waits]
+        assert not (main[into] | (gr.lane[into] == gr.main_lane)).any()
+    assert resumed == {(0, 8): 2, (0, 9): 0, (1, 8): 0, (1, 9): 0}
