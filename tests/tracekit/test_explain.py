@@ -12,6 +12,8 @@ from tests.tracegen import US, TraceBuilder, load_built
 from tests.tracekit.test_cli_analyze import run
 from tracekit.analyses import explain
 from tracekit.analyses.snapshot import compute_snapshot
+from tracekit.graph import fixes, whatif
+from tracekit.graph.model import EdgeKind
 from tracekit.phases import default_rules
 from tracekit.report import explain_dict
 from tracekit.trace import load
@@ -112,13 +114,96 @@ def test_fused_sparse_dist(tmp_path):
     # counted steps are replayed from the state the trace was in at step 1's end (150, its
     # optimizer's end; ``whatif.pin_of``): step 2's lookup starts after step 1's embedding
     # backward (130), its dense forward at 150, its embedding backward ends at 250: 100 us;
-    # step 3 120 us; the mean 110 us.
+    # step 3 120 us; the mean 110 us: the contention-free replay.
+    # The fix's prediction is the contention-aware replay (the change shares the GPU): the
+    # embedding backward and the optimizer, now beside each other for 20 us, each end 20 us
+    # later (``whatif.CONTENTION_SHARE``: two kernels filling the SMs take as long as one after
+    # the other). This GPU is never idle, so the steady step stays 140 us (step 3); only step
+    # 2, whose lookup starts after step 1's embedding backward, gains: 120 us, the mean 130.
     assert f["observed_step_ns"] == 140 * US
-    assert f["predicted_step_ns"] == 110 * US and f["saving_ns"] == 30 * US
+    assert f["predicted_step_ns"] == 130 * US and f["saving_ns"] == 10 * US
+    assert f["saving_contention_ns"] == f["saving_ns"]
+    trace = fused_trace(tmp_path / "again", fused=False)
+    _, g, _ = explain.view_graph(trace, RULES)
+    p = whatif.predict(g, fixes.detect_fused(trace, g, RULES, fixes.FixConfig()).change)
+    assert p.free_ns == 110 * US and p.saving_free_ns == 30 * US
+    assert [s[3] for s in p.steps[1:]] == [120 * US, 140 * US]
     r2 = explain.compute(fused_trace(tmp_path / "f", fused=True), RULES)
     assert _finding(r2, "fused_sparse_dist") is None
     wi = r2.what_ifs.set_index("id")
     assert not wi.loc["fused_sparse_dist", "applies"]
+
+
+def issued_late_trace(tmp_path):
+    """SparseDist on one stream, three steps, the host waiting for the GPU at the start of each
+    optimizer (a device synchronize: it returns 0.5 us after the GPU's last work ends, at R),
+    then launching four 2-us optimizer kernels 10 us apart (R+1, R+11, R+21, R+31: the GPU
+    idles between them); the next step starts at R+36 and launches its lookup (20 us) 1 us
+    later, its dense forward (30), backward (40) and embedding backward (30) right after
+    (launch latency 2 us, stream gap 1 us). Each kernel is written where the GPU runs it."""
+    b = TraceBuilder()
+    s, free = 0.0, None  # step start, when the stream is next free (None: idle)
+
+    def run(name, call_at, dur):
+        nonlocal free
+        at = call_at + 0.5 + 2 if free is None or free < call_at + 0.5 + 2 - 1 else free + 1
+        b.kernel(name, at, dur, launched_by=b.runtime("cudaLaunchKernel", call_at, 0.5))
+        free = at + dur
+        return at + dur
+
+    for i in (1, 2, 3):
+        b.annotation(f"## forward {i} ##", s + 0.5, 2.3)
+        run("tbe::detail::pooled_forward_kernel", s + 1, 20)
+        run("dense_fwd", s + 2, 30)
+        b.annotation(f"## backward {i} ##", s + 2.9, 0.9)
+        run("dense_bwd", s + 3, 40)
+        b.annotation(f"## emb_backward {i} ##", s + 3.9, 0.9)
+        done = run("emb_bwd", s + 4, 30)
+        r = done + 0.5
+        b.annotation(f"## optimizer {i} ##", s + 4.9, r + 31.6 - (s + 4.9))
+        b.runtime("cudaDeviceSynchronize", s + 5, r - (s + 5))
+        for k in range(4):
+            run("adam", r + 1 + 10 * k, 2)
+        b.profiler_step(i, s, r + 36 - s)
+        s = r + 36
+    return load_built(b, tmp_path)
+
+
+def test_fused_sparse_dist_issues_the_lookup_before_the_optimizer(tmp_path):
+    trace = issued_late_trace(tmp_path)
+    r = explain.compute(trace, RULES, config=TRACED)
+    # as traced: a step runs from one synchronize's return R to the next: the optimizer's
+    # kernels end at R+35.5; the lookup, launched at R+37, runs R+39.5..59.5; the forward, the
+    # backward and the embedding backward follow (1-us gaps): 60.5..90.5, 91.5..131.5,
+    # 132.5..162.5; the synchronize returns at R+163: 163 us a step.
+    f = _finding(r, "fused_sparse_dist")
+    assert f["observed_step_ns"] == 163 * US
+    # FusedSparseDist issues the next lookup right after the backward, before the optimizer
+    # (whose first call here is the synchronize): the lookup's launch moves there, and its
+    # host time (the 0.5-us launch) leaves the forward for that point, where the host waits
+    # anyway. On the side stream the lookup runs right behind the embedding backward, from
+    # R-0.5 to R+19.5, while the host launches the optimizer; the next forward, launched at
+    # R+37.5, starts at R+40 (its launch decides, no longer the lookup); the backward
+    # 71..111, the embedding backward on the side stream right behind it 111..141: the
+    # synchronize returns at R+141.5: 141.5 us, 21.5 saved (the lookup's 20 us, its launch's
+    # 0.5 and the stream gap the embedding backward no longer waits). With contention the
+    # lookup and the two optimizer kernels it overlaps (2 us each, in the GPU's idle time
+    # between the optimizer's launches) each take the overlap longer, which the host's
+    # launches hide: the same 141.5 us.
+    _, g, _ = explain.view_graph(trace, RULES, TRACED)
+    ch = fixes.detect_fused(trace, g, RULES, fixes.FixConfig()).change
+    p = whatif.predict(g, ch)
+    assert p.steps[2][3] == 141.5 * US and p.steps[2][4] == 141.5 * US
+    assert p.free_ns == p.predicted_ns and f["saving_ns"] == pytest.approx(p.saving_ns)
+    # the same what-if with the lookup launched where the trace launched it (the GPU work
+    # moved only, as before this model): the lookup, launched at R+37, runs R+39.5..59.5 and
+    # the forward waits for it: 161 us, only the two stream gaps saved
+    keep = ch.add_lag == 0  # the what-if's other edges (the fused pipeline's order)
+    launch = (g.edge_kind == int(EdgeKind.LAUNCH)) & (g.phase[g.dst] == "lookup")
+    gpu_only = whatif.Change(drop=ch.drop & ~launch, add_src=ch.add_src[keep],
+                             add_dst=ch.add_dst[keep], add_lag=ch.add_lag[keep], move=ch.move)
+    q = whatif.predict(g, gpu_only)
+    assert q.steps[2][3] == 161 * US
 
 
 def test_generic_and_user_what_ifs(tmp_path):

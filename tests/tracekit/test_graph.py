@@ -78,6 +78,23 @@ def test_gpu_bound_and_what_if(tmp_path):
     assert p.predicted_contention_ns == p.predicted_ns
 
 
+
+def test_moved_kernel_shares_the_gpu(tmp_path):
+    """k2 moved to a stream of its own (what FusedSparseDist does to the embedding backward),
+    worked by hand (us; launch latency 8, no stream gap): contention-free, k2 runs 12..42
+    beside k1 (10..40) and k3 follows k1 at 40: the step ends at 70. Contention-aware, each
+    kernel takes the overlap it gained longer (``CONTENTION_SHARE``: kernels that fill the
+    SMs progress at half speed side by side): k1 +28 (10..68), k2 +28 with k1 and +2 with k3
+    (12..72), k3 +2 (68..100): the step ends at 100, what the three take one after the other.
+    A move shares the GPU: the prediction is the contention-aware replay, no saving."""
+    g = build_graph(gpu_bound(tmp_path), RULES)
+    ch = wi.Change(move=g.name == "k2")
+    assert ch.shares_gpu and not wi.Change().shares_gpu
+    p = wi.predict(g, ch)
+    assert p.free_ns == 70 * US and p.saving_free_ns == 30 * US
+    assert p.predicted_ns == p.predicted_contention_ns == 100 * US and p.saving_ns == 0
+
+
 def sync_trace(tmp_path, platform="cuda"):
     """A stream synchronize waits for a 100-us kernel; the host then launches one more."""
     p = "hip" if platform == "rocm" else "cuda"

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import intervals, phases
-from tracekit.graph.model import SYNC, EdgeKind, Graph, NodeKind
+from tracekit.graph.model import COMMUNICATION, SYNC, EdgeKind, Graph, NodeKind
 from tracekit.graph.whatif import Change, remove_syncs
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
@@ -211,6 +211,8 @@ def detect_fused(trace: Trace, g: Graph, rules: Rules, cfg: FixConfig) -> Fix:
     if emb.any():
         emb = same_top_op(trace, g, emb) & gpu & ~opt
     look = gpu & (g.phase == rules.lookup_phase)
+    if look.any():  # the lookup's op launches more than the table lookup (its output's copy)
+        look = same_top_op(trace, g, look) & gpu & ~opt & ~emb
     title = "the next lookup waits for the dense optimizer"
     fix = "FusedSparseDist: embedding backward and next lookup on a side stream"
     if not opt.any() or not (emb.any() or look.any()):
@@ -244,10 +246,17 @@ def detect_fused(trace: Trace, g: Graph, rules: Rules, cfg: FixConfig) -> Fix:
         if after >= 0:  # what consumed the lookup on its old stream now waits for it
             add_s.append(int(run[-1]))
             add_d.append(after)
+    add_l = [0] * len(add_s)
+    early, l_s, l_d, l_l, host_dur, host_lag = _lookup_issued_early(g, look & move, rules)
+    add_s += l_s
+    add_d += l_d
+    add_l += l_l
     a_s, a_d = np.array(add_s, np.int64), np.array(add_d, np.int64)
     ok = a_s < a_d
-    change = Change(drop=waits_on_opt, add_src=a_s[ok], add_dst=a_d[ok],
-                    add_lag=np.zeros(int(ok.sum()), np.int64), move=move)
+    relaunch = (g.edge_kind == int(EdgeKind.LAUNCH)) & early[g.dst]
+    change = Change(dur=host_dur, drop=waits_on_opt | relaunch, lag=host_lag,
+                    add_src=a_s[ok], add_dst=a_d[ok],
+                    add_lag=np.array(add_l, np.int64)[ok], move=move)
     nsteps = max(1, len(g.steps))
     e_ms = g.dur[emb & move].sum() / nsteps
     l_ms = g.dur[look & move].sum() / nsteps
@@ -256,6 +265,87 @@ def detect_fused(trace: Trace, g: Graph, rules: Rules, cfg: FixConfig) -> Fix:
                 f"the optimizer's stream ({lane})" if move.any() else
                 f"{int(waits_on_opt.sum())} lookup activities wait for the optimizer")
     return Fix("fused_sparse_dist", title, fix, True, evidence, change)
+
+
+def _lookup_issued_early(g: Graph, look: np.ndarray, rules: Rules):
+    """What FusedSparseDist changes on the host: it issues batch i+1's lookup right after
+    batch i's backward, before its optimizer (``runtime.pipelines.fused_sparse_dist``,
+    ``before_optimizer``; TorchRec's ``embedding_lookup_before_optimizer``), not inside step
+    i+1's forward.
+
+    For each run of lookup activities ``look`` (those moved to the side stream) with the
+    communication activities that wait for them (the output dist's all-to-all), the *block*:
+    the calls of the launching thread from the first launch of those activities to the last.
+    The *optimizer's start*: the first call of that thread in the optimizer's phase after the
+    backward (before any wait of the optimizer: a full launch queue, a sync).
+
+    - GPU: the run's launches move to the optimizer's start before it (the first after the
+      previous run), each keeping its offset in the block plus the launch latency.
+    - Host: the block's time (its calls and the host time between them) leaves the forward and
+      is spent right before the optimizer's start that follows it in the same step (standing
+      for the next batch's lookup, which the fused loop issues there): the host does the same
+      work per step, and where it waits in the optimizer anyway that time is hidden. A block
+      holding a blocking call keeps its place.
+
+    Returns (bool per node: the activities whose launch moves; the added edges' sources,
+    destinations and lags; new node durations and edge lags, None when the host is
+    unchanged)."""
+    early = np.zeros(g.n, bool)
+    srcs: list = []
+    dsts: list = []
+    lags: list = []
+    dur = lag = None
+    if not look.any():
+        return early, srcs, dsts, lags, dur, lag
+    has = g.launcher >= 0
+    wait = np.isin(g.edge_kind, [int(EdgeKind.WAIT_RECORDED), int(EdgeKind.WAIT_INFERRED)])
+    program = np.flatnonzero(g.edge_kind == int(EdgeKind.PROGRAM))
+    into = np.full(g.n, -1, np.int64)  # the program edge into each node
+    into[g.dst[program]] = program
+    comm = (g.kind == NodeKind.GPU) & (g.category == COMMUNICATION)
+    in_opt = (g.kind == NodeKind.CALL) & (g.phase == rules.optimizer_phase)
+    last_prev = -1
+    for run in _runs(g, look):
+        # the output dist: communication activities waiting for this run
+        out = np.unique(g.dst[wait & np.isin(g.src, run) & comm[g.dst]])
+        ids = np.r_[run, out] if out.size else run
+        ids = ids[has[ids]]
+        if not ids.size:
+            continue
+        calls = g.launcher[ids]
+        thread = g.lane[calls[0]]
+        ids, calls = ids[g.lane[calls] == thread], calls[g.lane[calls] == thread]
+        first, last = int(calls.min()), int(calls.max())
+        ids_thread = np.flatnonzero(in_opt & (g.lane == thread))
+        # optimizer starts: an optimizer call whose predecessor on the thread is not one
+        starts = ids_thread[~np.isin(g.src[np.maximum(into[ids_thread], 0)], ids_thread) &
+                            (into[ids_thread] >= 0)]
+        before = starts[(starts > last_prev) & (starts < first)]
+        last_prev = last
+        if before.size:
+            e = into[int(before[-1])]
+            off = np.maximum(g.start[calls] - g.start[first], 0)
+            early[ids] = True
+            srcs += [int(g.src[e])] * ids.size
+            dsts += ids.tolist()
+            lags += (g.lag[e] + off + g.launch_latency_ns).astype(np.int64).tolist()
+        # the host: the block's time moves before the next optimizer start of its step
+        nxt = starts[starts > last]
+        if not nxt.size:
+            continue
+        block = np.flatnonzero((g.lane == thread) & (np.arange(g.n) >= first) &
+                               (np.arange(g.n) <= last))
+        if (g.category[block] == SYNC).any() or \
+                not (g.step[block] == g.step[int(nxt[0])]).all():
+            continue
+        dur = g.dur.copy() if dur is None else dur
+        lag = g.lag.copy() if lag is None else lag
+        inner = into[block[1:]]
+        inner = inner[inner >= 0]
+        lag[into[int(nxt[0])]] += int(dur[block].sum() + lag[inner].sum())
+        dur[block] = 0
+        lag[inner] = 0
+    return early, srcs, dsts, lags, dur, lag
 
 
 def detect_async_delta(trace: Trace, g: Graph, cfg: FixConfig, keep_ns: int) -> Fix:

@@ -7,9 +7,15 @@ changed graph twice:
 - *contention-free*: every activity keeps its duration wherever it lands, as if streams that
   now overlap each had the GPU to themselves;
 - *contention-aware*: compute and communication kernels that overlap kernels of other streams
-  of their device more than they did in the trace share the GPU: each is lengthened by half of
-  the overlap it gained (two kernels sharing the SMs each progress at half speed while they
-  overlap), and the graph is replayed again with those durations.
+  of their device more than they did in the trace share the GPU: each is lengthened by the
+  overlap it gained (``CONTENTION_SHARE``: two kernels that fill the SMs progress at half speed
+  while they overlap, so a pair takes as long as one after the other), and the graph is
+  replayed again with those durations.
+
+A change that moves GPU work onto a stream of its own to run beside other work
+(``Change.shares_gpu``: FusedSparseDist's side stream) gains only what the SMs can give it: its
+prediction is the contention-aware replay (the contention-free one is kept, ``Prediction.
+free_ns``); any other change's is the contention-free replay.
 
 The predicted step time is the mean step length (``tracekit.graph.critical.step_windows``: from
 one step's completion to the next's) over the steps that count: all but the first when there
@@ -40,9 +46,15 @@ from tracekit.graph.critical import step_windows
 from tracekit.graph.model import EdgeKind, Graph, NodeKind
 from tracekit.graph.replay import Plan, replay
 
-CONTENTION_SHARE = 0.5
-"""The fraction of newly gained overlap added to a kernel's duration in the contention-aware
-estimate (two kernels sharing the GPU each progress at half speed while they overlap)."""
+CONTENTION_SHARE = 1.0
+"""The fraction of newly gained overlap (in the contention-free replay) added to a kernel's
+duration in the contention-aware estimate. Two kernels that each fill the GPU's SMs progress
+at half speed while they overlap: a kernel ``M`` overlapped by ``S`` (``s`` long, ``s <= m``)
+for ``s`` of the contention-free replay shares the SMs for ``2 s`` and ends ``s`` later, ``S``
+too: the pair then takes ``m + s``, the GPU doing the same work as one after the other. (Half
+of the overlap, this estimate's value before 2026-11-27, is the half-speed rate applied to the
+contention-free overlap once, without the longer overlap it causes: it let a pair of
+saturating kernels finish in ``m + s / 2``, faster than the GPU can run them.)"""
 
 
 class WhatIfError(TracekitError):
@@ -69,6 +81,13 @@ class Change:
     the contention-aware replay no kernel then takes longer than in the unchanged replay (the
     overlap it gains is time other work freed by finishing sooner)."""
 
+    @property
+    def shares_gpu(self) -> bool:
+        """The change moves GPU work onto a stream of its own, to run beside the work it
+        leaves (``move``): its gain is overlap on the SMs, so its prediction (``Prediction.
+        predicted_ns``) is the contention-aware replay's, not the contention-free one's."""
+        return self.move is not None and bool(np.any(self.move))
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -77,7 +96,8 @@ class Prediction:
     observed_ns: float
     """Mean length of the counted steps, as traced."""
     predicted_ns: float
-    """Contention-free prediction."""
+    """The prediction: the contention-free replay's, or the contention-aware one's for a change
+    that moves GPU work beside other work (``Change.shares_gpu``)."""
     predicted_contention_ns: float
     """Contention-aware prediction."""
     steps: list
@@ -85,6 +105,9 @@ class Prediction:
     replayed_ns: float | None = None
     """Mean length of the counted steps in the replay of the unchanged graph (the baseline a
     saving is measured from; None: the observed one)."""
+    free_ns: float | None = None
+    """The contention-free replay's mean step (``predicted_ns`` but for a change that shares
+    the GPU; None: not computed)."""
 
     @property
     def baseline_ns(self) -> float:
@@ -98,6 +121,11 @@ class Prediction:
     @property
     def saving_contention_ns(self) -> float:
         return self.baseline_ns - self.predicted_contention_ns
+
+    @property
+    def saving_free_ns(self) -> float | None:
+        """The contention-free replay's saving."""
+        return None if self.free_ns is None else self.baseline_ns - self.free_ns
 
 
 def plan(g: Graph, change: Change, *, pin: int = -1) -> Plan:
@@ -229,12 +257,14 @@ def predict(g: Graph, change: Change, *, windows=None) -> Prediction:
     r = aligned(obs, base.windows)
     a = aligned(obs, w1)
     b = aligned(obs, w2)
+    head = b if change.shares_gpu else a
     rows = [(int(st), int(x), int(y), int(z), int(q))
-            for st, x, y, z, q in zip(obs["step"], o, r, a, b)]
+            for st, x, y, z, q in zip(obs["step"], o, r, head, b)]
     if not keep.any():
-        return Prediction(0.0, 0.0, 0.0, rows, 0.0)
-    return Prediction(float(o[keep].mean()), float(a[keep].mean()), float(b[keep].mean()), rows,
-                      float(r[keep].mean()))
+        return Prediction(0.0, 0.0, 0.0, rows, 0.0, 0.0)
+    free, aware = float(a[keep].mean()), float(b[keep].mean())
+    return Prediction(float(o[keep].mean()), aware if change.shares_gpu else free, aware, rows,
+                      float(r[keep].mean()), free)
 
 
 def _requeue(g: Graph, src, dst, kind, new_lane) -> np.ndarray:
