@@ -299,15 +299,26 @@ def _lookup_issued_early(g: Graph, look: np.ndarray, rules: Rules):
         return early, srcs, dsts, lags, dur, lag
     has = g.launcher >= 0
     wait = np.isin(g.edge_kind, [int(EdgeKind.WAIT_RECORDED), int(EdgeKind.WAIT_INFERRED)])
+    comm = (g.kind == NodeKind.GPU) & (g.category == COMMUNICATION)
+    out_edges = np.flatnonzero(wait & look[g.src] & comm[g.dst])  # the output dist's waits
     program = np.flatnonzero(g.edge_kind == int(EdgeKind.PROGRAM))
     into = np.full(g.n, -1, np.int64)  # the program edge into each node
     into[g.dst[program]] = program
-    comm = (g.kind == NodeKind.GPU) & (g.category == COMMUNICATION)
     in_opt = (g.kind == NodeKind.CALL) & (g.phase == rules.optimizer_phase)
+    # optimizer starts: an optimizer call whose previous call on its thread is not one (a
+    # point where the thread stopped and resumed in between does not start another)
+    calls_all = np.flatnonzero(g.kind == NodeKind.CALL)
+    calls_all = calls_all[np.argsort(g.lane[calls_all], kind="stable")]
+    same = np.r_[False, g.lane[calls_all][1:] == g.lane[calls_all][:-1]]
+    prev_opt = np.r_[False, in_opt[calls_all][:-1]] & same
+    starts = np.sort(calls_all[in_opt[calls_all] & ~prev_opt])
+    starts = starts[into[starts] >= 0]
+    lanes = g.lane.astype(np.int64)
+    by_lane = np.argsort(lanes, kind="stable")  # node ids by lane, in id order within one
+    lane_at = np.searchsorted(lanes[by_lane], np.arange(int(lanes.max()) + 2))
     last_prev = -1
     for run in _runs(g, look):
-        # the output dist: communication activities waiting for this run
-        out = np.unique(g.dst[wait & np.isin(g.src, run) & comm[g.dst]])
+        out = np.unique(g.dst[out_edges[np.isin(g.src[out_edges], run)]])
         ids = np.r_[run, out] if out.size else run
         ids = ids[has[ids]]
         if not ids.size:
@@ -316,11 +327,8 @@ def _lookup_issued_early(g: Graph, look: np.ndarray, rules: Rules):
         thread = g.lane[calls[0]]
         ids, calls = ids[g.lane[calls] == thread], calls[g.lane[calls] == thread]
         first, last = int(calls.min()), int(calls.max())
-        ids_thread = np.flatnonzero(in_opt & (g.lane == thread))
-        # optimizer starts: an optimizer call whose predecessor on the thread is not one
-        starts = ids_thread[~np.isin(g.src[np.maximum(into[ids_thread], 0)], ids_thread) &
-                            (into[ids_thread] >= 0)]
-        before = starts[(starts > last_prev) & (starts < first)]
+        mine = starts[g.lane[starts] == thread]
+        before = mine[(mine > last_prev) & (mine < first)]
         last_prev = last
         if before.size:
             e = into[int(before[-1])]
@@ -330,11 +338,11 @@ def _lookup_issued_early(g: Graph, look: np.ndarray, rules: Rules):
             dsts += ids.tolist()
             lags += (g.lag[e] + off + g.launch_latency_ns).astype(np.int64).tolist()
         # the host: the block's time moves before the next optimizer start of its step
-        nxt = starts[starts > last]
+        nxt = mine[mine > last]
         if not nxt.size:
             continue
-        block = np.flatnonzero((g.lane == thread) & (np.arange(g.n) >= first) &
-                               (np.arange(g.n) <= last))
+        on = by_lane[lane_at[thread]:lane_at[thread + 1]]
+        block = on[np.searchsorted(on, first):np.searchsorted(on, last, side="right")]
         if (g.category[block] == SYNC).any() or \
                 not (g.step[block] == g.step[int(nxt[0])]).all():
             continue

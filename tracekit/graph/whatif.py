@@ -382,8 +382,8 @@ def _contention_durations(g: Graph, p: Plan, start, end, base: "Schedule | None"
     gained = np.zeros(g.n, np.int64)
     for d in np.unique(dev[p.lane[kern]]):
         on = kern & (dev[p.lane] == d)
-        before = _overlap_others(g.lane[on], base.start[on], base.end[on])
-        after = _overlap_others(p.lane[on], start[on], end[on])
+        before = overlap_others(g.lane[on], base.start[on], base.end[on])
+        after = overlap_others(p.lane[on], start[on], end[on])
         gained[on] = np.maximum(after - before, 0)
     if not gained.any():
         return None
@@ -394,7 +394,7 @@ def _contention_durations(g: Graph, p: Plan, start, end, base: "Schedule | None"
     return dur
 
 
-def _overlap_others(lane, s, e) -> np.ndarray:
+def overlap_others(lane, s, e) -> np.ndarray:
     """For each interval, how much of it other lanes' intervals cover. One sweep for the lanes
     whose own intervals do not overlap (a stream's, in stream order): there, other lanes cover
     what two or more intervals cover; a pass per lane only for the others (a trace of
