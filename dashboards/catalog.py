@@ -23,6 +23,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from dashboards import imports
 from dashboards.names import Variant, distinct, variant
 from tracekit.api import short_labels
 from tracekit.errors import TracekitError
@@ -137,9 +138,6 @@ class Catalog:
         self._pool = None
         self.first_page = threading.Event()
         """Set by the app once it has answered the first page (see ``prefetch``)."""
-        self.imports_done = threading.Event()
-        """Set by ``prefetch`` once numpy, pandas and the views' modules are imported: until then
-        the server holds the app's requests (``dashboards.server.held_until``)."""
 
     @property
     def rules(self) -> Any:
@@ -147,6 +145,7 @@ class Catalog:
         first use: the default rules need pandas, which a first page served from the report
         cache does not."""
         if self._rules is None:
+            imports.ensure()
             from tracekit.api import load_rules
 
             self._rules = load_rules(self._rules_path)
@@ -205,6 +204,7 @@ class Catalog:
     def _load(self, source: Source) -> None:
         if source.loaded:
             return
+        imports.ensure()  # before the lock: the imports wait for the requests in flight
         with source._lock:
             if source.loaded:
                 return
@@ -232,24 +232,21 @@ class Catalog:
             source.load_s = time.perf_counter() - t0
 
     def prefetch(self, *, defer_s: float = 10.0) -> threading.Thread:
-        """Import what the views need (then ``imports_done`` is set), summarise every source,
-        then load them all, in a background thread.
+        """Summarise every source, then import what the views need and load every source, in a
+        background thread.
 
-        The full loads hold the GIL for a while each: they start once the first page has been
-        answered (``first_page.set()``, done by the app) or after ``defer_s`` seconds, so that
-        they do not slow the first page down. Pages that need a source meanwhile load it themselves.
+        The imports and the full loads hold the GIL for a while each: they start once the first
+        page has been answered (``first_page.set()``, done by the app) or after ``defer_s``
+        seconds, so that they do not slow the first page down (``dashboards.imports``). Pages
+        that need a source meanwhile load it themselves.
         """
 
         def run() -> None:
-            try:  # numpy, pandas: the views but the overview need them; plotly's JSON encoder reads pandas
-                import plotly.io.json  # noqa: F401
-
-                from dashboards import figures, results  # noqa: F401
-            finally:
-                self.imports_done.set()
             for s in self.sources:
                 self.summary(s.index)
             self.first_page.wait(defer_s)
+            imports.ensure()
+            from dashboards import results
 
             for s in self.sources:
                 self._load(s)
@@ -286,6 +283,7 @@ class Catalog:
         ranks, stragglers, clock offsets, ranks x steps) of a source with several ranks,
         computed once in this process (one worker: the ranks' reports come from the caches)."""
         if source.job is None:
+            imports.ensure()
             from tracekit.api import job_document
 
             doc = job_document(source.path, rules_path=self._rules_path, cache_dir=self._cache_dir,

@@ -62,25 +62,17 @@ def _refuse_malformed_update(app):
     return None
 
 
-READY_TIMEOUT_S = 120.0
-"""How long a request held by ``held_until`` waits at most for the app to be ready."""
-
-
-def held_until(ready: threading.Event, wsgi):
+def gated(gate, wsgi):
     """``wsgi`` with every request of the app's own (``/_dash-layout``, ``/_dash-dependencies``,
-    ``/_dash-update-component``: what Dash answers in JSON) held until ``ready`` is set; the page
-    and its scripts are served at once, so the browser loads them meanwhile.
-
-    Dash writes its JSON with plotly's encoder, which looks pandas up in ``sys.modules``: while
-    another thread is still importing pandas it finds the module half made and fails with a 500
-    (``partially initialized module 'pandas' has no attribute 'NaT'``). ``ready`` is set once
-    those imports are done (``Catalog.prefetch``): the server never answers before the app can
-    serve the page."""
+    ``/_dash-update-component``: what Dash answers in JSON, with plotly's encoder) run through
+    ``gate`` (``dashboards.imports.ImportGate``): never while numpy and pandas are being imported.
+    The page and its scripts are served at once."""
 
     def app(environ, start_response):
-        if not ready.is_set() and "/_dash-" in environ.get("PATH_INFO", ""):
-            ready.wait(READY_TIMEOUT_S)
-        return wsgi(environ, start_response)
+        if "/_dash-" not in environ.get("PATH_INFO", ""):
+            return wsgi(environ, start_response)
+        with gate.request():
+            return wsgi(environ, start_response)
 
     return app
 
@@ -88,11 +80,13 @@ def held_until(ready: threading.Event, wsgi):
 class Server:
     """A running (or ready to run) HTTP server for one Dash app."""
 
-    def __init__(self, app, *, host: str = "127.0.0.1", port: int = 8050, ready: threading.Event | None = None) -> None:
-        """``ready``: hold the app's own requests until it is set (``held_until``); None: answer
-        at once (a process that imported what the app needs before it started)."""
+    def __init__(self, app, *, host: str = "127.0.0.1", port: int = 8050, gate=None) -> None:
+        """``gate``: the ``dashboards.imports.ImportGate`` the app's own requests go through (None:
+        the process's, ``dashboards.imports.GATE``)."""
+        from dashboards import imports
+
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        wsgi = app.server if ready is None else held_until(ready, app.server)
+        wsgi = gated(imports.GATE if gate is None else gate, app.server)
         try:
             self._server = make_server(host, port, wsgi, threaded=True)
         except OSError as exc:

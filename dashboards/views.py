@@ -22,16 +22,16 @@ from dashboards.style import fmt, is_number
 
 class _Lazy:
     """A module imported on first use. figures/results/timeline pull in numpy and pandas (about
-    a second); importing them while the browser loads the page, not before the server starts,
-    keeps the first page quick (``Catalog.prefetch`` imports them in the background)."""
+    0.7 s): imported after the first page (``Catalog.prefetch``), or here when a view needs them
+    sooner, through ``dashboards.imports`` (no request answered meanwhile)."""
 
     def __init__(self, name: str) -> None:
         self._name = name
 
     def __getattr__(self, attr: str) -> Any:
-        import importlib
+        from dashboards import imports
 
-        return getattr(importlib.import_module(self._name), attr)
+        return getattr(imports.module(self._name), attr)
 
 
 figures = _Lazy("dashboards.figures")

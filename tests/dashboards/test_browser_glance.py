@@ -211,32 +211,126 @@ def test_memory_snapshot_table_adds_up(browser, dashboard):
 
 # ---- 7. the first page never fails: no answer before the app can serve it ---------------------------
 
-def test_requests_wait_until_the_app_is_ready(dashboard):
-    """The gate itself: while the app's imports run, its JSON requests are held, then answered."""
+def _ask(url: str, got: dict, key: str) -> threading.Thread:
+    def ask():
+        with urllib.request.urlopen(url, timeout=30) as r:
+            got[key] = r.status
+
+    t = threading.Thread(target=ask)
+    t.start()
+    return t
+
+
+def test_requests_wait_while_the_imports_run(dashboard):
+    """The gate itself (``dashboards.imports.ImportGate``): while the imports run, the app's JSON
+    requests are held and the page itself is served; then they are answered."""
     from dashboards.app import create_app
+    from dashboards.imports import ImportGate
     from dashboards.server import Server
 
     _, catalog, _ = dashboard
-    ready = threading.Event()
-    server = Server(create_app(catalog), port=0, ready=ready).start()
+    importing, release = threading.Event(), threading.Event()
+    gate = ImportGate(lambda: (importing.set(), release.wait(30)))
+    server = Server(create_app(catalog), port=0, gate=gate).start()
     try:
         got: dict = {}
-
-        def ask():
-            with urllib.request.urlopen(server.url + "_dash-layout", timeout=30) as r:
-                got["status"] = r.status
-
-        t = threading.Thread(target=ask)
-        t.start()
+        with urllib.request.urlopen(server.url + "_dash-layout", timeout=30) as r:  # before the imports: at once
+            assert r.status == 200
+        runner = threading.Thread(target=gate.ensure)
+        runner.start()
+        assert importing.wait(30)
+        t = _ask(server.url + "_dash-layout", got, "layout")
         with urllib.request.urlopen(server.url, timeout=30) as r:  # the page itself is served at once
             assert r.status == 200
         t.join(0.5)
-        assert t.is_alive() and not got, "answered before the app was ready"
-        ready.set()
+        assert t.is_alive() and not got, "answered while the imports ran"
+        release.set()
         t.join(30)
-        assert got == {"status": 200}
+        runner.join(30)
+        assert got == {"layout": 200} and gate.done.is_set()
     finally:
+        release.set()
         server.shutdown()
+
+
+def test_the_imports_wait_for_the_requests_in_flight_and_a_request_may_run_them():
+    """The imports start only when no request is in flight; a request that needs them (a view
+    shown before they ran) runs them itself, stepping out of the count, so two such requests never
+    wait for each other."""
+    from dashboards.imports import ImportGate
+
+    ran: list[str] = []
+    gate = ImportGate(lambda: ran.append(threading.current_thread().name))
+    in_request, leave = threading.Event(), threading.Event()
+
+    def request():
+        with gate.request():
+            in_request.set()
+            leave.wait(30)
+
+    r = threading.Thread(target=request)
+    r.start()
+    assert in_request.wait(30)
+    importer = threading.Thread(target=gate.ensure, name="importer")
+    importer.start()
+    importer.join(0.3)
+    assert importer.is_alive() and not ran, "the imports ran beside a request"
+    leave.set()
+    importer.join(30)
+    r.join(30)
+    assert ran == ["importer"]
+
+    gate = ImportGate(lambda: (ran.append(threading.current_thread().name), time.sleep(0.2)))
+    both = threading.Barrier(2)
+
+    def needs_them():
+        with gate.request():
+            both.wait(30)  # both requests in flight before either asks for the imports
+            gate.ensure()
+
+    ts = [threading.Thread(target=needs_them, name=f"request{i}") for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    assert not any(t.is_alive() for t in ts), "two requests needing the imports waited for each other"
+    assert len(ran) == 2 and ran[1] in ("request0", "request1") and gate.done.is_set()
+
+
+def test_the_first_page_is_answered_without_numpy_or_pandas(dashboard_sources, tmp_path):
+    """The overview of a trace analysed before (report cache warm) needs neither numpy nor pandas:
+    they are imported after it (``Catalog.prefetch``), not while the browser loads the page."""
+    cache = tmp_path / "cache"
+    cli = [sys.executable, "-c", "from tracekit.cli import main; main()"]
+    warm = subprocess.run([*cli, "analyze", dashboard_sources["fused"], "--no-hta", "--cache-dir", str(cache)],
+                          capture_output=True, text=True, timeout=120)
+    assert warm.returncode == 0, warm.stderr
+    code = f"""
+import sys
+from dashboards.app import create_app
+from dashboards.catalog import Catalog
+from dashboards.server import Server
+import urllib.request, json
+catalog = Catalog([{dashboard_sources["fused"]!r}], cache_dir={str(cache)!r})
+server = Server(create_app(catalog), port=0).start()
+layout = urllib.request.urlopen(server.url + "_dash-layout").read()
+body = {{"output": "..url.search...source.value...rank.options...rank.value...rank.disabled...tabs.value...source-status.children...trace-info.children...view.children..",
+        "outputs": [{{"id": i, "property": p}} for i, p in [("url", "search"), ("source", "value"), ("rank", "options"),
+                    ("rank", "value"), ("rank", "disabled"), ("tabs", "value"), ("source-status", "children"),
+                    ("trace-info", "children"), ("view", "children")]],
+        "inputs": [{{"id": "url", "property": "search", "value": ""}}, {{"id": "source", "property": "value", "value": 0}},
+                   {{"id": "rank", "property": "value", "value": None}}, {{"id": "tabs", "property": "value", "value": "overview"}},
+                   [], []],
+        "changedPropIds": [], "state": []}}
+req = urllib.request.Request(server.url + "_dash-update-component", data=json.dumps(body).encode(),
+                             headers={{"Content-Type": "application/json"}})
+page = urllib.request.urlopen(req).read().decode()
+server.shutdown()
+print("overview-tiles" in page, "step time P90" in page, sorted({{m.split(".")[0] for m in sys.modules}} & {{"numpy", "pandas"}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", "[]"], out.stdout
 
 
 def test_a_page_opened_as_soon_as_the_dashboard_answers_is_drawn(browser, dashboard_sources, tmp_path):

@@ -60,7 +60,7 @@ def command(paths: tuple[str, ...], host: str, port: int, cache_dir: str | None,
             raise InputError("no such file or directory", path=p)
     chosen = list(paths) or default_paths()
     catalog = Catalog(chosen, cache_dir=cache_dir, use_cache=not no_cache, rules=rules)
-    server = Server(create_app(catalog), host=host, port=port, ready=catalog.imports_done)
+    server = Server(create_app(catalog), host=host, port=port)
     catalog.prefetch()
     click.echo(f"tracekit dashboard: {len(chosen)} trace(s) at {server.url}  (Ctrl-C to stop)")
     try:
