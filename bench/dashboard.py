@@ -8,12 +8,19 @@ argument). Runs in three parts, each printed as a table:
 1. warm the caches: analyse every path once, as an earlier ``tracekit analyze`` would have;
 2. start: launch ``tracekit dashboard PATH... --port 0`` as a new process and, in headless
    Chromium (launched beforehand, not counted), time from the launch to the URL being printed,
-   to the first content (the chosen trace's figures on the overview), to every trace's row of
-   the overview, to the step chart drawn and to a first tab click answered;
+   to the first content (the chosen trace's figures on the overview; with the server process's
+   CPU seconds by then), to every trace's row of the overview, to the step chart drawn and to a
+   first tab click answered;
 3. callbacks: in-process server, after its background load of every trace (``Catalog.prefetch``,
    timed); for each control a person uses (tabs, trace, rank, step, zoom, sort, compare
    baseline), the server-side time of the callback it triggers (max over ``--repeat`` rounds)
    and the browser's time from the click to the view showing its new content.
+
+``--baseline DIR``: only the start, each round run twice, with this checkout's code and with the
+checkout DIR's (a ``git worktree`` of main, say), interleaved; printed: both tables and per round
+the ratios of the first content and of the server process's CPU seconds by then (the figure a
+loaded machine moves least). The issue's 20 traces: the 11 of ``sample_traces/issue5`` and the 9
+of ``sample_traces/pipelines_1gpu``, named as PATHs.
 
 ``--screenshots DIR`` also writes every view at 1600x1000 (the README's pictures, ``docs/``),
 reduced to 128 colours when Pillow is installed, and ``DIR/dashboard-figures.json``: what each
@@ -64,13 +71,25 @@ def warm(paths: list[str], cache: str) -> list[list]:
     return rows
 
 
-def start(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far (Linux: /proc)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start(browser, paths: list[str], cache: str, repeat: int, tree: str | None = None) -> list[list]:
+    """``repeat`` starts of ``tracekit dashboard``; ``tree``: run another checkout's code (its
+    directory: the process starts there, with it first on ``PYTHONPATH``)."""
     rows = []
+    env = {**os.environ, "TRACEKIT_CACHE_DIR": cache}
+    if tree is not None:
+        env["PYTHONPATH"] = tree
+        paths = [os.path.abspath(p) for p in paths]
     for _ in range(repeat):
         page = browser.new_page(viewport=VIEWPORT)
         t0 = time.perf_counter()
         proc = subprocess.Popen([*CLI, "dashboard", *paths, "--port", "0"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env={**os.environ, "TRACEKIT_CACHE_DIR": cache})
+                                stderr=subprocess.PIPE, text=True, env=env, cwd=tree)
         try:
             line = proc.stdout.readline()
             t_url = time.perf_counter() - t0
@@ -86,6 +105,7 @@ def start(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
             page.goto(url)
             page.wait_for_selector("#overview-tiles .tk-tile-v", timeout=TIMEOUT)
             t_first = time.perf_counter() - t0
+            cpu_first = _cpu_s(proc.pid)
             page.wait_for_function("n => document.querySelectorAll('#overview-traces tbody tr').length >= n",
                                    arg=len(paths), timeout=TIMEOUT)
             t_cards = time.perf_counter() - t0
@@ -99,9 +119,26 @@ def start(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
             proc.wait(timeout=10)
             page.close()
         rows.append([f"{t_url:.2f}", f"{marks.get('_dash-layout', float('nan')):.2f}",
-                     f"{marks.get('_dash-update-component', float('nan')):.2f}", f"{t_first:.2f}", f"{t_cards:.2f}",
-                     f"{t_chart:.2f}", f"{t_tab:.2f}"])
+                     f"{marks.get('_dash-update-component', float('nan')):.2f}", f"{t_first:.2f}", f"{cpu_first:.2f}",
+                     f"{t_cards:.2f}", f"{t_chart:.2f}", f"{t_tab:.2f}"])
     return rows
+
+
+START_HEADERS = ["URL printed", "layout in", "1st answer in", "first content", "server CPU s", "every row", "chart drawn",
+                 "tab answered"]
+
+
+def start_against(browser, paths: list[str], cache: str, repeat: int, baseline: str) -> tuple[list[list], list[list], list[list]]:
+    """``repeat`` rounds, each one start of this checkout's code and one of ``baseline``'s (the
+    order alternating); the rows of each, and per round the ratios this / baseline of the first
+    content and of the server's CPU seconds by then."""
+    here, base, ratios = [], [], []
+    for i in range(repeat):
+        order = [(None, here), (baseline, base)]
+        for tree, rows in (order if i % 2 == 0 else order[::-1]):
+            rows.extend(start(browser, paths, cache, 1, tree))
+        ratios.append([str(i + 1), f"{float(here[-1][3]) / float(base[-1][3]):.2f}", f"{float(here[-1][4]) / float(base[-1][4]):.2f}"])
+    return here, base, ratios
 
 
 def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
@@ -408,6 +445,8 @@ def main() -> None:
     ap.add_argument("--screenshots", metavar="DIR", help="also write every view at 1600x1000 into DIR (docs/)")
     ap.add_argument("--cache-dir", help="the caches to warm and use (default: a new temporary directory)")
     ap.add_argument("--only-screenshots", action="store_true", help="with --screenshots: write them, time nothing")
+    ap.add_argument("--baseline", metavar="DIR", help="only the start, each round also with the code of the checkout DIR "
+                    "(a git worktree of main), interleaved: the ratios of the first content and of the server's CPU time")
     ap.add_argument("--tables", metavar="TRACE", help="only time the operators and kernels tables of TRACE (warm parse cache)")
     args = ap.parse_args()
     from tracekit.commands.dashboard import default_paths
@@ -441,10 +480,21 @@ def main() -> None:
                 return
             print("2. start: seconds from launching `tracekit dashboard` to: the URL printed; the browser having the"
                   " layout (its scripts loaded) and the first callback's answer; the chosen trace's figures shown"
-                  " (first content); every trace's row; the step chart drawn; a first tab click answered")
+                  " (first content), and the server's CPU seconds by then; every trace's row; the step chart drawn; a first tab click answered")
             print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-            print(table(["URL printed", "layout in", "1st answer in", "first content", "every row", "chart drawn", "tab answered"],
-                        start(browser, paths, cache, args.repeat)), "\n")
+            if args.baseline:
+                here, base, ratios = start_against(browser, paths, cache, args.repeat, args.baseline)
+                print(f"this checkout ({os.getcwd()}):")
+                print(table(START_HEADERS, here))
+                print(f"baseline ({args.baseline}), the same rounds interleaved:")
+                print(table(START_HEADERS, base))
+                med = [statistics.median(float(r[k]) for r in ratios) for k in (1, 2)]
+                print(table(["round", "first content, this / baseline", "server CPU s, this / baseline"],
+                            [*ratios, ["median", f"{med[0]:.2f}", f"{med[1]:.2f}"]]))
+                print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+                browser.close()
+                return
+            print(table(START_HEADERS, start(browser, paths, cache, args.repeat)), "\n")
             print(f"load average before the callbacks: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             print(f"3. callbacks ({args.repeat} rounds): server-side time (max) and click-to-drawn in the browser (ms)")
             by_action, every = callbacks(browser, paths, cache, args.repeat)

@@ -152,6 +152,7 @@ def create_app(catalog: Catalog) -> dash.Dash:
         return wrap
 
     views = Views(catalog)
+    catalog.after_loads.append(views.prepare_diffs)  # the Diff view's first answer, ready when clicked
 
     # ---- the page: trace, rank, view, the URL, the banner and the view shown -------------------
     @app.callback(

@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +137,9 @@ class Catalog:
         self._jobs: dict[tuple, Any] = {}
         self._jobs_lock = threading.Lock()
         self._pool = None
+        self.after_loads: list[Callable[[], None]] = []
+        """More work ``prefetch`` does once every source is loaded, in order (the app adds the
+        Diff view's default pairs)."""
         self.first_page = threading.Event()
         """Set by the app once it has answered the first page (see ``prefetch``)."""
 
@@ -258,6 +262,8 @@ class Catalog:
             for s in self.sources:  # HTA's figures for the idle-time view
                 for r in s.ranks:
                     self.hta(s, r)
+            for work in self.after_loads:
+                work()
 
         t = threading.Thread(target=run, name="tracekit-dashboard-prefetch", daemon=True)
         t.start()

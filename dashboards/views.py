@@ -655,6 +655,17 @@ class Views:
                                     className="tk-sub")], className="tk-row"),
                 html.Div(self.diff_content(index, trace.rank, default), id="diff-content")]
 
+    def prepare_diffs(self) -> None:
+        """Each loaded source's diff against its default (``diff_options``: what the Diff view
+        shows first), computed once (``Catalog.after_loads``)."""
+        for s in self.catalog.sources:
+            if not s.results:
+                continue
+            rank = s.ranks[0]
+            _, against = self.diff_options(s.index, rank)
+            if against is not None:
+                self.diff_result(s.index, rank, against)
+
     def diff_result(self, index, rank, against: str):
         """The diff of the chosen trace (B: ``index``, ``rank``) against ``against``
         (``"index:rank"``), computed once."""

@@ -51,6 +51,9 @@ def command(paths: tuple[str, ...], host: str, port: int, cache_dir: str | None,
     PATH is a trace file (.json, .json.gz) or a directory of per-rank traces; the bundled
     sample_traces/ when none is given. Only these traces are served.
     """
+    from dashboards.imports import without_notebooks
+
+    without_notebooks()  # before Dash is imported: 0.2 s less before the page is served
     from dashboards.app import create_app
     from dashboards.catalog import Catalog
     from dashboards.server import Server
