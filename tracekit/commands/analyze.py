@@ -28,6 +28,35 @@ def with_snapshot(ranks: list[dict], snapshot_path: str) -> dict:
     return {**ranks[0], "snapshot": snapshot_dict(compute_snapshot(snapshot_path))}
 
 
+def table_names(given: str | None) -> tuple[str, ...]:
+    """The tables ``--tables`` names (comma-separated), in ``TABLE_NAMES``' order; () for none."""
+    from tracekit.report import TABLE_NAMES
+
+    if given is None:
+        return ()
+    names = {x.strip() for x in given.split(",") if x.strip()}
+    unknown = sorted(names - set(TABLE_NAMES))
+    if unknown or not names:
+        raise InputError(f"--tables: no table named {', '.join(map(repr, unknown)) or repr(given)} "
+                         f"(tables: {', '.join(TABLE_NAMES)})")
+    return tuple(n for n in TABLE_NAMES if n in names)
+
+
+def rank_tables(path: str, ranks: set[int], wanted: tuple[str, ...], **options) -> list[dict]:
+    """``schema.RankTables`` of each of ``ranks`` in ``path`` (loaded once, through the parse
+    cache; ``options``: ``rules_path``, ``cache_dir``, ``use_cache``)."""
+    from tracekit import api
+    from tracekit.report import tables_dict
+
+    out = []
+    for lt in api.load(path, rules=options["rules_path"], cache_dir=options["cache_dir"],
+                       use_cache=options["use_cache"]):
+        if lt.rank in ranks:
+            out.append(tables_dict(lt.source, lt.rank, kernels=lt.kernels() if "kernels" in wanted else None,
+                                   operators=lt.operators() if "operators" in wanted else None))
+    return out
+
+
 @click.command("analyze")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @format_option("Text tables, or one JSON object (schema: tracekit.report.schema).")
@@ -50,11 +79,18 @@ def with_snapshot(ranks: list[dict], snapshot_path: str) -> dict:
                    "leave them out. Default: include them for traces of at most 500,000 events "
                    "(they cost ~3 s per million events); a directory's job summary alone "
                    "never needs them.")
+@click.option("--tables", "tables", default=None, metavar="NAMES",
+              help="Also each rank's kernels and/or operators table over all steps: 'kernels', "
+                   "'operators' or 'kernels,operators' (text: the largest rows, the rest folded "
+                   "into 'others'; JSON: every row, under \"tables\").")
+@click.option("--limit", type=int, default=20, show_default=True,
+              help="Rows shown of a long table in the text; the rest folded into 'others' or "
+                   "left to --format json.")
 @verbose_option
 @cache_options("Neither read nor write the trace and report caches.",
                "Cache directory (default: $TRACEKIT_CACHE_DIR or the user cache dir).")
 def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, scheduler,
-            scheduler_timeout, snapshot_path, hta, verbose, no_cache, cache_dir):
+            scheduler_timeout, snapshot_path, hta, tables, limit, verbose, no_cache, cache_dir):
     """Where do the training steps in these Kineto traces go?
 
     PATH is a .json/.json.gz trace or a directory of per-rank traces. A directory is one job:
@@ -67,15 +103,19 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
     from tracekit import api
     from tracekit.ranks import JobConfig
     from tracekit.ranks.sources import is_url
-    from tracekit.report import document, render_job, render_rank
+    from tracekit.report import document, render_job, render_rank, render_tables
 
+    wanted = table_names(tables)
+    if limit < 1:
+        raise InputError("--limit must be at least 1")
     check_out(out, paths, rules_path=rules_path, snapshot_path=snapshot_path)
     lines = cache_lines(no_cache, cache_dir)
     config = JobConfig(align_clocks=not no_align)
     ranks: list[dict] = []
     jobs: list[dict] = []
-    texts: list[str] = []
+    texts: list[tuple] = []
     problems: list[tuple] = []
+    tabled: list[dict] = []
     for p in paths:
         job = api.is_job(p)
         # a directory of one trace is shown as that rank: its whole report is needed
@@ -87,6 +127,9 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
                           scheduler_timeout_s=scheduler_timeout, config=config)
         sel = select_rank(got.ranks, rank, p)
         ranks += sel
+        mine = rank_tables(p, {r["rank"] for r in sel}, wanted, rules_path=rules_path, cache_dir=cache_dir,
+                           use_cache=not no_cache) if wanted else []
+        tabled += mine
         if got.job is not None:
             problems.append((got.problems, p))
             jobs.append(got.job)
@@ -94,17 +137,20 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
             texts += [("rank", r) for r in sel]
         else:
             texts.append(("job", got.job))
-            texts += [("rank", r) for r in sel] if detail else []
+            texts += [("rank", r) for r in sel] if detail else [("tables", t) for t in mine]
     if snapshot_path is not None:
         ranks = [with_snapshot(ranks, snapshot_path)]
         texts = [("rank", ranks[0])]
     for r in ranks:
         lines += warning_lines(r)
     if fmt == "json":
-        doc = document(ranks, __version__, jobs)
+        doc = document(ranks, __version__, jobs, tables=tabled if wanted else None)
         emit(json.dumps(doc, allow_nan=False) + "\n", out)  # compact: C-encoded, fast
     else:
-        emit("\n".join(render_job(x) if kind == "job" else render_rank(x)
+        of = {(t["source"], t["rank"]): t for t in tabled}
+        emit("\n".join(render_job(x) if kind == "job"
+                       else render_tables(x, limit=limit) if kind == "tables"
+                       else render_rank(x, limit=limit, tables=of.get((x["source"], x["rank"])))
                        for kind, x in texts), out)
     for probs, p in problems:
         lines += problem_lines(probs, p)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracekit.report.explain_text import first_screen, text_explain, text_findings
+from tracekit.report.ops_text import table_sections
 from tracekit.report.tables import clip, fmt_bytes, limited, ms, num, pct, ranges, table
 
 
@@ -366,10 +367,11 @@ def _headline(h: dict) -> str:
     ])
 
 
-def render_rank(r: dict, *, limit: int = 20) -> str:
+def render_rank(r: dict, *, limit: int = 20, tables: dict | None = None) -> str:
     """One rank's report as text (``limit``: rows shown per long table). The first screen
     answers what bounds the step, what to do first and the headline figures; the sections
-    follow, numbered as printed. Times in ms everywhere."""
+    follow, numbered as printed (``tables``: the rank's ``schema.RankTables``, its kernels and
+    operators sections last). Times in ms everywhere."""
     h = r["headline"]
     out = [f"== {r['source']}  (rank {r['rank']}, {r['schema']} schema, {r['platform']})"]
     warns = r["warnings"]
@@ -415,6 +417,8 @@ def render_rank(r: dict, *, limit: int = 20) -> str:
         hta = r["hta"]
         body = _text_hta(hta, limit) if isinstance(hta, dict) else _text_generic(hta)
         sections.append(("HTA (Holistic Trace Analysis on the same parsed trace)", body))
+    if tables is not None:
+        sections += table_sections(tables, limit)
     out.append("")
     out.append("Below: " + "; ".join(f"{i}. {title.split(' (')[0]}" for i, (title, _) in enumerate(sections, 1)))
     for i, (title, body) in enumerate(sections, 1):

@@ -1146,13 +1146,97 @@ class Job(TypedDict):
 
 # ---- the documents ------------------------------------------------------------------------------
 
-class AnalyzeDocument(TypedDict):
-    """``tracekit analyze --format json``; ``jobs``: one per directory analysed."""
+class KernelRow(TypedDict):
+    """``tracekit.analyses.kernels``: one GPU activity name and launch configuration over all
+    steps (times in ns)."""
 
+    name: str
+    kind: Literal["kernel", "memcpy", "memset"]
+    calls: int
+    total_ns: int
+    mean_ns: float
+    min_ns: int
+    max_ns: int
+    share: float
+    """Of the GPU time of every activity (``KernelsTable.gpu_ns``), 0..1."""
+    launched_by: str
+    """The host op that launched most of its calls; "" when none is known."""
+    launchers: int
+    unlaunched: int
+    """Calls no host op is known to have launched."""
+    phase: str
+    streams: str
+    """``device:stream`` it ran on, comma-separated."""
+    grid: str
+    """``[x, y, z]``; "" where the trace does not record it (memcpys, memsets, older traces)."""
+    block: str
+    registers: float | None
+    """Per thread; null where not recorded."""
+    shared_memory: float | None
+    """Bytes per block; null where not recorded."""
+    occupancy: float | None
+    """Kineto's estimated achieved occupancy, %; null where not recorded."""
+    configs: int
+    """Launch configurations of this name (each its own row)."""
+
+
+class KernelsTable(TypedDict):
+    """Every GPU activity of a rank by name and launch configuration, largest total first."""
+
+    gpu_ns: int
+    """GPU time of every activity."""
+    rows: list[KernelRow]
+
+
+class OperatorRow(TypedDict):
+    """``tracekit.analyses.operators``: one host op (name and recorded input shapes) over all
+    steps (times in ns)."""
+
+    name: str
+    """As written, an annotation's step or batch number left out (``{i}``, ``{step}``)."""
+    kind: Literal["cpu_op", "annotation"]
+    input_dims: str
+    """The recorded input shapes as compact JSON; "" where none."""
+    calls: int
+    cpu_total_ns: int
+    cpu_self_ns: int
+    gpu_self_ns: int
+    """GPU time of the activities it launched itself."""
+    gpu_total_ns: int
+    """With its children's."""
+    activities: int
+
+
+class OperatorsTable(TypedDict):
+    """Every host op of a rank, largest GPU total first, then largest CPU total."""
+
+    gpu_ns: int
+    unlaunched_gpu_ns: int
+    """GPU time no host op is known to have launched."""
+    rows: list[OperatorRow]
+
+
+class RankTables(TypedDict):
+    """``tracekit analyze --tables``: a rank's kernels and operators tables (null: not asked for)."""
+
+    source: str
+    rank: int
+    kernels: KernelsTable | None
+    operators: OperatorsTable | None
+
+
+class _AnalyzeDocument(TypedDict):
     tracekit_version: str
     format: int
     analyses: list[Rank]
     jobs: list[Job]
+
+
+class AnalyzeDocument(_AnalyzeDocument, total=False):
+    """``tracekit analyze --format json``; ``jobs``: one per directory analysed."""
+
+    tables: list[RankTables]
+    """With ``--tables``: per rank analysed, every row of the tables asked for."""
 
 
 class PathRun(TypedDict):

@@ -251,11 +251,37 @@ def to_dict(a: Any) -> dict:
     return d
 
 
-def document(ranks: list[dict], version: str, jobs: list[dict] | None = None) -> dict:
+KERNEL_ROW_KEYS = ("name", "kind", "calls", "total_ns", "mean_ns", "min_ns", "max_ns", "share", "launched_by",
+                   "launchers", "unlaunched", "phase", "streams", "grid", "block", "registers", "shared_memory",
+                   "occupancy", "configs")
+"""``schema.KernelRow``'s keys, in order."""
+OPERATOR_ROW_KEYS = ("name", "kind", "input_dims", "calls", "cpu_total_ns", "cpu_self_ns", "gpu_self_ns",
+                     "gpu_total_ns", "activities")
+"""``schema.OperatorRow``'s keys, in order."""
+
+
+def tables_dict(source: str, rank: int, *, kernels: Any = None, operators: Any = None) -> dict:
+    """A rank's ``schema.RankTables``: every row of ``kernels`` (a
+    ``tracekit.analyses.kernels.KernelsResult``) and of ``operators`` (``...operators.
+    OperatorsResult``) over all steps, in their order (largest first); None for one not given."""
+    k = o = None
+    if kernels is not None:
+        k = {"gpu_ns": int(kernels.gpu_ns), "rows": _records(kernels.kernels[list(KERNEL_ROW_KEYS)])}
+    if operators is not None:
+        o = {"gpu_ns": int(operators.gpu_ns), "unlaunched_gpu_ns": int(operators.unlaunched_gpu_ns),
+             "rows": _records(operators.ops[list(OPERATOR_ROW_KEYS)])}
+    return {"source": display(source), "rank": int(rank), "kernels": k, "operators": o}
+
+
+def document(ranks: list[dict], version: str, jobs: list[dict] | None = None,
+             tables: list[dict] | None = None) -> dict:
     """The top-level object of ``tracekit analyze --format json`` (``jobs``: the job objects of
-    the directories analysed, ``tracekit.ranks``)."""
-    return {"tracekit_version": version, "format": FORMAT, "analyses": ranks,
-            "jobs": list(jobs or [])}
+    the directories analysed, ``tracekit.ranks``; ``tables``: ``tables_dict`` per rank, with
+    ``--tables`` only)."""
+    doc = {"tracekit_version": version, "format": FORMAT, "analyses": ranks, "jobs": list(jobs or [])}
+    if tables is not None:
+        doc["tables"] = tables
+    return doc
 
 
 def explain_document(ranks: list[dict], version: str) -> dict:
