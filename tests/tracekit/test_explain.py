@@ -178,6 +178,10 @@ def test_fused_sparse_dist_issues_the_lookup_before_the_optimizer(tmp_path):
     # 132.5..162.5; the synchronize returns at R+163: 163 us a step.
     f = _finding(r, "fused_sparse_dist")
     assert f["observed_step_ns"] == 163 * US
+    # each step's lookup launch (0.5 us) moves: 0.5 us of host time a step
+    assert f["evidence"].endswith("the next lookup is issued in the forward, after the "
+                                  "optimizer: issued before it, its launches move there with "
+                                  "0.001 ms of host time per step")
     # FusedSparseDist issues the next lookup right after the backward, before the optimizer
     # (whose first call here is the synchronize): the lookup's launch moves there, and its
     # host time (the 0.5-us launch) leaves the forward for that point, where the host waits

@@ -264,6 +264,11 @@ def detect_fused(trace: Trace, g: Graph, rules: Rules, cfg: FixConfig) -> Fix:
     evidence = (f"per step, {_ms(e_ms)} of embedding backward and {_ms(l_ms)} of lookup run on "
                 f"the optimizer's stream ({lane})" if move.any() else
                 f"{int(waits_on_opt.sum())} lookup activities wait for the optimizer")
+    if early.any():
+        host = 0 if host_lag is None else int((host_lag - g.lag).clip(min=0).sum())
+        evidence += ("; the next lookup is issued in the forward, after the optimizer: issued "
+                     "before it, its launches move there"
+                     + (f" with {_ms(host / nsteps)} of host time per step" if host else ""))
     return Fix("fused_sparse_dist", title, fix, True, evidence, change)
 
 
