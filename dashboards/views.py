@@ -221,6 +221,11 @@ class Views:
             return True  # the view shows the error
         if source.results is not None and tab not in ("timeline", "overlap", "memory", "idle", "operators", "kernels", "diff"):
             return True
+        if tab == "diff" and source.results is not None:  # its default diff computed (prepare_diffs)?
+            mine = rank if rank in source.ranks else source.ranks[0]
+            _, against = self.diff_options(index, mine)
+            if against is None or self._diff_key(index, mine, against) in self._diffs:
+                return True
 
         def work() -> None:
             s = self.catalog.get(index)
@@ -666,11 +671,17 @@ class Views:
             if against is not None:
                 self.diff_result(s.index, rank, against)
 
+    @staticmethod
+    def _diff_key(index, rank, against: str) -> tuple:
+        """(A's index, rank, B's index, rank): a diff's key in ``_diffs``."""
+        ia, ra = (int(x) for x in str(against).split(":"))
+        return ia, ra, index, rank
+
     def diff_result(self, index, rank, against: str):
         """The diff of the chosen trace (B: ``index``, ``rank``) against ``against``
         (``"index:rank"``), computed once."""
-        ia, ra = (int(x) for x in str(against).split(":"))
-        key = (ia, ra, index, rank)
+        key = self._diff_key(index, rank, against)
+        ia, ra = key[:2]
         if key not in self._diffs:
             a = self.catalog.get(ia)
             err = source_error(a)

@@ -117,3 +117,21 @@ def test_a_view_of_a_trace_not_yet_loaded_says_so_and_is_drawn_once_loaded(tmp_p
     assert catalog.sources[0].results is not None
     # views drawn from report objects never wait
     assert "view-loading" not in ids(Views(Catalog([SAMPLE], cache_dir=str(tmp_path))).render("gaps", 0, None))
+
+
+def test_the_diff_views_first_answer_is_ready_once_the_background_load_ends(tmp_path):
+    """The app has the prefetch compute each trace's diff against its default (the Diff view's
+    first answer) after the loads: a first click on the tab then draws it, no "Loading" round."""
+    from dashboards.app import create_app
+
+    fused = str(REPO / "sample_traces" / "pipelines_1gpu" / "fused" / "trace_rank0.json.gz")
+    catalog = Catalog([SAMPLE, fused], cache_dir=str(tmp_path))
+    create_app(catalog)
+    (views,) = [w.__self__ for w in catalog.after_loads]  # what create_app wired in: its Views' prepare_diffs
+    assert not views._diffs
+    catalog.prefetch(defer_s=0).join(300)
+    for i in (0, 1):
+        _, against = views.diff_options(i, 0)
+        assert (int(against.split(":")[0]), 0, i, 0) in views._diffs
+        view = views.render("diff", i, None)
+        assert "view-loading" not in str(view) and "diff-summary" in str(view)
