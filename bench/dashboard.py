@@ -156,7 +156,7 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
     t0 = time.perf_counter()
     loading = catalog.prefetch(defer_s=0)
     loading.join()
-    print(f"background load of every trace (parse cache warm; analyses, lanes, HTA's figures): {time.perf_counter() - t0:.1f} s")
+    print(f"background load of every trace (parse cache warm; analyses, lanes, HTA's figures, the Diff view's default diffs): {time.perf_counter() - t0:.1f} s")
     page = browser.new_page(viewport=VIEWPORT)
     page.goto(server.url)
     page.wait_for_selector("#overview-steps .js-plotly-plot", timeout=TIMEOUT)
