@@ -14,12 +14,13 @@ started is not seen, so it is a lower bound), and reserved is unknown (``reconst
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from tracekit import phases
+from tracekit.emptyresult import kept
 from tracekit.phases import Rules
 from tracekit.trace.model import Trace
 
@@ -82,8 +83,19 @@ def _plausible(total: np.ndarray) -> np.ndarray:
 
 def compute(trace: Trace, rules: Rules) -> AllocatorResult:
     """Allocator series and peaks (see the module docstring)."""
-    m = trace.memory
-    m = m[np.isin(m["device_type"].to_numpy(), GPU_DEVICE_TYPES)].sort_values("ts", kind="stable")
+    gpu = np.isin(trace.memory["device_type"].to_numpy(), GPU_DEVICE_TYPES)
+    if not gpu.any():
+        # no GPU [memory] event: empty tables, the same for every such trace but for the note
+        # (tracekit.emptyresult)
+        return replace(kept("allocator", lambda: _result(trace, rules, gpu)), note=(
+            "no [memory] events (profile with profile_memory=True)" if trace.memory.empty
+            else "no GPU (CUDA or HIP) [memory] events (host memory only)"))
+    return _result(trace, rules, gpu)
+
+
+def _result(trace: Trace, rules: Rules, gpu: np.ndarray) -> AllocatorResult:
+    """``compute`` of the GPU ``[memory]`` events (``gpu``: bool per event)."""
+    m = trace.memory[gpu].sort_values("ts", kind="stable")
     huge = np.abs(m["bytes"].to_numpy(np.int64)) >= MAX_BYTES
     warnings = []
     if huge.any():

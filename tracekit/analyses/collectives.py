@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import intervals, phases
+from tracekit.emptyresult import kept
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
 
@@ -208,12 +209,23 @@ def kernel_events(trace: Trace, rules: Rules) -> np.ndarray:
 def compute(trace: Trace, rules: Rules, *, steps=None) -> CollectivesResult:
     """The collective kernels of ``trace`` (see the module docstring). ``steps``: the rank's
     ``tracekit.analyses.steps`` result when already computed (else it is computed here)."""
+    with_args, rows_n, codes, cats = _rows(trace, rules)
+    if not with_args.any() and not rows_n.size:
+        # no collective kernel: empty tables, the same for every such trace
+        # (tracekit.emptyresult)
+        return kept("collectives", lambda: _result(trace, rules, steps, with_args, rows_n,
+                                                   codes, cats))
+    return _result(trace, rules, steps, with_args, rows_n, codes, cats)
+
+
+def _result(trace: Trace, rules: Rules, steps, with_args: np.ndarray, rows_n: np.ndarray,
+            codes: np.ndarray, cats: pd.Index) -> CollectivesResult:
+    """``compute`` with ``_rows`` found."""
     ev = trace.events
     kind = ev["kind"].to_numpy()
     args = trace.args
     arg_event = args["event"].to_numpy(np.int64)
     coll = args["collective"].astype(str).to_numpy(object)
-    with_args, rows_n, codes, cats = _rows(trace, rules)
     a = args[with_args]
     rows_a = arg_event[with_args]
 

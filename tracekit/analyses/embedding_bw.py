@@ -47,13 +47,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from tracekit import intervals, phases
 from tracekit import steps as steps_mod
+from tracekit.emptyresult import kept
 from tracekit.hardware import GpuPeak, device_names, peak_hbm
 from tracekit.phases import Rules
 from tracekit.trace.model import SHAPE_NAME, Kind, Trace
@@ -603,13 +604,36 @@ def _totals(calls: pd.DataFrame, keys: list[str], peak: float | None) -> pd.Data
     return out.sort_values("gpu_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
+def _is_model(codes: np.ndarray, cats: pd.Index) -> np.ndarray:
+    """bool per host op (``phases.host_ops``' codes): an op whose bytes a model estimates."""
+    return phases.per_used_name(
+        codes, cats, lambda n: np.array([model_of(str(x)) is not None for x in n.tolist()], bool),
+        False)
+
+
+def _main_device(devices: np.ndarray) -> int:
+    """The device most of ``devices`` are on (0 when none is known)."""
+    return int(np.bincount(devices[devices >= 0]).argmax()) if (devices >= 0).any() else 0
+
+
 def compute(trace: Trace, rules: Rules, config: EmbeddingBwConfig | None = None) -> EmbeddingBwResult:
     """The embedding calls of ``trace`` and their bandwidth (see the module docstring)."""
     config = config or EmbeddingBwConfig()
+    _, codes, cats = phases.host_ops(trace)
+    acts, _ = phases.activities(trace, rules)
+    if not _is_model(codes, cats).any() and \
+            not _embedding_kernels(acts["name"].to_numpy(object), rules).any():
+        # no modelled op and no embedding kernel: empty tables, the same for every such trace
+        # but for the GPU (tracekit.emptyresult)
+        name, gpu, source = _peak(trace, rules, _main_device(acts["device"].to_numpy(np.int64)))
+        return replace(kept(("embedding_bw", config), lambda: _compute(trace, rules, config)),
+                       device=name, peak_gbps=gpu.hbm_gbps if gpu else None, peak_source=source)
+    return _compute(trace, rules, config)
+
+
+def _compute(trace: Trace, rules: Rules, config: EmbeddingBwConfig) -> EmbeddingBwResult:
     ops, codes, cats = phases.host_ops(trace)
-    is_model = phases.per_used_name(
-        codes, cats, lambda n: np.array([model_of(str(x)) is not None for x in n.tolist()], bool),
-        False)
+    is_model = _is_model(codes, cats)
     is_emb = phases.name_matches(codes, cats, SHAPE_NAME)
     ts = ops["ts"].to_numpy(np.int64)
     host = pd.DataFrame({"tid": ops["tid"].to_numpy(np.int64), "ts": ts,
@@ -662,8 +686,7 @@ def compute(trace: Trace, rules: Rules, config: EmbeddingBwConfig | None = None)
             if o[c0] >= 0:
                 by_owner[int(o[c0])] = order[c0:c1]
 
-    devices = a_dev[np.flatnonzero(owner >= 0)] if (owner >= 0).any() else a_dev
-    device = int(np.bincount(devices[devices >= 0]).argmax()) if (devices >= 0).any() else 0
+    device = _main_device(a_dev[np.flatnonzero(owner >= 0)] if (owner >= 0).any() else a_dev)
     dev_name, gpu, peak_source = _peak(trace, rules, device)
     peak = gpu.hbm_gbps if gpu else None
 

@@ -73,6 +73,9 @@ def _occurrences(a: pd.DataFrame, key: np.ndarray) -> pd.DataFrame:
 
 
 def _device_gaps(d: pd.DataFrame, rules: Rules, steps: pd.DataFrame) -> tuple[list, int, int, str]:
+    phase = d["phase"].to_numpy(object)
+    if not ((phase == rules.optimizer_phase).any() or (phase == rules.lookup_phase).any()):
+        return [], 0, 0, ""  # neither phase on this device: no occurrence of either
     # in launch order (GPU start order for activities without a launch)
     launch = np.where(d["launch_ts"].to_numpy() >= 0, d["launch_ts"].to_numpy(), d["ts"].to_numpy())
     d = d.assign(launch_ts=launch).sort_values(["launch_ts", "ts"], kind="stable")

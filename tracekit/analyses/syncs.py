@@ -39,7 +39,7 @@ sync event it is linked to, else that of the last activity its thread launched b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import pandas as pd
@@ -50,6 +50,7 @@ from tracekit import phases
 from tracekit.calls import (  # noqa: F401 (also named here, as always)
     ALLOCATOR_CALL, ASYNC_COPY, BLOCKING, HOST_SYNC_EVENT, POLL,
 )
+from tracekit.emptyresult import kept
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
 
@@ -188,7 +189,20 @@ def compute(trace: Trace, rules: Rules) -> SyncsResult:
     source[via_rt & ~blocking] = "cuda_sync"
     blocking |= via_rt
     alone = sy[~_member(scorr, rcorr[rcorr >= 0]) | (scorr < 0)]
+    if not blocking.any() and not len(alone) and not poll.any():
+        # no stall and no poll: empty tables, the same for every such trace
+        # (tracekit.emptyresult)
+        return replace(kept("syncs", lambda: _result(trace, rules, acts, index, rt, rcodes,
+                                                     rcats, rcorr, blocking, source, sy, scorr,
+                                                     alone, poll)),
+                       allocator_known=allocations_recorded(trace))
+    return _result(trace, rules, acts, index, rt, rcodes, rcats, rcorr, blocking, source, sy,
+                   scorr, alone, poll)
 
+
+def _result(trace, rules, acts, index, rt, rcodes, rcats, rcorr, blocking, source, sy, scorr,
+            alone, poll) -> SyncsResult:
+    """``compute``'s stalls and polls, attributed, with their totals."""
     b = rt[blocking]
     ts = np.r_[b["ts"].to_numpy(np.int64), alone["ts"].to_numpy(np.int64)]
     dur = np.r_[b["dur"].to_numpy(np.int64), alone["dur"].to_numpy(np.int64)]

@@ -63,7 +63,9 @@ def step_windows(g: Graph, start: np.ndarray | None = None,
         comp, sink = comp[run], sink[run]
     if not steps.size:
         return pd.DataFrame({"step": [], "start": [], "end": [], "sink": []}, dtype=np.int64)
-    first = int(g.steps.set_index("step").loc[steps[0], "start_node"])
+    # the first step's start node (its row of g.steps, one per step)
+    at_first = np.flatnonzero(g.steps["step"].to_numpy(np.int64) == steps[0])[0]
+    first = int(g.steps["start_node"].to_numpy(np.int64)[at_first])
     begin = np.r_[start[first], comp[:-1]].astype(np.int64)
     return pd.DataFrame({"step": steps, "start": begin, "end": comp, "sink": sink})
 

@@ -35,6 +35,8 @@ def _records(df: Any) -> list[dict]:
     Python values of a numeric column at once; pandas' own ``to_dict`` indexes the frame per
     column and boxes value by value: a third of a cold analyze's report, 2026-11-24). A frame
     with repeated column names or a column of another kind (datetimes, say) takes pandas' way."""
+    if not len(df):
+        return []  # no row (most tables of a small trace): nothing to read column by column
     names = [str(c) for c in df.columns]
     unique = len(set(names)) == len(names)
     columns = [_column_values(df.iloc[:, j]) for j in range(len(names))] if unique else []
@@ -103,6 +105,8 @@ def jsonable(obj: Any) -> Any:
 def _downsample(series: Any) -> list[dict]:
     """At most SERIES_POINTS rows per device, keeping each run's maxima (see module docstring)."""
     out: list[dict] = []
+    if not len(series):
+        return out
     for dev, d in series.groupby("device", sort=True):
         n = len(d)
         if n <= SERIES_POINTS:

@@ -1,0 +1,154 @@
+"""A job of many small rank files: what each rank costs whatever its size, against another commit.
+
+    python -m bench.small_ranks --baseline DIR [--ranks 1000] [--repeat 3]
+        [--job64 bench/data/job64] [--trace TRACE]
+
+1. ``--ranks`` rank files of 3 ProfilerSteps with one kernel each (``tests/tracegen.py``:
+   ``TraceBuilder(rank=r, world_size=N)``; 9 events a rank, 9,000 for 1,000 ranks) in
+   ``bench/data/small<N>/``: issue 29's job of tiny ranks, where the analyses' fixed cost per
+   trace (frames and group-bys built whether or not the trace has anything for them) is all
+   there is.
+2. In each of ``--repeat`` rounds, every case once with this tree and once with ``--baseline``
+   (a checkout of another commit, run with ``cwd`` and ``PYTHONPATH`` set to it, the same
+   interpreter; which tree goes first alternates between rounds), each a fresh process:
+   - ``small``: ``tracekit analyze DIR --no-hta --no-cache`` on the tiny ranks (the default
+     local workers, one per CPU);
+   - ``job64`` (``--job64 DIR``: ``python -m bench.ranks`` makes ``bench/data/job64``): the same
+     command on the 64-rank job of real 2-GPU traces, which must not get slower;
+   - ``trace`` (``--trace FILE``: the ~50 MB trace, ``python -m bench.common.synthetic_trace
+     --copies 2``): ``tracekit analyze FILE --no-hta --no-cache --format json``, which must not
+     get slower either.
+   Each run: CPU seconds of the process and its worker processes (user + system, ``os.wait4``:
+   what ``/usr/bin/time`` reports), wall seconds, peak RSS, exit code, the load average before.
+3. Per case: this tree's CPU seconds over the baseline's in each round (paired), the median
+   and its 95 % bootstrap interval (``bench/common/method.py``), and the figures of each run.
+
+Writes ``bench/results/small-ranks-<UTC date>.json`` and prints a table. Figures and method:
+``bench/NOTES-ranks.md`` ("Many small ranks"); the limit it measures: ``docs/limits.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import REPO as ROOT, method
+
+HERE = ROOT / "bench"
+
+
+def make_ranks(out: Path, n: int) -> Path:
+    """``n`` rank files of 3 ProfilerSteps with one kernel each (kept when already there)."""
+    from tests.tracegen import TraceBuilder
+
+    if out.is_dir() and len(list(out.glob("rank*.json"))) == n:
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    for r in range(n):
+        b = TraceBuilder(rank=r, world_size=n)
+        for s in range(3):
+            t = 1000.0 * s
+            b.profiler_step(s + 1, t, 900)
+            b.kernel("gemm_kernel", t + 10, 100, launch_at=t + 5)
+        b.write(out / f"rank{r}.json")
+    return out
+
+
+def run(args: list[str], tree: Path, timeout: float) -> dict:
+    """``tracekit ARGS`` with ``tree``'s tracekit in a fresh process: CPU (with its children),
+    wall, peak RSS, exit code."""
+    load = [round(x, 2) for x in os.getloadavg()]
+    t0 = time.perf_counter()
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    env.pop("TRACEKIT_CACHE_DIR", None)
+    p = subprocess.Popen([sys.executable, "-m", "tracekit.cli", *args], cwd=tree, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = t0 + timeout
+    while True:
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            p.kill()
+            pid, status, ru = os.wait4(p.pid, 0)
+            break
+        time.sleep(0.01)
+    err = p.stderr.read().decode(errors="replace")
+    rc = os.waitstatus_to_exitcode(status)
+    out = {"rc": rc, "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
+           "user_s": round(ru.ru_utime, 3), "wall_s": round(time.perf_counter() - t0, 3),
+           "peak_rss_mb": round(ru.ru_maxrss / 1024, 1), "load_before": load}
+    if rc != 0:
+        out["stderr_tail"] = err[-1000:]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--baseline", required=True, help="a checkout of the commit to compare with")
+    ap.add_argument("--ranks", type=int, default=1000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--job64", default=None, help="a directory of rank traces (bench.ranks')")
+    ap.add_argument("--trace", default=None, help="one trace file (the ~50 MB trace)")
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--out-dir", default=str(HERE / "results"))
+    a = ap.parse_args()
+    base = Path(a.baseline).resolve()
+    small = make_ranks(HERE / "data" / f"small{a.ranks}", a.ranks)
+    cases = {"small": ["analyze", str(small), "--no-hta", "--no-cache"]}
+    if a.job64:
+        cases["job64"] = ["analyze", str(Path(a.job64).resolve()), "--no-hta", "--no-cache"]
+    if a.trace:
+        cases["trace"] = ["analyze", str(Path(a.trace).resolve()), "--no-hta", "--no-cache",
+                          "--format", "json"]
+    trees = {"this": ROOT, "baseline": base}
+    runs: dict[str, dict[str, list]] = {c: {"this": [], "baseline": []} for c in cases}
+    for i in range(a.repeat):
+        order = ["this", "baseline"] if i % 2 == 0 else ["baseline", "this"]
+        for case, args in cases.items():
+            for who in order:
+                r = run(args, trees[who], a.timeout)
+                runs[case][who].append(r)
+                print(f"round {i} {case:6s} {who:8s} cpu {r['cpu_s']:8.2f} s  wall "
+                      f"{r['wall_s']:7.2f} s  rss {r['peak_rss_mb']:7.1f} MB  rc {r['rc']}  "
+                      f"load {r['load_before']}", flush=True)
+    summary = {}
+    for case, by in runs.items():
+        ratios = [t["cpu_s"] / b["cpu_s"] for t, b in zip(by["this"], by["baseline"])
+                  if b["cpu_s"] > 0]
+        lo, hi = method.bootstrap_ci(ratios)
+        summary[case] = {
+            "cpu_ratio_median": round(statistics.median(ratios), 4) if ratios else None,
+            "cpu_ratio_ci95": [round(lo, 4), round(hi, 4)], "cpu_ratios": [round(x, 4) for x in ratios],
+            **{f"{w}_cpu_s": [r["cpu_s"] for r in by[w]] for w in trees},
+            **{f"{w}_wall_s": [r["wall_s"] for r in by[w]] for w in trees},
+            **{f"{w}_peak_rss_mb": [r["peak_rss_mb"] for r in by[w]] for w in trees},
+            **{f"{w}_rc": [r["rc"] for r in by[w]] for w in trees},
+        }
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()
+    doc = {"when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+           "host": platform.node(), "cpus": os.cpu_count(), "this": head, "baseline": str(base),
+           "ranks": a.ranks, "events_per_rank": 9, "cases": cases, "summary": summary,
+           "runs": runs}
+    out = Path(a.out_dir) / f"small-ranks-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print()
+    print(f"{'case':6s} {'CPU ratio (this/baseline)':>28s}  this CPU s            baseline CPU s")
+    for case, s in summary.items():
+        print(f"{case:6s} {s['cpu_ratio_median']:>10} [{s['cpu_ratio_ci95'][0]}, "
+              f"{s['cpu_ratio_ci95'][1]}]  {s['this_cpu_s']}  {s['baseline_cpu_s']}")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
