@@ -88,8 +88,11 @@ def test_thousands_of_streams_cost_thousands_of_pairs(tmp_path, capsys):
     t0 = time.perf_counter()
     code, doc, err = analyze_json(b.write(tmp_path / "s.json"), capsys)
     assert time.perf_counter() - t0 < 30
-    assert code == 0 and err == [f"tracekit: warning: {tmp_path / 's.json'}: device 0 has 1,000 "
-                                 "streams: the pairwise overlap is of its 64 busiest"]
+    assert code == 0 and err == [
+        f"tracekit: warning: {tmp_path / 's.json'}: device 0 has 1,000 streams: the pairwise "
+        "overlap is of its 64 busiest",
+        f"tracekit: warning: {tmp_path / 's.json'}: device 0: 1,000 streams with activities that "
+        "may have waited on another stream; waits inferred into the 256 with the most"]
     o = load_built(b, tmp_path / "l")
     got = overlap.compute(o, default_rules())
     assert len(got.streams) == 1000 and len(got.pairs) == 64 * 63 // 2
@@ -494,7 +497,18 @@ def test_thousands_of_streams_in_text(tmp_path, capsys):
         b.kernel("k", 10 + s, 5, stream=s + 1, launch_at=1)
     code, out, err = run(["analyze", b.write(tmp_path / "s.json"), "--no-hta", "--no-cache"],
                          capsys)
-    assert code == 0 and len(err) == 1
+    # both limits on stderr: the pairwise overlap's, and explain's inferred waits' (which
+    # JSON alone said)
+    assert code == 0 and len(err) == 2 and "pairwise overlap is of its 64 busiest" in err[0]
+    assert "waits inferred into the 256 with the most" in err[1]
+    assert "warning: device 0: 300 streams with activities that may have waited" in out
+    code, out, err = run(["explain", tmp_path / "s.json", "--no-cache"], capsys)
+    assert code == 0 and "waits inferred into the 256 with the most" in err[1]
+    code, out, _ = run(["analyze", tmp_path / "s.json", "--no-hta", "--no-cache", "--format",
+                        "json"], capsys)
+    assert any("waits inferred into the 256" in w
+               for w in json.loads(out)["analyses"][0]["warnings"])
+    code, out, err = run(["analyze", tmp_path / "s.json", "--no-hta", "--no-cache"], capsys)
     matrix = out[out.index("pairwise overlap |busy"):]
     header = matrix.splitlines()[1]
     assert len(header.split()) == 64  # the busiest 64 streams' columns

@@ -133,9 +133,11 @@ def analyze_trace(
                     fork=parallel and with_explain)
     explained = _explain(trace, rules, snapshot, parallel) if with_explain else None
     sections = others.result()
-    # the loader's warnings, then the sections' own (values they had to leave out)
+    # the loader's warnings, then the sections' own (values they had to leave out), then the
+    # limits explain's graph hit (tracekit.graph.model.Graph.limits)
     warned = tuple(trace.warnings) + tuple(
-        w for s in (steps_result, *sections.values()) for w in getattr(s, "warnings", ()))
+        w for s in (steps_result, *sections.values()) for w in getattr(s, "warnings", ())) + (
+        _graph_limits(trace, rules) if with_explain else ())
     reduced = _skeleton(trace, rules) if with_explain else None
     return Analysis(
         source=trace.source,
@@ -187,6 +189,14 @@ def _match_streams(trace: Trace, snapshot: object | None):
 
     st = snapshot.streams
     return snapshot_streams.compute(trace, addresses, list(zip(st["device"].tolist(), st["stream"].tolist())))
+
+
+def _graph_limits(trace: Trace, rules: Rules) -> tuple[str, ...]:
+    """The limits of tracekit's own that explain's graph hit (the graph explain built: the same
+    trace, rules and default config)."""
+    from tracekit.graph import build_graph
+
+    return build_graph(trace, rules).limits
 
 
 def _skeleton(trace: Trace, rules: Rules):

@@ -404,6 +404,7 @@ def build_graph(trace: Trace, rules: Rules, config: GraphConfig | None = None) -
 def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C901 - one pass
     ev = trace.events
     warnings: list[str] = []
+    limits: list[str] = []  # warnings of a limit of tracekit's own (also in warnings)
     acts, index = phases.activities(trace, rules)
     grow = _event_rows(trace, GPU_ACTIVITY_KINDS)
     assert grow.size == len(acts)
@@ -667,7 +668,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
                            k_ts[sw], k_tid[sw])
     if hint is not None and na and hint.any():
         w_src, w_dst = _inferred_waits(a_start, a_end, a_lane, acts["device"].to_numpy(np.int64),
-                                       launch_end, lat, config, hint, warnings)
+                                       launch_end, lat, config, hint, warnings, limits)
         add(a_id[w_src], a_id[w_dst], EdgeKind.WAIT_INFERRED, gap)
     wait_consumers = np.unique(a_id[np.r_[rec_d, rec_cons].astype(np.int64)])
     # handoffs between CPU threads: a thread stopped, another resumed right after
@@ -739,7 +740,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
                  wait_consumers=wait_consumers, queue_depth=int(depth),
                  unexplained=unexplained, gap_ns=gap, handoff_ns=handoff,
                  polling_lanes=pts.polling, main_lane=main_lane, poll_loops=n_loops,
-                 warnings=tuple(warnings))
+                 warnings=tuple(warnings), limits=tuple(limits))
 
 
 _PRIORITY = {EdgeKind.HOST_WAIT: 6, EdgeKind.QUEUE: 6, EdgeKind.WAIT_RECORDED: 5, EdgeKind.WAIT_INFERRED: 4,
@@ -906,7 +907,8 @@ activities that may have waited); a trace with more says so in a warning."""
 
 
 def _inferred_waits(a_start, a_end, a_lane, a_dev, launch_end, lat, config: GraphConfig,
-                    hint: np.ndarray, warnings: list[str] | None = None):
+                    hint: np.ndarray, warnings: list[str] | None = None,
+                    limits: list[str] | None = None):
     """Cross-stream waits from timing: an activity ``hint`` allows (a wait may precede it:
     ``_wait_hints``, or the trace recorded that it waited without saying on what) that started
     ``wait_ready_ns`` after it was ready (its launch + the launch latency, its stream's previous
@@ -917,7 +919,7 @@ def _inferred_waits(a_start, a_end, a_lane, a_dev, launch_end, lat, config: Grap
     they let it in. When several streams ended an activity within ``wait_match_ns`` of that
     latest end, the stream this one was seen to wait on when only one did. Each stream costs
     a pass over its device's activities: past ``MAX_WAIT_LANES`` streams of a device, only
-    the busiest are looked at (a warning in ``warnings`` says so)."""
+    the busiest are looked at (a warning in ``warnings`` says so, and in ``limits``)."""
     prev_end = stream_prev_end(a_start, a_end, a_lane)
     ready = np.maximum(prev_end, np.where(launch_end >= 0, launch_end + lat, NONE))
     has_ready = ready > NONE
@@ -927,10 +929,12 @@ def _inferred_waits(a_start, a_end, a_lane, a_dev, launch_end, lat, config: Grap
         lanes_held, n_held = np.unique(a_lane[held & (a_dev == dev)], return_counts=True)
         if lanes_held.size > MAX_WAIT_LANES:
             keep = np.sort(np.argsort(-n_held, kind="stable")[:MAX_WAIT_LANES])
-            if warnings is not None:
-                warnings.append(f"device {int(dev)}: {lanes_held.size:,} streams with activities "
-                                f"that may have waited on another stream; waits inferred into "
-                                f"the {MAX_WAIT_LANES} with the most")
+            capped = (f"device {int(dev)}: {lanes_held.size:,} streams with activities that "
+                      f"may have waited on another stream; waits inferred into the "
+                      f"{MAX_WAIT_LANES} with the most")
+            for said in (warnings, limits):
+                if said is not None:
+                    said.append(capped)
             lanes_held = lanes_held[keep]
         for ln in lanes_held:
             d = np.flatnonzero(held & (a_lane == ln))

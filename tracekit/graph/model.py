@@ -229,6 +229,10 @@ class Graph:
     poll_loop_ns``), each modelled as a wait for the GPU work its last poll saw end."""
     warnings: tuple[str, ...] = ()
     """What the graph could not see (no correlation ids, edges dropped...)."""
+    limits: tuple[str, ...] = ()
+    """Those of ``warnings`` that say a limit of tracekit's own was hit (``build.
+    MAX_WAIT_LANES``): figures left out for the cost's sake, which the rank's warnings repeat
+    (a ``tracekit: warning:`` line, as the overlap's stream limit)."""
 
     @property
     def end(self) -> np.ndarray:
