@@ -9,7 +9,8 @@ import click
 from tracekit import __version__
 from tracekit._files import check_out, check_readable
 from tracekit.commands.common import (cache_lines, cache_options, echo_lines, emit,
-                                      format_option, job_options, out_option, problem_lines,
+                                      format_option, job_lines, job_options, out_option,
+                                      problem_lines,
                                       rules_option, verbose_option, warning_lines,
                                       select_rank)
 from tracekit.errors import InputError
@@ -154,6 +155,8 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
                        for kind, x in texts), out)
     for probs, p in problems:
         lines += problem_lines(probs, p)
+    for j in jobs:
+        lines += job_lines(j)
     echo_lines(lines, verbose=verbose)
     if any(probs for probs, _ in problems):
         raise SystemExit(2)

@@ -15,7 +15,8 @@ import click
 from tracekit import __version__
 from tracekit._files import check_out
 from tracekit.commands.common import (cache_lines, cache_options, echo_lines, emit,
-                                      format_option, job_options, out_option, problem_lines,
+                                      format_option, job_lines, job_options, out_option,
+                                      problem_lines,
                                       rules_option, select_rank, verbose_option, warning_lines)
 
 
@@ -58,7 +59,7 @@ def command(paths, maxima, minima, fmt, out, rules_path, rank, workers, schedule
                           prefetch=True, with_hta=False, whole=True, workers=workers,
                           scheduler=scheduler, scheduler_timeout_s=scheduler_timeout)
         if got.job is not None:
-            lines += problem_lines(got.problems, p)
+            lines += problem_lines(got.problems, p) + job_lines(got.job)
             job = got.job
             expected = job["world_size"] or job["ranks_read"] + sum(
                 1 for x in job["problems"] if x["kind"] != "missing")

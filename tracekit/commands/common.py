@@ -131,6 +131,12 @@ def problem_lines(problems: list, directory: str) -> list[Line]:
     return out
 
 
+def job_lines(job: dict) -> list[Line]:
+    """A job's own warnings (``clock.warnings``: ranks whose clocks disagree beyond a step)."""
+    return [("warning", display(job["source"]), w)
+            for w in (job.get("clock") or {}).get("warnings") or []]
+
+
 def _shape(message: str) -> str:
     """A message with its numbers taken out: the lines one fold gathers share it."""
     return re.sub(r"\d[\d,.]*", "#", message)

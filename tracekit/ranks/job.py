@@ -31,6 +31,7 @@ Definitions (every time is on the reference rank's clock once offsets are applie
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -76,6 +77,62 @@ def _spread(ranks: list[dict]) -> dict:
                   "spread_ns": float(v.max() - v.min()), "slowest_rank": hi[1],
                   "fastest_rank": lo[1], "max_over_median": float(v.max() / med) if med else None}
     return out
+
+
+def step_limit_ns(ranks: list[dict]) -> float | None:
+    """The longest step of the job: the largest P90 step time (CPU or GPU) of any rank; None
+    when no rank has steps. No rank waits at a collective for longer than a step of the ranks
+    it waits for (their step holds the wait), so arrivals further apart than this are the
+    clocks', not the ranks'."""
+    vals = [v for r in ranks for k in ("step_cpu_p90_ns", "step_gpu_p90_ns")
+            for v in [(r.get("headline") or {}).get(k)] if v is not None and v > 0]
+    return float(max(vals)) if vals else None
+
+
+def clock_disagreements(arr: pd.DataFrame, ranks: list[dict]) -> list[dict]:
+    """The ranks whose collectives start, on the clocks the job compares (offsets applied where
+    they are), further from the others' than a step of the job could explain
+    (``step_limit_ns``): per rank the median over its instances of its arrival minus the
+    instance's median arrival (the other rank's, in an instance of two), when its size is
+    above the limit. ``rank, source, median_ns`` (signed: after the others), largest first."""
+    limit = step_limit_ns(ranks)
+    if limit is None or not len(arr):
+        return []
+    inst = arr["instance"].to_numpy(np.int64)
+    ts = arr["ts"].to_numpy(np.int64).astype(np.float64)
+    center = pd.Series(ts).groupby(inst).median()
+    count = pd.Series(ts).groupby(inst).size()
+    total = pd.Series(ts).groupby(inst).sum()
+    n = count.reindex(inst).to_numpy()
+    # in an instance of two, the other rank's arrival; else the instance's median
+    other = np.where(n == 2, total.reindex(inst).to_numpy() - ts, center.reindex(inst).to_numpy())
+    dev = pd.Series(np.where(n >= 2, ts - other, np.nan)).groupby(
+        arr["rank"].to_numpy(np.int64)).median().dropna()
+    source = {int(r["rank"]): r.get("source") for r in ranks}
+    out = [{"rank": int(k), "source": source.get(int(k)), "median_ns": float(v)}
+           for k, v in dev.items() if abs(v) > limit]
+    return sorted(out, key=lambda d: (-abs(d["median_ns"]), d["rank"]))
+
+
+def _disagreement_warning(disagree: list[dict], limit_ns: float, offsets,
+                          config: JobConfig) -> str:
+    """One line for the ranks of ``clock_disagreements`` (the first three named)."""
+    who = sorted(d["rank"] for d in disagree)
+    more = f" and {len(who) - 3:,} more" if len(who) > 3 else ""
+    ranks = ", ".join(str(r) for r in who[:3]) + more
+    files = ", ".join(os.path.basename(str(d["source"])) for d in disagree[:3]) + (
+        f" and {len(disagree) - 3:,} more" if len(disagree) > 3 else "")
+    applied = set(offsets.table.loc[offsets.table["applied"], "rank"].tolist()) \
+        if config.align_clocks else set()
+    why = ("the clocks are compared as written (--no-align)" if not config.align_clocks else
+           "the clock offsets fitted from collective ends, applied, leave it" if set(who) <= applied
+           else "no clock offset fitted from collective ends aligns them")
+    return (f"the clock{'s' if len(who) > 1 else ''} of rank{'s' if len(who) > 1 else ''} "
+            f"{ranks} ({files}) disagree{'s' if len(who) == 1 else ''} with the others' by up "
+            f"to {abs(disagree[0]['median_ns']) / 1e6:,.3f} ms (median over the collectives), "
+            f"more than a step of this job ({limit_ns / 1e6:,.3f} ms, the longest P90) could "
+            f"explain: {why}; the arrival skews, waits and stragglers that involve "
+            f"{'them' if len(who) > 1 else 'it'} are the clocks', not the ranks'")
 
 
 def build(rankset: RankSet, config: JobConfig | None = None) -> dict:
@@ -134,6 +191,10 @@ def build_with_graph(rankset: RankSet, config: JobConfig | None = None) -> tuple
             notes.append(f"rank {row.rank}'s clock offset {row.offset_ns / 1e6:+.3f} ms "
                          f"(spread {spread}) is not applied: the fit's spread is not smaller "
                          "than the offset; its clock is taken as written")
+
+    disagree = clock_disagreements(arr, ranks)
+    clock_warnings = [_disagreement_warning(disagree, step_limit_ns(ranks), offsets, config)] \
+        if disagree else []
 
     # per instance
     inst = m.instances.set_index("instance")
@@ -316,7 +377,8 @@ def build_with_graph(rankset: RankSet, config: JobConfig | None = None) -> tuple
         "ranks": rank_rows,
         "spread": _spread(ranks) if ranks else None,
         "clock": {"aligned": config.align_clocks and offsets.reference is not None,
-                  "reference_rank": offsets.reference, "offsets": offs, "notes": notes},
+                  "reference_rank": offsets.reference, "offsets": offs, "notes": notes,
+                  "disagree": disagree, "warnings": clock_warnings},
         "matching": {"instances": len(table), "groups": m.groups},
         "by_type": by_type,
         "stragglers": stragglers,

@@ -217,7 +217,7 @@ def render_job(job: dict, *, limit: int = 64) -> str:
                               for o in sorted(big, key=lambda o: o["rank"])]))
         if len(offs) > len(big):
             out.append(f"  ... {len(offs) - len(big)} more ranks (largest offsets shown)")
-        for note in c["notes"]:
+        for note in c["notes"] + (c.get("warnings") or []):
             out.append(f"  warning: {note}")
 
     mt = job["matching"]

@@ -842,11 +842,26 @@ class ClockOffset(TypedDict):
     applied: bool
 
 
+class ClockDisagreement(TypedDict):
+    """A rank whose collectives start further from the other ranks' (the median over its
+    instances of its arrival minus the instance's median, on the clocks compared) than the
+    job's longest step (the largest P90 step time of its ranks) could explain
+    (``tracekit.ranks.job.clock_disagreements``)."""
+
+    rank: int
+    source: str | None
+    median_ns: float
+
+
 class Clock(TypedDict):
     aligned: bool
     reference_rank: int | None
     offsets: list[ClockOffset]
     notes: list[str]
+    disagree: list[ClockDisagreement]
+    """The ranks whose clocks disagree with the others' beyond a step (empty: none)."""
+    warnings: list[str]
+    """One line naming them (``tracekit: warning:`` on stderr), or none."""
 
 
 class MatchGroup(TypedDict):

@@ -144,3 +144,47 @@ def test_each_ranks_arrival_per_instance(job, job_dir, tmp_path):
     assert not few["arrivals_everywhere"] and all("arrivals" not in i for i in few["instances"]
                                                   if i["instance"] != few["worst"][0]["instance"])
     assert len(few["worst"][0]["arrivals"]) == 3 and few["worst"][0]["skew_ns"] == 150 * US
+
+
+def test_clocks_that_disagree_beyond_a_step_are_named(tmp_path, capsys):
+    """Rank 1's clock 5 ms ahead, steps of 1 ms: aligned, the offset takes it out and nothing is
+    said; compared as written (--no-align), its collectives start 5 ms after the others', which
+    no wait within a 1 ms step explains: one warning names it (stderr, text, JSON)."""
+    import json
+
+    from tracekit.cli import main
+
+    d = tmp_path / "job"
+    write_job(d, COLLS, world=3, offsets_us={1: 5000.0})
+    aligned = analyze_job(d, cache_dir=tmp_path / "c", workers=1).job
+    assert aligned["clock"]["disagree"] == [] and aligned["clock"]["warnings"] == []
+    as_written = analyze_job(d, cache_dir=tmp_path / "c", workers=1,
+                             config=JobConfig(align_clocks=False)).job
+    (one,) = as_written["clock"]["disagree"]
+    assert one["rank"] == 1 and one["source"].endswith("trace_rank1.json")
+    assert one["median_ns"] == pytest.approx(5000 * US, abs=200 * US)
+    (line,) = as_written["clock"]["warnings"]
+    head = "the clock of rank 1 (trace_rank1.json) disagrees with the others' by up to "
+    assert line.startswith(head)
+    assert float(line[len(head):].split()[0]) == pytest.approx(one["median_ns"] / 1e6, abs=1e-3)
+    assert "(1.000 ms, the longest P90)" in line and "--no-align" in line
+
+    def cli(*args):
+        with pytest.raises(SystemExit) as e:
+            main(["analyze", str(d), "--no-cache", "--no-hta", "--workers", "1", *args])
+        out, err = capsys.readouterr()
+        return e.value.code, out, err.splitlines()
+
+    code, out, err = cli("--no-align")
+    assert code == 0 and err == [f"tracekit: warning: {d}: {line}"]
+    assert f"warning: {line}" in out
+    code, out, err = cli("--no-align", "--format", "json")
+    assert json.loads(out)["jobs"][0]["clock"]["disagree"][0]["rank"] == 1
+    code, out, err = cli()
+    assert code == 0 and err == []
+
+
+def test_no_steps_no_clock_judgement():
+    arr = job_mod.pd.DataFrame({"instance": [0, 0], "rank": [0, 1], "ts": [0, 10**12]})
+    assert job_mod.clock_disagreements(arr, [{"rank": 0, "headline": {}},
+                                             {"rank": 1, "headline": {}}]) == []
