@@ -151,6 +151,18 @@ def _queue_depth(src, dst, ekind, launched, lane) -> int | None:
     return int(np.median(d)) if d.size else None
 
 
+def _sorted_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct ``(a, b)`` pairs sorted by ``a`` then ``b`` (as two arrays), and each row's
+    index among them."""
+    order = np.lexsort((b, a))
+    a_s, b_s = a[order], b[order]
+    new = np.r_[True, (a_s[1:] != a_s[:-1]) | (b_s[1:] != b_s[:-1])] if order.size else \
+        np.zeros(0, bool)
+    inv = np.empty(order.size, np.int64)
+    inv[order] = np.cumsum(new) - 1
+    return a_s[new], b_s[new], inv
+
+
 def _pairs(lane: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Consecutive (prev, next) ids within each lane, ``ids`` ordered within lanes by id."""
     order = np.lexsort((ids, lane))
@@ -413,26 +425,30 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     st = steps_mod.compute(trace, rules).steps
 
     # ---- lanes ----------------------------------------------------------------------------
-    gl = acts[["device", "stream"]].drop_duplicates().sort_values(["device", "stream"])
-    cl = calls[["pid", "tid"]].drop_duplicates()
-    if len(st) and main_tid >= 0:
-        cl = pd.concat([cl, pd.DataFrame({"pid": [main_pid], "tid": [main_tid]})])
-    cl = cl.drop_duplicates().sort_values(["pid", "tid"])
+    # the GPU lanes: the activities' (device, stream) pairs, sorted; the CPU lanes: the calls'
+    # (pid, tid) pairs and the thread holding the steps, sorted
+    g_dev, g_stream, a_lane = _sorted_pairs(acts["device"].to_numpy(np.int64),
+                                            acts["stream"].to_numpy(np.int64))
+    with_main = bool(len(st) and main_tid >= 0)
+    c_pid, c_tid, c_pair = _sorted_pairs(
+        np.concatenate([calls["pid"].to_numpy(np.int64),
+                        np.array([main_pid] if with_main else [], np.int64)]),
+        np.concatenate([calls["tid"].to_numpy(np.int64),
+                        np.array([main_tid] if with_main else [], np.int64)]))
+    n_gl, n_cl = g_dev.size, c_pid.size
     lanes = pd.DataFrame({
-        "type": ["gpu"] * len(gl) + ["cpu"] * len(cl),
-        "device": np.r_[gl["device"].to_numpy(np.int64), np.full(len(cl), -1)],
-        "stream": np.r_[gl["stream"].to_numpy(np.int64), np.full(len(cl), -1)],
-        "pid": np.r_[np.full(len(gl), -1), cl["pid"].to_numpy(np.int64)],
-        "tid": np.r_[np.full(len(gl), -1), cl["tid"].to_numpy(np.int64)],
+        "lane": np.arange(n_gl + n_cl),
+        "type": ["gpu"] * n_gl + ["cpu"] * n_cl,
+        "device": np.r_[g_dev, np.full(n_cl, -1)],
+        "stream": np.r_[g_stream, np.full(n_cl, -1)],
+        "pid": np.r_[np.full(n_gl, -1), c_pid],
+        "tid": np.r_[np.full(n_gl, -1), c_tid],
     })
-    lanes.insert(0, "lane", np.arange(len(lanes)))
-    gkey = pd.MultiIndex.from_frame(gl)
-    ckey = pd.MultiIndex.from_frame(cl)
-    a_lane = gkey.get_indexer(pd.MultiIndex.from_frame(acts[["device", "stream"]])).astype(np.int64)
-    kept = calls[calls["outer"].to_numpy() == np.arange(len(calls))]
-    c_lane = (ckey.get_indexer(pd.MultiIndex.from_frame(kept[["pid", "tid"]])) + len(gl)).astype(np.int64)
-    main_lane = int(ckey.get_indexer(pd.MultiIndex.from_arrays([[main_pid], [main_tid]]))[0]) + len(gl) \
-        if len(cl) else -1
+    is_kept = calls["outer"].to_numpy() == np.arange(len(calls))
+    kept = calls[is_kept]
+    c_lane = (c_pair[: len(calls)][is_kept] + n_gl).astype(np.int64)
+    at_main = np.flatnonzero((c_pid == main_pid) & (c_tid == main_tid))
+    main_lane = (int(at_main[0]) if at_main.size else -1) + n_gl if n_cl else -1
 
     # ---- GPU activities ---------------------------------------------------------------------
     a_start = acts["ts"].to_numpy(np.int64)
@@ -543,7 +559,8 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
                       dtype=object) if n_st else np.zeros(0, object)
 
     # ---- where threads stopped and resumed ----------------------------------------------------
-    pts = _host_points(trace, cl, len(gl), main_lane, c_lane, k_poll, config)
+    pts = _host_points(trace, pd.DataFrame({"pid": c_pid, "tid": c_tid}), n_gl, main_lane, c_lane,
+                       k_poll, config)
     n_pt = pts.lane.size
     pt_name = np.where(pts.wake, "thread wakes", "thread blocks").astype(object)
 
