@@ -1,7 +1,7 @@
 """A job of many small rank files: what each rank costs whatever its size, against another commit.
 
     python -m bench.small_ranks --baseline DIR [--ranks 1000] [--repeat 3]
-        [--job64 bench/data/job64] [--trace TRACE]
+        [--job64 bench/data/job64] [--trace TRACE] [--skip-small] [--label TEXT]
 
 1. ``--ranks`` rank files of 3 ProfilerSteps with one kernel each (``tests/tracegen.py``:
    ``TraceBuilder(rank=r, world_size=N)``; 9 events a rank, 9,000 for 1,000 ranks) in
@@ -98,12 +98,16 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--job64", default=None, help="a directory of rank traces (bench.ranks')")
     ap.add_argument("--trace", default=None, help="one trace file (the ~50 MB trace)")
+    ap.add_argument("--skip-small", action="store_true", help="only --job64 and --trace")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out-dir", default=str(HERE / "results"))
+    ap.add_argument("--label", default="", help="what this tree is, where it is no git checkout")
     a = ap.parse_args()
     base = Path(a.baseline).resolve()
-    small = make_ranks(HERE / "data" / f"small{a.ranks}", a.ranks)
-    cases = {"small": ["analyze", str(small), "--no-hta", "--no-cache"]}
+    cases = {}
+    if not a.skip_small:
+        small = make_ranks(HERE / "data" / f"small{a.ranks}", a.ranks)
+        cases["small"] = ["analyze", str(small), "--no-hta", "--no-cache"]
     if a.job64:
         cases["job64"] = ["analyze", str(Path(a.job64).resolve()), "--no-hta", "--no-cache"]
     if a.trace:
@@ -134,7 +138,8 @@ def main() -> None:
             **{f"{w}_rc": [r["rc"] for r in by[w]] for w in trees},
         }
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True).stdout.strip()
+                          text=True).stdout.strip() or a.label
+
     doc = {"when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
            "host": platform.node(), "cpus": os.cpu_count(), "this": head, "baseline": str(base),
            "ranks": a.ranks, "events_per_rank": 9, "cases": cases, "summary": summary,

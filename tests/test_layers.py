@@ -16,7 +16,8 @@ PACKAGES = ("tracekit", "dashboards", "runtime")
 
 LAYERS = [
     ("base", ["tracekit", "tracekit.errors", "tracekit._files", "tracekit._fork",
-              "tracekit._objarrays", "tracekit._oneshot", "tracekit.intervals", "tracekit.calls"]),
+              "tracekit._objarrays", "tracekit._oneshot", "tracekit.intervals", "tracekit.calls",
+              "tracekit.emptyresult"]),
     ("trace", ["tracekit.trace"]),
     ("phases", ["tracekit.phases"]),
     ("steps", ["tracekit.steps"]),
