@@ -126,17 +126,19 @@ class LoadedTrace:
 
     # ---- the sections ---------------------------------------------------------------------
 
-    def analysis(self, *, with_hta: bool | None = True) -> Analysis:
+    def analysis(self, *, with_hta: bool | None = True, with_skeleton: bool = True) -> Analysis:
         """Every section (``tracekit.analyses.analyze_trace``); ``with_hta``: also HTA's own
-        figures (None: only on traces of at most ``HTA_AUTO_MAX_EVENTS`` events)."""
+        figures (None: only on traces of at most ``HTA_AUTO_MAX_EVENTS`` events);
+        ``with_skeleton``: also the skeleton a job's graph joins."""
 
         def compute():
             from tracekit.analyses import analyze_trace
 
             return analyze_trace(self.trace, self.rules, with_hta=with_hta,
-                                 snapshot=self.snapshot, parallel=self.parallel)
+                                 snapshot=self.snapshot, parallel=self.parallel,
+                                 with_skeleton=with_skeleton)
 
-        return self._once(("analysis", with_hta), compute)
+        return self._once(("analysis", with_hta, with_skeleton), compute)
 
     def _computed(self, section: str) -> Any:
         """A section of an analysis already computed, else None."""
@@ -230,12 +232,13 @@ class LoadedTrace:
 
         return self._once(("hta",), compute)
 
-    def report(self, *, with_hta: bool | None = True) -> dict:
-        """The rank's report object (``tracekit.report.schema.Rank``)."""
+    def report(self, *, with_hta: bool | None = True, with_skeleton: bool = True) -> dict:
+        """The rank's report object (``tracekit.report.schema.Rank``); ``with_skeleton``: with
+        the skeleton a job's graph joins (else ``skeleton`` is null)."""
         from tracekit.report import to_dict
 
-        return self._once(("report", with_hta),
-                          lambda: to_dict(self.analysis(with_hta=with_hta)))
+        return self._once(("report", with_hta, with_skeleton), lambda: to_dict(
+            self.analysis(with_hta=with_hta, with_skeleton=with_skeleton)))
 
     def critical_path(self, step: int | None = None, what_ifs: tuple[str, ...] = (),
                       **view: Any) -> pd.DataFrame:
@@ -338,24 +341,28 @@ def report_for_path(
     with_hta: bool | None = True,
     prefetch: bool = False,
     also_hta: tuple[bool | None, ...] = (),
+    with_skeleton: bool = True,
 ) -> list[dict]:
     """Per-rank report objects (``tracekit.report.schema.Rank``) of ``path``, from the report
     cache when it holds them, else loaded (``loading``) and stored. ``prefetch``: on a miss,
     ``loading``'s cold path (the CLI asks for it). ``also_hta``: other ``with_hta`` values
     whose cached reports will do (``tracekit explain`` needs no HTA section, so the report
-    ``tracekit analyze`` keeps, HTA's or not, answers it)."""
+    ``tracekit analyze`` keeps, HTA's or not, answers it). ``with_skeleton``: False: without
+    the skeleton a job's graph joins (``tracekit.ranks.JobConfig.job_graph``)."""
     src = os.fspath(path)
     check_readable(src, "trace file or directory", directory_ok=True)
     if use_cache:
         for h in (with_hta, *also_hta):
-            hit = cached_report(src, rules_path=rules_path, cache_dir=cache_dir, with_hta=h)
+            hit = cached_report(src, rules_path=rules_path, cache_dir=cache_dir, with_hta=h,
+                                with_skeleton=with_skeleton)
             if hit is not None:
                 return hit
     with loading(src, rules=rules_path, cache_dir=cache_dir, use_cache=use_cache,
                  progress=progress, prefetch=prefetch) as traces:
-        ranks = [lt.report(with_hta=with_hta) for lt in traces]
+        ranks = [lt.report(with_hta=with_hta, with_skeleton=with_skeleton) for lt in traces]
     if use_cache and traces:
-        remember(src, traces[0].rules_id, with_hta, cache_dir, ranks)
+        remember(src, traces[0].rules_id, with_hta, cache_dir, ranks,
+                 with_skeleton=with_skeleton)
     return ranks
 
 

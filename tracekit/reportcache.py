@@ -71,9 +71,11 @@ def rules_bytes(rules_path: str | os.PathLike | None) -> bytes:
     return default + b"\0" + user
 
 
-def report_key(path: str, rules_id: bytes, with_hta: bool | None = True) -> str | None:
+def report_key(path: str, rules_id: bytes, with_hta: bool | None = True,
+               with_skeleton: bool = True) -> str | None:
     """The report-cache key of ``path`` with these rules (and with, without or with automatic
-    HTA section: True / False / None), None when the path cannot be stamped."""
+    HTA section: True / False / None; without the skeleton a job's graph joins: a key of its
+    own), None when the path cannot be stamped."""
     files = trace_files(path)
     if not files:
         return None
@@ -87,7 +89,7 @@ def report_key(path: str, rules_id: bytes, with_hta: bool | None = True) -> str 
 
     h = hashlib.sha256()
     h.update(json.dumps([__version__, REPORT_CACHE_VERSION, FORMAT, stamps, snap_stamp,
-                         with_hta]).encode())
+                         with_hta] + ([] if with_skeleton else ["no skeleton"])).encode())
     h.update(hashlib.sha256(rules_id).digest())
     return h.hexdigest()[:40]
 
@@ -99,9 +101,10 @@ def _entry(cache_dir: str | os.PathLike | None, key: str) -> str:
 def cached_report(
     path: str, *, rules_path: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None, with_hta: bool | None = True,
+    with_skeleton: bool = True,
 ) -> list[dict] | None:
     """The cached per-rank report objects of ``path``, or None (miss, stale or corrupt)."""
-    key = report_key(path, rules_bytes(rules_path), with_hta)
+    key = report_key(path, rules_bytes(rules_path), with_hta, with_skeleton)
     if key is None:
         return None
     try:
@@ -146,9 +149,10 @@ def cached_reports(
 
 
 def remember(path: str, rules_id: bytes, with_hta: bool | None,
-              cache_dir: str | os.PathLike | None, ranks: list[dict]) -> None:
+             cache_dir: str | os.PathLike | None, ranks: list[dict], *,
+             with_skeleton: bool = True) -> None:
     """Keep ``ranks`` in the report cache under ``path``'s key (nothing when it has none)."""
-    key = report_key(path, rules_id, with_hta)
+    key = report_key(path, rules_id, with_hta, with_skeleton)
     if key is not None:
         store(cache_dir, key, ranks)
 

@@ -111,6 +111,7 @@ def analyze_trace(
     snapshot: object | None = None,
     with_explain: bool = True,
     parallel: bool = False,
+    with_skeleton: bool = True,
 ) -> Analysis:
     """Run every section on ``trace`` (rules default to ``default_rules()``).
 
@@ -119,6 +120,8 @@ def analyze_trace(
     ``snapshot``: a result of ``tracekit.analyses.snapshot`` to carry along (explain uses it
     for the in-place batch copy's predicted peak reserved).
     ``with_explain``: also run ``explain`` (critical path, bound, findings).
+    ``with_skeleton``: with explain, also its graph reduced to the collectives (``skeleton``:
+    what a job's graph joins; ``tracekit.ranks.JobConfig.job_graph``).
     ``parallel``: compute the other sections in a forked child while this process computes
     explain (``tracekit.analyses.forked``; the same result, on two cores), and on a big graph
     part of explain's what-ifs in another (``explain.compute(parallel=True)``).
@@ -138,7 +141,7 @@ def analyze_trace(
     warned = tuple(trace.warnings) + tuple(
         w for s in (steps_result, *sections.values()) for w in getattr(s, "warnings", ())) + (
         _graph_limits(trace, rules) if with_explain else ())
-    reduced = _skeleton(trace, rules) if with_explain else None
+    reduced = _skeleton(trace, rules) if with_explain and with_skeleton else None
     return Analysis(
         source=trace.source,
         rank=trace.rank,

@@ -71,6 +71,10 @@ def rank_tables(path: str, ranks: set[int], wanted: tuple[str, ...], **options) 
               help="Compare the ranks' timestamps as written (no clock offsets estimated "
                    "from collective ends).")
 @job_options
+@click.option("--no-job-graph", is_flag=True,
+              help="Leave the job's graph out of a directory's analysis (the ranks' graphs joined "
+                   "at their collectives: what bounds the job, who waits for whom, the what-ifs "
+                   "across ranks); the rest of the job summary as always, in less time.")
 @click.option("--snapshot", "snapshot_path", type=click.Path(), default=None,
               help="A CUDA memory-snapshot pickle (torch.cuda.memory._dump_snapshot) to report "
                    "with the one trace analysed. Without it, <stem>.pickle or "
@@ -91,7 +95,8 @@ def rank_tables(path: str, ranks: set[int], wanted: tuple[str, ...], **options) 
 @cache_options("Neither read nor write the trace and report caches.",
                "Cache directory (default: $TRACEKIT_CACHE_DIR or the user cache dir).")
 def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, scheduler,
-            scheduler_timeout, snapshot_path, hta, tables, limit, verbose, no_cache, cache_dir):
+            scheduler_timeout, no_job_graph, snapshot_path, hta, tables, limit, verbose, no_cache,
+            cache_dir):
     """Where do the training steps in these Kineto traces go?
 
     PATH is a .json/.json.gz trace or a directory of per-rank traces. A directory is one job:
@@ -111,7 +116,7 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
         raise InputError("--limit must be at least 1")
     check_out(out, paths, rules_path=rules_path, snapshot_path=snapshot_path)
     lines = cache_lines(no_cache, cache_dir)
-    config = JobConfig(align_clocks=not no_align)
+    config = JobConfig(align_clocks=not no_align, job_graph=not no_job_graph)
     ranks: list[dict] = []
     jobs: list[dict] = []
     texts: list[tuple] = []

@@ -91,13 +91,15 @@ def analyze_job(
                          "directory", path=src)
     if rules_path is not None:
         load_rules(rules_path)  # a bad rules file is one error, before any rank's work
+    config = JobConfig() if config is None else config
     remote = scheduler is not None
     rules = None if rules_path is None else os.fspath(rules_path)
     if rules is not None and remote:
         rules = os.path.abspath(rules)  # the workers' working directory is not ours
     task = RankTask(rules_path=rules,
                     cache_dir=None if remote or cache_dir is None else os.fspath(cache_dir),
-                    use_cache=use_cache, with_hta=with_hta, whole=whole)
+                    use_cache=use_cache, with_hta=with_hta, whole=whole,
+                    with_skeleton=config.job_graph)
     paths = [os.path.abspath(f) for f in files] if remote and not url else files
     results: list = [None] * len(files)
     if use_cache and not remote and not url:  # reports already cached here need no worker
@@ -106,7 +108,7 @@ def analyze_job(
 
         for i, f in enumerate(files):
             hit = cached_report(f, rules_path=task.rules_path, cache_dir=task.cache_dir,
-                                with_hta=with_hta)
+                                with_hta=with_hta, with_skeleton=config.job_graph)
             if hit is not None:
                 results[i] = hit[0] if whole else summary(hit[0])
     todo = [i for i, r in enumerate(results) if r is None]
@@ -119,7 +121,6 @@ def analyze_job(
             r["source"] = given
     results = [inputs.Failed(given, r.message) if isinstance(r, inputs.Failed) else r
                for given, r in zip(files, results)]
-    config = JobConfig() if config is None else config
     rankset = inputs.assign(src, results, other_job_gap_ns=config.other_job_gap_ns)
     built, ctx = job.build_with_graph(rankset, config)
     if ctx is not None and config.balance_what_if and not url:

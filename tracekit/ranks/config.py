@@ -43,6 +43,13 @@ class JobConfig:
     of each other (50 us) ..."""
     end_tolerance_share: float = 0.05
     """... or within this share of the shorter kernel's duration, whichever is larger."""
+    job_graph: bool = True
+    """Join the ranks' graphs at their collectives (the job's graph: what bounds the job, each
+    rank's own work and wait, the what-ifs across ranks), each rank's explain graph reduced to
+    its collectives for it (its ``skeleton``). False: leave it out (no skeleton in the ranks'
+    reports, no ``graph`` in the job object): the rest of the job (matching, clocks,
+    stragglers, all-to-all sizes) as always, in less time (``bench/ranks.py --job-graph``
+    measures how much)."""
     balance_what_if: bool = True
     """Predict what balancing the all-to-all would save when the job is imbalanced
     (``balance_min_imbalance``): the ranks whose work differs from the mean rank's are loaded
@@ -65,6 +72,9 @@ class JobConfig:
                 self.balance_min_imbalance, (int, float)) or not self.balance_min_imbalance >= 1:
             raise JobConfigError("JobConfig.balance_min_imbalance must be a number >= 1, not "
                                  f"{self.balance_min_imbalance!r}")
+        if not isinstance(self.job_graph, bool):
+            raise JobConfigError(f"JobConfig.job_graph must be True or False, not "
+                                 f"{self.job_graph!r}")
         if not isinstance(self.balance_what_if, bool):
             raise JobConfigError("JobConfig.balance_what_if must be True or False, not "
                                  f"{self.balance_what_if!r}")

@@ -367,7 +367,8 @@ def build_with_graph(rankset: RankSet, config: JobConfig | None = None) -> tuple
              "spread_ns": _num(t.spread_ns), "samples": int(t.samples), "aligned": bool(t.aligned),
              "applied": bool(config.align_clocks and t.applied)}
             for t in offsets.table.itertuples()]
-    joined, ctx = _joined(ranks, arr, table, off, config, job_straggler)
+    joined, ctx = (_joined(ranks, arr, table, off, config, job_straggler) if config.job_graph
+                   else (None, None))
     return {
         "source": rankset.source,
         "world_size": rankset.world_size,

@@ -52,6 +52,8 @@ class RankTask:
     """Include the HTA section (None: only for traces of at most 500,000 events)."""
     whole: bool = True
     """Return the whole rank object; False: its ``summary``."""
+    with_skeleton: bool = True
+    """With the skeleton the job's graph joins (``JobConfig.job_graph``)."""
 
     def __call__(self, path: str) -> dict | Failed:
         if _on_dask_worker():
@@ -75,7 +77,8 @@ class RankTask:
                 check_readable(path, "trace file")  # a rank is a file: not a FIFO, a directory
             got = report_for_path(local or path, rules_path=self.rules_path,
                                   cache_dir=self.cache_dir, use_cache=self.use_cache,
-                                  progress=False, with_hta=self.with_hta)
+                                  progress=False, with_hta=self.with_hta,
+                                  with_skeleton=self.with_skeleton)
         except TracekitError as exc:
             msg = str(exc)
             for prefix in (f"{path}: ", f"{local}: "):

@@ -188,3 +188,31 @@ def test_no_steps_no_clock_judgement():
     arr = job_mod.pd.DataFrame({"instance": [0, 0], "rank": [0, 1], "ts": [0, 10**12]})
     assert job_mod.clock_disagreements(arr, [{"rank": 0, "headline": {}},
                                              {"rank": 1, "headline": {}}]) == []
+
+
+def test_without_the_job_graph(job, job_dir, tmp_path):
+    """``JobConfig(job_graph=False)`` (``analyze --no-job-graph``): no skeleton in the ranks'
+    reports, no graph in the job, the rest of the job as with it; the reports without a
+    skeleton are cached under a key of their own (a later run with the graph gets its graph)."""
+    import subprocess
+    import sys
+
+    rep = analyze_job(job_dir, cache_dir=tmp_path, workers=1, whole=False,
+                      config=JobConfig(job_graph=False))
+    assert rep.graph is None and rep.job["graph"] is None
+    assert all(r["skeleton"] is None for r in rep.ranks)
+    for k in ("stragglers", "instances", "all_to_all", "clock"):
+        assert rep.job[k] == job[k], k
+    again = analyze_job(job_dir, cache_dir=tmp_path, workers=1, whole=False)
+    assert again.job["graph"] is not None and all(r["skeleton"] for r in again.ranks)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "tracekit.cli", "analyze",  # noqa: E731
+                                     str(job_dir), "--cache-dir", str(tmp_path), *a],
+                                    capture_output=True, text=True)
+    with_it, without = run(), run("--no-job-graph")
+    assert with_it.returncode == without.returncode == 0, without.stderr
+    assert "What bounds the job" in with_it.stdout and "What bounds the job" not in without.stdout
+    assert "arrived last at" in without.stdout
+    from tracekit.ranks.config import JobConfigError
+
+    with pytest.raises(JobConfigError):
+        JobConfig(job_graph="no")

@@ -1,0 +1,131 @@
+"""What the job's graph adds to ``tracekit analyze DIR``: the same job analysed with it and
+without it (``--no-job-graph``), as a ratio in the same run.
+
+    python -m bench.job_graph_cost [--ranks 64] [--rounds 4] [--workers 2]
+
+The job: ``tests/jobgen.py``'s ``--ranks`` rank traces in ``bench/data/job<N>/`` (the runtime's
+2-GPU SparseDist traces, 13.7 MB of JSON each, a planted straggler, all-to-all imbalance and
+clock offsets; as ``bench/ranks.py`` makes them), made when missing. Per round, both variants
+(``graph``: ``tracekit analyze DIR --workers W``; ``no_graph``: the same with
+``--no-job-graph``), in the method's mirrored orders (``bench.common.method.round_orders``),
+each cold (a fresh cache directory: every rank's report computed, with or without its skeleton,
+and the job built) and then warm (the same cache: the reports read back, the job built again).
+Each run is a fresh process (interpreter start included); its wall time, the client's peak RSS
+and the load average are kept, and whether the summary names the planted straggler.
+
+The figure: per round the ratio graph / no_graph (cold, and warm), its median over rounds with
+a 95 % bootstrap interval (``bench.common.method.estimate``) and the rounds' min and max; the
+issue's target: the joined graph adds at most 30 % (cold ratio <= 1.30). The machine is shared:
+read the ratios (both variants run back to back in every round) with the load average beside.
+
+Writes ``bench/results/job-graph-cost-<UTC date>.json`` (``--out-dir``) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import REPO
+from bench.common.method import estimate, round_orders
+from bench.ranks import analyze, found, loadavg
+from tests.jobgen import make_job
+
+VARIANTS = ("graph", "no_graph")
+TARGET = 1.30
+"""The joined graph adds at most this factor to a cold ``analyze DIR`` (issue 25)."""
+
+
+def one(job: Path, variant: str, workers: int, cache: Path, plan) -> dict:
+    """A cold run then a warm one of ``variant`` with the cache directory ``cache``."""
+    args = ["analyze", str(job), "--workers", str(workers), "--cache-dir", str(cache)]
+    if variant == "no_graph":
+        args.append("--no-job-graph")
+    out = {}
+    for phase in ("cold", "warm"):
+        load = loadavg()
+        r = analyze(args)
+        text = r.pop("stdout")
+        r["found"] = found(text, plan)
+        r["graph_shown"] = "What bounds the job" in text
+        r["loadavg"] = load
+        out[phase] = r
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=4, help="timed rounds (even)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out-dir", default=str(REPO / "bench" / "results"))
+    a = ap.parse_args()
+    job = REPO / "bench" / "data" / f"job{a.ranks}"
+    t0 = time.perf_counter()
+    if job.exists():
+        shutil.rmtree(job)
+    plan = make_job(job, a.ranks)
+    gen_s = time.perf_counter() - t0
+    for f in job.iterdir():  # paged in: no run pays for the first disk read
+        f.read_bytes()
+    res: dict = {
+        "title": "What the job's graph adds to tracekit analyze DIR",
+        "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": "python -m bench.job_graph_cost " + " ".join(
+            f"--{k.replace('_', '-')} {v}" for k, v in (("ranks", a.ranks), ("rounds", a.rounds),
+                                                        ("workers", a.workers))),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                    "python": platform.python_version()},
+        "ranks": a.ranks, "workers": a.workers, "generate_s": round(gen_s, 1),
+        "job_bytes": sum(f.stat().st_size for f in job.iterdir()),
+        "loadavg_before": loadavg(), "target": TARGET, "rounds": [],
+    }
+    work = Path(tempfile.mkdtemp(prefix="bench-jobgraph-"))
+    try:
+        for i, order in enumerate(round_orders(list(VARIANTS), a.rounds)):
+            rd: dict = {"order": order, "runs": {}}
+            for v in order:
+                print(f"round {i + 1}/{a.rounds}: {v} ...", flush=True)
+                rd["runs"][v] = one(job, v, a.workers, work / f"{v}-{i}", plan)
+                shutil.rmtree(work / f"{v}-{i}", ignore_errors=True)
+            res["rounds"].append(rd)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    res["loadavg_after"] = loadavg()
+    for phase in ("cold", "warm"):
+        walls = {v: [rd["runs"][v][phase]["wall_s"] for rd in res["rounds"]] for v in VARIANTS}
+        ratios = [g / n for g, n in zip(walls["graph"], walls["no_graph"])]
+        res[phase] = {"wall_s": walls, "ratio": ratios, "ratio_estimate": estimate(ratios).to_dict(),
+                      "ratio_min": min(ratios), "ratio_max": max(ratios)}
+    res["within_target"] = res["cold"]["ratio_estimate"]["median"] <= TARGET
+    res["all_found"] = all(r[p]["found"]["straggler"] and r[p]["found"]["heavy"]
+                           for rd in res["rounds"] for r in rd["runs"].values() for p in ("cold", "warm"))
+    res["graph_shown_only_with_it"] = all(
+        rd["runs"]["graph"][p]["graph_shown"] and not rd["runs"]["no_graph"][p]["graph_shown"]
+        for rd in res["rounds"] for p in ("cold", "warm"))
+    out = Path(a.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M")
+    path = out / f"job-graph-cost-{stamp}.json"
+    path.write_text(json.dumps(res, indent=1) + "\n")
+    print(f"{a.ranks} ranks, {a.workers} workers, {a.rounds} rounds; load before {res['loadavg_before']}, "
+          f"after {res['loadavg_after']}")
+    for phase in ("cold", "warm"):
+        p = res[phase]
+        e = p["ratio_estimate"]
+        print(f"{phase}: with graph {p['wall_s']['graph']} s, without {p['wall_s']['no_graph']} s; "
+              f"ratio median {e['median']:.3f} [{e['lo']:.3f}, {e['hi']:.3f}] (min {p['ratio_min']:.3f}, "
+              f"max {p['ratio_max']:.3f})")
+    print(f"within the target (cold ratio <= {TARGET}): {res['within_target']}; straggler and heavy rank "
+          f"found in every run: {res['all_found']}; wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
