@@ -22,7 +22,7 @@ import dash
 from dash import ALL, MATCH, Input, Output, State, ctx, dcc, html
 
 from dashboards.catalog import Catalog
-from dashboards.views import GRAPH_CONFIG, TABS, VIEWS, Views, error, source_error, warning
+from dashboards.views import GRAPH_CONFIG, TABS, VIEWS, Views, error, make_link, source_error, warning
 
 TAB_STYLE = {"padding": "6px 10px", "lineHeight": "20px"}
 
@@ -99,21 +99,6 @@ def served_list(catalog: Catalog, view: str) -> list:
     return [html.H3("Traces served"),
             html.Ul([html.Li(dcc.Link(s.name, href=make_link(catalog, s.index, None, view))) for s in catalog.sources],
                     id="served-traces")]
-
-
-def make_link(catalog: Catalog, index: Any, rank: Any, view: Any, step: Any = None) -> str:
-    """The query string ``parse_link`` reads back."""
-    source = catalog.summary(index)
-    q = {}
-    if source is not None:
-        q["trace"] = source.label
-    if rank is not None:
-        q["rank"] = str(rank)
-    if view in VIEWS:
-        q["view"] = view
-    if step not in (None, "") and view == "timeline":
-        q["step"] = str(step)
-    return "?" + urllib.parse.urlencode(q)
 
 
 def create_app(catalog: Catalog) -> dash.Dash:

@@ -441,6 +441,15 @@ def job_graph_ranks(job: dict) -> pd.DataFrame | None:
     } for r in sorted(g["ranks"], key=lambda r: r["rank"])])
 
 
+def job_path_step(job: dict) -> int | None:
+    """The counted step whose path across ranks is the longest on the job's graph (where a
+    rank's own critical path is worth reading first); None without a graph."""
+    steps = (job.get("graph") or {}).get("steps") or []
+    if not steps:
+        return None
+    return int(max(steps, key=lambda s: (s["ns"], -s["step"]))["step"])
+
+
 def job_cells(job: dict) -> pd.DataFrame | None:
     """Ranks × steps of a job: ``rank, step`` (text), ``step_ms`` (GPU span, else CPU),
     ``wait_ms`` (the rank's wait at collectives in that step), ``straggler`` (True where the

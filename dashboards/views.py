@@ -11,6 +11,7 @@ never load a trace; the others use the parsed trace and its ``Analysis``.
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 from dash import dcc, html
@@ -137,6 +138,21 @@ def deferred_graph(graph_id: str, figure: dict) -> list:
     the first page's figures need not wait for it."""
     return [dcc.Store(id={"type": "deferred-figure", "graph": graph_id}, data=figure),
             html.Div(id={"type": "deferred-box", "graph": graph_id}, className="tk-deferred")]
+
+
+def make_link(catalog: Catalog, index: Any, rank: Any, view: Any, step: Any = None) -> str:
+    """The query string ``parse_link`` reads back."""
+    source = catalog.summary(index)
+    q = {}
+    if source is not None:
+        q["trace"] = source.label
+    if rank is not None:
+        q["rank"] = str(rank)
+    if view in VIEWS:
+        q["view"] = view
+    if step not in (None, "") and view == "timeline":
+        q["step"] = str(step)
+    return "?" + urllib.parse.urlencode(q)
 
 
 def source_error(source: Source | None) -> html.Div | None:
@@ -402,6 +418,7 @@ class Views:
         if split is not None:
             out.append(html.Div([html.H4("Each rank's step on the job's graph: its own work, transfers, wait for the others"),
                                  html_table(split, id="ranks-graph-table", text_right=True)], className="tk-section"))
+        out.append(self._rank_path_links(index, job, source))
         cells = results.job_cells(job)
         if cells is not None:
             out.append(note("Click a cell to open that rank's timeline at that step. ▲ marks the step's straggler "
@@ -417,6 +434,20 @@ class Views:
         out.append(html.Div([html.H4("Per rank"), html_table(results.job_ranks(job), id="ranks-table", text_right=True)],
                             className="tk-section"))
         return out
+
+    def _rank_path_links(self, index, job: dict, source: Source) -> html.Div:
+        """A link per rank to its own critical path: its timeline (the critical path lane) at
+        the job's longest step on the job's graph (without a graph: the timeline's first step)."""
+        step = results.job_path_step(job)
+        ranks = sorted({int(r["rank"]) for r in job.get("ranks") or []} or set(source.ranks))
+        where = f"at step {step}, the job's longest on its graph" if step is not None else "at its first step"
+        links: list = []
+        for r in ranks:
+            links += [" · " if links else "",
+                      dcc.Link(f"rank {r}", href=make_link(self.catalog, index, r, "timeline", step),
+                               id={"type": "rank-path", "rank": r})]
+        return html.Div([html.Span(f"Each rank's own critical path (its timeline {where}): "), *links],
+                        id="ranks-path-links", className="tk-lead")
 
     # ---- overlap -------------------------------------------------------------------------------
     def overlap(self, index, rank, _step=None) -> list:

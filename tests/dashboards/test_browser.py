@@ -250,6 +250,49 @@ def test_ranks_side_by_side_and_a_click_opens_that_ranks_timeline(page, dashboar
     choose_source(page, dashboard, "sample")
 
 
+def test_the_ranks_view_links_each_rank_to_its_own_critical_path(page, dashboard):
+    """Issue 25 item 6: a link per rank, each opening that rank's timeline (its critical path
+    lane) at the job's longest step on the job's graph."""
+    _, catalog, roles = dashboard
+    if "ranks" not in roles:
+        pytest.skip("no two-rank trace here")
+    s = catalog.sources[roles["ranks"]]
+    from tracekit.api import job_document
+
+    job = job_document(s.path, cache_dir=catalog._cache_dir, workers=1)["jobs"][0]
+    longest = max(job["graph"]["steps"], key=lambda x: (x["ns"], -x["step"]))["step"]
+    choose_source(page, dashboard, "ranks")
+    tab(page, "ranks")
+    expect_text(page, "#ranks-path-links", f"at step {longest}, the job's longest on its graph")
+    links = page.locator("#ranks-path-links a")
+    ranks = sorted(r["rank"] for r in job["ranks"])
+    assert links.all_inner_texts() == [f"rank {r}" for r in ranks]
+    for r, href in zip(ranks, [a.get_attribute("href") for a in links.all()]):
+        q = {k: v[0] for k, v in urllib.parse.parse_qs(urllib.parse.urlparse(href).query).items()}
+        assert q == {"trace": s.label, "rank": str(r), "view": "timeline", "step": str(longest)}
+    target = ranks[-1]
+    links.nth(len(ranks) - 1).click()
+    expect_text(page, "#rank", str(target))
+    expect_text(page, "#timeline-step", f"step {longest}")
+    expect_text(page, "#timeline-info", f"rank {target} · window")
+    page.wait_for_function("r => new URLSearchParams(location.search).get('rank') === r && "
+                           "new URLSearchParams(location.search).get('view') === 'timeline'",
+                           arg=str(target), timeout=TIMEOUT)
+    # the lane of that rank's own critical path (tracekit explain's) in that step's window
+    trace, a = result(dashboard, "ranks", target)
+    st = a.steps.steps.set_index("step").loc[longest]
+    lo = min(int(st["cpu_start"]), int(st["gpu_start"])) if st["gpu_start"] >= 0 else int(st["cpu_start"])
+    hi = max(int(st["cpu_end"]), int(st["gpu_end"]))
+    path = a.explain.path
+    seg = path[(path["end"] > lo) & (path["start"] < hi)]
+    origin = int(trace.events["ts"].min())
+    crit = next(d for d in plot_data(page, "timeline-graph") if d.get("legendgroup") == "mark-critical")
+    assert len(seg) and len(crit["base"]) == len(seg)
+    assert np.allclose(sorted(crit["base"]), np.sort((seg["start"].to_numpy() - origin) / 1e6))
+    tab(page, "overview")
+    choose_source(page, dashboard, "sample")
+
+
 def _gpu_detail_bars(data: list[dict]) -> int:
     return sum(
         sum(1 for y in d["y"] if " · stream " in y)
