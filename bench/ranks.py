@@ -61,9 +61,9 @@ try:
     main(sys.argv[1:])
 except SystemExit as e:
     code = e.code
-self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print("RESULT " + json.dumps({"rc": code, "self_mb": self_kb / 1024, "child_mb": child_kb / 1024}),
+s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+print("RESULT " + json.dumps({"rc": code, "self_mb": s.ru_maxrss / 1024, "child_mb": c.ru_maxrss / 1024,
+                              "cpu_s": s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime}),
       file=sys.stderr)
 """
 
@@ -171,7 +171,8 @@ def analyze(args: list[str], env=None) -> dict:
         if line.startswith("RESULT "):
             r = json.loads(line[7:])
             res.update(rc=r["rc"], client_rss_mb=round(r["self_mb"], 1),
-                       worker_rss_mb=round(r["child_mb"], 1) if r["child_mb"] else None)
+                       worker_rss_mb=round(r["child_mb"], 1) if r["child_mb"] else None,
+                       cpu_s=round(r["cpu_s"], 2))
     res["stdout"] = p.stdout
     if "rc" not in res:
         res["rc"] = p.returncode
