@@ -118,10 +118,14 @@ def reduce(g: Graph, cuts: np.ndarray, change: wi.Change | None = None, *,
     pin = wi.pin_of(g, win)
     change = wi.Change() if change is None else change
     model_lag = g.lag if change.lag is None else change.lag
-    if observed and change.lag is None:
+    if observed:
         from tracekit.graph.build import observed_lags
 
-        change = replace(change, lag=observed_lags(g))
+        # a change that sets lags of its own (the FusedSparseDist what-if moves host time) moves
+        # them by as much from the trace's own: the time the model does not explain stays, as it
+        # does in the unchanged skeleton it is compared with
+        obs = observed_lags(g)
+        change = replace(change, lag=obs if change.lag is None else obs + (change.lag - g.lag))
     p = wi.plan(g, change, pin=pin)
     d = p.dur if dur is None else dur
     # per plan edge: its model lag (the rest of its lag is unexplained time)
