@@ -123,9 +123,12 @@ def reduce(g: Graph, cuts: np.ndarray, change: wi.Change | None = None, *,
 
         # a change that sets lags of its own (the FusedSparseDist what-if moves host time) moves
         # them by as much from the trace's own: the time the model does not explain stays, as it
-        # does in the unchanged skeleton it is compared with
+        # does in the unchanged skeleton it is compared with (a lag the change shortens never
+        # below the shorter of the two: the trace's own lag can be under the model's)
         obs = observed_lags(g)
-        change = replace(change, lag=obs if change.lag is None else obs + (change.lag - g.lag))
+        if change.lag is not None:
+            obs = np.maximum(obs + (change.lag - g.lag), np.minimum(obs, change.lag))
+        change = replace(change, lag=obs)
     p = wi.plan(g, change, pin=pin)
     d = p.dur if dur is None else dur
     # per plan edge: its model lag (the rest of its lag is unexplained time)
