@@ -10,7 +10,7 @@ import re
 import pytest
 
 from tests.tracegen import US, TraceBuilder
-from tracekit.cli import main
+from tests.tracekit.test_cli_analyze import run
 from tracekit.report import schema
 
 BIG = {"grid": [4, 2, 1], "block": [256, 1, 1], "registers per thread": 64, "shared memory": 1024,
@@ -42,13 +42,6 @@ def builder(rank: int = 0, world: int | None = None) -> TraceBuilder:
         c = b.runtime("cudaLaunchKernel", t0 + 175, 5)
         b.kernel("tiny_k", t0 + 350, 0.5, launched_by=c)
     return b
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as e:
-        main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return e.value.code, out, err
 
 
 @pytest.fixture()
