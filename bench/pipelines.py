@@ -191,6 +191,16 @@ PRESETS: dict[str, dict] = {
                           rounds=48, **_RUN),
     "dense_b16k": dict(_BIG, batch=16384, task_heads=1, adam_foreach=True, main_priority=0, est_step_ms=20,
                        rounds=32, warmup=6, timed=8),
+    # Held out (2026-11-27, session 3): presets never used to fit anything, collected before that
+    # session's model changes, to judge them on: the multitask model at 12288 samples, with 64 task
+    # heads at 8192 samples (half the optimizer's launches of the host-bound b8k), and the dense_heavy
+    # model at 8192 samples
+    "multitask_b12k": dict(_BIG, batch=12288, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=40,
+                           rounds=48, **_RUN),
+    "multitask_h64_b8k": dict(_BIG, batch=8192, task_heads=64, adam_foreach=False, main_priority=-2, est_step_ms=30,
+                              rounds=48, **_RUN),
+    "dense_b8k": dict(_BIG, batch=8192, task_heads=1, adam_foreach=True, main_priority=0, est_step_ms=12,
+                      rounds=32, warmup=6, timed=8),
     # the CI-sized smoke preset (seconds on any GPU; the CPU smoke test)
     "tiny": dict(tables=8, rows=10_000, dim=32, batch=256, pooling=4.0, dense_arch=(64,), over_arch=(256, 128),
                  task_heads=4, adam_foreach=False, main_priority=-2, est_step_ms=5, rounds=10, **_RUN),
