@@ -230,7 +230,8 @@ presets)."""
 
 # the explain proof (issue 9 section 4): (before, after, fix, presets)
 PROOF_PAIRS = (("sparse", "fused", "fused_sparse_dist", ("multitask_b32k", "multitask_b4k", "multitask", "dense_heavy", "tiny",
-                                                      "multitask_b8k", "multitask_h32", "multitask_p0", "dense_b16k")),)
+                                                      "multitask_b8k", "multitask_h32", "multitask_p0", "dense_b16k",
+                                                      "multitask_b12k", "multitask_h64_b8k", "dense_b8k")),)
 
 TARGETS = {"fused": (0.95, 0.97), "semi": (0.92, 0.95)}
 """Headline preset: median ratio <= first, interval's upper end <= second."""
