@@ -55,8 +55,9 @@ class JobConfig:
     (``balance_min_imbalance``): the ranks whose work differs from the mean rank's are loaded
     again and their graphs reduced with it changed (``tracekit.ranks.whatif``)."""
     balance_min_imbalance: float = 1.1
-    """The all-to-all imbalance (the most bytes a rank received over the mean) from which the
-    balanced what-if runs."""
+    """The all-to-all imbalance from which the balanced what-if runs: the largest all-to-all
+    instance's (the most bytes a rank received in it over the mean; ``whatif.imbalance_gate``),
+    not the job's total, which balanced instances of fixed size can dilute."""
     offset_note_min_ns: int = 100_000
     """A clock offset that is not applied (its spread is not smaller than itself) is noted when
     its spread is at least this (0.1 ms); below it, the clocks agree within noise."""
