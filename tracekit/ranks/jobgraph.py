@@ -648,6 +648,27 @@ def translate(src: RankInput, dst: RankInput) -> RankInput:
                      instance=dst.instance, transfer=dst.transfer, received=dst.received)
 
 
+def with_skeleton(ri: RankInput, skeleton: dict) -> RankInput:
+    """``ri`` with ``skeleton`` (a what-if's: the rank's graph changed and reduced again) in
+    place of its own, each matched collective's transfer moved by as much as the change moved
+    the kernel's own duration in the rank's replay (``end - arrive`` of the two skeletons; at
+    least 0). A change that makes a collective share the GPU with work that now overlaps it
+    (the contention-aware skeleton of FusedSparseDist) lengthens the kernel: its transfer, which
+    the job's graph takes from the trace, is that much longer too."""
+    old = ri.skeleton
+    before = {int(k): int(e) - int(a) for k, a, e in zip(old["kernels"], old["arrive"], old["end"])}
+    moved = {}
+    for k, a, e in zip(skeleton["kernels"], skeleton["arrive"], skeleton["end"]):
+        k = int(k)
+        if k in ri.transfer and k in before:
+            d = int(e) - int(a) - before[k]
+            if d:
+                moved[k] = max(int(ri.transfer[k]) + d, 0)
+    return RankInput(rank=ri.rank, skeleton=skeleton, offset_ns=ri.offset_ns,
+                     instance=ri.instance, transfer={**ri.transfer, **moved},
+                     received=ri.received)
+
+
 def scaled_transfers(ri: RankInput, factor: dict[int, float]) -> RankInput:
     """``ri`` with the transfers of the instances in ``factor`` (instance -> factor) scaled."""
     tr = {k: (v * factor[ri.instance[k]] if ri.instance.get(k, -1) in factor else v)

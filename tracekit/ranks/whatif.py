@@ -22,7 +22,11 @@ reduced again (``tracekit.graph.skeleton``), once with the durations as changed
 (contention-free) and once with the contention-aware durations of the rank's own replay
 (kernels that now overlap others' share the GPU). ``RankSkeletonTask`` does that where the
 per-rank work runs (``tracekit.ranks.executors``); the job's graph is then replayed with the
-changed skeletons, and the saving is the unchanged graph's job step less the changed one's.
+changed skeletons (a collective kernel the change lengthens in the rank's replay moves its data
+that much longer: ``jobgraph.with_skeleton``), and the saving is the unchanged graph's job step
+less the changed one's. A fix that moves GPU work beside other work (FusedSparseDist) is
+predicted by the contention-aware replay, any other change by the contention-free one, as
+explain does on one rank (``tracekit.graph.whatif``).
 """
 
 from __future__ import annotations
@@ -116,7 +120,8 @@ def changed_skeletons(trace, rules, factors: dict[str, float], *, fix: str | Non
     contended = wi.schedule(g, change, contention=True).plan.dur
     aware = sk.reduce(g, nodes, change, dur=contended)
     return {"free": SkeletonResult(view, which, free).to_dict(),
-            "contention": SkeletonResult(view, which, aware).to_dict(), "applies": applies}
+            "contention": SkeletonResult(view, which, aware).to_dict(), "applies": applies,
+            "shares_gpu": bool(change.shares_gpu)}
 
 
 def balance_factors(ranks: list[dict]) -> dict[int, dict[str, float]]:
@@ -191,15 +196,23 @@ def source_path(rank: dict) -> str | None:
     return str(src)
 
 
-def _row(ident: str, title: str, ctx, changed: list[int], free, aware, note: str = "") -> dict:
+def _row(ident: str, title: str, ctx, changed: list[int], free, aware, note: str = "", *,
+         shares_gpu: bool = False) -> dict:
+    """A what-if's row: its prediction is the contention-free replay's, or the contention-aware
+    one's for a change that moves GPU work beside other work (``shares_gpu``: as explain
+    predicts such a fix on one rank, ``tracekit.graph.whatif.Change.shares_gpu``)."""
     base = float(ctx.schedule.step_ns)
     p_free = float(free.step_ns)
     p_aware = float(aware.step_ns) if aware is not None else p_free
-    return {"id": ident, "title": title, "ranks_changed": sorted(changed),
-            "step_ns": base, "predicted_ns": p_free, "predicted_contention_ns": p_aware,
-            "saving_ns": base - p_free, "saving_contention_ns": base - p_aware,
-            "saving_fraction": (base - p_free) / base if base > 0 else None,
-            "helps": base > 0 and (base - p_free) / base >= NO_HELP_FRACTION, "note": note}
+    head = p_aware if shares_gpu else p_free
+    row = {"id": ident, "title": title, "ranks_changed": sorted(changed),
+           "step_ns": base, "predicted_ns": head, "predicted_contention_ns": p_aware,
+           "saving_ns": base - head, "saving_contention_ns": base - p_aware,
+           "saving_fraction": (base - head) / base if base > 0 else None,
+           "helps": base > 0 and (base - head) / base >= NO_HELP_FRACTION, "note": note}
+    if shares_gpu:
+        row["predicted_free_ns"] = p_free
+    return row
 
 
 def straggler_at_median(ctx, summary: dict, straggler: int) -> dict | None:
@@ -221,8 +234,11 @@ def straggler_at_median(ctx, summary: dict, straggler: int) -> dict | None:
 def with_skeletons(ctx, ident: str, title: str, skeletons: dict[int, dict],
                    transfer: dict[int, float] | None = None) -> dict:
     """The job's graph with ranks' skeletons replaced (``skeletons``: rank -> ``{"free",
-    "contention"}`` from ``RankSkeletonTask``) and all-to-all transfers scaled (``transfer``:
-    instance -> factor), replayed twice (contention-free, contention-aware)."""
+    "contention"}`` from ``RankSkeletonTask``; each collective's transfer moved with its
+    kernel's duration, ``jobgraph.with_skeleton``) and all-to-all transfers scaled
+    (``transfer``: instance -> factor), replayed twice (contention-free, contention-aware).
+    The row's prediction is the contention-aware one where a rank's change moves GPU work
+    beside other work (``shares_gpu``), as explain's on one rank."""
     from tracekit.ranks import jobgraph
 
     def changed(which: str) -> dict:
@@ -230,9 +246,7 @@ def with_skeletons(ctx, ident: str, title: str, skeletons: dict[int, dict],
         for ri in ctx.inputs:
             new = ri
             if ri.rank in skeletons:
-                new = jobgraph.RankInput(rank=ri.rank, skeleton=skeletons[ri.rank][which],
-                                         offset_ns=ri.offset_ns, instance=ri.instance,
-                                         transfer=ri.transfer, received=ri.received)
+                new = jobgraph.with_skeleton(ri, skeletons[ri.rank][which])
             if transfer:
                 new = jobgraph.scaled_transfers(new, transfer)
             if new is not ri:
@@ -241,7 +255,8 @@ def with_skeletons(ctx, ident: str, title: str, skeletons: dict[int, dict],
 
     free, _ = jobgraph.predict(ctx.inputs, changed("free"))
     aware, _ = jobgraph.predict(ctx.inputs, changed("contention"))
-    return _row(ident, title, ctx, list(skeletons), free, aware)
+    return _row(ident, title, ctx, list(skeletons), free, aware,
+                shares_gpu=any(bool(v.get("shares_gpu")) for v in skeletons.values()))
 
 
 def balanced(ranks: list[dict], job: dict, ctx, config, *, task: RankSkeletonTask,

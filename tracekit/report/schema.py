@@ -1098,7 +1098,11 @@ class JobWhatIf(TypedDict, total=False):
     ranks_changed: list[int]
     step_ns: float
     predicted_ns: float
+    """The prediction: contention-free, or contention-aware for a change that moves GPU work
+    beside other work (a fix such as FusedSparseDist on every rank), as explain's."""
     predicted_contention_ns: float
+    predicted_free_ns: float
+    """The contention-free replay's, where ``predicted_ns`` is the contention-aware one."""
     saving_ns: float
     saving_contention_ns: float
     saving_fraction: float | None
