@@ -1,0 +1,169 @@
+"""The client's memory with the job's graph: how it grows with ranks and collectives per rank.
+
+    python -m bench.job_client_memory [--base-ranks 16] [--repeats 1,4] [--ranks 64,128,256]
+
+Question (issue 25): on 1,024 ranks the client's part of ``tracekit analyze DIR`` (everything
+after the per-rank work: the ranks' summaries it receives, matching, clocks, the job object, the
+job's graph joined at the collectives and its what-ifs) stays under 2 GB. Where does its memory
+go, and what does 1,024 ranks of 500 MB extrapolate to?
+
+Method:
+
+1. For each ``--repeats`` R: a job of ``--base-ranks`` rank traces (``tests/jobgen.py``: our
+   runtime's 2-GPU SparseDist traces, a planted straggler, all-to-all imbalance, clock offsets),
+   each rank's events R times over (R x 24 collectives and R x 3 profiled steps a rank), in
+   ``bench/data/client-r<R>/``; analysed once (``analyze_job``, 2 processes) so that every rank's
+   report, skeleton included, is in the report cache.
+2. For each ``--ranks`` N, with the job's graph and without it, in a fresh process: the B
+   cached reports read back (``work.summary`` of each: what a worker sends), copied to N ranks
+   (rank r is the base job's rank r mod B, its process groups widened to N), then the client's
+   part (``tracekit.ranks.job.build_with_graph`` with ``JobConfig(job_graph=...)``; without the
+   graph the summaries carry no skeleton, as ``--no-job-graph`` sends none). Recorded: RSS
+   (``VmRSS`` of ``/proc/self/status``) after the read and with the N summaries, the peak while
+   copying them and the client's part's peak (``VmHWM``, reset through ``/proc/self/clear_refs``
+   before each: the imports' transient peak, ~130 MB, is above the smaller figures and is what
+   ``ru_maxrss`` would give); the part's time; one summary's pickled size and its skeleton's;
+   the job graph's nodes and edges.
+
+The client's memory is the part's peak; the difference with and without the graph is the
+graph's. Extrapolation: ``bench/NOTES-ranks.md``. Writes ``bench/results/job-client-memory-<UTC
+date>.json``; the machine is shared (its load average is recorded), memory is not its noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import REPO
+
+SNIPPET = """
+import copy, json, pickle, resource, sys, time
+from tracekit._files import trace_files_in
+from tracekit.ranks import inputs, job
+from tracekit.ranks.config import JobConfig
+from tracekit.ranks.work import summary
+from tracekit.reportcache import cached_report
+d, cache, n, graph = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+def reset_peak():  # the high-water mark back to the current RSS (Linux clear_refs)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+base = []
+for f in trace_files_in(d):  # the ranks' summaries as the workers send them (cached)
+    x = summary(cached_report(f, rules_path=None, cache_dir=cache, with_hta=False,
+                              with_skeleton=True)[0])
+    x["source"] = f
+    base.append(x)
+rss0 = status("VmRSS")
+reset_peak()
+ranks = []
+for r in range(n):
+    x = copy.deepcopy(base[r % len(base)])
+    x["rank"] = r
+    x["source"] = f"trace_rank{r}.json.gz"
+    x["identity"]["distributed_info"].update(rank=r, world_size=n)
+    for g in x["identity"]["distributed_info"].get("pg_config") or []:
+        g.update(pg_size=n, ranks=list(range(n)))
+    for g in x["collectives"]["groups"]:
+        g["ranks"] = list(range(n))
+    if not graph:
+        x.pop("skeleton", None)
+    ranks.append(x)
+del base
+summary_bytes = len(pickle.dumps(ranks[0]))
+skeleton_bytes = len(pickle.dumps(ranks[0].get("skeleton"))) if graph else 0
+rss1 = status("VmRSS")
+peak1 = status("VmHWM")
+reset_peak()
+t = time.perf_counter()
+rs = inputs.assign("d", ranks, other_job_gap_ns=60 * 10**9)
+built, ctx = job.build_with_graph(rs, JobConfig(job_graph=graph))
+took = time.perf_counter() - t
+print("RESULT " + json.dumps({
+    "ranks": n, "graph": graph, "kernels_per_rank": len(ranks[0]["collectives"]["kernels"]),
+    "steps_per_rank": len(ranks[0]["steps"]["steps"]), "instances": built["matching"]["instances"],
+    "build_s": round(took, 3), "rss_after_read_mb": round(rss0, 1),
+    "rss_with_summaries_mb": round(rss1, 1), "peak_copying_mb": round(peak1, 1),
+    "rss_after_mb": round(status("VmRSS"), 1), "rss_peak_mb": round(status("VmHWM"), 1),
+    "summary_pickle_bytes": summary_bytes, "skeleton_pickle_bytes": skeleton_bytes,
+    "graph_nodes": int(ctx.graph.kind.size) if ctx is not None else 0,
+    "graph_edges": int(ctx.graph.src.size) if ctx is not None else 0,
+    "job_json_bytes": len(json.dumps(built)), "straggler": built["stragglers"]["rank"],
+    "graph_straggler_what_if": [w["id"] for w in (built.get("graph") or {}).get("what_ifs") or []]}))
+"""
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def one(job: Path, cache: Path, n: int, graph: bool) -> dict:
+    p = subprocess.run([sys.executable, "-c", SNIPPET, str(job), str(cache), str(n),
+                        "1" if graph else "0"], capture_output=True, text=True, cwd=REPO)
+    r = {"rc": p.returncode, "loadavg": loadavg()}
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            r.update(json.loads(line[7:]))
+    if p.returncode:
+        r["stderr_tail"] = p.stderr[-1500:]
+    return r
+
+
+def main() -> None:
+    from tests.jobgen import make_job
+    from tracekit.ranks import analyze_job
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base-ranks", type=int, default=16)
+    ap.add_argument("--repeats", default="1,4", help="each rank's events this many times over")
+    ap.add_argument("--ranks", default="64,128,256", help="the client's part on this many ranks")
+    ap.add_argument("--out-dir", default=str(REPO / "bench" / "results"))
+    a = ap.parse_args()
+    repeats = [int(x) for x in a.repeats.split(",")]
+    sizes = [int(x) for x in a.ranks.split(",")]
+    results: dict = {"date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                     "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                 "python": platform.python_version()},
+                     "command": "python -m bench.job_client_memory " + " ".join(sys.argv[1:]),
+                     "base_ranks": a.base_ranks, "loadavg_before": loadavg(), "rows": []}
+    for rep in repeats:
+        job = REPO / "bench" / "data" / f"client-r{rep}"
+        cache = REPO / "bench" / "data" / f"client-r{rep}-cache"
+        for x in (job, cache):
+            if x.exists():
+                shutil.rmtree(x)
+        print(f"generating {job} ({a.base_ranks} ranks, {rep} x the events) ...", flush=True)
+        make_job(job, a.base_ranks, repeat=rep)
+        t0 = time.perf_counter()
+        analyze_job(job, cache_dir=cache, whole=False, workers=2)
+        print(f"  analysed in {time.perf_counter() - t0:.0f} s; the client's part:", flush=True)
+        for n in sizes:
+            for graph in (False, True):
+                r = one(job, cache, n, graph)
+                r["repeat"] = rep
+                results["rows"].append(r)
+                print(f"  {n:5d} ranks  graph {'on ' if graph else 'off'}  "
+                      f"{r.get('kernels_per_rank')} kernels/rank  peak {r.get('rss_peak_mb')} MB  "
+                      f"(summaries {r.get('rss_with_summaries_mb')} MB, read {r.get('rss_after_read_mb')})"
+                      f"  {r.get('build_s')} s  rc {r['rc']}", flush=True)
+    results["loadavg_after"] = loadavg()
+    os.makedirs(a.out_dir, exist_ok=True)
+    dest = Path(a.out_dir) / f"job-client-memory-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M}.json"
+    dest.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {dest}")
+
+
+if __name__ == "__main__":
+    main()
