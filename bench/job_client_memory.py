@@ -16,7 +16,8 @@ Method:
    report, skeleton included, is in the report cache.
 2. For each ``--ranks`` N, with the job's graph and without it, in a fresh process: the B
    cached reports read back (``work.summary`` of each: what a worker sends), copied to N ranks
-   (rank r is the base job's rank r mod B, its process groups widened to N), then the client's
+   through pickle (each its own objects, as the client unpickles each worker's result; rank r is
+   the base job's rank r mod B, its process groups widened to N), then the client's
    part (``tracekit.ranks.job.build_with_graph`` with ``JobConfig(job_graph=...)``; without the
    graph the summaries carry no skeleton, as ``--no-job-graph`` sends none). Recorded: RSS
    (``VmRSS`` of ``/proc/self/status``) after the read and with the N summaries, the peak while
@@ -46,8 +47,8 @@ from pathlib import Path
 from bench.common import REPO
 
 SNIPPET = """
-import copy, json, pickle, resource, sys, time
-from tracekit._files import trace_files_in
+import json, pickle, resource, sys, time
+from pathlib import Path
 from tracekit.ranks import inputs, job
 from tracekit.ranks.config import JobConfig
 from tracekit.ranks.work import summary
@@ -61,7 +62,7 @@ def reset_peak():  # the high-water mark back to the current RSS (Linux clear_re
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
 base = []
-for f in trace_files_in(d):  # the ranks' summaries as the workers send them (cached)
+for f in sorted(map(str, Path(d).glob("trace_rank*.json.gz"))):  # as the workers send them
     x = summary(cached_report(f, rules_path=None, cache_dir=cache, with_hta=False,
                               with_skeleton=True)[0])
     x["source"] = f
@@ -69,8 +70,8 @@ for f in trace_files_in(d):  # the ranks' summaries as the workers send them (ca
 rss0 = status("VmRSS")
 reset_peak()
 ranks = []
-for r in range(n):
-    x = copy.deepcopy(base[r % len(base)])
+for r in range(n):  # each its own objects, as the client unpickles each worker's result
+    x = pickle.loads(pickle.dumps(base[r % len(base)]))
     x["rank"] = r
     x["source"] = f"trace_rank{r}.json.gz"
     x["identity"]["distributed_info"].update(rank=r, world_size=n)
@@ -129,6 +130,8 @@ def main() -> None:
     ap.add_argument("--base-ranks", type=int, default=16)
     ap.add_argument("--repeats", default="1,4", help="each rank's events this many times over")
     ap.add_argument("--ranks", default="64,128,256", help="the client's part on this many ranks")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep bench/data/client-r<R> and its cache when they are there (same --base-ranks)")
     ap.add_argument("--out-dir", default=str(REPO / "bench" / "results"))
     a = ap.parse_args()
     repeats = [int(x) for x in a.repeats.split(",")]
@@ -141,14 +144,16 @@ def main() -> None:
     for rep in repeats:
         job = REPO / "bench" / "data" / f"client-r{rep}"
         cache = REPO / "bench" / "data" / f"client-r{rep}-cache"
-        for x in (job, cache):
-            if x.exists():
-                shutil.rmtree(x)
-        print(f"generating {job} ({a.base_ranks} ranks, {rep} x the events) ...", flush=True)
-        make_job(job, a.base_ranks, repeat=rep)
-        t0 = time.perf_counter()
-        analyze_job(job, cache_dir=cache, whole=False, workers=2)
-        print(f"  analysed in {time.perf_counter() - t0:.0f} s; the client's part:", flush=True)
+        if not (a.reuse and job.exists() and cache.exists()):
+            for x in (job, cache):
+                if x.exists():
+                    shutil.rmtree(x)
+            print(f"generating {job} ({a.base_ranks} ranks, {rep} x the events) ...", flush=True)
+            make_job(job, a.base_ranks, repeat=rep)
+            t0 = time.perf_counter()
+            analyze_job(job, cache_dir=cache, whole=False, workers=2)
+            print(f"  analysed in {time.perf_counter() - t0:.0f} s", flush=True)
+        print(f"{job}: the client's part", flush=True)
         for n in sizes:
             for graph in (False, True):
                 r = one(job, cache, n, graph)
