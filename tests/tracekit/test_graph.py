@@ -305,6 +305,29 @@ def test_handoff(tmp_path):
     assert wi.predict(g, ch).predicted_ns < 300 * US
 
 
+def test_handoff_inside_a_python_frame(tmp_path):
+    """with_stack: the main thread waits inside the Python frame of ``run_backward`` (a
+    ``python_function`` event spanning the wait, nothing recorded in it) while thread 2 runs
+    the backward. The frame is no work: the main thread stopped, and the baton passes both
+    ways, as without the frame."""
+    b = TraceBuilder(tid=1)
+    b.profiler_step(1, 0, 300)
+    b.kernel("fwd", 20, 10, launched_by=b.runtime("cudaLaunchKernel", 10, 1))
+    b.python("torch/autograd/graph.py(860): _engine_run_backward", 48, 204)
+    b.python("<built-in method run_backward of torch._C._EngineBase object>", 50, 200)
+    b.kernel("bwd1", 70, 20, launched_by=b.runtime("cudaLaunchKernel", 60, 2, tid=2))
+    b.kernel("bwd2", 105, 40, launched_by=b.runtime("cudaLaunchKernel", 100, 2, tid=2))
+    b.runtime("cudaEventQuery", 150, 2, tid=2)
+    b.kernel("opt", 265, 5, launched_by=b.runtime("cudaLaunchKernel", 260, 1))
+    t = load_built(b, tmp_path)
+    g = build_graph(t, RULES)
+    assert g.edge_counts()["handoff"] == 2
+    path = critical_path(t, RULES)
+    assert path.loc[path["what"] == "call", "tid"].tolist() == [1, 2, 2, 2, 1]
+    # nothing unexplained: thread 2 was woken by the main thread's stop
+    assert int(g.unexplained.sum()) <= 2 * g.handoff_ns
+
+
 def test_no_correlation(tmp_path):
     b = TraceBuilder()
     b.profiler_step(1, 0, 50)

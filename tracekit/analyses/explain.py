@@ -41,7 +41,7 @@ from tracekit.graph import readable as rd
 from tracekit.graph import whatif as wi
 from tracekit.graph.build import GraphConfig
 from tracekit.graph.model import (
-    BOUNDS, COMPUTE, SYNC, UNEXPLAINED, Graph, HostCost, NodeKind, bound_class,
+    BOUNDS, COMMUNICATION, COMPUTE, SYNC, UNEXPLAINED, Graph, HostCost, NodeKind, bound_class,
 )
 from tracekit.phases import Rules, derived
 from tracekit.trace.model import Trace
@@ -301,6 +301,9 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
                        behind_in=win["step"].to_numpy(np.int64)[host_path] if len(win) else
                        counted_view)
     warnings += [x.warning for x in limits]
+    alone = _alone_in_job(trace, g, est, config, total_bd, len(win))
+    if alone:
+        warnings.append(alone)
     src = steps_mod.compute(trace, rules).source
     if src == steps_mod.SOURCE_OPTIMIZER:
         warnings.append("no ProfilerStep in this trace: its steps run from one optimizer step's "
@@ -438,6 +441,27 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         replay=replay, warnings=tuple(warnings), path=path,
         view="untraced" if est is not None and config.untraced else "traced",
         overhead=None if est is None else {**est.to_dict(), "source": config.step_ms_source})
+
+
+def _alone_in_job(trace: Trace, g: Graph, est, config: ExplainConfig, total_bd: dict,
+                  nsteps: int) -> str | None:
+    """The warning of a rank of a job explained alone in its untraced view (None otherwise): its
+    collectives waited for the other ranks, whose hosts the profiler slowed too; the estimate
+    takes out this rank's overhead only, so it keeps those waits as traced. The job's graph
+    (``tracekit.ranks.jobgraph``, ``explain DIR``) takes out every rank's."""
+    if est is None or not config.untraced:
+        return None
+    ws = trace.world_size
+    comm = (g.kind == NodeKind.GPU) & (np.asarray(g.category).astype(str) == COMMUNICATION)
+    if not comm.any() or (ws is not None and ws < 2):
+        return None
+    on_path = total_bd.get(COMMUNICATION, 0) / max(nsteps, 1)
+    of = f" of {ws} ranks" if ws else ""
+    return (f"this rank is one of a job{of}: its collectives ({on_path / 1e6:,.3f} ms a step on "
+            "the critical path) waited for the other ranks, whose hosts the profiler slowed too; "
+            "the estimated untraced step takes out this rank's overhead only and keeps those "
+            "waits: its step on the job's graph (tracekit explain DIR, every rank's overhead out, "
+            "the ranks joined at their collectives) is the estimate to read")
 
 
 def _verdict(bound, share, unknown: bool, not_host: bool):

@@ -225,8 +225,9 @@ def _host_points(trace: Trace, cl: pd.DataFrame, base: int, main_lane: int,
                  k_lane: np.ndarray, k_poll: np.ndarray, config: GraphConfig) -> _Points:
     """Per CPU lane (``cl``: its pid, tid; lane ids from ``base``): the stretches of at least
     ``config.idle_ns`` in which its thread recorded nothing (no CPU op, runtime or driver call,
-    Python function, nor the start or end of an annotation), as a block point at the stretch's
-    start and a wake point at its end; a thread other than the main one also wakes at its first
+    nor the start or end of an annotation or a Python function: a frame that stays open across
+    a wait, as ``run_backward`` does while autograd's thread runs, is no work), as a block point
+    at the stretch's start and a wake point at its end; a thread other than the main one also wakes at its first
     event and blocks after its last. A wake point is triggered by the latest block point of
     another thread at most ``config.handoff_max_ns`` before it (a baton pass: autograd's
     engine thread running the backward while the main thread waits in ``backward()``, and
@@ -234,8 +235,11 @@ def _host_points(trace: Trace, cl: pd.DataFrame, base: int, main_lane: int,
     neither wake nor are woken by others: they stop and resume on their own timer."""
     ev = trace.events
     kinds = ev["kind"].to_numpy()
-    busy = phases.of_kinds(kinds, (Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER, Kind.PYTHON))
-    ann = phases.of_kinds(kinds, (Kind.ANNOTATION,))
+    busy = phases.of_kinds(kinds, (Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER))
+    # a Python function (with_stack) is a frame on the stack, as an annotation is a scope: its
+    # start and end are activity, its span is not (the main thread blocked in backward() sits
+    # inside `run_backward` while autograd's thread runs the backward: a baton pass)
+    ann = phases.of_kinds(kinds, (Kind.ANNOTATION, Kind.PYTHON))
     cpu = busy | ann
     rows = np.flatnonzero(cpu)
     tid = ev["tid"].to_numpy(np.int64)[rows]

@@ -33,6 +33,23 @@ term, the host time taken out, the traced and estimated untraced step (per step 
 ``untraced_graph`` gives the corrected graph itself (times replayed, lags and bindings
 consistent) for the critical path, bound and what-ifs of the untraced step.
 
+The costs are those of the host the model was fitted on. A host that runs slower (or faster)
+runs the profiler's callbacks slower too: the costs are scaled by the trace's *host speed*, its
+launch calls' traced duration (the 25th percentile of ``cudaLaunchKernel`` and the like, those
+whose kernel started at once: host work of a fixed content, the driver's launch and CUPTI's
+callback around it) over the same on the fitted runs (``OverheadModel.launch_ref_ns``). The
+same process is slower or faster in another run (the runtime's ``multitask_p0`` SparseDist:
+6.5 us a launch traced, 45.0 ms untraced steps, against 4.3 us and 32.3 ms in the same preset's
+other runs); so is a process beside others on its host (the 2- and 4-GPU jobs: 5-9 us).
+
+Where the trace recorded every op's inputs (``record_shapes``) a slow traced host is the
+profiler's doing, not the process's: the runs that record them ran their untraced steps at the
+fitted host's pace (the runtime's ``multitask_p0`` with shapes: launches 6.7 us traced, untraced
+steps 32.4 ms as in the preset's other runs; TorchRec's benchmark, which records them, on 1, 2
+and 4 GPUs), so the rest of the host's work is made as much faster (``host_factor``), on top of
+the costs taken out. Without recorded inputs no such factor: a slow host there was as slow
+untraced (``multitask_p0`` SparseDist, default options: 45.0 ms untraced).
+
 The coefficients are fitted on the runtime's traced and untraced runs (``bench/overhead_fit.py``
 says on which, and judges them on runs it was not fitted on); ``DEFAULT_MODEL`` holds the current
 fit, ``docs/explain.md`` its figures. A term whose events a trace lacks costs nothing there.
@@ -65,6 +82,18 @@ TERM_TEXT = {
     "modules": "CPU ops with their module recorded (with_modules)",
 }
 
+SPEED_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC",
+               "hipLaunchKernel", "hipExtLaunchKernel")
+"""The launch calls whose traced duration tells the host's speed (``host_speed``)."""
+SPEED_QUANTILE = 25
+"""Their percentile read: below the launches that blocked on a full launch queue."""
+SPEED_IDLE_NS = 20_000
+"""A launch call whose activity started at most this long after it returned is read."""
+SPEED_MIN_CALLS = 50
+"""Fewer launch calls read than this: no speed read (1.0)."""
+SPEED_RANGE = (0.5, 3.0)
+"""The speed factor is clipped to this range."""
+
 
 @dataclass(frozen=True)
 class OverheadModel:
@@ -87,11 +116,23 @@ class OverheadModel:
     """Per CPU op whose module hierarchy was recorded (``with_modules``), at its start."""
     min_call_ns: int = 500
     """An untraced runtime call takes at least this long (or its traced duration, if less)."""
+    launch_ref_ns: float = 0.0
+    """The traced duration of a launch call (``SPEED_CALLS``: its 25th percentile) on the host
+    the costs were fitted on: a trace whose launches take ``k`` times as long has its costs
+    scaled by ``k`` (``host_speed``; within ``SPEED_RANGE``). 0: no scaling."""
+    shapes_slow_host: bool = True
+    """With recorded inputs (``record_shapes``) a slow host (``host_speed`` above 1) is the
+    profiler's doing: the rest of the host's work is taken as that much faster untraced too
+    (``host_factor``). Without them the same slowness is the process's, traced or not."""
     source: str = ""
     """Where the coefficients come from (the fit's runs, or what the user gave)."""
 
     def cost(self, term: str) -> float:
         return float(getattr(self, f"{term}_ns"))
+
+    def costs(self, speed: float = 1.0) -> np.ndarray:
+        """Per term (``TERMS`` order), ns, on a host ``speed`` times as slow as the fitted one."""
+        return np.array([self.cost(t) for t in TERMS]) * speed
 
     def with_costs(self, **costs: float) -> "OverheadModel":
         """This model with some per-term costs (ns) replaced: ``with_costs(cpu_op=1500)``."""
@@ -102,10 +143,12 @@ class OverheadModel:
 
 
 DEFAULT_MODEL = OverheadModel(
-    cpu_op_ns=886.0, runtime_ns=1654.0, memory_ns=463.0, sync_call_ns=306.0, python_ns=1196.0,
-    shapes_ns=282.0, modules_ns=114.0,
-    source="fitted on the runtime's 1-GPU multitask_b32k and multitask_b4k runs under six "
-           "profiler option sets, H200, bench/results/overhead-fit-20261127-1025.json")
+    cpu_op_ns=982.0, runtime_ns=1833.0, memory_ns=513.0, sync_call_ns=339.0, python_ns=1325.0,
+    shapes_ns=312.0, modules_ns=126.0, launch_ref_ns=4338.0,
+    source="the per-term ratios fitted on the runtime's 1-GPU multitask_b32k and multitask_b4k "
+           "runs under six profiler option sets (bench/results/overhead-fit-20261127-1025.json), "
+           "scaled 1.108 and a host speed read on the runtime's 1-GPU runs of every preset, "
+           "default options, H200 (bench/results/overhead-fit-20261127-1735.json)")
 """The current fit (``bench/overhead_fit.py``; its runs and figures in docs/explain.md)."""
 
 
@@ -126,6 +169,9 @@ class Counts:
     """Whether the trace records ``cuda_sync`` events."""
     modules_recorded: bool = False
     """Whether the file says ``with_modules``."""
+    launch_ns: float | None = None
+    """The trace's launch calls' traced duration (``launch_duration``), None where too few
+    launches are read."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +199,8 @@ class Estimate:
     replay's step is the given one (1.0 with the model alone)."""
     rests_on: str = ""
     """One sentence: what the estimate rests on."""
+    speed: float = 1.0
+    """The host's speed factor the costs were scaled by (``host_speed``; 1.0: as fitted)."""
 
     @property
     def overhead_ns(self) -> float:
@@ -163,7 +211,7 @@ class Estimate:
                 "host_ns_per_step": self.host_ns_per_step, "traced_step_ns": self.traced_step_ns,
                 "untraced_step_ns": self.untraced_step_ns, "steps": self.steps,
                 "scale": self.scale, "given_step_ns": self.given_step_ns,
-                "host_factor": self.host_factor, "rests_on": self.rests_on}
+                "host_factor": self.host_factor, "rests_on": self.rests_on, "speed": self.speed}
 
 
 # ---- counting ---------------------------------------------------------------------------------
@@ -195,6 +243,42 @@ def _shapes_recorded(trace: Trace) -> bool:
     return bool((v.str.len() > 0).any())
 
 
+def launch_duration(g: Graph) -> float | None:
+    """The ``SPEED_QUANTILE``-th percentile of the traced durations of the launch calls
+    (``SPEED_CALLS``) whose activity started within ``SPEED_IDLE_NS`` of the call's end (the GPU
+    had caught up: a launch onto a long queue costs the driver more, whatever the host's speed),
+    ns; None with fewer than ``SPEED_MIN_CALLS`` of them (a GPU-bound trace: its host overhead
+    hides anyway)."""
+    calls = np.flatnonzero((g.kind == NodeKind.CALL) & (g.launched >= 0))
+    if calls.size < SPEED_MIN_CALLS:
+        return None
+    calls = calls[np.isin(g.name[calls].astype(str), SPEED_CALLS)]
+    lag = g.start[g.launched[calls]] - (g.start[calls] + g.dur[calls])
+    calls = calls[lag <= SPEED_IDLE_NS]
+    if calls.size < SPEED_MIN_CALLS:
+        return None
+    return float(np.percentile(g.dur[calls], SPEED_QUANTILE))
+
+
+def host_speed(counts: "Counts", model: "OverheadModel") -> float:
+    """How many times slower than the fitted host the trace's host ran (module docstring): its
+    launch calls' duration over ``model.launch_ref_ns``, within ``SPEED_RANGE``; 1.0 where the
+    model has no reference or the trace too few launches."""
+    if not model.launch_ref_ns or counts.launch_ns is None:
+        return 1.0
+    lo, hi = SPEED_RANGE
+    return float(min(max(counts.launch_ns / model.launch_ref_ns, lo), hi))
+
+
+def host_factor(counts: "Counts", model: "OverheadModel") -> float:
+    """How many times faster than traced the rest of the host runs untraced (module docstring):
+    the host's speed factor where the trace recorded inputs (``record_shapes``) and the model
+    says so (``OverheadModel.shapes_slow_host``), never below 1; else 1.0."""
+    if not (model.shapes_slow_host and counts.shapes_recorded):
+        return 1.0
+    return max(host_speed(counts, model), 1.0)
+
+
 def count(trace: Trace, g: Graph) -> Counts:
     """Where each recorded event's cost falls on the graph's CPU lanes (module docstring)."""
     n = g.n
@@ -213,8 +297,9 @@ def count(trace: Trace, g: Graph) -> Counts:
     # per CPU node: its trace span (a call: the event's own ts/dur; a marker: its time)
     host = g.kind != NodeKind.GPU
     ids = np.flatnonzero(host)
+    launch_ns = launch_duration(g)
     if not ids.size:
-        return Counts(before, in_call, totals, shapes, sync_on, modules)
+        return Counts(before, in_call, totals, shapes, sync_on, modules, launch_ns)
     rows = g.row[ids]
     t0 = np.where(rows >= 0, e_ts[np.maximum(rows, 0)], g.start[ids])
     t1 = np.where(rows >= 0, e_end[np.maximum(rows, 0)], g.start[ids])
@@ -259,7 +344,7 @@ def count(trace: Trace, g: Graph) -> Counts:
     m = trace.memory
     if m is not None and len(m):
         points(2, m["tid"].to_numpy(np.int64), m["ts"].to_numpy(np.int64), np.ones(len(m)))
-    return Counts(before, in_call, totals, shapes, sync_on, modules)
+    return Counts(before, in_call, totals, shapes, sync_on, modules, launch_ns)
 
 
 # ---- the host cost (the seam) -----------------------------------------------------------------
@@ -269,9 +354,10 @@ def host_cost(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL,
     """The profiler's cost where the model puts it, as the replay's seam takes a correction of
     host work (``tracekit.graph.model.HostCost``): ``own_ns`` off each runtime call (never below
     ``min_call_ns`` or its own duration), ``before_ns`` off the host time before each CPU node
-    on its thread (never below 0). ``counts``: ``count(trace, g)`` when the caller has it."""
+    on its thread (never below 0). ``counts``: ``count(trace, g)`` when the caller has it.
+    The costs are scaled by the host's speed (``host_speed``)."""
     c = count(trace, g) if counts is None else counts
-    cost = np.array([model.cost(t) for t in TERMS])
+    cost = model.costs(host_speed(c, model))
     d_call = c.in_call @ cost
     d_gap = c.before @ cost
     calls = g.kind == NodeKind.CALL
@@ -348,8 +434,9 @@ def estimate(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL, *,
         o, r = untraced_steps(g, cost, win, host_factor=f)
         return (float(r[keep].mean()) if keep.any() else 0.0), o, r
 
-    m, obs, rep = mean_step(1.0)
-    factor, scale, given = 1.0, "model", None
+    slowed = host_factor(c, model)
+    m, obs, rep = mean_step(slowed)
+    factor, scale, given = slowed, "model", None
     if step_ms is not None and step_ms > 0:
         given = float(step_ms) * 1e6
         lo, hi = 0.25, 16.0
@@ -371,7 +458,8 @@ def estimate(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL, *,
     counted = win["step"].to_numpy(np.int64)[keep] if len(win) else np.zeros(0, np.int64)
     in_steps = np.isin(g.step, counted) & (g.kind != NodeKind.GPU)
     nsteps = max(counted.size, 1)
-    cost = np.array([model.cost(t) for t in TERMS])
+    speed = host_speed(c, model)
+    cost = model.costs(speed)
     per = (c.before[in_steps] + c.in_call[in_steps]).sum(axis=0) / nsteps
     raw = per * cost
     taken = float((d_call[in_steps].sum() + d_gap[in_steps].sum()) / nsteps)
@@ -380,20 +468,27 @@ def estimate(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL, *,
     host_per_step = {t: float(raw[i] * left) for i, t in enumerate(TERMS)}
     steps = pd.DataFrame({"step": win["step"].to_numpy(np.int64), "traced_ns": obs,
                           "untraced_ns": rep})
-    terms = ", ".join(f"{counts_per_step[t]:,.0f} {TERM_TEXT[t]} x {model.cost(t) / 1e3:.2g} us"
-                      for t in TERMS if counts_per_step[t] > 0 and model.cost(t) > 0)
+    terms = ", ".join(f"{counts_per_step[t]:,.0f} {TERM_TEXT[t]} x {cost[i] / 1e3:.2g} us"
+                      for i, t in enumerate(TERMS) if counts_per_step[t] > 0 and cost[i] > 0)
+    pace = ""
+    if model.launch_ref_ns and c.launch_ns is not None:
+        pace = (f"; the costs x {speed:.2f} for this host's speed (its launch calls "
+                f"{c.launch_ns / 1e3:.2f} us, {model.launch_ref_ns / 1e3:.2f} on the fitted runs)")
+    if slowed > 1.0:
+        pace += (f"; with recorded inputs (record_shapes) that slowness is the profiler's: the "
+                 f"rest of the host {slowed:.2f}x faster untraced")
     rests = (f"per step {terms}: {taken / 1e6:,.3f} ms of host time taken out and the graph "
-             f"replayed (costs: {model.source})")
+             f"replayed (costs: {model.source}{pace})")
     if given_cost:
         rests = (f"a host cost given by the caller: {taken / 1e6:,.3f} ms of host time per step "
                  "taken out and the graph replayed")
     if scale == "given":
         rests = (f"the untraced step given ({given / 1e6:,.3f} ms) sets the scale: the model's "
-                 f"corrections, then the host {factor:.2f}x faster still; " + rests)
+                 f"corrections, then the host {factor:.2f}x faster (in all); " + rests)
     traced = float(obs[keep].mean()) if keep.any() else 0.0
     return Estimate(model=model, counts_per_step=counts_per_step, host_ns_per_step=host_per_step,
                     traced_step_ns=traced, untraced_step_ns=m, steps=steps, scale=scale,
-                    given_step_ns=given, host_factor=factor, rests_on=rests)
+                    given_step_ns=given, host_factor=factor, rests_on=rests, speed=speed)
 
 
 def untraced_graph(g: Graph, cost: HostCost, *, host_factor: float = 1.0) -> Graph:
@@ -447,4 +542,5 @@ def untraced_graph(g: Graph, cost: HostCost, *, host_factor: float = 1.0) -> Gra
 
 
 __all__ = ["DEFAULT_MODEL", "Counts", "Estimate", "OverheadModel", "TERMS", "count", "estimate",
-           "host_cost", "untraced_change", "untraced_graph", "untraced_steps"]
+           "host_cost", "host_factor", "host_speed", "launch_duration", "untraced_change",
+           "untraced_graph", "untraced_steps"]

@@ -90,15 +90,16 @@ def test_analyze_opens_with_the_job(cache):
 def test_a_runtime_job_without_a_straggler(cache):
     """SparseDist on 2 GPUs (2026-11-27): the ranks run the same model; neither waits more than
     it works and the job's path crosses between them at the all-to-alls. In the one counted
-    step rank 0 did more of its own work than rank 1 (60.6 against 55.1 ms): the straggler at
-    the median rank's speed saves some of that difference, never more."""
+    step rank 0 did more of its own work than rank 1 (59.0 against 55.1 ms, each rank's profiler
+    cost out at its own host's speed): the straggler at the median rank's speed saves some of
+    that difference, never more."""
     job = analyze_job(SAMPLE_TRACES / "pipelines_2gpu" / "sparse", cache_dir=cache,
                       whole=False).job
     g = job["graph"]
     assert not any(r["waiting"] for r in g["ranks"])
     assert {p["rank"] for s in g["steps"] for p in s["path"]} == {0, 1}
     own = {r["rank"]: r["own_ns"] for r in g["ranks"]}
-    assert job["stragglers"]["rank"] == 0 and own[0] - own[1] > 4_000_000
+    assert job["stragglers"]["rank"] == 0 and own[0] - own[1] > 3_000_000
     # the job step: the slowest rank's one counted step, from its own start
     assert g["step_ns"] == max(r["step_ns"] for r in g["ranks"])
     w = {x["id"]: x for x in g["what_ifs"]}["straggler_at_median"]
