@@ -199,6 +199,7 @@ def _verdict(saving_ms: float, step_ms: float | None) -> str:
 
 
 def run_pair(pair: dict, base: str) -> dict:
+    from bench.common.joined import complete_job, joined_ms
     from tracekit.analyses.snapshot import compute_snapshot
 
     b, a = pair["before"], pair["after"]
@@ -227,8 +228,15 @@ def run_pair(pair: dict, base: str) -> dict:
     kal, kcal = _saving(fc)
     ok, tol = judge_time(pred, meas, before_ms)
     after_ms = figure(a.get("step_ms"), base) if a.get("step_ms") is not None else None
-    est, un = bs["estimated_untraced_ms"], bs["untraced_ms"]
-    row.update(kind="time", before_ms=before_ms, after_ms=after_ms, measured_saving_ms=meas,
+    own, un = bs["estimated_untraced_ms"], bs["untraced_ms"]
+    est, joined = own, False
+    folder = complete_job(os.path.join(base, b["trace"]))
+    if folder is not None:  # every rank of the job is here: its step on the job's graph
+        got = joined_ms(folder).get(0)
+        if got is not None:
+            est, joined = got, True
+    row.update(kind="time", estimated_untraced_own_ms=own, untraced_joined=joined,
+               untraced_own_error=(own / un - 1) if own and un else None, before_ms=before_ms, after_ms=after_ms, measured_saving_ms=meas,
                measured_lo=lo, measured_hi=hi,
                predicted_saving_ms=pred, predicted_contention_saving_ms=cpred, tolerance_ms=tol,
                trace_step_ms=bs["traced_ms"], ok=ok, ok_contention=judge_time(cpred, meas, before_ms)[0],
@@ -239,7 +247,7 @@ def run_pair(pair: dict, base: str) -> dict:
                in_interval=in_interval(pred, lo, hi, tol),
                in_interval_calibrated=in_interval(kal, lo, hi, tol),
                in_interval_calibrated_contention=in_interval(kcal, lo, hi, tol),
-               verdict=_verdict(pred, est), verdict_calibrated=_verdict(kal, before_ms),
+               verdict=_verdict(pred, own), verdict_calibrated=_verdict(kal, before_ms),
                evidence=f["evidence"] if f else "the fix does not apply",
                host_path_before_ms=bs["host_path_ms"], floor_before_ms=bs["floor_ms"],
                floor_fix_ms=bs.get("floor_fix_ms"),
@@ -332,18 +340,26 @@ def render(doc: dict) -> str:
                 f"{_fmt(r['calibrated_contention_saving_ms'])} | {_yes(r['ok_calibrated'])} | "
                 f"{_fmt(r['tolerance_ms'])} | {r.get('verdict') or '-'} / "
                 f"{r.get('verdict_calibrated') or '-'} |")
-        out += ["", "The estimated untraced \"before\" step (raw: from the trace alone) against "
+        out += ["", "The estimated untraced \"before\" step (raw: from the traces alone) against "
                 "the untraced step its own run measured (the same process: `metrics.json` beside "
                 "the trace, TorchRec's timing per batch) and against the benchmark's timed "
-                "rounds:", "",
+                "rounds. Where every rank of the job is in the folder, rank 0's step on the job's "
+                "graph (every rank's overhead out, the ranks joined at their collectives: "
+                "*joined*), its own trace's estimate alone beside it:", "",
                 "| pair | traced ms | estimated untraced ms | its run's untraced ms | error | "
-                f"within +-{100 * UNTRACED_TOLERANCE:.0f} %? | timed rounds ms | error vs the rounds |",
-                "|---|---|---|---|---|---|---|---|"]
+                f"within +-{100 * UNTRACED_TOLERANCE:.0f} %? | timed rounds ms | error vs the rounds "
+                "| this rank alone: ms, error |",
+                "|---|---|---|---|---|---|---|---|---|"]
         for r in t:
             out.append(f"| {r['name']} | {_fmt(r['trace_step_ms'])} | "
-                       f"{_fmt(r['estimated_untraced_before_ms'])} | {_fmt(r['untraced_before_ms'])} | "
+                       f"{_fmt(r['estimated_untraced_before_ms'])}"
+                       f"{' (joined)' if r.get('untraced_joined') else ''} | "
+                       f"{_fmt(r['untraced_before_ms'])} | "
                        f"{_pct(r.get('untraced_error'))} | {_yes(r.get('untraced_ok'))} | "
-                       f"{_fmt(r['before_ms'])} | {_pct(r.get('untraced_error_timed'))} |")
+                       f"{_fmt(r['before_ms'])} | {_pct(r.get('untraced_error_timed'))} | "
+                       + (f"{_fmt(r.get('estimated_untraced_own_ms'))}, "
+                          f"{_pct(r.get('untraced_own_error'))} |" if r.get('untraced_joined')
+                          else "- |"))
         out.append("")
         tt = [r for r in t if r.get("traced_after_ms") is not None]
         if tt:

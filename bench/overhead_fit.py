@@ -48,6 +48,9 @@ import numpy as np
 TARGET = 0.10
 """The estimated untraced step within +-10 % of the measured one (issue 24)."""
 MAX_COST_NS = 20_000.0
+MAX_SCALE = 4.0
+"""The common factor over the prior is searched in [0, MAX_SCALE]: beyond, the clamps (a call
+never below ``min_call_ns``, a gap never below 0) flatten the loss into false minima."""
 OPTION_TERM = {"no_memory": "memory", "no_sync": "sync_call", "shapes": "shapes",
                "stack": "python"}
 """The term each option set switches, against the default set (the runtime's PROFILER_OPTIONS)."""
@@ -154,10 +157,13 @@ def prepare(run: Run) -> None:
 
 
 def model_of(costs: dict, source: str = ""):
+    """The model of ``costs`` ({term: ns}, and ``launch_ref``: the fitted host's launch call,
+    ns; 0 or absent: no host-speed scaling)."""
     from tracekit.graph import overhead as oh
 
     return oh.OverheadModel(**{f"{t}_ns": float(costs.get(t, 0.0)) for t in oh.TERMS},
-                            source=source)
+                            launch_ref_ns=float(costs.get("launch_ref", 0.0)),
+                            shapes_slow_host=bool(costs.get("launch_ref", 0.0)), source=source)
 
 
 def estimate_ms(run: Run, costs: dict) -> float:
@@ -165,10 +171,30 @@ def estimate_ms(run: Run, costs: dict) -> float:
     from tracekit.graph import overhead as oh
     from tracekit.graph import whatif as wi
 
-    cost = oh.host_cost(None, run.graph, model_of(costs), run.counts)
-    _, rep = oh.untraced_steps(run.graph, cost, run.windows)
+    model = model_of(costs)
+    cost = oh.host_cost(None, run.graph, model, run.counts)
+    _, rep = oh.untraced_steps(run.graph, cost, run.windows,
+                               host_factor=oh.host_factor(run.counts, model))
     keep = wi.counted_steps(run.windows)
     return float(rep[keep].mean()) / 1e6 if keep.any() else 0.0
+
+
+def job_folders(runs: list[Run]) -> dict[str, list[Run]]:
+    """The folders holding every rank of a job of several GPUs (as many rank runs as its world
+    size): their ranks' estimates can be joined (``joined_ms``)."""
+    by: dict[str, list[Run]] = {}
+    for r in runs:
+        if r.gpus > 1:
+            by.setdefault(os.path.dirname(os.path.abspath(r.trace)), []).append(r)
+    return {d: rs for d, rs in by.items() if len({r.rank for r in rs}) == rs[0].gpus}
+
+
+def joined_ms(folder: str, costs: dict) -> dict[int, float]:
+    """Per rank of the job in ``folder``: its estimated untraced step with every rank's overhead
+    taken out, the ranks joined at their collectives (``bench.common.joined``), ms."""
+    from bench.common.joined import joined_ms as joined
+
+    return joined(folder, model_of(costs))
 
 
 def _golden(f, lo: float, hi: float, iters: int = 22) -> float:
@@ -189,7 +215,8 @@ def _golden(f, lo: float, hi: float, iters: int = 22) -> float:
     return (a + b) / 2
 
 
-def fit(runs: list[Run], mode: str, prior: dict) -> tuple[dict, list[str], list[str]]:
+def fit(runs: list[Run], mode: str, prior: dict, speed: bool = True
+        ) -> tuple[dict, list[str], list[str]]:
     """(costs, what was fitted, the terms fitted on their own): ``scale`` fits one factor over
     the prior's ratios; ``terms`` then fits each term the fitted runs vary (coordinate descent,
     golden-section per term, 3 sweeps), the others keeping their scaled prior."""
@@ -201,19 +228,27 @@ def fit(runs: list[Run], mode: str, prior: dict) -> tuple[dict, list[str], list[
     seen = [t for i, t in enumerate(oh.TERMS) if per[:, i].max() > 0]
 
     def loss(c: dict) -> float:
-        return float(sum(((estimate_ms(r, c) - r.untraced_ms) / r.untraced_ms) ** 2 for r in runs))
+        return float(sum(((estimate_ms(r, dict(c, launch_ref=ref)) - r.untraced_ms)
+                          / r.untraced_ms) ** 2 for r in runs))
 
-    top = max(prior.values()) or 1.0
-    scale = _golden(lambda k: loss({t: prior[t] * k for t in oh.TERMS}), 0.0, MAX_COST_NS / top)
+    # the host speed's reference: the fitted runs' launch calls (measured, not fitted)
+    launches = [r.counts.launch_ns for r in runs if r.counts.launch_ns is not None]
+    ref = statistics.median(launches) if speed and launches else 0.0
+    top = max(prior[t] for t in oh.TERMS) or 1.0
+    scale = _golden(lambda k: loss({t: prior[t] * k for t in oh.TERMS}), 0.0,
+                    min(MAX_SCALE, MAX_COST_NS / top))
     costs = {t: prior[t] * scale for t in oh.TERMS}
     free = varied if mode == "terms" else []
     for _ in range(3 if free else 0):
         for t in free:
             costs[t] = _golden(lambda v: loss(dict(costs, **{t: v})), 0.0, MAX_COST_NS, iters=16)
+    costs["launch_ref"] = ref
     told = [f"scale {scale:.3f} over the prior"] + \
         ([f"then fitted on their own: {', '.join(free)}"] if free else []) + \
         [f"recorded in the fitted runs: {', '.join(seen)}",
-         f"varying among them: {', '.join(varied) or 'none'}"]
+         f"varying among them: {', '.join(varied) or 'none'}",
+         f"the host speed's reference launch call: {ref / 1e3:.2f} us (the fitted runs' median)"
+         if ref else "no host-speed scaling"]
     return costs, told, free
 
 
@@ -269,34 +304,58 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", nargs="*", default=["sample_traces"])
     ap.add_argument("--fit-preset", action="append", default=None,
-                    help="presets whose 1-GPU runs are fitted (default: multitask_b32k, multitask_b4k)")
+                    help="presets whose 1-GPU runs are fitted (default: every preset of the "
+                         "runtime's 1-GPU runs)")
+    ap.add_argument("--fit-option", action="append", default=None,
+                    help="profiler option sets whose runs are fitted (default: default; the "
+                         "option sets' runs are judged)")
     ap.add_argument("--mode", choices=("terms", "scale"), default="terms")
     ap.add_argument("--prior", default=None,
                     help="JSON {term: ns} the fit starts from and the raw figures use (default: "
                          "tracekit.graph.overhead.DEFAULT_MODEL)")
+    ap.add_argument("--no-speed", action="store_true",
+                    help="fit without the host-speed scaling (OverheadModel.launch_ref_ns = 0)")
+    ap.add_argument("--no-join", action="store_true",
+                    help="judge every rank of a job on its own estimate only")
     ap.add_argument("--out", default=None, help="write overhead-fit-<date>.{md,json} here")
     ap.add_argument("--tag", default="")
     args = ap.parse_args(argv)
-    fit_presets = set(args.fit_preset or ["multitask_b32k", "multitask_b4k"])
     prior = json.loads(args.prior) if args.prior else \
-        {t: oh.DEFAULT_MODEL.cost(t) for t in oh.TERMS}
-    prior = {t: float(prior.get(t, 0.0)) for t in oh.TERMS}
+        {t: oh.DEFAULT_MODEL.cost(t) for t in oh.TERMS} | \
+        {"launch_ref": oh.DEFAULT_MODEL.launch_ref_ns}
+    prior = {t: float(prior.get(t, 0.0)) for t in (*oh.TERMS, "launch_ref")}
     t0 = time.perf_counter()
     runs = find_runs(args.runs)
+    fit_presets = set(args.fit_preset or
+                      [r.preset for r in runs if r.gpus == 1 and r.preset != "torchrec"])
+    fit_options = set(args.fit_option or ["default"])
     for r in runs:
-        r.fit = r.gpus == 1 and r.preset in fit_presets and r.preset != "torchrec"
+        r.fit = r.gpus == 1 and r.preset in fit_presets and r.preset != "torchrec" and \
+            r.option in fit_options
         prepare(r)
     fitted = [r for r in runs if r.fit]
     judged = [r for r in runs if not r.fit]
     if not fitted:
         print("no run to fit (check --runs and --fit-preset)", file=sys.stderr)
         return 2
-    costs, told, free = fit(fitted, args.mode, prior)
+    costs, told, free = fit(fitted, args.mode, prior, speed=not args.no_speed)
+    # a rank of a job whose every rank is here: judged on its step with every rank's overhead
+    # out, the ranks joined at their collectives (its own estimate beside it)
+    joined_raw: dict[tuple[str, int], float] = {}
+    joined_fit: dict[tuple[str, int], float] = {}
+    if not args.no_join:
+        for folder, rs in job_folders(runs).items():
+            for target, c in ((joined_raw, prior), (joined_fit, costs)):
+                for rank, ms in joined_ms(folder, c).items():
+                    target[(folder, rank)] = ms
     rows = []
     for r in runs:
-        raw = estimate_ms(r, prior)
-        est = estimate_ms(r, costs)
-        rows.append({"run": r.name, "rank": r.rank, "gpus": r.gpus, "preset": r.preset,
+        key = (os.path.dirname(os.path.abspath(r.trace)), r.rank)
+        own_raw, own = estimate_ms(r, prior), estimate_ms(r, costs)
+        raw = joined_raw.get(key, own_raw)
+        est = joined_fit.get(key, own)
+        rows.append({"joined": key in joined_fit, "own_raw_ms": own_raw, "own_ms": own,
+                     "own_raw_error": own_raw / r.untraced_ms - 1, "own_error": own / r.untraced_ms - 1,"run": r.name, "rank": r.rank, "gpus": r.gpus, "preset": r.preset,
                      "variant": r.variant, "option": r.option, "set": "fit" if r.fit else "judge",
                      "untraced_source": r.source, "traced_ms": r.traced_ms,
                      "measured_untraced_ms": r.untraced_ms, "raw_estimated_untraced_ms": raw,
@@ -309,17 +368,19 @@ def main(argv=None) -> int:
     for t, v in costs.items():
         if v <= 0:
             continue
-        c = dict(costs, **{t: 0.0})
+        c = dict(costs, **{t: 0.0})  # launch_ref 0: no host-speed scaling
         e = [abs(estimate_ms(r, c) / r.untraced_ms - 1) for r in judged]
         ablation[t] = {"median_abs_error_without": statistics.median(e) if e else None,
                        "max_abs_error_without": max(e) if e else None}
     now = datetime.now(timezone.utc)
     doc = {"question": "estimated untraced step (from the trace alone) vs the untraced step the "
                        "same process measured; which terms hold", "target": TARGET,
-           "mode": args.mode, "fit_presets": sorted(fit_presets), "runs_from": args.runs,
+           "mode": args.mode, "fit_presets": sorted(fit_presets),
+           "fit_options": sorted(fit_options), "runs_from": args.runs,
            "prior_ns": prior, "costs_ns": costs, "fitted_terms": told, "fitted_alone": free,
            "fit_runs": len(fitted), "judged_runs": len(judged),
            "raw": summary(rows, "raw_error"), "fitted": summary(rows, "error"),
+           "raw_own": summary(rows, "own_raw_error"), "fitted_own": summary(rows, "own_error"),
            "judge_median_abs_error": statistics.median([abs(x["error"]) for x in judged_rows])
            if judged_rows else None,
            "judge_max_abs_error": max([abs(x["error"]) for x in judged_rows]) if judged_rows else None,
@@ -354,34 +415,42 @@ def render(doc: dict) -> str:
     c, p = doc["costs_ns"], doc["prior_ns"]
     out = [f"# Profiler overhead model: fit and judge ({doc['date_utc']})", "",
            f"Command: `{doc['command']}` ({doc['seconds']} s on {doc['machine']}).", "",
-           f"Fitted on the 1-GPU runs of presets {', '.join(doc['fit_presets'])} ({doc['fit_runs']} runs; "
+           f"Fitted on the 1-GPU runs of presets {', '.join(doc['fit_presets'])}, option set(s) "
+           f"{', '.join(doc.get('fit_options') or ['default'])} ({doc['fit_runs']} runs; "
            f"mode `{doc['mode']}`: {'; '.join(doc['fitted_terms'])}); judged on the other "
-           f"{doc['judged_runs']} (2 GPUs, the other presets, TorchRec's benchmark: never fitted).", "",
-           "Costs, ns per recorded thing (prior: the model before this fit; fitted):", "",
+           f"{doc['judged_runs']} (several GPUs, TorchRec's benchmark: never fitted). A rank of a job "
+           "whose every rank is here is judged on its step with every rank's overhead taken out, the "
+           "ranks joined at their collectives (the job's graph); *own*: its own trace's estimate alone.", "",
+           "Costs, ns per recorded thing (prior: the model before this fit; fitted; launch_ref: the "
+           "host speed's reference launch call, 0: no scaling):", "",
            "| term | prior | fitted |", "|---|---|---|"]
     for t in c:
-        out.append(f"| {t} | {_ns(p[t])} | {_ns(c[t])}{' (on its own)' if t in doc['fitted_alone'] else ''} |")
+        out.append(f"| {t} | {_ns(p.get(t))} | {_ns(c[t])}{' (on its own)' if t in doc['fitted_alone'] else ''} |")
+
+    def cell(x):
+        return (f"{100 * x['median_abs_error']:.1f} % / {100 * x['max_abs_error']:.1f} % / "
+                f"{x['within']}")
+
     out += ["", "Estimated untraced step against the measured one, |error| median / worst / within "
-            f"+-{100 * doc['target']:.0f} %, raw (the prior model, no refit) and fitted:", "",
-            "| runs | n | raw: median / worst / within | fitted: median / worst / within |",
-            "|---|---|---|---|"]
+            f"+-{100 * doc['target']:.0f} %, raw (the prior model, no refit) and fitted; joined where "
+            "the job's ranks are all here, and each rank's own estimate:", "",
+            "| runs | n | raw: median / worst / within | fitted | raw, own | fitted, own |",
+            "|---|---|---|---|---|---|"]
     for grp, f in doc["fitted"].items():
-        r = doc["raw"][grp]
-        out.append(f"| {grp} | {f['runs']} | {100 * r['median_abs_error']:.1f} % / "
-                   f"{100 * r['max_abs_error']:.1f} % / {r['within']} | "
-                   f"{100 * f['median_abs_error']:.1f} % / {100 * f['max_abs_error']:.1f} % / "
-                   f"{f['within']} |")
+        out.append(f"| {grp} | {f['runs']} | {cell(doc['raw'][grp])} | {cell(f)} | "
+                   f"{cell(doc['raw_own'][grp])} | {cell(doc['fitted_own'][grp])} |")
     out += ["", f"All judged runs, fitted: median |error| {100 * (doc['judge_median_abs_error'] or 0):.1f} %, "
             f"worst {100 * (doc['judge_max_abs_error'] or 0):.1f} %, {doc['judge_within_target']} of "
             f"{doc['judged_runs']} within +-{100 * doc['target']:.0f} %.", "",
             "| run | rank | set | GPUs | preset | variant | option | traced ms | measured untraced ms | "
-            "raw estimate ms | raw error | fitted estimate ms | error | traced vs untraced |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "raw estimate ms | raw error | fitted estimate ms | error | own: raw / fitted | traced vs untraced |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         out.append(f"| {r['run']} | {r['rank']} | {r['set']} | {r['gpus']} | {r['preset']} | {r['variant']} | "
                    f"{r['option']} | {r['traced_ms']:.3f} | {r['measured_untraced_ms']:.3f} | "
                    f"{r['raw_estimated_untraced_ms']:.3f} | {_pct(r['raw_error'])} | "
-                   f"{r['estimated_untraced_ms']:.3f} | {_pct(r['error'])} | {_pct(r['traced_error'])} |")
+                   f"{r['estimated_untraced_ms']:.3f}{' (joined)' if r['joined'] else ''} | {_pct(r['error'])} | "
+                   f"{_pct(r['own_raw_error'])} / {_pct(r['own_error'])} | {_pct(r['traced_error'])} |")
     out += ["", "What each option set costs against the default set, measured (traced - untraced step, "
             "the mean of every traced step; no replay), per event it switches:", "",
             "| GPUs | preset | variant | rank | option | term | default's cost ms | option's cost ms | "
@@ -392,7 +461,8 @@ def render(doc: dict) -> str:
         out.append(f"| {x['gpus']} | {x['preset']} | {x['variant']} | {x['rank']} | {x['option']} | "
                    f"{x['term']} | {x['default_cost_ms']:.3f} | {x['option_cost_ms']:.3f} | "
                    f"{x['events_per_step']:+,.0f} | {_ns(x['per_event_ns'])} | {moved} |")
-    out += ["", "Each term left out (cost 0), the judged runs' |error| (median / worst):", ""]
+    out += ["", "Each term left out (cost 0; launch_ref: no host-speed scaling), the judged runs' own "
+            "|error| (median / worst):", ""]
     for t, a in doc["ablation"].items():
         out.append(f"- {t}: {100 * (a['median_abs_error_without'] or 0):.1f} % / "
                    f"{100 * (a['max_abs_error_without'] or 0):.1f} %")
