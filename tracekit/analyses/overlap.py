@@ -62,10 +62,6 @@ MAX_PAIR_STREAMS = 64
 """The pairwise overlap is computed between the busiest this many streams of a device."""
 
 
-def _u(df: pd.DataFrame) -> intervals.Union:
-    return intervals.union(df["ts"].to_numpy(np.int64), df["end"].to_numpy(np.int64))
-
-
 def compute(trace: Trace, rules: Rules) -> OverlapResult:
     """Stream and class overlaps (see the module docstring)."""
     acts, _ = phases.activities(trace, rules)
@@ -76,31 +72,44 @@ def compute(trace: Trace, rules: Rules) -> OverlapResult:
     mem = ~kernel
 
     stream_rows, pair_rows, class_rows, warnings = [], [], [], []
-    for dev, d in acts.groupby("device", sort=True):
+    # the activities sorted by (device, stream), each group's rows kept in the trace's order:
+    # one numpy sort instead of a group-by per device and per stream (~1 ms of fixed cost each,
+    # most of this section on a trace of a few events)
+    ts, end = acts["ts"].to_numpy(np.int64), acts["end"].to_numpy(np.int64)
+    device, stream = acts["device"].to_numpy(np.int64), acts["stream"].to_numpy(np.int64)
+    order = np.lexsort((stream, device))
+    dv, sv = device[order], stream[order]
+    dev_cut = np.flatnonzero(np.r_[True, dv[1:] != dv[:-1]]) if order.size else order
+    for lo, hi in zip(dev_cut.tolist(), np.r_[dev_cut[1:], order.size].astype(int).tolist()):
+        dev = int(dv[lo])
+        rows = order[lo:hi]
         unions, busy_of = {}, {}
-        for s, g in d.groupby("stream", sort=True):
-            u = _u(g)
-            unions[int(s)] = u
-            busy_of[int(s)] = intervals.length(u)
-            stream_rows.append((int(dev), int(s), len(g), busy_of[int(s)],
-                                int(g["ts"].min()), int(g["end"].max())))
+        st = sv[lo:hi]
+        st_cut = np.flatnonzero(np.r_[True, st[1:] != st[:-1]])
+        for a, b in zip(st_cut.tolist(), np.r_[st_cut[1:], st.size].astype(int).tolist()):
+            g = rows[a:b]
+            s_id = int(st[a])
+            u = intervals.union(ts[g], end[g])
+            unions[s_id] = u
+            busy_of[s_id] = intervals.length(u)
+            stream_rows.append((dev, s_id, int(g.size), busy_of[s_id], int(ts[g].min()),
+                                int(end[g].max())))
         keys = sorted(unions)
         if len(keys) > MAX_PAIR_STREAMS:
             keys = sorted(sorted(keys, key=lambda k: -busy_of[k])[:MAX_PAIR_STREAMS])
-            warnings.append(f"device {int(dev)} has {len(unions):,} streams: the pairwise "
+            warnings.append(f"device {dev} has {len(unions):,} streams: the pairwise "
                             f"overlap is of its {MAX_PAIR_STREAMS} busiest")
         for i, a in enumerate(keys):
             for b in keys[i + 1:]:
-                pair_rows.append((int(dev), a, b, intervals.intersection_length(unions[a], unions[b])))
-        idx = d.index.to_numpy()
-        cu = _u(acts.loc[idx[comm[idx]]])  # communication
-        pu = _u(acts.loc[idx[compute_[idx]]])  # compute
-        mu = _u(acts.loc[idx[mem[idx]]])  # memcpy + memset
+                pair_rows.append((dev, a, b, intervals.intersection_length(unions[a], unions[b])))
+        cu = intervals.union(ts[rows[comm[rows]]], end[rows[comm[rows]]])  # communication
+        pu = intervals.union(ts[rows[compute_[rows]]], end[rows[compute_[rows]]])  # compute
+        mu = intervals.union(ts[rows[mem[rows]]], end[rows[mem[rows]]])  # memcpy + memset
         comm_ns, comp_ns, mem_ns = intervals.length(cu), intervals.length(pu), intervals.length(mu)
         both = intervals.intersection_length(cu, pu)
         busy = intervals.length(intervals.merge(cu, pu, mu))
         exposed_mem = intervals.difference_length(mu, intervals.merge(cu, pu))
-        class_rows.append((int(dev), comp_ns, comm_ns, mem_ns, busy, both, comm_ns - both,
+        class_rows.append((dev, comp_ns, comm_ns, mem_ns, busy, both, comm_ns - both,
                            exposed_mem, both / comm_ns if comm_ns else np.nan))
 
     streams = pd.DataFrame(stream_rows, columns=["device", "stream", "activities", "busy_ns",

@@ -357,8 +357,9 @@ def counted_steps(windows) -> np.ndarray:
 
 def aligned(obs, w) -> np.ndarray:
     """Each observed step's length in windows ``w`` (0 for a step ``w`` lacks)."""
-    d = (w["end"] - w["start"]).to_numpy(np.int64)
-    return w.set_index("step").assign(d=d)["d"].reindex(obs["step"]).fillna(0).to_numpy(np.int64)
+    d = w["end"].to_numpy(np.int64) - w["start"].to_numpy(np.int64)
+    at = pd.Index(w["step"].to_numpy(np.int64)).get_indexer(obs["step"].to_numpy(np.int64))
+    return np.where(at >= 0, d[np.maximum(at, 0)] if d.size else 0, 0).astype(np.int64)
 
 
 def _contention_durations(g: Graph, p: Plan, start, end, base: "Schedule | None",

@@ -71,6 +71,13 @@ def run(task: Callable[[str], object], paths: Sequence[str], *, workers: int | N
 def _init_worker() -> None:
     # the ranks already keep every CPU busy: no forked decoding helper per load
     os.environ["TRACEKIT_LOAD_PARALLEL"] = "0"
+    # what the worker inherited (the imports: ~56,000 objects) is alive until it ends: the
+    # collector's full passes, one every few ranks, need not walk it again (a rank of a few
+    # events paid ~1.3 ms of collection, 0.7 with it frozen), nor write to the pages it shares
+    # with the parent
+    import gc
+
+    gc.freeze()
 
 
 def _pool(n: int) -> ProcessPoolExecutor:
