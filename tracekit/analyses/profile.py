@@ -108,10 +108,10 @@ def compute(trace: Trace, rules: Rules, *, steps: steps_mod.StepsResult | None =
     acts, index = phases.activities(trace, rules)
     at = np.where(acts["launch_ts"].to_numpy(np.int64) >= 0, acts["launch_ts"].to_numpy(np.int64),
                   acts["ts"].to_numpy(np.int64))
-    a = acts[(at >= lo) & (at < hi)]
-    dur = (a["end"] - a["ts"]).to_numpy(np.int64)
-    gpu_phase = _sums(a["phase"].to_numpy(object), dur, sort=True)
-    names, total, count = _sums(a["name"].to_numpy(object), dur, sort=False)
+    within = (at >= lo) & (at < hi)  # the columns it reads, not a frame of those rows
+    dur = (acts["end"].to_numpy(np.int64) - acts["ts"].to_numpy(np.int64))[within]
+    gpu_phase = _sums(acts["phase"].to_numpy(object)[within], dur, sort=True)
+    names, total, count = _sums(acts["name"].to_numpy(object)[within], dur, sort=False)
     top = np.argsort(-total, kind="stable")[:TOP]
     kernels = pd.DataFrame({"name": _cut(names[top]), "gpu_ns": total[top].astype(float) / per,
                             "count": count[top].astype(float) / per})
