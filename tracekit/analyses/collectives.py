@@ -185,7 +185,13 @@ def launching_collective(trace: Trace, tid: np.ndarray, ts: np.ndarray) -> np.nd
 def _rows(trace: Trace, rules: Rules) -> tuple[np.ndarray, np.ndarray, np.ndarray, pd.Index]:
     """(bool per ``Trace.args`` row: a kernel's collective metadata; the event rows of the
     kernels without metadata that the communication rule names; the events' name codes and
-    their categories)."""
+    their categories), memoised per trace object and rules (this section and the skeleton's
+    ``kernel_events`` both ask): do not modify them."""
+    return phases.derived(trace, rules, "collective_rows", lambda: _find_rows(trace, rules))
+
+
+def _find_rows(trace: Trace, rules: Rules) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                    pd.Index]:
     ev = trace.events
     is_kernel = ev["kind"].to_numpy() == int(Kind.KERNEL)
     args = trace.args
