@@ -134,3 +134,48 @@ def test_an_unknown_table_is_one_line_and_exit_2(trace_file, tmp_path, capsys, g
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("tracekit: error: --tables: no table named")
     assert "kernels, operators" in err
+
+
+def test_step_picks_one_steps_rows(trace_file, tmp_path, capsys):
+    """``--step N``: the rows of step N alone (each step here launches the same kernels once), a
+    kernel's share of that step's GPU time; the text's titles say which step."""
+    code, out, err = run(["analyze", trace_file, "--tables", "kernels,operators", "--step", "2", "--format", "json",
+                          "--no-hta", "--cache-dir", tmp_path / "c"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert schema.problems(doc, schema.AnalyzeDocument) == []
+    (t,) = doc["tables"]
+    assert t["step"] == 2
+    step_gpu = (100 + 50 + 20 + 10 + 0.5) * US
+    k = t["kernels"]
+    assert k["gpu_ns"] == step_gpu
+    big = k["rows"][0]
+    assert (big["name"], big["grid"], big["calls"], big["total_ns"]) == ("gemm_k", "[4, 2, 1]", 1, 100 * US)
+    assert big["share"] == pytest.approx(100 * US / step_gpu)
+    assert sum(r["calls"] for r in k["rows"]) == 5
+    o = t["operators"]
+    assert o["gpu_ns"] == step_gpu and o["unlaunched_gpu_ns"] is None
+    ops = {r["name"]: r for r in o["rows"]}
+    assert (ops["aten::mm"]["calls"], ops["aten::mm"]["gpu_self_ns"], ops["aten::mm"]["cpu_total_ns"]) == (1, 150 * US, 60 * US)
+    # over all steps (no --step): "step" is null, two calls a kernel configuration
+    code, out, _ = run(["analyze", trace_file, "--tables", "kernels", "--format", "json", "--no-hta",
+                        "--cache-dir", tmp_path / "c"], capsys)
+    (t,) = json.loads(out)["tables"]
+    assert t["step"] is None and t["kernels"]["rows"][0]["calls"] == 2
+    code, out, _ = run(["analyze", trace_file, "--tables", "kernels,operators", "--step", "1", "--no-hta",
+                        "--cache-dir", tmp_path / "c"], capsys)
+    assert code == 0
+    assert re.search(r"^\d+\. Kernels \(.*, in step 1\)$", out, re.M)
+    assert re.search(r"^\d+\. Operators \(every host op, in step 1\)$", out, re.M)
+    assert "over all steps" not in out.split(". Kernels (")[1]
+    assert "0.180 ms of GPU time launched by these ops" in out
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--tables", "kernels", "--step", "7"], "--step 7: no such step in rank 0 (steps: 1-2)"),
+    (["--step", "1"], "--step goes with --tables"),
+])
+def test_a_step_that_is_not_there_is_one_line_and_exit_2(trace_file, tmp_path, capsys, args, says):
+    code, out, err = run(["analyze", trace_file, *args, "--no-hta", "--cache-dir", tmp_path / "c"], capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("tracekit: error: ") and says in err

@@ -43,9 +43,10 @@ def table_names(given: str | None) -> tuple[str, ...]:
     return tuple(n for n in TABLE_NAMES if n in names)
 
 
-def rank_tables(path: str, ranks: set[int], wanted: tuple[str, ...], **options) -> list[dict]:
+def rank_tables(path: str, ranks: set[int], wanted: tuple[str, ...], step: int | None = None, **options) -> list[dict]:
     """``schema.RankTables`` of each of ``ranks`` in ``path`` (loaded once, through the parse
-    cache; ``options``: ``rules_path``, ``cache_dir``, ``use_cache``)."""
+    cache; ``options``: ``rules_path``, ``cache_dir``, ``use_cache``), over all steps or of
+    ``step`` (a step the rank does not have is an ``InputError`` naming those it has)."""
     from tracekit import api
     from tracekit.report import tables_dict
 
@@ -53,9 +54,23 @@ def rank_tables(path: str, ranks: set[int], wanted: tuple[str, ...], **options) 
     for lt in api.load(path, rules=options["rules_path"], cache_dir=options["cache_dir"],
                        use_cache=options["use_cache"]):
         if lt.rank in ranks:
-            out.append(tables_dict(lt.source, lt.rank, kernels=lt.kernels() if "kernels" in wanted else None,
-                                   operators=lt.operators() if "operators" in wanted else None))
+            kernels = lt.kernels() if "kernels" in wanted else None
+            operators = lt.operators() if "operators" in wanted else None
+            if step is not None:
+                have = (kernels or operators).steps
+                if step not in have:
+                    raise InputError(f"--step {step}: no such step in rank {lt.rank} (steps: {step_list(have)})", path=path)
+            out.append(tables_dict(lt.source, lt.rank, kernels=kernels, operators=operators, step=step))
     return out
+
+
+def step_list(steps: list[int]) -> str:
+    """Steps as a short text: ``1-14`` for a run of consecutive steps, else the first ones listed."""
+    if not steps:
+        return "none: the trace has no ProfilerStep#N annotation and too few optimizer boundaries"
+    if steps == list(range(steps[0], steps[0] + len(steps))):
+        return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
+    return ", ".join(map(str, steps[:12])) + (f", ... ({len(steps)} steps)" if len(steps) > 12 else "")
 
 
 @click.command("analyze")
@@ -85,9 +100,12 @@ def rank_tables(path: str, ranks: set[int], wanted: tuple[str, ...], **options) 
                    "(they cost ~3 s per million events); a directory's job summary alone "
                    "never needs them.")
 @click.option("--tables", "tables", default=None, metavar="NAMES",
-              help="Also each rank's kernels and/or operators table over all steps: 'kernels', "
-                   "'operators' or 'kernels,operators' (text: the largest rows, the rest folded "
-                   "into 'others'; JSON: every row, under \"tables\").")
+              help="Also each rank's kernels and/or operators table over all steps (or of --step): "
+                   "'kernels', 'operators' or 'kernels,operators' (text: the largest rows, the rest "
+                   "folded into 'others'; JSON: every row, under \"tables\").")
+@click.option("--step", "table_step", type=int, default=None,
+              help="With --tables: the tables of this step only (ProfilerStep#N's N; a kernel's "
+                   "share is then of that step's GPU time).")
 @click.option("--limit", type=int, default=20, show_default=True,
               help="Rows shown of a long table in the text; the rest folded into 'others' or "
                    "left to --format json.")
@@ -95,7 +113,7 @@ def rank_tables(path: str, ranks: set[int], wanted: tuple[str, ...], **options) 
 @cache_options("Neither read nor write the trace and report caches.",
                "Cache directory (default: $TRACEKIT_CACHE_DIR or the user cache dir).")
 def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, scheduler,
-            scheduler_timeout, no_job_graph, snapshot_path, hta, tables, limit, verbose, no_cache,
+            scheduler_timeout, no_job_graph, snapshot_path, hta, tables, table_step, limit, verbose, no_cache,
             cache_dir):
     """Where do the training steps in these Kineto traces go?
 
@@ -112,6 +130,8 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
     from tracekit.report import document, render_job, render_rank, render_tables
 
     wanted = table_names(tables)
+    if table_step is not None and not wanted:
+        raise InputError("--step goes with --tables: it picks the step of the kernels and operators tables")
     if limit < 1:
         raise InputError("--limit must be at least 1")
     check_out(out, paths, rules_path=rules_path, snapshot_path=snapshot_path)
@@ -133,7 +153,7 @@ def command(paths, fmt, out, rules_path, rank, detail, no_align, workers, schedu
                           scheduler_timeout_s=scheduler_timeout, config=config)
         sel = select_rank(got.ranks, rank, p)
         ranks += sel
-        mine = rank_tables(p, {r["rank"] for r in sel}, wanted, rules_path=rules_path, cache_dir=cache_dir,
+        mine = rank_tables(p, {r["rank"] for r in sel}, wanted, table_step, rules_path=rules_path, cache_dir=cache_dir,
                            use_cache=not no_cache) if wanted else []
         tabled += mine
         if got.job is not None:

@@ -66,9 +66,10 @@ def text_operators(o: dict, limit: int) -> str:
     shares = [max(r["gpu_total_ns"] / gpu if gpu else 0.0, r["cpu_self_ns"] / cpu if cpu else 0.0) for r in rows]
     shown, rest = _fold(rows, shares, limit)
     shapes = any(r["input_dims"] for r in rows)
+    whole = (f"{ms(gpu)} ms of GPU time, {ms(o['unlaunched_gpu_ns'])} ms of it launched by no op"
+             if o.get("unlaunched_gpu_ns") is not None else f"{ms(gpu)} ms of GPU time launched by these ops")
     out = (f"  {len(rows):,} ops (CPU ops and annotations; an annotation's step or batch number left out: {{i}}, "
-           f"{{step}}); GPU self: what an op launched itself, GPU total: with its children's; {ms(gpu)} ms of "
-           f"GPU time, {ms(o['unlaunched_gpu_ns'])} ms of it launched by no op\n")
+           f"{{step}}); GPU self: what an op launched itself, GPU total: with its children's; {whole}\n")
     cells = [[f"{r['calls']:,}", ms(r["cpu_total_ns"]), ms(r["cpu_self_ns"]), ms(r["gpu_self_ns"]),
               ms(r["gpu_total_ns"]), r["kind"], *([r["input_dims"]] if shapes else []), r["name"]] for r in shown]
     if rest:
@@ -83,12 +84,13 @@ def text_operators(o: dict, limit: int) -> str:
 
 def table_sections(t: dict, limit: int) -> list[tuple[str, str]]:
     """(title, body) of each table ``t`` (``schema.RankTables``) holds."""
+    where = "over all steps" if t.get("step") is None else f"in step {t['step']}"
     out = []
     if t.get("kernels") is not None:
-        out.append(("Kernels (every GPU activity by name and launch configuration, over all steps)",
+        out.append((f"Kernels (every GPU activity by name and launch configuration, {where})",
                     text_kernels(t["kernels"], limit)))
     if t.get("operators") is not None:
-        out.append(("Operators (every host op, over all steps)", text_operators(t["operators"], limit)))
+        out.append((f"Operators (every host op, {where})", text_operators(t["operators"], limit)))
     return out
 
 

@@ -1203,7 +1203,8 @@ class KernelsTable(TypedDict):
     """Every GPU activity of a rank by name and launch configuration, largest total first."""
 
     gpu_ns: int
-    """GPU time of every activity."""
+    """GPU time of every activity (of one step's table: of those launched in the step, the whole
+    its rows' ``share`` is of)."""
     rows: list[KernelRow]
 
 
@@ -1230,8 +1231,11 @@ class OperatorsTable(TypedDict):
     """Every host op of a rank, largest GPU total first, then largest CPU total."""
 
     gpu_ns: int
-    unlaunched_gpu_ns: int
-    """GPU time no host op is known to have launched."""
+    """GPU time of every activity; of one step's table: what the step's ops launched (their GPU
+    self times summed)."""
+    unlaunched_gpu_ns: int | None
+    """GPU time no host op is known to have launched; null in one step's table (known over the
+    whole trace only)."""
     rows: list[OperatorRow]
 
 
@@ -1240,6 +1244,8 @@ class RankTables(TypedDict):
 
     source: str
     rank: int
+    step: int | None
+    """The step the tables are of (``--step``); null: over all steps."""
     kernels: KernelsTable | None
     operators: OperatorsTable | None
 

@@ -273,17 +273,30 @@ OPERATOR_ROW_KEYS = ("name", "kind", "input_dims", "calls", "cpu_total_ns", "cpu
 """``schema.OperatorRow``'s keys, in order."""
 
 
-def tables_dict(source: str, rank: int, *, kernels: Any = None, operators: Any = None) -> dict:
+def tables_dict(source: str, rank: int, *, kernels: Any = None, operators: Any = None, step: int | None = None) -> dict:
     """A rank's ``schema.RankTables``: every row of ``kernels`` (a
     ``tracekit.analyses.kernels.KernelsResult``) and of ``operators`` (``...operators.
-    OperatorsResult``) over all steps, in their order (largest first); None for one not given."""
+    OperatorsResult``) over all steps, or of one ``step`` (their ``by_step`` rows of it), in their
+    order (largest first); None for one not given. Of one step, a kernel's share is of that step's
+    GPU time and ``gpu_ns`` is: the kernels' summed (the activities launched in the step), the ops'
+    the GPU time the step's ops launched (their GPU self times summed); ``unlaunched_gpu_ns`` is
+    known over the whole trace only (None)."""
     k = o = None
     if kernels is not None:
-        k = {"gpu_ns": int(kernels.gpu_ns), "rows": _records(kernels.kernels[list(KERNEL_ROW_KEYS)])}
+        if step is None:
+            k = {"gpu_ns": int(kernels.gpu_ns), "rows": _records(kernels.kernels[list(KERNEL_ROW_KEYS)])}
+        else:
+            rows = kernels.by_step[kernels.by_step["step"] == step]
+            k = {"gpu_ns": int(rows["total_ns"].sum()), "rows": _records(rows[list(KERNEL_ROW_KEYS)])}
     if operators is not None:
-        o = {"gpu_ns": int(operators.gpu_ns), "unlaunched_gpu_ns": int(operators.unlaunched_gpu_ns),
-             "rows": _records(operators.ops[list(OPERATOR_ROW_KEYS)])}
-    return {"source": display(source), "rank": int(rank), "kernels": k, "operators": o}
+        if step is None:
+            o = {"gpu_ns": int(operators.gpu_ns), "unlaunched_gpu_ns": int(operators.unlaunched_gpu_ns),
+                 "rows": _records(operators.ops[list(OPERATOR_ROW_KEYS)])}
+        else:
+            rows = operators.by_step[operators.by_step["step"] == step]
+            o = {"gpu_ns": int(rows["gpu_self_ns"].sum()), "unlaunched_gpu_ns": None,
+                 "rows": _records(rows[list(OPERATOR_ROW_KEYS)])}
+    return {"source": display(source), "rank": int(rank), "step": step, "kernels": k, "operators": o}
 
 
 def document(ranks: list[dict], version: str, jobs: list[dict] | None = None,
