@@ -302,14 +302,20 @@ VERDICT_COLOURS = {"baseline": "#9aa0b0", "better": "#2e7d32", "worse": "#c62828
 
 
 def compare_bars(table: pd.DataFrame) -> dict:
-    """Small multiples: one bar chart per figure, a bar per trace, coloured by verdict against
-    the baseline (green better, red worse, grey baseline or within 1%), labelled with the
-    difference in %."""
+    """Small multiples: one bar chart per figure, a bar per trace (the traces' names under the
+    lowest chart of each column), coloured by verdict against the baseline (green better, red
+    worse, grey baseline or within 1%), labelled with the difference in %."""
     figs = list(dict.fromkeys(table["figure"]))
     cols = 3
     rows = -(-len(figs) // cols)
-    data, layout = [], {**PLAIN_LAYOUT, "height": 260 * rows + 40, "showlegend": False, "margin": {"l": 50, "r": 20, "t": 40, "b": 20},
-                        "annotations": []}
+    # the names, under the lowest chart of each column only and at a fixed angle, get fixed
+    # margins (at 30°, 10 px type: about 3 px a character below, 5 px to the right of the last
+    # bar): no axis needs plotly.js's automargin, whose extra layout pass took a good part of the
+    # time the view took to draw (bench/NOTES-dashboard.md)
+    names = int(table["trace"].astype(str).str.len().max()) if len(table) else 0
+    bottom_px, right_px = min(220, 20 + 3 * names), min(220, 20 + 4 * names)
+    data, layout = [], {**PLAIN_LAYOUT, "height": 260 * rows + 20 + bottom_px, "showlegend": False,
+                        "margin": {"l": 50, "r": right_px, "t": 40, "b": bottom_px}, "annotations": []}
     gap_x, gap_y = 0.06, 0.22 / max(rows, 1)
     for k, fig in enumerate(figs):
         t = table[table["figure"] == fig]
@@ -326,11 +332,15 @@ def compare_bars(table: pd.DataFrame) -> dict:
                      "marker": {"color": [VERDICT_COLOURS[v] for v in t["verdict"]]}, "text": text, "textposition": "outside",
                      "cliponaxis": False, "customdata": text,
                      "hovertemplate": "%{x}: %{y:,.3f} " + unit + " (%{customdata})<extra>" + fig + "</extra>"})
-        layout[f"xaxis{ax}"] = {"domain": [x0, x1], "anchor": f"y{ax}", "showticklabels": True, "tickfont": {"size": 10}, **_AXIS}
+        # every chart has the traces in the same order: their names under the lowest chart of each
+        # column only (under every row they overlapped the titles of the row below)
+        lowest = k + cols >= len(figs)
+        layout[f"xaxis{ax}"] = {"domain": [x0, x1], "anchor": f"y{ax}", "showticklabels": lowest, "tickfont": {"size": 10},
+                                "tickangle": 30, **_AXIS, "automargin": False}
         finite = t["value"][np.isfinite(t["value"])]
         top = float(finite.max()) * 1.25 if len(finite) and finite.max() > 0 else 1.0
         bottom = min(0.0, float(finite.min()) * 1.25) if len(finite) else 0.0
-        layout[f"yaxis{ax}"] = {"domain": [y0, y1], "anchor": f"x{ax}", "range": [bottom, top], **_AXIS}
+        layout[f"yaxis{ax}"] = {"domain": [y0, y1], "anchor": f"x{ax}", "range": [bottom, top], **_AXIS, "automargin": False}
         layout["annotations"].append({"text": f"<b>{fig}</b> ({unit})", "x": (x0 + x1) / 2, "y": y1 + 0.01, "xref": "paper", "yref": "paper",
                                       "showarrow": False, "xanchor": "center", "yanchor": "bottom", "font": {"size": 12}})
     return {"data": data, "layout": layout}

@@ -130,6 +130,29 @@ def test_compare_verdicts_against_the_baseline():
     assert t1[(t1["figure"] == "GPU span P90") & (t1["trace"] == "A")]["verdict"].item() == "worse"
 
 
+
+def test_compare_bars_name_the_traces_under_each_columns_lowest_chart_only():
+    """Every chart has the traces in one order: their names under the lowest chart of each of the
+    three columns (under every row they ran into the next row's titles), the margins fixed for
+    them (no axis leaves them to plotly.js's automargin: an extra layout pass on every draw)."""
+    from dashboards import figures
+
+    long = "SparseDist · 1 GPU · a_rather_long_name"
+    picked = [(n, _rep(step_gpu_p90_ns=v * 1e6, step_cpu_p90_ns=v * 1e6, step_p90_ns=v * 1e6, stall_total_ns=v * 1e6,
+                       exposed_memcpy_ns=v * 1e6))
+              for n, v in (("A", 10), ("B", 12), (long, 9))]
+    t = results.compare(picked, 0)
+    fig = figures.compare_bars(t)
+    n = len(fig["data"])
+    assert n >= 4  # two rows at least: some charts have one below them
+    axes = {k: v for k, v in fig["layout"].items() if k.startswith(("xaxis", "yaxis"))}
+    assert all(a["automargin"] is False for a in axes.values())
+    shown = [fig["layout"]["xaxis" + ("" if k == 0 else str(k + 1))]["showticklabels"] for k in range(n)]
+    assert shown == [k + 3 >= n for k in range(n)]
+    assert [d["x"] for d in fig["data"]] == [["A", "B", long]] * n
+    m = fig["layout"]["margin"]
+    assert m["b"] >= 3 * len(long) and m["r"] >= 4 * len(long)
+
 def test_warnings_gather_the_loaders_and_the_sections():
     rep = {"warnings": ["cut"], "steps": {"warnings": ["odd step"]}, "explain": {"warnings": ["no flows"]}, "gaps": {}}
     assert sorted(reports.warnings(rep)) == ["cut", "no flows", "odd step"] and reports.warnings(rep)[0] == "cut"
