@@ -10,7 +10,10 @@ argument). Runs in three parts, each printed as a table:
    Chromium (launched beforehand, not counted), time from the launch to the URL being printed,
    to the first content (the chosen trace's figures on the overview; with the server process's
    CPU seconds by then), to every trace's row of the overview, to the step chart drawn and to a
-   first tab click answered;
+   first tab click answered; where the time goes: the frame that first showed the figures, read
+   in the page (``painted``: from its navigation start, which Playwright's wait sees later), the
+   server's CPU seconds when it printed the URL (its imports: Dash's, Flask's, tracekit's) and the
+   CPU seconds Chromium's processes used from the launch to the first content;
 3. callbacks: in-process server, after its background load of every trace (``Catalog.prefetch``,
    timed); for each control a person uses (tabs, trace, rank, step, zoom, sort, compare
    baseline), the server-side time of the callback it triggers (max over ``--repeat`` rounds)
@@ -77,6 +80,32 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+PAINTED = """(() => { const seen = new MutationObserver(() => {
+    if (!window.__tkContent && document.querySelector('#overview-tiles .tk-tile-v')) {
+      window.__tkContent = performance.now(); seen.disconnect();
+      requestAnimationFrame(() => { window.__tkPainted = performance.now(); });
+    } });
+  document.addEventListener('DOMContentLoaded', () => seen.observe(document.body, {childList: true, subtree: true})); })()"""
+"""Put in the page before it loads: the time (ms from navigation) of the frame that first shows
+the chosen trace's figures, read in the page itself (Playwright's wait sees it later, by its
+polling and the round trip to this process: 0.1-0.6 s more on a loaded machine)."""
+
+
+def _browser_cpu_s() -> float:
+    """CPU seconds used so far by the Chromium processes this process started (Playwright's)."""
+    import psutil
+
+    total = 0.0
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if "chrom" in c.name():
+                t = c.cpu_times()
+                total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
 def start(browser, paths: list[str], cache: str, repeat: int, tree: str | None = None) -> list[list]:
     """``repeat`` starts of ``tracekit dashboard``; ``tree``: run another checkout's code (its
     directory: the process starts there, with it first on ``PYTHONPATH``)."""
@@ -87,12 +116,15 @@ def start(browser, paths: list[str], cache: str, repeat: int, tree: str | None =
         paths = [os.path.abspath(p) for p in paths]
     for _ in range(repeat):
         page = browser.new_page(viewport=VIEWPORT)
+        page.add_init_script(PAINTED)
+        browser_cpu = _browser_cpu_s()
         t0 = time.perf_counter()
         proc = subprocess.Popen([*CLI, "dashboard", *paths, "--port", "0"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env, cwd=tree)
         try:
             line = proc.stdout.readline()
             t_url = time.perf_counter() - t0
+            cpu_url = _cpu_s(proc.pid)
             url = line[line.index("http://"):].split()[0]
             marks: dict[str, float] = {}
 
@@ -102,10 +134,13 @@ def start(browser, paths: list[str], cache: str, repeat: int, tree: str | None =
                         marks[key] = time.perf_counter() - t0
 
             page.on("response", seen)
+            t_nav = time.perf_counter() - t0
             page.goto(url)
             page.wait_for_selector("#overview-tiles .tk-tile-v", timeout=TIMEOUT)
             t_first = time.perf_counter() - t0
             cpu_first = _cpu_s(proc.pid)
+            browser_cpu = _browser_cpu_s() - browser_cpu
+            t_painted = t_nav + page.evaluate("() => window.__tkPainted ?? NaN") / 1e3
             page.wait_for_function("n => document.querySelectorAll('#overview-traces tbody tr').length >= n",
                                    arg=len(paths), timeout=TIMEOUT)
             t_cards = time.perf_counter() - t0
@@ -120,12 +155,13 @@ def start(browser, paths: list[str], cache: str, repeat: int, tree: str | None =
             page.close()
         rows.append([f"{t_url:.2f}", f"{marks.get('_dash-layout', float('nan')):.2f}",
                      f"{marks.get('_dash-update-component', float('nan')):.2f}", f"{t_first:.2f}", f"{cpu_first:.2f}",
-                     f"{t_cards:.2f}", f"{t_chart:.2f}", f"{t_tab:.2f}"])
+                     f"{t_cards:.2f}", f"{t_chart:.2f}", f"{t_tab:.2f}", f"{t_painted:.2f}", f"{cpu_url:.2f}",
+                     f"{browser_cpu:.2f}"])
     return rows
 
 
 START_HEADERS = ["URL printed", "layout in", "1st answer in", "first content", "server CPU s", "every row", "chart drawn",
-                 "tab answered"]
+                 "tab answered", "painted", "server CPU at URL", "Chromium CPU s"]
 
 
 def start_against(browser, paths: list[str], cache: str, repeat: int, baseline: str) -> tuple[list[list], list[list], list[list]]:
@@ -481,7 +517,9 @@ def main() -> None:
                 return
             print("2. start: seconds from launching `tracekit dashboard` to: the URL printed; the browser having the"
                   " layout (its scripts loaded) and the first callback's answer; the chosen trace's figures shown"
-                  " (first content), and the server's CPU seconds by then; every trace's row; the step chart drawn; a first tab click answered")
+                  " (first content), and the server's CPU seconds by then; every trace's row; the step chart drawn; a first tab click answered;"
+                  " the frame that first showed the figures, read in the page (painted); the server's CPU seconds at the URL; Chromium's"
+                  " CPU seconds from the launch to the first content")
             print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             if args.baseline:
                 here, base, ratios = start_against(browser, paths, cache, args.repeat, args.baseline)
