@@ -96,11 +96,15 @@ def timeline(lanes: Lanes, marks: pd.DataFrame | None = None) -> dict:
                     data.append({"type": "bar", "orientation": "h", "y": [None], "x": [None], "name": f"{category_name(cat)} (critical path)",
                                  "marker": {"color": category_colour(cat)}, "legendgroup": f"mark-critical-{cat}", "hoverinfo": "skip"})
     order = mark_lanes + list(lanes.lanes)
+    # the lanes' names get a fixed margin (about 7 px a character of 12 px type), not plotly.js's
+    # automargin: its extra layout pass redrew every bar of the figure at each draw
+    # (bench/NOTES-dashboard.md)
+    left_px = min(320, 20 + 7 * max((len(str(x)) for x in order), default=0))
     layout = {
         **PLAIN_LAYOUT, "barmode": "overlay", "bargap": 0.25, "height": max(320, 140 + 30 * len(order)),
-        "margin": {"l": 20, "r": 20, "t": 70, "b": 40},
+        "margin": {"l": left_px, "r": 20, "t": 70, "b": 40},
         "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0}, "dragmode": "zoom", "hovermode": "closest",
-        "yaxis": {"categoryorder": "array", "categoryarray": list(reversed(order)), "fixedrange": True, "automargin": True},
+        "yaxis": {"categoryorder": "array", "categoryarray": list(reversed(order)), "fixedrange": True, "automargin": False},
         "xaxis": {"range": list(lanes.window_ms), "title": {"text": "ms from trace start"}, "gridcolor": "#e5e8ee", "zeroline": False},
         "shapes": shapes,
     }

@@ -540,6 +540,16 @@ def test_compare_a_runs_variants_against_a_chosen_baseline(page, dashboard):
     assert p90["marker"]["color"][i_f] == ("#2e7d32" if diff < 0 else "#c62828")  # faster: green
     assert p90["marker"]["color"][p90["x"].index(sparse.name)] == "#9aa0b0"  # the baseline: grey
     expect_text(page, "#compare-table", f"{fa.steps.gpu_p90_ns / 1e6:,.3f} ({diff:+.1f}%)")
+    # the traces' names: under the lowest chart of each column only, whole inside the picture (its
+    # margins are set for them: no automargin)
+    page.wait_for_selector("#compare-bars .js-plotly-plot .xaxislayer-above text", state="attached", timeout=TIMEOUT)
+    box = page.evaluate("""() => { const g = document.querySelector('#compare-bars .js-plotly-plot .main-svg').getBoundingClientRect();
+        const t = [...document.querySelectorAll('#compare-bars .xaxislayer-above text')].map(e => e.getBoundingClientRect());
+        return {n: t.length, left: Math.min(...t.map(r => r.left - g.left)), right: Math.max(...t.map(r => g.right - r.right)),
+                bottom: Math.min(...t.map(r => g.bottom - r.bottom))}; }""")
+    charts = len(plot_data(page, "compare-bars"))
+    assert box["n"] == min(3, charts) * 2  # two traces compared, under three charts (or fewer)
+    assert min(box["left"], box["right"], box["bottom"]) >= 0, box
     screenshot(page, "compare")
     # another baseline: the differences turn round
     choose(page, "compare-baseline", fused.name)

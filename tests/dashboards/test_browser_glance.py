@@ -77,6 +77,10 @@ def test_timeline_each_lane_holds_only_its_own_marks(browser, dashboard, role, s
         others = [y for d in data if not d.get("legendgroup", "").startswith("mark-") and d.get("name") != "lanes"
                   for y in d["y"]]
         assert not set(others) & set(MARK_LANE.values())
+        # every lane's name whole inside the picture (its margin is set for them: no automargin)
+        names = pg.evaluate("""() => { const g = document.querySelector('#timeline-graph .js-plotly-plot .main-svg').getBoundingClientRect();
+            return [...document.querySelectorAll('#timeline-graph .yaxislayer-above text')].map(e => [e.textContent, e.getBoundingClientRect().left - g.left]); }""")
+        assert sorted(n for n, _ in names) == sorted(lanes) and min(x for _, x in names) >= 0, names
         if role == "sample":  # the sample has stalls and positive gaps: they are where tracekit measured them
             origin = int(trace.events["ts"].min())
             assert np.allclose(sorted(marks["sync stall"]["base"]), np.sort((a.syncs.stalls["ts"].to_numpy() - origin) / 1e6))
