@@ -53,7 +53,12 @@ from tracekit.ranks import inputs, job
 from tracekit.ranks.config import JobConfig
 from tracekit.ranks.work import summary
 from tracekit.reportcache import cached_report
+try:  # summaries held as columns (tracekit.ranks.compact); before that, as JSON values
+    from tracekit.ranks.compact import compact, plain
+except ImportError:
+    compact = plain = lambda x: x
 d, cache, n, graph = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+kept = None if sys.argv[5] == "default" else int(sys.argv[5])
 def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key + ":"):
@@ -63,8 +68,8 @@ def reset_peak():  # the high-water mark back to the current RSS (Linux clear_re
         f.write("5")
 base = []
 for f in sorted(map(str, Path(d).glob("trace_rank*.json.gz"))):  # as the workers send them
-    x = summary(cached_report(f, rules_path=None, cache_dir=cache, with_hta=False,
-                              with_skeleton=True)[0])
+    x = plain(summary(cached_report(f, rules_path=None, cache_dir=cache, with_hta=False,
+                                    with_skeleton=True)[0]))
     x["source"] = f
     base.append(x)
 rss0 = status("VmRSS")
@@ -81,7 +86,7 @@ for r in range(n):  # each its own objects, as the client unpickles each worker'
         g["ranks"] = list(range(n))
     if not graph:
         x.pop("skeleton", None)
-    ranks.append(x)
+    ranks.append(compact(x))  # as work.summary sends it, its groups widened to N ranks
 del base
 summary_bytes = len(pickle.dumps(ranks[0]))
 skeleton_bytes = len(pickle.dumps(ranks[0].get("skeleton"))) if graph else 0
@@ -90,7 +95,8 @@ peak1 = status("VmHWM")
 reset_peak()
 t = time.perf_counter()
 rs = inputs.assign("d", ranks, other_job_gap_ns=60 * 10**9)
-built, ctx = job.build_with_graph(rs, JobConfig(job_graph=graph))
+cfg = JobConfig(job_graph=graph) if kept is None else JobConfig(job_graph=graph, arrivals_kept=kept)
+built, ctx = job.build_with_graph(rs, cfg)
 took = time.perf_counter() - t
 print("RESULT " + json.dumps({
     "ranks": n, "graph": graph, "kernels_per_rank": len(ranks[0]["collectives"]["kernels"]),
@@ -110,9 +116,11 @@ def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def one(job: Path, cache: Path, n: int, graph: bool) -> dict:
+def one(job: Path, cache: Path, n: int, graph: bool, arrivals_kept: int | None = None) -> dict:
     p = subprocess.run([sys.executable, "-c", SNIPPET, str(job), str(cache), str(n),
-                        "1" if graph else "0"], capture_output=True, text=True, cwd=REPO)
+                        "1" if graph else "0",
+                        "default" if arrivals_kept is None else str(arrivals_kept)],
+                       capture_output=True, text=True, cwd=REPO)
     r = {"rc": p.returncode, "loadavg": loadavg()}
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -120,6 +128,36 @@ def one(job: Path, cache: Path, n: int, graph: bool) -> dict:
     if p.returncode:
         r["stderr_tail"] = p.stderr[-1500:]
     return r
+
+
+def fit(rows: list[dict], target_ranks: int, target_collectives: int) -> dict:
+    """Per case (with the graph, without): the least-squares fit of the part's peak over the
+    rows, ``c + a N + b N K + d N^2`` (N ranks, K collectives a rank; the N^2 term: the process
+    groups' rank lists every summary carries), its largest residual, and its value at
+    ``target_ranks`` x ``target_collectives``."""
+    import numpy as np
+
+    out = {}
+    for graph in (False, True):
+        rs = [r for r in rows if r.get("graph") == graph and r.get("rc") == 0
+              and r.get("rss_peak_mb") is not None]
+        if len(rs) < 4:
+            continue
+        n = np.array([r["ranks"] for r in rs], float)
+        k = np.array([r["kernels_per_rank"] for r in rs], float)
+        y = np.array([r["rss_peak_mb"] for r in rs], float)
+        x = np.c_[np.ones_like(n), n, n * k, n * n]
+        coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+        c, a, b, d = coef.tolist()
+        at = c + a * target_ranks + b * target_ranks * target_collectives + d * target_ranks ** 2
+        out["with_graph" if graph else "without_graph"] = {
+            "c_mb": round(c, 1), "a_mb_per_rank": round(a, 4),
+            "b_kb_per_rank_and_collective": round(b * 1000, 3),
+            "d_mb_per_rank_squared": float(f"{d:.3g}"),
+            "max_residual_mb": round(float(np.abs(x @ coef - y).max()), 2),
+            "target_ranks": target_ranks, "target_collectives": target_collectives,
+            "extrapolated_gb": round(at / 1000, 2)}
+    return out
 
 
 def main() -> None:
@@ -132,6 +170,15 @@ def main() -> None:
     ap.add_argument("--ranks", default="64,128,256", help="the client's part on this many ranks")
     ap.add_argument("--reuse", action="store_true",
                     help="keep bench/data/client-r<R> and its cache when they are there (same --base-ranks)")
+    ap.add_argument("--arrivals-kept", type=int, default=None,
+                    help="JobConfig.arrivals_kept (default: its default, 100,000): 0 lists no "
+                         "instance's arrivals but the worst ones', as a job of more (rank, "
+                         "instance) pairs than the default does (1,024 ranks of ~1,000 "
+                         "collectives: ~10**6)")
+    ap.add_argument("--target-ranks", type=int, default=1024, help="the fit extrapolated to ...")
+    ap.add_argument("--target-collectives", type=int, default=1089,
+                    help="... ranks of this many collectives each (1,089: a 500 MB rank, the "
+                         "397 MB rank's 864 x 1.26)")
     ap.add_argument("--out-dir", default=str(REPO / "bench" / "results"))
     a = ap.parse_args()
     repeats = [int(x) for x in a.repeats.split(",")]
@@ -140,7 +187,8 @@ def main() -> None:
                      "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                  "python": platform.python_version()},
                      "command": "python -m bench.job_client_memory " + " ".join(sys.argv[1:]),
-                     "base_ranks": a.base_ranks, "loadavg_before": loadavg(), "rows": []}
+                     "base_ranks": a.base_ranks, "arrivals_kept": a.arrivals_kept,
+                     "loadavg_before": loadavg(), "rows": []}
     for rep in repeats:
         job = REPO / "bench" / "data" / f"client-r{rep}"
         cache = REPO / "bench" / "data" / f"client-r{rep}-cache"
@@ -156,13 +204,18 @@ def main() -> None:
         print(f"{job}: the client's part", flush=True)
         for n in sizes:
             for graph in (False, True):
-                r = one(job, cache, n, graph)
+                r = one(job, cache, n, graph, a.arrivals_kept)
                 r["repeat"] = rep
                 results["rows"].append(r)
                 print(f"  {n:5d} ranks  graph {'on ' if graph else 'off'}  "
                       f"{r.get('kernels_per_rank')} kernels/rank  peak {r.get('rss_peak_mb')} MB  "
                       f"(summaries {r.get('rss_with_summaries_mb')} MB, read {r.get('rss_after_read_mb')})"
                       f"  {r.get('build_s')} s  rc {r['rc']}", flush=True)
+    results["fit"] = fit(results["rows"], a.target_ranks, a.target_collectives)
+    for case, f in results["fit"].items():
+        print(f"{case}: {f['b_kb_per_rank_and_collective']} kB a rank and collective; "
+              f"{f['target_ranks']} ranks x {f['target_collectives']} collectives: "
+              f"~{f['extrapolated_gb']} GB (fit residual <= {f['max_residual_mb']} MB)", flush=True)
     results["loadavg_after"] = loadavg()
     os.makedirs(a.out_dir, exist_ok=True)
     dest = Path(a.out_dir) / f"job-client-memory-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M}.json"

@@ -157,7 +157,9 @@ def job_document(
     rep = analyze_job(directory, rules_path=rules_path, cache_dir=cache_dir, use_cache=use_cache,
                       with_hta=with_hta, whole=whole, workers=workers, scheduler=scheduler,
                       scheduler_timeout_s=scheduler_timeout_s)
-    return document(rep.ranks, __version__, [rep.job])
+    from tracekit.ranks.compact import plain
+
+    return document([plain(r) for r in rep.ranks], __version__, [rep.job])
 
 
 __all__ = ["DEFAULT_STREAM_CUPTI", "Lanes", "LoadedTrace", "MAX_REPORTS", "REPORT_CACHE_VERSION",

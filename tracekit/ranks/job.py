@@ -171,6 +171,9 @@ def build_with_graph(rankset: RankSet, config: JobConfig | None = None) -> tuple
                          f"{grp['first_matched_by']} had kernels that never "
                          "overlapped in time: matched again by the kernels' ends")
     arr = m.arrivals.copy()
+    # what is read of the match from here on; its every-kernel table and arrivals are freed
+    matched_instances, matched_groups = m.instances, m.groups
+    del m, verified
     aligned = set(offsets.table.loc[offsets.table["aligned"], "rank"].tolist())
     shift = arr["rank"].map(off).fillna(0).astype(np.int64).to_numpy()
     arr["ts"] = arr["ts"].to_numpy(np.int64) - shift
@@ -197,7 +200,7 @@ def build_with_graph(rankset: RankSet, config: JobConfig | None = None) -> tuple
         if disagree else []
 
     # per instance
-    inst = m.instances.set_index("instance")
+    inst = matched_instances.set_index("instance")
     arr["dur"] = arr["end"] - arr["ts"]
     g = arr.groupby("instance", sort=True)
     last = g["ts"].max()
@@ -367,7 +370,11 @@ def build_with_graph(rankset: RankSet, config: JobConfig | None = None) -> tuple
              "spread_ns": _num(t.spread_ns), "samples": int(t.samples), "aligned": bool(t.aligned),
              "applied": bool(config.align_clocks and t.applied)}
             for t in offsets.table.itertuples()]
-    joined, ctx = (_joined(ranks, arr, table, off, config, job_straggler) if config.job_graph
+    inputs = rank_inputs(ranks, arr, off) if config.job_graph else None
+    # the arrivals, their copies and groupings are read no further: freed before the job's
+    # graph is built (a million rows on 1,024 ranks)
+    del arr, keep, s_arr, a2a_arr, g, per
+    joined, ctx = (_joined(ranks, inputs, table, config, job_straggler) if config.job_graph
                    else (None, None))
     return {
         "source": rankset.source,
@@ -380,7 +387,7 @@ def build_with_graph(rankset: RankSet, config: JobConfig | None = None) -> tuple
         "clock": {"aligned": config.align_clocks and offsets.reference is not None,
                   "reference_rank": offsets.reference, "offsets": offs, "notes": notes,
                   "disagree": disagree, "warnings": clock_warnings},
-        "matching": {"instances": len(table), "groups": m.groups},
+        "matching": {"instances": len(table), "groups": matched_groups},
         "by_type": by_type,
         "stragglers": stragglers,
         "all_to_all": all_to_all,
@@ -396,49 +403,80 @@ def rank_inputs(ranks: list[dict], arr: pd.DataFrame, off: dict[int, int]) -> li
     """The job graph's input of every rank with a skeleton (``tracekit.ranks.jobgraph``):
     its skeleton, applied clock offset, kernels' instances and transfers (each kernel's end less
     its instance's last arrival, on the aligned clocks ``arr``)."""
+    from tracekit.ranks.compact import kernel_maps
     from tracekit.ranks.jobgraph import RankInput
 
     tr = (arr["end"] - arr["ts"] - arr["wait"]).clip(lower=0)
-    inst: dict[int, dict] = {}
-    trans: dict[int, dict] = {}
-    recv: dict[int, dict] = {}
-    for r, k, i, x, b in zip(arr["rank"].tolist(), arr["kernel"].tolist(),
-                             arr["instance"].tolist(), tr.tolist(), arr["out_bytes"].tolist()):
-        inst.setdefault(r, {})[k] = i
-        trans.setdefault(r, {})[k] = x
-        recv.setdefault(r, {})[k] = b
+    maps = kernel_maps(arr["rank"].to_numpy(np.int64), arr["kernel"].to_numpy(np.int64),
+                       instance=arr["instance"].to_numpy(np.int64), transfer=tr.to_numpy(),
+                       received=arr["out_bytes"].to_numpy(np.int64))
     out = []
     for r in ranks:
         sk = r.get("skeleton")
-        if not isinstance(sk, dict) or not sk.get("kernels"):
+        if not isinstance(sk, dict) or not len(sk.get("kernels", ())):
             continue
         k = int(r["rank"])
+        m = maps.get(k, {})
         out.append(RankInput(rank=k, skeleton=sk, offset_ns=int(off.get(k, 0)),
-                             instance=inst.get(k, {}), transfer=trans.get(k, {}),
-                             received=recv.get(k, {})))
+                             instance=m.get("instance", {}), transfer=m.get("transfer", {}),
+                             received=m.get("received", {})))
     return out
 
 
-def cut_names(ranks: list[dict], table: pd.DataFrame, arr: pd.DataFrame) -> dict:
+class CutNames:
     """(rank, cut) -> ``all_to_allv 11:2`` (the collective and its instance key), and
-    ("i", instance) -> the same, for the job graph's paths."""
+    ("i", instance) -> the same, for the job graph's paths; read with ``get`` (a label is made
+    when asked: a job of a million cuts holds no million strings)."""
+
+    def __init__(self, label: dict[int, str], cuts: dict[int, tuple]):
+        self._label = label
+        self._cuts = cuts  # rank -> (skeleton kernels, kernel -> instance, collectives.kernels)
+
+    def get(self, key, default=None):
+        a, b = key
+        if a == "i":
+            return self._label.get(int(b), default)
+        got = self._cuts.get(int(a))
+        if got is None or not 0 <= int(b) < len(got[0]):
+            return default
+        cut_kernels, instance, kern = got
+        row = int(cut_kernels[int(b)])
+        i = instance.get(row)
+        name = self._label.get(int(i), "") if i is not None else None
+        if not name:
+            c = kern[row]["collective"] if row < len(kern) else "collective"
+            name = f"{c} (unmatched kernel {row})"
+        return name
+
+    def __getitem__(self, key):
+        got = self.get(key)
+        if got is None:
+            raise KeyError(key)
+        return got
+
+
+def cut_names(ranks: list[dict], table: pd.DataFrame, arr: pd.DataFrame | None, *,
+              instances: dict | None = None) -> CutNames:
+    """The labels of the job graph's collectives (``CutNames``); ``instances``: rank -> its
+    kernels' instances (``RankInput.instance``) when the caller has them (else read from the
+    arrivals ``arr``)."""
     label = {int(i): f"{c} {k}" for i, c, k in zip(table["instance"], table["collective"],
                                                   table["key"])}
-    by_kernel = {(int(r), int(k)): label.get(int(i), "") for r, k, i in
-                 zip(arr["rank"], arr["kernel"], arr["instance"])}
-    out: dict = {("i", i): v for i, v in label.items()}
+    if instances is None:
+        from tracekit.ranks.compact import kernel_maps
+
+        instances = {r: m["instance"] for r, m in kernel_maps(
+            arr["rank"].to_numpy(np.int64), arr["kernel"].to_numpy(np.int64),
+            instance=arr["instance"].to_numpy(np.int64)).items()}
+    cuts = {}
     for r in ranks:
         sk = r.get("skeleton")
         if not isinstance(sk, dict):
             continue
-        kern = (r.get("collectives") or {}).get("kernels") or []
-        for j, row in enumerate(sk.get("kernels") or []):
-            name = by_kernel.get((int(r["rank"]), int(row)))
-            if not name:
-                c = kern[row]["collective"] if row < len(kern) else "collective"
-                name = f"{c} (unmatched kernel {row})"
-            out[(int(r["rank"]), j)] = name
-    return out
+        kern = (r.get("collectives") or {}).get("kernels")
+        cuts[int(r["rank"])] = (sk.get("kernels", ()), instances.get(int(r["rank"]), {}),
+                                [] if kern is None else kern)
+    return CutNames(label, cuts)
 
 
 def _count_warnings(ranks: list[dict]) -> list[str]:
@@ -457,19 +495,18 @@ def _count_warnings(ranks: list[dict]) -> list[str]:
             "their kernels joined to no other rank's"]
 
 
-def _joined(ranks: list[dict], arr: pd.DataFrame, table: pd.DataFrame, off: dict[int, int],
-            config: JobConfig, straggler_rank: int | None) -> tuple[dict | None, object]:
-    """The job graph's answer (``tracekit.ranks.jobgraph.summarise``) with the straggler at the
-    median rank's speed (``tracekit.ranks.whatif``), and the graph; (None, None) when fewer than
-    two ranks have a skeleton."""
+def _joined(ranks: list[dict], inputs: list, table: pd.DataFrame, config: JobConfig,
+            straggler_rank: int | None) -> tuple[dict | None, object]:
+    """The job graph's answer (``tracekit.ranks.jobgraph.summarise``) over the ranks' inputs
+    (``rank_inputs``) with the straggler at the median rank's speed (``tracekit.ranks.whatif``),
+    and the graph; (None, None) when fewer than two ranks have a skeleton."""
     from tracekit.ranks import jobgraph, whatif
 
-    inputs = rank_inputs(ranks, arr, off)
     if len(inputs) < 2:
         return None, None
     jg = jobgraph.build(inputs)
     sc = jobgraph.schedule(jg)
-    names = cut_names(ranks, table, arr)
+    names = cut_names(ranks, table, None, instances={ri.rank: ri.instance for ri in inputs})
     out = jobgraph.summarise(jg, sc, names, kept_steps=config.worst_kept)
     views = sorted({i.skeleton.get("view", "") for i in inputs})
     out["view"] = views[0] if len(views) == 1 else "mixed"

@@ -50,6 +50,7 @@ import pandas as pd
 
 from tracekit.graph.model import EdgeKind
 from tracekit.graph.replay import NEG, Plan, replay
+from tracekit.ranks.compact import KernelMap, lookup
 
 CLASSES = ("host", "gpu", "communication", "sync", "idle", "unexplained")
 """The classes of time on a path (``tracekit.graph.skeleton.CLASSES``)."""
@@ -113,7 +114,9 @@ class JobGraph:
 def _terms(sk: dict) -> dict[str, np.ndarray]:
     t = sk["terms"]
     out = {k: np.asarray(t[k], np.int64) for k in ("target", "source", "lag", *CLASSES)}
-    out["phase"] = np.asarray(t.get("phase") or [""] * len(t["target"]), dtype=object)
+    ph = t.get("phase")
+    out["phase"] = np.asarray([""] * len(t["target"]) if ph is None or not len(ph) else ph,
+                              dtype=object)
     return out
 
 
@@ -124,7 +127,6 @@ def build(inputs: list[RankInput]) -> JobGraph:
     done_nodes: dict[int, np.ndarray] = {}
     steps: dict[int, np.ndarray] = {}
     pinned_first: dict[int, bool] = {}
-    barrier: dict[int, int] = {}
     warnings: list[str] = []
     n = 0
 
@@ -145,6 +147,22 @@ def build(inputs: list[RankInput]) -> JobGraph:
         lag.append(np.asarray(lg, np.int64))
         ek.append(np.full(s.size, kind, np.int8))
         term.append(np.full(s.size, -1, np.int64) if tm is None else np.asarray(tm, np.int64))
+
+    bar = np.full(0, -1, np.int64)  # instance -> its barrier node (-1: none yet)
+
+    def barriers(ids: np.ndarray) -> np.ndarray:
+        """The barrier nodes of instances ``ids``, made (in order of first mention) for those
+        that have none yet."""
+        nonlocal bar
+        top = int(ids.max()) + 1 if ids.size else 0
+        if top > bar.size:
+            bar = np.r_[bar, np.full(top - bar.size, -1, np.int64)]
+        new = ids[bar[ids] < 0]
+        if new.size:
+            u, first = np.unique(new, return_index=True)
+            u = u[np.argsort(first, kind="stable")]
+            bar[u] = nodes(BARRIER, -1, u.size, u)
+        return bar[ids]
 
     arrive_of: list[tuple[np.ndarray, np.ndarray]] = []  # per rank: (A ids, instance per cut)
     for ri in inputs:
@@ -194,31 +212,31 @@ def build(inputs: list[RankInput]) -> JobGraph:
             edges(np.full(lost_d.size, o), D[lost_d], dn[lost_d], KEPT)
         if st.size > 1:
             edges(D[:-1], D[1:], np.zeros(st.size - 1, np.int64), ORDER)
-        inst = np.array([ri.instance.get(int(x), -1) for x in kern], np.int64)
+        inst = lookup(ri.instance, kern, -1).astype(np.int64, copy=False)
         arrive_of.append((A, inst))
         # unmatched, unpinned kernels: their own replayed duration
         own = np.flatnonzero((inst < 0) & ~pinned)
         edges(A[own], E[own], (end - arrive)[own], SELF)
         # matched, unpinned: the barrier's transfer
         mt = np.flatnonzero((inst >= 0) & ~pinned)
-        for j in mt.tolist():
-            i = int(inst[j])
-            if i not in barrier:
-                barrier[i] = int(nodes(BARRIER, -1, 1, [i])[0])
         if mt.size:
-            edges([barrier[int(inst[j])] for j in mt.tolist()], E[mt],
-                  [max(int(ri.transfer.get(int(kern[j]), 0)), 0) for j in mt.tolist()], TRANSFER)
+            # (a transfer scaled by a what-if is a float: truncated, as int() does)
+            tr = lookup(ri.transfer, kern[mt], 0).astype(np.int64)
+            edges(barriers(inst[mt]), E[mt], np.maximum(tr, 0), TRANSFER)
     for A, inst in arrive_of:
         m = np.flatnonzero(inst >= 0)
-        m = m[np.isin(inst[m], list(barrier))] if barrier else m[:0]
+        m = m[inst[m] < bar.size]
+        m = m[bar[inst[m]] >= 0]
         if m.size:
-            edges(A[m], [barrier[int(i)] for i in inst[m].tolist()], np.zeros(m.size, np.int64),
-                  JOIN)
+            edges(A[m], bar[inst[m]], np.zeros(m.size, np.int64), JOIN)
+    del arrive_of
 
-    kind = np.concatenate(kinds) if kinds else np.zeros(0, np.int8)
-    rank = np.concatenate(ranks) if ranks else np.zeros(0, np.int64)
-    item = np.concatenate(items) if items else np.zeros(0, np.int64)
-    cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
+    def cat(xs: list, dt) -> np.ndarray:
+        out = np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt)
+        xs.clear()  # the pieces freed as soon as they are joined
+        return out
+
+    kind, rank, item = cat(kinds, np.int8), cat(ranks, np.int64), cat(items, np.int64)
     s, d, lg, k_, tm = (cat(src, np.int64), cat(dst, np.int64), cat(lag, np.int64),
                         cat(ek, np.int8), cat(term, np.int64))
     order, cyclic = _topological(n, s, d)
@@ -345,8 +363,8 @@ def _term_classes(jg: JobGraph, e: int, inputs: dict[int, RankInput]) -> tuple[n
     tm = int(jg.term[e])
     sk = inputs[r].skeleton["terms"]
     cls = np.array([sk[c][tm] for c in CLASSES], np.float64)
-    ph = (sk.get("phase") or [""] * len(sk["target"]))[tm]
-    return cls, ph
+    ph = sk.get("phase")
+    return cls, (str(ph[tm]) if ph is not None and len(ph) else "")
 
 
 def _label(jg: JobGraph, v: int, names: dict) -> str:
@@ -664,15 +682,27 @@ def with_skeleton(ri: RankInput, skeleton: dict) -> RankInput:
             d = int(e) - int(a) - before[k]
             if d:
                 moved[k] = max(int(ri.transfer[k]) + d, 0)
+    transfer = (ri.transfer.replaced(moved) if isinstance(ri.transfer, KernelMap)
+                else {**ri.transfer, **moved})
     return RankInput(rank=ri.rank, skeleton=skeleton, offset_ns=ri.offset_ns,
-                     instance=ri.instance, transfer={**ri.transfer, **moved},
-                     received=ri.received)
+                     instance=ri.instance, transfer=transfer, received=ri.received)
 
 
 def scaled_transfers(ri: RankInput, factor: dict[int, float]) -> RankInput:
     """``ri`` with the transfers of the instances in ``factor`` (instance -> factor) scaled."""
-    tr = {k: (v * factor[ri.instance[k]] if ri.instance.get(k, -1) in factor else v)
-          for k, v in ri.transfer.items()}
+    if isinstance(ri.transfer, KernelMap):
+        keys = ri.transfer.keys_
+        f = np.array([factor.get(int(i), np.nan) for i in range(
+            int(max(factor, default=-1)) + 1)], np.float64)
+        i = lookup(ri.instance, keys, -1).astype(np.int64)
+        got = np.where((i >= 0) & (i < f.size), f[np.clip(i, 0, max(f.size - 1, 0))]
+                       if f.size else np.nan, np.nan)
+        v = ri.transfer.values_
+        tr = KernelMap(keys, np.where(np.isnan(got), v, v * got)) if np.isfinite(got).any() \
+            else ri.transfer
+    else:
+        tr = {k: (v * factor[ri.instance[k]] if ri.instance.get(k, -1) in factor else v)
+              for k, v in ri.transfer.items()}
     return RankInput(rank=ri.rank, skeleton=ri.skeleton, offset_ns=ri.offset_ns,
                      instance=ri.instance, transfer=tr, received=ri.received)
 

@@ -66,25 +66,27 @@ class Matched:
 def kernel_table(ranks: list[dict]) -> tuple[pd.DataFrame, dict[str, dict]]:
     """All ranks' collective kernels in one table (``rank`` added) and the groups' metadata
     (``desc``, ``ranks``) merged over the ranks."""
-    rows, owner, meta = [], [], {}
+    from tracekit.ranks.compact import KERNEL_COLUMNS, kernel_column
+
+    have, owner, meta = [], [], {}
     for r in ranks:
         c = r.get("collectives") or {}
-        got = c.get("kernels") or []
-        rows += got
-        owner.append(np.full(len(got), int(r["rank"]), np.int64))
+        got = c.get("kernels")
+        if got is not None and len(got):
+            have.append(got)
+            owner.append(np.full(len(got), int(r["rank"]), np.int64))
         for g in c.get("groups") or []:
             m = meta.setdefault(g["group"], {"desc": g.get("desc") or "", "ranks": None})
-            if m["ranks"] is None and g.get("ranks"):
-                m["ranks"] = list(g["ranks"])
-    cols = ["group", "collective", "seq", "index", "step", "stream", "ts", "end", "in_bytes",
-            "out_bytes"]
-    if not rows:
+            got = g.get("ranks")
+            if m["ranks"] is None and got is not None and len(got):
+                m["ranks"] = [int(x) for x in got]
+    cols = list(KERNEL_COLUMNS)
+    if not have:
         return pd.DataFrame({c: pd.Series(dtype=object if c in ("group", "collective")
                                           else np.int64) for c in ["rank", *cols, "kernel"]}), meta
     data = {"rank": np.concatenate(owner)}
-    for c in cols:  # column by column: much quicker than from_records on a million rows
-        data[c] = ([row[c] for row in rows] if c in ("group", "collective")
-                   else np.fromiter((row[c] for row in rows), np.int64, len(rows)))
+    for c in cols:  # column by column (each rank's kernels are columns already)
+        data[c] = np.concatenate([kernel_column(got, c) for got in have])
     data["kernel"] = np.concatenate([np.arange(o.size, dtype=np.int64) for o in owner])
     return pd.DataFrame(data), meta
 

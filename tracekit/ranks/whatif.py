@@ -319,13 +319,18 @@ def _arrivals(ctx):
     """The matched arrivals' instance, rank and bytes, from the job graph's inputs."""
     import pandas as pd
 
-    rows = []
+    from tracekit.ranks.compact import lookup
+
+    inst, rank, got = [], [], []
     for ri in ctx.inputs:
-        for k, i in ri.instance.items():
-            rows.append((int(i), ri.rank, ri.received.get(k, -1)))
-    if not rows:
+        keys = np.fromiter(ri.instance, np.int64, len(ri.instance))
+        inst.append(lookup(ri.instance, keys, -1).astype(np.int64))
+        rank.append(np.full(keys.size, ri.rank, np.int64))
+        got.append(lookup(ri.received, keys, -1).astype(np.int64))
+    if not inst or not sum(x.size for x in inst):
         return None
-    return pd.DataFrame(rows, columns=["instance", "rank", "out_bytes"])
+    return pd.DataFrame({"instance": np.concatenate(inst), "rank": np.concatenate(rank),
+                         "out_bytes": np.concatenate(got)})
 
 
 def with_fix(ranks: list[dict], ctx, fix: str, *, task: RankSkeletonTask,

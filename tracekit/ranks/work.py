@@ -27,14 +27,17 @@ EXPLAIN_STEP_KEYS = ("step", "bound", "bound_share", "duration_ns")
 def summary(rank: dict) -> dict:
     """A rank object without the sections the job does not read (allocator series, stalls...);
     of ``explain``, the bound, its breakdown and findings, and per step only
-    ``EXPLAIN_STEP_KEYS``."""
+    ``EXPLAIN_STEP_KEYS``; its collective kernels and skeleton as columns
+    (``tracekit.ranks.compact``: ``plain`` gives its JSON values back)."""
+    from tracekit.ranks.compact import compact
+
     out = {k: rank[k] for k in SUMMARY_KEYS if k in rank}
     ex = out.get("explain")
     if isinstance(ex, dict):
         out["explain"] = {**{k: ex[k] for k in EXPLAIN_KEYS if k in ex},
                           "steps": [{k: s[k] for k in EXPLAIN_STEP_KEYS if k in s}
                                     for s in ex.get("steps") or [] if isinstance(s, dict)]}
-    return out
+    return compact(out)
 
 
 @dataclass(frozen=True)
