@@ -160,11 +160,15 @@ def reset_hwm(pid: int) -> None:
         pass
 
 
-def analyze(args: list[str], env=None) -> dict:
-    """``tracekit`` with ``args`` in a fresh process: wall time, peak RSS, its output."""
+def analyze(args: list[str], env=None, tree: Path | None = None) -> dict:
+    """``tracekit`` with ``args`` in a fresh process: wall time, peak RSS, its output;
+    ``tree``: another checkout's tracekit (a baseline's) instead of this one."""
     t0 = time.perf_counter()
+    env = {**os.environ, **(env or {})}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
     p = subprocess.run([sys.executable, "-c", DRIVER, *args], capture_output=True, text=True,
-                       cwd=ROOT, env={**os.environ, **(env or {})})
+                       cwd=tree or ROOT, env=env)
     wall = time.perf_counter() - t0
     res = {"wall_s": round(wall, 3)}
     for line in p.stderr.splitlines():

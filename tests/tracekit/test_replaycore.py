@@ -151,3 +151,28 @@ def test_a_walk_along_an_edge_backwards_is_walked_in_python(monkeypatch):
     w.start, w.end, w.binding, w.src, w.lag = (a.tolist() for a in (start, end, binding, src, lag))
     _, s, e, v, edge = cr._walks(start, end, binding, src, lag, sinks, t_from, python=lambda: w)
     assert (s.tolist(), e.tolist(), v.tolist(), edge.tolist()) == ([0, -5], [5, 0], [0, 1], [-1, -2])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_points_are_replay_of_a_plan_without_lanes(seed, monkeypatch):
+    """``replay_points`` (a job's graph: nodes without time or lanes) gives ``replay``'s times
+    of the same plan, compiled and in numpy, edges sorted by destination or not."""
+    r = np.random.default_rng(seed)
+    n = int(r.integers(2, 300))
+    m = int(r.integers(0, 4 * n))
+    a, b = r.integers(0, n, m), r.integers(0, n, m)
+    src, dst = np.minimum(a, b), np.maximum(a, b)
+    keep = src < dst
+    src, dst = src[keep].astype(np.int64), dst[keep].astype(np.int64)
+    lag = r.integers(-50, 1000, src.size).astype(np.int64)
+    release = np.where(r.random(n) < 0.2, r.integers(0, 5000, n), rp.NEG).astype(np.int64)
+    z = np.zeros(n, np.int64)
+    want, _ = rp.replay(rp.Plan(start=release, dur=z, lane=z, lane_is_cpu=np.array([True]),
+                                src=src, dst=dst,
+                                kind=np.full(src.size, int(EdgeKind.FIX), np.int8), lag=lag))
+    o = np.argsort(dst, kind="stable")
+    assert np.array_equal(rp.replay_points(release, src[o], dst[o], lag[o]), want)
+    assert np.array_equal(rp.replay_points(release, src, dst, lag), want)  # unsorted
+    with monkeypatch.context() as mp:
+        mp.setattr(rp, "_core", None)
+        assert np.array_equal(rp.replay_points(release, src[o], dst[o], lag[o]), want)

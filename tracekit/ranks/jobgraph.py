@@ -48,8 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracekit.graph.model import EdgeKind
-from tracekit.graph.replay import NEG, Plan, replay
+from tracekit.graph.replay import NEG, replay_points
 from tracekit.ranks.compact import KernelMap, lookup
 
 CLASSES = ("host", "gpu", "communication", "sync", "idle", "unexplained")
@@ -288,12 +287,7 @@ def _topological(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, 
 def replay_job(jg: JobGraph, lag: np.ndarray | None = None) -> np.ndarray:
     """Every node's time (nodes take no time: the work is on the edges); ``lag``: other edge
     lags (a what-if's)."""
-    p = Plan(start=jg.release, dur=np.zeros(jg.kind.size, np.int64),
-             lane=np.zeros(jg.kind.size, np.int64), lane_is_cpu=np.array([True]),
-             src=jg.src, dst=jg.dst, kind=np.full(jg.src.size, int(EdgeKind.FIX), np.int8),
-             lag=jg.lag if lag is None else lag)
-    t, _ = replay(p)
-    return t
+    return replay_points(jg.release, jg.src, jg.dst, jg.lag if lag is None else lag)
 
 
 def _binding(jg: JobGraph, t: np.ndarray, lag: np.ndarray) -> np.ndarray:
