@@ -17,7 +17,8 @@ Method:
 2. For each ``--ranks`` N, with the job's graph and without it, in a fresh process: the B
    cached reports read back (``work.summary`` of each: what a worker sends), copied to N ranks
    through pickle (each its own objects, as the client unpickles each worker's result; rank r is
-   the base job's rank r mod B, its process groups widened to N), then the client's
+   the base job's rank r mod B, its process groups widened to N, then held as columns as
+   ``work.summary`` sends it: ``tracekit.ranks.compact``), then the client's
    part (``tracekit.ranks.job.build_with_graph`` with ``JobConfig(job_graph=...)``; without the
    graph the summaries carry no skeleton, as ``--no-job-graph`` sends none). Recorded: RSS
    (``VmRSS`` of ``/proc/self/status``) after the read and with the N summaries, the peak while
@@ -27,7 +28,11 @@ Method:
    the job graph's nodes and edges.
 
 The client's memory is the part's peak; the difference with and without the graph is the
-graph's. Extrapolation: ``bench/NOTES-ranks.md``. Writes ``bench/results/job-client-memory-<UTC
+graph's. ``fit``: per case the least-squares fit of the peak, ``c + a N + b N K + d N^2``, and
+its value at ``--target-ranks`` x ``--target-collectives`` (1,024 x 1,089: ranks of 500 MB).
+``--arrivals-kept 0``: each instance's arrivals listed for the worst instances only, as a job of
+more rank-instance pairs than ``JobConfig.arrivals_kept`` lists them (the target's 1.1 million;
+every point measured here lists them all by default). Reading: ``bench/NOTES-ranks.md``. Writes ``bench/results/job-client-memory-<UTC
 date>.json``; the machine is shared (its load average is recorded), memory is not its noise.
 """
 
