@@ -74,7 +74,9 @@ class RankInput:
     offset_ns: int = 0
     """Its clock minus the reference's (applied): subtracted from its times."""
     instance: dict = field(default_factory=dict)
-    """Its collective kernel row -> the matched instance id."""
+    """Its collective kernel row -> the matched instance id (a dict, or a
+    ``tracekit.ranks.compact.KernelMap``: two arrays read as one, as ``transfer`` and
+    ``received`` are from ``job.rank_inputs``)."""
     transfer: dict = field(default_factory=dict)
     """Its collective kernel row -> its transfer (ns)."""
     received: dict = field(default_factory=dict)
