@@ -207,16 +207,24 @@ def create_app(catalog: Catalog) -> dash.Dash:
             len(ranks) < 2, tab, banner, info, view
 
     # ---- a view waiting for its trace to load (views.Views.render) -----------------------------
+    # One poll at a time: the interval ticks once (max_intervals=1) and an answer that finds the
+    # view still loading allows the next tick. A free-running interval sent a new poll every
+    # LOADING_POLL_MS even while the last was unanswered; Dash's renderer drops the answer of a
+    # callback superseded by a newer request of it, so once one answer took longer than the period
+    # (a loaded machine: the answer that draws the view is the slow one) no answer was ever applied
+    # and the page callback, waiting behind the pending poll, never ran: a click on a tab sent no
+    # request and the view stayed "Loading" (tests/dashboards/test_loading_poll.py).
     @app.callback(Output("view", "children", allow_duplicate=True),
+                  Output("loading-poll", "max_intervals"),
                   Input("loading-poll", "n_intervals"),
                   State("tabs", "value"), State("source", "value"), State("rank", "value"), State("url", "search"),
                   prevent_initial_call=True)
     @timed("loading-poll")
-    def loading_poll(_n, tab, index, rank, search):
+    def loading_poll(n, tab, index, rank, search):
         view = views.render(tab, index, rank, parse_link(search, catalog).get("step"))
         if view.children and getattr(view.children[0], "id", None) == "view-loading":
-            raise dash.exceptions.PreventUpdate  # still loading: the interval asks again
-        return view
+            return dash.no_update, (n or 0) + 1  # still loading: one more tick
+        return view, dash.no_update
 
     # ---- a chart drawn after the text of its view (views.deferred_graph) ------------------------
     @app.callback(Output({"type": "deferred-box", "graph": MATCH}, "children"),

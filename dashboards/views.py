@@ -213,14 +213,16 @@ class Views:
         """The whole of view ``tab`` for the source at ``index`` and ``rank`` (``step``: the
         timeline's step asked for by a link). A view that needs the parsed trace and finds it not
         yet loaded (or its lanes, HTA's figures not yet built) says so and polls
-        (``LOADING_POLL_MS``) while that runs in the background: no callback waits for a load."""
+        (``LOADING_POLL_MS``) while that runs in the background: no callback waits for a load. The
+        interval ticks once; each answer of ``loading-poll`` that still finds it loading allows one
+        more tick, so a poll is never sent while the last one is unanswered."""
         if tab not in VIEWS:
             return html.Div([error(f"No such view: {tab}")], id=f"view-{tab}", className="tk-view")
         if (tab in TRACE_VIEWS and not self._prepared(tab, index, rank)) or (tab == "ranks" and not self._job_ready(index)):
             source = self.catalog.summary(index)
             return html.Div([html.Div(f"Loading {source.name if source else 'the trace'}: parsing and analysing it (first time "
                                       "this session), then this view is drawn.", id="view-loading", className="tk-lead"),
-                             dcc.Interval(id="loading-poll", interval=LOADING_POLL_MS)],
+                             dcc.Interval(id="loading-poll", interval=LOADING_POLL_MS, max_intervals=1)],
                             id=f"view-{tab}", className="tk-view")
         return html.Div(getattr(self, tab)(index, rank, step), id=f"view-{tab}", className="tk-view")
 
