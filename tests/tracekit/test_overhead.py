@@ -366,17 +366,12 @@ def two_rank_job(directory: Path, steps: int = 4) -> None:
     """Two ranks, each step: host work (ops around launches), then an all-to-all, then a host
     sync on it. Rank 1 records 10x the ops of rank 0 (10x the profiler's cost), so rank 0's
     all-to-all waits for rank 1's traced host every step."""
-    from tests.tracekit.ranks.jobhelp import A2A, Coll, comm_args
+    from tests.tracekit.ranks.jobhelp import A2A, Coll, comm_args, rank_builder
 
     world, step_us = 2, 1000.0
     ops = {0: 10, 1: 100}
     for r in range(world):
-        b = TraceBuilder(rank=r, world_size=world, device=r)
-        b.extra_metadata["baseTimeNanoseconds"] = 1_790_000_000 * 10**9
-        b.extra_metadata["distributedInfo"] = {
-            "backend": "nccl", "rank": r, "world_size": world,
-            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": world,
-                           "ranks": list(range(world))}]}
+        b = rank_builder(r, world, device=r)
         for s in range(1, steps + 1):
             t0 = (s - 1) * step_us
             b.profiler_step(s, t0, step_us)

@@ -36,6 +36,18 @@ def comm_args(c: Coll, rank: int, world: int) -> dict:
     }
 
 
+def rank_builder(r: int, world: int, *, base_time_ns: int = 1_790_000_000 * 10**9, **kw) -> TraceBuilder:
+    """Rank ``r`` of a job of ``world`` ranks (``TraceBuilder`` keywords in ``kw``): its base time
+    and its ``distributedInfo``, one default process group of every rank."""
+    b = TraceBuilder(rank=r, world_size=world, **kw)
+    b.extra_metadata["baseTimeNanoseconds"] = base_time_ns
+    b.extra_metadata["distributedInfo"] = {
+        "backend": "nccl", "rank": r, "world_size": world,
+        "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": world,
+                       "ranks": list(range(world))}]}
+    return b
+
+
 def write_job(directory: Path, colls: list[Coll], *, world: int, offsets_us: dict[int, float] | None = None,
               steps: int = 2, step_us: float = 1000.0, ranks: list[int] | None = None,
               base_time_ns: int = 1_790_000_000 * 10**9, name: str = "trace_rank{r}.json") -> list[Path]:
@@ -45,13 +57,8 @@ def write_job(directory: Path, colls: list[Coll], *, world: int, offsets_us: dic
     offsets_us = offsets_us or {}
     out = []
     for r in (range(world) if ranks is None else ranks):
-        b = TraceBuilder(rank=r, world_size=world, device=r % 8,
+        b = rank_builder(r, world, base_time_ns=base_time_ns, device=r % 8,
                          base_us=1_000_000.0 + offsets_us.get(r, 0.0))
-        b.extra_metadata["baseTimeNanoseconds"] = base_time_ns
-        b.extra_metadata["distributedInfo"] = {
-            "backend": "nccl", "rank": r, "world_size": world,
-            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": world,
-                           "ranks": list(range(world))}]}
         for s in range(1, steps + 1):
             t0 = (s - 1) * step_us
             b.profiler_step(s, t0, step_us)
