@@ -47,6 +47,10 @@
 # model changes): bench.pipelines on 1 GPU (multitask_b12k, multitask_h64_b8k, dense_b8k; options default,
 # shapes, stack; <= 270 s) and 2 GPUs (the same presets, default; <= 250 s); gpu/ranks_jobs.py with jobs_lite
 # on 2 ranks (rank 0 +3 ms; <= 170 s) and on 4 ranks (rank 1 +1.5 ms; <= 200 s).
+# holdout4a / holdout4b / jobs2o / jobs4o (held out, 2026-11-27 session 4, collected before that session's
+# model changes): bench.pipelines on 1 GPU (multitask_b6k, multitask_h16_b24k, dense_b12k; options default,
+# shapes, stack; <= 270 s) and 2 GPUs (the same presets, default; <= 250 s); gpu/ranks_jobs.py with jobs_wide
+# on 2 ranks (rank 1 +2.5 ms; <= 170 s) and on 4 ranks (rank 2 +2 ms; <= 200 s).
 # cudagraph (gpu/cuda_graph_trace.py: a small MLP's step captured in a CUDA graph and replayed,
 # and the same eagerly, each traced; for explain's CUDA-graph check on a real trace; <= 1 min).
 # Each part runs with its own time limit and its own output folder; one failing part does not
@@ -139,6 +143,15 @@ for p in "${parts[@]}"; do
                   --profile-options default --out "$OUT"' ;;
     jobs2n) part jobs2n 170 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_lite --delay-rank 0 --delay-ms 3 --budget-s 100 --out "$OUT"' ;;
     jobs4n) part jobs4n 200 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_lite --delay-rank 1 --delay-ms 1.5 --budget-s 100 --out "$OUT"' ;;
+    holdout4a) part holdout4a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
+                  --plan multitask_b6k:sparse+fused,multitask_h16_b24k:sparse+fused,dense_b12k:sparse+fused \
+                  --profile-options default,shapes,stack --window-variants sparse \
+                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
+    holdout4b) part holdout4b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
+                  --plan multitask_b6k:sparse+fused,multitask_h16_b24k:sparse+fused,dense_b12k:sparse+fused \
+                  --profile-options default --out "$OUT"' ;;
+    jobs2o) part jobs2o 170 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_wide --delay-rank 1 --delay-ms 2.5 --budget-s 100 --out "$OUT"' ;;
+    jobs4o) part jobs4o 200 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_wide --delay-rank 2 --delay-ms 2 --budget-s 100 --out "$OUT"' ;;
     jobs4) part jobs4 250 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --budget-s 190 --out "$OUT"' ;;
     torchrec) part torchrec 340 bash -c 'set -e; fb=${FBPARTS:-/tmp/fbparts}; ls -l "$fb";
                   t=$SECONDS; bash "$fb/install.sh" "$fb" /tmp/site;
