@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.common import REPO
+from bench.common.proof_manifest import device_slug
 
 DEFAULT_CASES = [("balanced", "ranks_4gpu_hot"), ("delay", "ranks_4gpu_delay"),
                  ("balanced", "ranks_4gpu_heavy_hot"), ("delay", "ranks_4gpu_heavy_delay")]
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
            "wall_s": round(time.perf_counter() - t0, 1), "rows": rows,
            "within": sum(bool(r.get("within")) for r in rows)}
     if args.out:
-        tag = f"{(device or 'gpu').split()[-1].lower()}-" + (
+        tag = f"{device_slug(device or 'gpu')}-" + (
             datetime.fromisoformat(date).strftime("%Y%m%d-%H%M") if date else "undated")
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
