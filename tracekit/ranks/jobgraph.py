@@ -325,6 +325,26 @@ def schedule(jg: JobGraph, lag: np.ndarray | None = None) -> Schedule:
     """Replay ``jg`` (with ``lag`` instead of its lags) and its step windows."""
     lag = jg.lag if lag is None else lag
     t = replay_job(jg, lag)
+    w = _windows(jg, t)
+    c = w[w["counted"] & w["start"].notna()]
+    slowest = None
+    if len(c):
+        per = (c["end"] - c["start"]).groupby(c["rank"]).mean()
+        slowest = int(per.idxmax())
+    step_ns = _period(jg, w)
+    return Schedule(t=t, binding=_binding(jg, t, lag), lag=lag, windows=w, step_ns=step_ns,
+                    slowest_rank=slowest)
+
+
+def replay_step(jg: JobGraph, lag: np.ndarray) -> float:
+    """The job step (``_period``) of ``jg`` replayed with ``lag``: a what-if that changes only
+    lags (``capped_lags``) re-uses the job's graph, with none of ``schedule``'s path
+    bookkeeping."""
+    return _period(jg, _windows(jg, replay_job(jg, lag)))
+
+
+def _windows(jg: JobGraph, t: np.ndarray) -> pd.DataFrame:
+    """Per (rank, step) of a replay ``t``: ``rank, step, start, end, counted``."""
     rows = []
     for ri in jg.ranks:
         r = ri.rank
@@ -338,15 +358,7 @@ def schedule(jg: JobGraph, lag: np.ndarray | None = None) -> Schedule:
         for j in range(d.size):
             counted = (j >= 1) if jg.pinned_first[r] else True
             rows.append((r, int(st[j]), starts[j], int(ends[j]), counted))
-    w = pd.DataFrame(rows, columns=["rank", "step", "start", "end", "counted"])
-    c = w[w["counted"] & w["start"].notna()]
-    slowest = None
-    if len(c):
-        per = (c["end"] - c["start"]).groupby(c["rank"]).mean()
-        slowest = int(per.idxmax())
-    step_ns = _period(jg, w)
-    return Schedule(t=t, binding=_binding(jg, t, lag), lag=lag, windows=w, step_ns=step_ns,
-                    slowest_rank=slowest)
+    return pd.DataFrame(rows, columns=["rank", "step", "start", "end", "counted"])
 
 
 def _rank_of(jg: JobGraph) -> dict[int, RankInput]:
@@ -660,6 +672,38 @@ def translate(src: RankInput, dst: RankInput) -> RankInput:
              **{c: t[c][ok].tolist() for c in CLASSES}, "phase": t["phase"][ok].tolist()}
     return RankInput(rank=dst.rank, skeleton={**d, "terms": terms}, offset_ns=dst.offset_ns,
                      instance=dst.instance, transfer=dst.transfer, received=dst.received)
+
+
+def capped_lags(jg: JobGraph, rank: int, other: RankInput) -> np.ndarray:
+    """The lags of ``jg`` with rank ``rank``'s work between any two of its cuts no longer than
+    ``other``'s between the same cuts: each of the rank's work and release edges lowered to the
+    lag of ``other``'s term of the same (target, source) pair (``other``: terms on ``rank``'s
+    cuts and clock, as ``translate`` makes them; the longest of several); an edge whose pair
+    ``other`` lacks keeps its lag. Every lag only goes down, so a replay with them never ends
+    later (the longest path is monotone in its lags): the straggler at the median rank's speed
+    where the median rank is faster, as it is, where it is slower (a 2-rank job's other rank
+    is the median: its own sleep is no work to give the straggler). The graph is the job's
+    (``replay_step``), not built again."""
+    lag = jg.lag.copy()
+    mine = next((ri for ri in jg.ranks if ri.rank == rank), None)
+    if mine is None or not len(other.skeleton["terms"]["target"]):
+        return lag
+    s, m = _terms(mine.skeleton), _terms(other.skeleton)
+    span = int(max(s["target"].max(initial=0), m["target"].max(initial=0))) + 2
+    key_s = s["target"] * span + (s["source"] + 1)
+    key_m = m["target"] * span + (m["source"] + 1)
+    u, inv = np.unique(key_m, return_inverse=True)
+    cap = np.full(u.size, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(cap, inv, m["lag"])
+    at = np.searchsorted(u, key_s)
+    hit = (at < u.size) & (u[np.minimum(at, max(u.size - 1, 0))] == key_s) if u.size else \
+        np.zeros(key_s.size, bool)
+    lower = np.where(hit, np.minimum(cap[np.minimum(at, max(u.size - 1, 0))] - s["lag"], 0)
+                     if u.size else 0, 0)
+    e = np.flatnonzero(((jg.ekind == WORK) | (jg.ekind == RELEASE)) & (jg.rank[jg.dst] == rank)
+                       & (jg.term >= 0))
+    lag[e] += lower[jg.term[e]]
+    return lag
 
 
 def with_skeleton(ri: RankInput, skeleton: dict) -> RankInput:

@@ -1,11 +1,15 @@
 """What-ifs across ranks, replayed on the job's graph (``tracekit.ranks.jobgraph``).
 
-- ``straggler at the median rank's speed``: the straggler's skeleton replaced by the median
-  rank's (``jobgraph.translate``: the median rank's work between the same collectives, on the
-  straggler's clock). The straggler is the graph's (``graph_straggler``: the rank the others
-  wait for most over the counted steps, which the replay changes). The median rank: among the
-  other ranks, the one whose own work per step (``jobgraph.summarise``) is the median. Needs
-  only the skeletons.
+- ``straggler at the median rank's speed``: the straggler's work between any two of its
+  collectives no longer than the median rank's between the same collectives
+  (``jobgraph.translate``: the median rank's work on the straggler's cuts and clock;
+  ``jobgraph.capped_lags``: each of the straggler's work terms lowered to the median's of the
+  same pair, never raised), replayed on the job's own graph (``jobgraph.replay_step``: only
+  lags change, no second graph). It only removes work, so it never predicts a slower step.
+  The straggler is the graph's (``graph_straggler``: the rank the others wait for most over
+  the counted steps, which the replay changes). The median rank: among the other ranks, the
+  one whose own work per step (``jobgraph.summarise``) is the median. Needs only the
+  skeletons.
 - ``all-to-all balanced``: every rank doing the mean rank's work: in each phase whose GPU time
   differs across ranks (the largest rank's at least ``PHASE_IMBALANCE_MIN`` times the mean:
   what the shards' sizes decide, not the noise of equal work; communication left out), every
@@ -197,13 +201,31 @@ def source_path(rank: dict) -> str | None:
 
 
 def _row(ident: str, title: str, ctx, changed: list[int], free, aware, note: str = "", *,
-         shares_gpu: bool = False) -> dict:
+         shares_gpu: bool = False, removes_only: bool = False) -> dict:
     """A what-if's row: its prediction is the contention-free replay's, or the contention-aware
     one's for a change that moves GPU work beside other work (``shares_gpu``: as explain
-    predicts such a fix on one rank, ``tracekit.graph.whatif.Change.shares_gpu``)."""
+    predicts such a fix on one rank, ``tracekit.graph.whatif.Change.shares_gpu``).
+    ``free``/``aware``: a replay's ``Schedule`` or its job step (ns).
+
+    ``removes_only``: the change only takes work out (every replayed node ends no later), so
+    its step is no longer than the unchanged one (issue 24's rule, for jobs too). The job step
+    over two counted steps or more is a period between two replayed completions, and the first
+    counted step absorbs the ranks' skew at the pinned step: taking work out of it can move
+    its completion earlier than the last one's, and the period grows (``ranks_2gpu_heavy_delay``:
+    the last counted completion 0.631 ms earlier, the first 0.794: -0.163 ms). That is the
+    window's edge, not the change: the row predicts no saving, says so in its ``note`` and
+    keeps the period's own change as ``period_saving_ns``."""
     base = float(ctx.schedule.step_ns)
-    p_free = float(free.step_ns)
-    p_aware = float(aware.step_ns) if aware is not None else p_free
+    p_free = float(getattr(free, "step_ns", free))
+    p_aware = float(getattr(aware, "step_ns", aware)) if aware is not None else p_free
+    backwards = None
+    if removes_only and max(p_free, p_aware) > base:
+        backwards = base - max(p_free, p_aware)
+        p_free, p_aware = min(p_free, base), min(p_aware, base)
+        note = "; ".join(x for x in (note, (
+            f"the replayed period grew by {-backwards / 1e6:.3f} ms although only work was "
+            "taken out (the first counted step absorbs the ranks' skew at the pinned step): "
+            "predicted as saving nothing")) if x)
     head = p_aware if shares_gpu else p_free
     row = {"id": ident, "title": title, "ranks_changed": sorted(changed),
            "step_ns": base, "predicted_ns": head, "predicted_contention_ns": p_aware,
@@ -212,6 +234,8 @@ def _row(ident: str, title: str, ctx, changed: list[int], free, aware, note: str
            "helps": base > 0 and (base - head) / base >= NO_HELP_FRACTION, "note": note}
     if shares_gpu:
         row["predicted_free_ns"] = p_free
+    if backwards is not None:
+        row["period_saving_ns"] = backwards
     return row
 
 
@@ -225,20 +249,22 @@ def straggler_at_median(ctx, summary: dict, straggler: int) -> dict | None:
     if med is None or straggler not in by or med not in by:
         return None
     new = jobgraph.translate(by[med], by[straggler])
-    sc, _ = jobgraph.predict(ctx.inputs, {straggler: new})
+    step = jobgraph.replay_step(ctx.graph, jobgraph.capped_lags(ctx.graph, straggler, new))
     return _row(STRAGGLER, f"rank {straggler} at the median rank's speed (rank {med}'s work "
-                f"between the same collectives)", ctx, [straggler], sc, None,
-                "skeletons only: the same prediction with contention")
+                f"between the same collectives where it is shorter)", ctx, [straggler], step,
+                None, "skeletons only: the same prediction with contention", removes_only=True)
 
 
 def with_skeletons(ctx, ident: str, title: str, skeletons: dict[int, dict],
-                   transfer: dict[int, float] | None = None) -> dict:
+                   transfer: dict[int, float] | None = None, *,
+                   removes_only: bool = False) -> dict:
     """The job's graph with ranks' skeletons replaced (``skeletons``: rank -> ``{"free",
     "contention"}`` from ``RankSkeletonTask``; each collective's transfer moved with its
     kernel's duration, ``jobgraph.with_skeleton``) and all-to-all transfers scaled
     (``transfer``: instance -> factor), replayed twice (contention-free, contention-aware).
     The row's prediction is the contention-aware one where a rank's change moves GPU work
-    beside other work (``shares_gpu``), as explain's on one rank."""
+    beside other work (``shares_gpu``), as explain's on one rank. ``removes_only``: the
+    skeletons only take work out (a phase N times faster, N >= 1; ``_row``)."""
     from tracekit.ranks import jobgraph
 
     def changed(which: str) -> dict:
@@ -256,7 +282,8 @@ def with_skeletons(ctx, ident: str, title: str, skeletons: dict[int, dict],
     free, _ = jobgraph.predict(ctx.inputs, changed("free"))
     aware, _ = jobgraph.predict(ctx.inputs, changed("contention"))
     return _row(ident, title, ctx, list(skeletons), free, aware,
-                shares_gpu=any(bool(v.get("shares_gpu")) for v in skeletons.values()))
+                shares_gpu=any(bool(v.get("shares_gpu")) for v in skeletons.values()),
+                removes_only=removes_only)
 
 
 def balanced(ranks: list[dict], job: dict, ctx, config, *, task: RankSkeletonTask,
@@ -331,6 +358,26 @@ def _arrivals(ctx):
         return None
     return pd.DataFrame({"instance": np.concatenate(inst), "rank": np.concatenate(rank),
                          "out_bytes": np.concatenate(got)})
+
+
+def phase_faster(ranks: list[dict], ctx, rank: int, phase: str, times: float, *,
+                 task: RankSkeletonTask, workers: int | None = None) -> dict | None:
+    """Rank ``rank``'s GPU work of phase ``phase`` ``times`` times faster (module docstring),
+    replayed on the job's graph; None when the rank's trace cannot be read again. ``times`` >= 1
+    only takes work out: the row never predicts a slower step (``_row``)."""
+    from dataclasses import replace
+
+    from tracekit.ranks import executors
+
+    path = next((source_path(r) for r in ranks if int(r["rank"]) == rank), None)
+    if path is None or rank not in {ri.rank for ri in ctx.inputs}:
+        return None
+    got = executors.run(replace(task, factors={path: {phase: float(times)}}), [path],
+                        workers=workers)
+    if not got or isinstance(got[0], Failed):
+        return None
+    return with_skeletons(ctx, PHASE, f"phase '{phase}' of rank {rank} {times:g}x faster",
+                          {rank: got[0]}, removes_only=times >= 1)
 
 
 def with_fix(ranks: list[dict], ctx, fix: str, *, task: RankSkeletonTask,

@@ -1110,6 +1110,10 @@ class JobWhatIf(TypedDict, total=False):
     """It saves at least ``NO_HELP_FRACTION`` of the job step (as explain's findings)."""
     note: str
     factors: dict[str, dict[str, float]]
+    period_saving_ns: float
+    """A change that only takes work out whose replayed period grew (the first counted step
+    absorbs the ranks' skew at the pinned step): the period's own change (negative); the row
+    predicts no saving (``tracekit.ranks.whatif._row``)."""
 
 
 class JobGraph(TypedDict):
