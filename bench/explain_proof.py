@@ -199,7 +199,7 @@ def _verdict(saving_ms: float, step_ms: float | None) -> str:
 
 
 def run_pair(pair: dict, base: str) -> dict:
-    from bench.common.joined import complete_job, joined_ms
+    from bench.common.joined import complete_job, joined_fix, joined_ms
     from tracekit.analyses.snapshot import compute_snapshot
 
     b, a = pair["before"], pair["after"]
@@ -224,18 +224,25 @@ def run_pair(pair: dict, base: str) -> dict:
         return row
     before_ms, meas, lo, hi = measured(pair, base)
     pred, cpred = _saving(f)
+    folder = complete_job(os.path.join(base, b["trace"]))
+    job_fix = joined_fix(folder, pair["fix"]) if folder is not None else None
+    own_pred, own_cpred = pred, cpred
+    if job_fix is not None:  # every rank is here: the fix on every rank, on the job's graph
+        pred, cpred = job_fix["saving_ms"], job_fix["saving_contention_ms"]
     fc = _finding(bs["calibrated"], pair["fix"]) if bs["calibrated"] is not None else None
     kal, kcal = _saving(fc)
     ok, tol = judge_time(pred, meas, before_ms)
     after_ms = figure(a.get("step_ms"), base) if a.get("step_ms") is not None else None
     own, un = bs["estimated_untraced_ms"], bs["untraced_ms"]
     est, joined = own, False
-    folder = complete_job(os.path.join(base, b["trace"]))
     if folder is not None:  # every rank of the job is here: its step on the job's graph
         got = joined_ms(folder).get(0)
         if got is not None:
             est, joined = got, True
     row.update(kind="time", estimated_untraced_own_ms=own, untraced_joined=joined,
+               saving_joined=job_fix is not None, predicted_own_saving_ms=own_pred,
+               predicted_own_contention_saving_ms=own_cpred,
+               ok_own=judge_time(own_pred, meas, before_ms)[0],
                untraced_own_error=(own / un - 1) if own and un else None, before_ms=before_ms, after_ms=after_ms, measured_saving_ms=meas,
                measured_lo=lo, measured_hi=hi,
                predicted_saving_ms=pred, predicted_contention_saving_ms=cpred, tolerance_ms=tol,
@@ -334,12 +341,27 @@ def render(doc: dict) -> str:
                 f"| {r['name']} | {_bound(r['bound'], r['bound_share'])} / "
                 f"{_bound(r['bound_traced'], r['bound_traced_share'])} | "
                 f"{_fmt(r['before_ms'])} -> {_fmt(r['after_ms'])} | "
-                f"{_fmt(r['measured_saving_ms'])}{interval} | {_fmt(r['predicted_saving_ms'])} / "
+                f"{_fmt(r['measured_saving_ms'])}{interval} | {_fmt(r['predicted_saving_ms'])}"
+                f"{' (job)' if r.get('saving_joined') else ''} / "
                 f"{_fmt(r['predicted_contention_saving_ms'])} | {_yes(r['ok'])} | "
                 f"{_fmt(r['host_factor'], 2)}, {_fmt(r['calibrated_saving_ms'])} / "
                 f"{_fmt(r['calibrated_contention_saving_ms'])} | {_yes(r['ok_calibrated'])} | "
                 f"{_fmt(r['tolerance_ms'])} | {r.get('verdict') or '-'} / "
                 f"{r.get('verdict_calibrated') or '-'} |")
+        j = [r for r in t if r.get("saving_joined")]
+        if j:
+            out += ["", "*(job)*: every rank of the job is in the folder, so the raw prediction is "
+                    "the fix applied to every rank and the job's graph replayed "
+                    "(`bench/common/joined.py`, `joined_fix`: each rank's estimated untraced graph, "
+                    "the ranks joined at their collectives); rank 0's own trace alone predicts "
+                    "(its collectives keep the time they waited for the other ranks, and a fix that "
+                    "moves them moves those waits with them):", "",
+                    "| pair | raw on the job's graph | rank 0 alone | within? job / rank 0 alone |",
+                    "|---|---|---|---|"]
+            for r in j:
+                out.append(f"| {r['name']} | {_fmt(r['predicted_saving_ms'])} | "
+                           f"{_fmt(r['predicted_own_saving_ms'])} | {_yes(r['ok'])} / "
+                           f"{_yes(r.get('ok_own'))} |")
         out += ["", "The estimated untraced \"before\" step (raw: from the traces alone) against "
                 "the untraced step its own run measured (the same process: `metrics.json` beside "
                 "the trace, TorchRec's timing per batch) and against the benchmark's timed "

@@ -53,3 +53,33 @@ def joined_ms(folder: str, model=None) -> dict[int, float]:
         built = job.build(RankSet(source=folder, ranks=ranks, problems=rep.problems))
     g = built.get("graph") or {}
     return {int(x["rank"]): float(x["step_ns"]) / 1e6 for x in g.get("ranks") or []}
+
+
+def joined_fix(folder: str, fix: str) -> dict | None:
+    """A fix (``tracekit.graph.fixes``, by id) applied to every rank of the job in ``folder``
+    and the job's graph replayed (``tracekit.ranks.whatif.with_fix``), each rank's graph the
+    estimated untraced one (no untraced input): ``{"saving_ms", "saving_contention_ms",
+    "saving_free_ms", "step_ms", "note"}`` (the saving as explain predicts it: contention-aware
+    for a fix that moves GPU work beside other work), None when the job's graph cannot be built.
+
+    One rank's graph keeps, as its collectives' durations, the time it waited at them for the
+    other ranks; a what-if on that rank alone moves those waits with the collectives, as if the
+    other ranks would arrive that much earlier too. Where another rank decides the step (the
+    rank's collectives mostly wait for it) that is wrong whenever the fix does not make that
+    rank faster: the job's graph holds every rank's own work and replays them together."""
+    import tempfile
+
+    from tracekit.ranks import JobConfig, analyze_job, whatif
+
+    with tempfile.TemporaryDirectory(prefix="tracekit-joined-fix-") as cache:
+        rep = analyze_job(folder, workers=1, cache_dir=cache, with_hta=False, whole=False,
+                          config=JobConfig(balance_what_if=False))
+        if not (rep.job or {}).get("graph") or rep.graph is None:
+            return None
+        w = whatif.with_fix(rep.ranks, rep.graph, fix,
+                            task=whatif.RankSkeletonTask(cache_dir=cache), workers=1)
+    if w is None:
+        return None
+    free = (w["step_ns"] - w["predicted_free_ns"]) if "predicted_free_ns" in w else w["saving_ns"]
+    return {"saving_ms": w["saving_ns"] / 1e6, "saving_contention_ms": w["saving_contention_ns"] / 1e6,
+            "saving_free_ms": free / 1e6, "step_ms": w["step_ns"] / 1e6, "note": w.get("note")}
