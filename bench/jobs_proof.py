@@ -103,7 +103,31 @@ def job_case(kind: str, d: Path, cache: str) -> dict:
                predicted_step_ms=w["predicted_ns"] / 1e6, ranks_changed=w["ranks_changed"],
                factors=w.get("factors"), **_judge(pred, meas, lo, hi, step),
                contention=_judge(aware, meas, lo, hi, step))
+    if WHAT_IF[kind] == "straggler_at_median":
+        row["after"] = _after_straggler(rep, w["ranks_changed"][0])
     return row
+
+
+def _after_straggler(rep, straggler: int) -> dict:
+    """What bounds the job with the straggler at the median rank's speed (a diagnostic: the
+    what-if's replay summarised as the job's is), each rank's own work and wait per step
+    before and after, ms."""
+    from tracekit.ranks import jobgraph, whatif
+
+    ctx, g = rep.graph, rep.job["graph"]
+    by = {ri.rank: ri for ri in ctx.inputs}
+    med = whatif.median_rank(g, straggler)
+    lag = jobgraph.capped_lags(ctx.graph, straggler, jobgraph.translate(by[med], by[straggler]))
+    after = jobgraph.summarise(ctx.graph, jobgraph.schedule(ctx.graph, lag), ctx.names)
+
+    def ranks(x: dict) -> dict:
+        return {str(r["rank"]): {"own_ms": round(r["own_ns"] / 1e6, 3),
+                                 "wait_ms": round(r["wait_ns"] / 1e6, 3),
+                                 "host_ms": round(r["own_classes"]["host"] / 1e6, 3)}
+                for r in x["ranks"]}
+
+    return {"median_rank": med, "bound": after["bound"], "ranks_before": ranks(g),
+            "ranks_after": ranks(after)}
 
 
 def _trace_run_untraced(m: dict) -> float | None:
