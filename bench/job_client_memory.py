@@ -24,7 +24,7 @@ Method:
    (``VmRSS`` of ``/proc/self/status``) after the read and with the N summaries, the peak while
    copying them and the client's part's peak (``VmHWM``, reset through ``/proc/self/clear_refs``
    before each: the imports' transient peak, ~130 MB, is above the smaller figures and is what
-   ``ru_maxrss`` would give); the part's time; one summary's pickled size and its skeleton's;
+   ``ru_maxrss`` would give); the part's wall and CPU time; one summary's pickled size and its skeleton's;
    the job graph's nodes and edges.
 
 The client's memory is the part's peak; the difference with and without the graph is the
@@ -98,15 +98,15 @@ skeleton_bytes = len(pickle.dumps(ranks[0].get("skeleton"))) if graph else 0
 rss1 = status("VmRSS")
 peak1 = status("VmHWM")
 reset_peak()
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 rs = inputs.assign("d", ranks, other_job_gap_ns=60 * 10**9)
 cfg = JobConfig(job_graph=graph) if kept is None else JobConfig(job_graph=graph, arrivals_kept=kept)
 built, ctx = job.build_with_graph(rs, cfg)
-took = time.perf_counter() - t
+took, took_cpu = time.perf_counter() - t, time.process_time() - c
 print("RESULT " + json.dumps({
     "ranks": n, "graph": graph, "kernels_per_rank": len(ranks[0]["collectives"]["kernels"]),
     "steps_per_rank": len(ranks[0]["steps"]["steps"]), "instances": built["matching"]["instances"],
-    "build_s": round(took, 3), "rss_after_read_mb": round(rss0, 1),
+    "build_s": round(took, 3), "build_cpu_s": round(took_cpu, 3), "rss_after_read_mb": round(rss0, 1),
     "rss_with_summaries_mb": round(rss1, 1), "peak_copying_mb": round(peak1, 1),
     "rss_after_mb": round(status("VmRSS"), 1), "rss_peak_mb": round(status("VmHWM"), 1),
     "summary_pickle_bytes": summary_bytes, "skeleton_pickle_bytes": skeleton_bytes,
