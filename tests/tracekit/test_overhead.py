@@ -318,6 +318,7 @@ def test_a_rank_of_a_job_alone_says_so():
     r = explain.compute(t, RULES)
     w = [x for x in r.warnings if x.startswith("this rank is one of a job of 4 ranks")]
     assert len(w) == 1 and "tracekit explain DIR" in w[0]
+    assert "a fix may save the job nothing" in w[0]
     rt = explain.compute(t, RULES, config=explain.ExplainConfig(untraced=False))
     assert not any(x.startswith("this rank is one of a job") for x in rt.warnings)
     one = load(str(ROOT / "sample_traces/pipelines_1gpu/multitask_b4k/sparse/trace_rank0.json.gz"),

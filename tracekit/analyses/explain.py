@@ -486,7 +486,9 @@ def _alone_in_job(trace: Trace, g: Graph, est, config: ExplainConfig, total_bd: 
     """The warning of a rank of a job explained alone in its untraced view (None otherwise): its
     collectives waited for the other ranks, whose hosts the profiler slowed too; the estimate
     takes out this rank's overhead only, so it keeps those waits as traced. The job's graph
-    (``tracekit.ranks.jobgraph``, ``explain DIR``) takes out every rank's."""
+    (``tracekit.ranks.jobgraph``, ``explain DIR``) takes out every rank's. A what-if on this rank
+    alone keeps its collectives' durations, waits included: it moves a wait with the work it
+    changes, as if the other ranks would gain as much (``docs/explain.md``, "A rank of a job")."""
     if est is None or not config.untraced:
         return None
     ws = trace.world_size
@@ -499,7 +501,10 @@ def _alone_in_job(trace: Trace, g: Graph, est, config: ExplainConfig, total_bd: 
             "the critical path) waited for the other ranks, whose hosts the profiler slowed too; "
             "the estimated untraced step takes out this rank's overhead only and keeps those "
             "waits: its step on the job's graph (tracekit explain DIR, every rank's overhead out, "
-            "the ranks joined at their collectives) is the estimate to read")
+            "the ranks joined at their collectives) is the estimate to read; and its findings "
+            "move those waits with the work they change, as if the other ranks would gain as "
+            "much: where another rank bounds the job (its share of the job's critical path, "
+            "tracekit explain DIR) a fix may save the job nothing")
 
 
 def _verdict(bound, share, unknown: bool, not_host: bool):
