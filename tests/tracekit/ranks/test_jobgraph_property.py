@@ -140,3 +140,29 @@ def test_a_two_rank_jobs_median_slower_than_the_straggler_gives_it_nothing():
     fast = jobgraph.translate(_scaled(by[0], 0.1), by[1])
     low = jobgraph.capped_lags(ctx.graph, 1, fast)
     assert (low[mine] <= ctx.graph.lag[mine]).all() and (low[mine] < ctx.graph.lag[mine]).any()
+
+
+def test_on_a_tiny_job_the_straggler_gets_only_the_shorter_work(tmp_path):
+    """A hand-built 2-rank job (``jobhelp.write_job``: rank 1 arrives 30-50 us after rank 0 at
+    each all-to-all), rank 1 taken as the straggler: at rank 0's speed it saves nothing
+    negative; with rank 0's work made 10x longer, replacing rank 1's work by it (what the
+    what-if did before) predicts a slower job, the capped lags keep rank 1's own and predict
+    no change."""
+    from tests.tracekit.ranks.jobhelp import Coll, write_job
+
+    colls = [Coll("0", "all_to_allv", s, {0: (s - 1) * 1000.0 + 100,
+                                          1: (s - 1) * 1000.0 + 120 + 10 * s},
+                  (s - 1) * 1000.0 + 300) for s in (1, 2, 3)]
+    write_job(tmp_path / "job", colls, world=2, steps=3)
+    rep = analyze_job(tmp_path / "job", cache_dir=tmp_path / "cache", whole=False, workers=1,
+                      config=JobConfig(balance_what_if=False))
+    ctx, g = rep.graph, rep.job["graph"]
+    row = whatif.straggler_at_median(ctx, g, 1)
+    assert row["saving_ns"] >= 0
+    by = {ri.rank: ri for ri in ctx.inputs}
+    slow = jobgraph.translate(_scaled(by[0], 10.0), by[1])
+    before, _ = jobgraph.predict(ctx.inputs, {1: slow})  # the skeleton replaced
+    assert before.step_ns > ctx.schedule.step_ns
+    lag = jobgraph.capped_lags(ctx.graph, 1, slow)
+    assert (lag == ctx.graph.lag).all()  # rank 0's work is nowhere shorter: nothing changes
+    assert jobgraph.replay_step(ctx.graph, lag) == ctx.schedule.step_ns
