@@ -177,7 +177,66 @@ def start_against(browser, paths: list[str], cache: str, repeat: int, baseline: 
     return here, base, ratios
 
 
-def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
+SCRIPT_KINDS = (("plotly.js", "plotly"), ("Dash's renderer", "dash_renderer"), ("React", "react"))
+"""Where a click's JavaScript time is counted (``--profile``): by the script's URL."""
+
+
+def _profile_split(profile: dict) -> dict[str, float]:
+    """A V8 CPU profile (CDP ``Profiler.stop``) as ms per script kind (``SCRIPT_KINDS``, other
+    scripts, and V8's own entries: ``(program)``, the browser's native work such as style, layout
+    and paint; ``(garbage collector)``; ``(idle)``), plus the three plotly.js functions with the
+    most self time."""
+    nodes = {n["id"]: n["callFrame"] for n in profile["nodes"]}
+    self_us: dict[int, float] = {}
+    for node, dt in zip(profile.get("samples", []), profile.get("timeDeltas", [])):
+        self_us[node] = self_us.get(node, 0.0) + dt
+    kinds: dict[str, float] = {}
+    plotly_fns: dict[str, float] = {}
+    for node, us in self_us.items():
+        frame = nodes[node]
+        url, fn = frame.get("url", ""), frame.get("functionName", "")
+        if not url and fn.startswith("("):
+            kind = fn
+        else:
+            kind = next((k for k, key in SCRIPT_KINDS if key in url), "other scripts")
+        kinds[kind] = kinds.get(kind, 0.0) + us / 1e3
+        if kind == "plotly.js":
+            plotly_fns[fn or "(anonymous)"] = plotly_fns.get(fn or "(anonymous)", 0.0) + us / 1e3
+    top = sorted(plotly_fns.items(), key=lambda kv: -kv[1])[:3]
+    kinds["top plotly.js"] = ", ".join(f"{f} {ms:.0f}" for f, ms in top)  # type: ignore[assignment]
+    return kinds
+
+
+def _figure_counts(answer) -> list[str]:
+    """Each plotly figure in a callback's answer (any ``{"data": [...], "layout": {...}}``) as
+    ``traces/points/shapes`` (points: the longest of x, y, z of each trace, summed)."""
+    out: list[str] = []
+
+    def walk(v) -> None:
+        if isinstance(v, dict):
+            if isinstance(v.get("data"), list) and isinstance(v.get("layout"), dict):
+                pts = sum(max((len(t[k]) for k in ("x", "y", "z") if isinstance(t.get(k), list)), default=0)
+                          for t in v["data"] if isinstance(t, dict))
+                out.append(f"{len(v['data'])}/{pts}/{len(v['layout'].get('shapes') or [])}")
+                return
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk(answer)
+    return out
+
+
+PROFILE_HEADERS = ["interaction", "browser ms", "answer KiB", "figures (traces/points/shapes)", "plotly.js",
+                   "Dash's renderer", "React", "other scripts", "(program)", "(garbage collector)", "(idle)", "top plotly.js (ms)"]
+
+
+def callbacks(browser, paths: list[str], cache: str, repeat: int, profile: bool = False):
+    """Clicks timed (module docstring, part 3); with ``profile``, the last round's clicks also
+    profiled: per click its answers' size, the figures in them and where the page's JavaScript
+    time went (``_profile_split``), as rows of ``PROFILE_HEADERS`` (the third value returned)."""
     from playwright.sync_api import expect
 
     from dashboards.app import create_app
@@ -213,8 +272,23 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
             arg=containers[callback], timeout=TIMEOUT)
         page.evaluate("() => new Promise(r => requestAnimationFrame(() => r()))")
 
+    answers: list = []
+    page.on("response", lambda r: answers.append(r) if "_dash-update-component" in r.url else None)
+    cdp = None
+    profiled: dict[str, list] = {}
+    rounds_left = [repeat]
+
     def step(name: str, action, done, callback: str) -> None:
         before = len(timings.get(callback, []))
+        nonlocal cdp
+        on = profile and rounds_left[0] == 1
+        if on and cdp is None:
+            cdp = page.context.new_cdp_session(page)
+            cdp.send("Profiler.enable")
+            cdp.send("Profiler.setSamplingInterval", {"interval": 250})
+        answers.clear()
+        if on:
+            cdp.send("Profiler.start")
         t0 = time.perf_counter()
         action()
         done()
@@ -222,6 +296,23 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
         browser_ms.setdefault(name, []).append((time.perf_counter() - t0) * 1e3)
         new = timings.get(callback, [])[before:]
         server_ms.setdefault(name, []).append(max(new, default=float("nan")) * 1e3)
+        if on:
+            split = _profile_split(cdp.send("Profiler.stop")["profile"])
+            size, figs = 0, []
+            for r in list(answers):
+                try:
+                    body = r.body()
+                except Exception:  # an answer superseded or not finished: not counted
+                    continue
+                size += len(body)
+                try:
+                    figs += _figure_counts(json.loads(body))
+                except ValueError:
+                    pass
+            profiled[name] = [name, f"{browser_ms[name][-1]:.0f}", f"{size / 1024:.0f}", " ".join(figs) or "-",
+                              *[f"{split.get(k, 0.0):.0f}" for k in ("plotly.js", "Dash's renderer", "React", "other scripts",
+                                                                      "(program)", "(garbage collector)", "(idle)")],
+                              split["top plotly.js"]]
 
     def tab(name: str):
         return lambda: page.click(f"#tab-{name}")
@@ -239,7 +330,8 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
         return s.name if s.name == s.label else f"{s.name} · {s.label}"
 
     multi = [s for s in catalog.sources if len(s.ranks) > 1]
-    for _ in range(repeat):
+    for round_ in range(repeat):
+        rounds_left[0] = repeat - round_
         page.click("#tab-overview")
         for view, sel in [("timeline", "#timeline-graph .js-plotly-plot .main-svg"),
                           ("ranks", "#view-ranks > *"),
@@ -320,7 +412,7 @@ def callbacks(browser, paths: list[str], cache: str, repeat: int) -> list[list]:
     server.shutdown()
     every = [[k, len(v), f"{statistics.median(v) * 1e3:.0f}", f"{max(v) * 1e3:.0f}"] for k, v in sorted(timings.items())]
     return [[k, f"{max(server_ms[k]):.0f}", f"{statistics.median(browser_ms[k]):.0f}", f"{max(browser_ms[k]):.0f}"]
-            for k in browser_ms], every
+            for k in browser_ms], every, list(profiled.values())
 
 
 SHOTS = [  # (file, view, trace: the first source whose label ends so, else the first; what to wait for)
@@ -481,6 +573,9 @@ def main() -> None:
     ap.add_argument("--screenshots", metavar="DIR", help="also write every view at 1600x1000 into DIR (docs/)")
     ap.add_argument("--cache-dir", help="the caches to warm and use (default: a new temporary directory)")
     ap.add_argument("--only-screenshots", action="store_true", help="with --screenshots: write them, time nothing")
+    ap.add_argument("--clicks", action="store_true", help="only the callbacks (part 3), the caches warmed first")
+    ap.add_argument("--profile", action="store_true", help="also profile the last round's clicks in Chromium: where the "
+                    "page's time went by script, the answers' size, the figures' traces, points and shapes")
     ap.add_argument("--baseline", metavar="DIR", help="only the start, each round also with the code of the checkout DIR "
                     "(a git worktree of main), interleaved: the ratios of the first content and of the server's CPU time")
     ap.add_argument("--tables", metavar="TRACE", help="only time the operators and kernels tables of TRACE (warm parse cache)")
@@ -515,11 +610,12 @@ def main() -> None:
                 print(table(["file", "trace", "size"], screenshots(browser, paths, cache, args.screenshots)))
                 browser.close()
                 return
-            print("2. start: seconds from launching `tracekit dashboard` to: the URL printed; the browser having the"
-                  " layout (its scripts loaded) and the first callback's answer; the chosen trace's figures shown"
-                  " (first content), and the server's CPU seconds by then; every trace's row; the step chart drawn; a first tab click answered;"
-                  " the frame that first showed the figures, read in the page (painted); the server's CPU seconds at the URL; Chromium's"
-                  " CPU seconds from the launch to the first content")
+            if not args.clicks:
+                print("2. start: seconds from launching `tracekit dashboard` to: the URL printed; the browser having the"
+                      " layout (its scripts loaded) and the first callback's answer; the chosen trace's figures shown"
+                      " (first content), and the server's CPU seconds by then; every trace's row; the step chart drawn; a first tab click answered;"
+                      " the frame that first showed the figures, read in the page (painted); the server's CPU seconds at the URL; Chromium's"
+                      " CPU seconds from the launch to the first content")
             print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             if args.baseline:
                 here, base, ratios = start_against(browser, paths, cache, args.repeat, args.baseline)
@@ -533,13 +629,18 @@ def main() -> None:
                 print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
                 browser.close()
                 return
-            print(table(START_HEADERS, start(browser, paths, cache, args.repeat)), "\n")
+            if not args.clicks:
+                print(table(START_HEADERS, start(browser, paths, cache, args.repeat)), "\n")
             print(f"load average before the callbacks: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             print(f"3. callbacks ({args.repeat} rounds): server-side time (max) and click-to-drawn in the browser (ms)")
-            by_action, every = callbacks(browser, paths, cache, args.repeat)
+            by_action, every, profiled = callbacks(browser, paths, cache, args.repeat, args.profile)
             print(table(["interaction", "server max", "browser median", "browser max"], by_action))
             print("\nevery callback that ran, server-side (ms)")
             print(table(["callback", "calls", "median", "max"], every))
+            if profiled:
+                print("\nthe last round's clicks profiled (Chromium's CPU profile of the page, ms of its main thread by "
+                      "script; the answers' size; each figure sent: traces/points/shapes)")
+                print(table(PROFILE_HEADERS, profiled))
             print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             if args.screenshots:
                 print("\n4. screenshots")

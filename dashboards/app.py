@@ -156,10 +156,13 @@ def create_app(catalog: Catalog) -> dash.Dash:
         Input("tabs", "value"),
         Input({"type": "pick-trace", "index": ALL}, "n_clicks"),
         Input({"type": "ranks-heat", "figure": ALL}, "clickData"),
+        State("rank", "options"),
+        State("rank", "disabled"),
     )
     @timed("page")
-    def page(search, index, rank, tab, picks, clicks):
+    def page(search, index, rank, tab, picks, clicks, rank_options, rank_disabled):
         trig = ctx.triggered_id
+        shown = (index, rank, tab)  # what the trace, rank and tab controls show now
         want = parse_link(search, catalog)
         cell = isinstance(trig, dict) and trig.get("type") == "ranks-heat"
         if cell:  # a cell of the ranks view: that rank's timeline at that step
@@ -203,8 +206,12 @@ def create_app(catalog: Catalog) -> dash.Dash:
         view = views.render(tab, index, rank, step)
         catalog.first_page.set()
         link = make_link(catalog, index, rank, tab, step)
-        return (link if link != search else dash.no_update), index, [{"label": str(r), "value": r} for r in ranks], rank, \
-            len(ranks) < 2, tab, banner, info, view
+        # a control whose value does not change is not sent again: Dash's renderer would redraw it
+        # (the tabs, both dropdowns) for nothing at every click (bench/NOTES-dashboard.md)
+        same = lambda new, old: dash.no_update if new == old else new  # noqa: E731
+        return (link if link != search else dash.no_update), same(index, shown[0]), \
+            same([{"label": str(r), "value": r} for r in ranks], rank_options), same(rank, shown[1]), \
+            same(len(ranks) < 2, rank_disabled), same(tab, shown[2]), banner, info, view
 
     # ---- a view waiting for its trace to load (views.Views.render) -----------------------------
     # One poll at a time: the interval ticks once (max_intervals=1) and an answer that finds the
@@ -251,6 +258,14 @@ def create_app(catalog: Catalog) -> dash.Dash:
         # drops a pending answer when a newer request for the same output starts, so a "no
         # update" here could swallow the step's drawing.
         window = None
+        key = (stored or {}).get("key") or [None] * 3
+        if ctx.triggered_id == "timeline-graph" and relayout == {"autosize": True} and key[0] == index and key[2] == step \
+                and (rank is None or key[1] == rank):
+            # plotly.js's first drawing of a figure reports an autosize: the figure shown is already
+            # this window's (the store says so), and drawing it again cost a second request and a
+            # whole redraw of every bar after each opening of the view (bench/NOTES-dashboard.md).
+            # A step chosen meanwhile is not swallowed: the store then names another step.
+            raise dash.exceptions.PreventUpdate
         if ctx.triggered_id == "timeline-graph" and relayout:
             if "xaxis.range[0]" in relayout:
                 window = (float(relayout["xaxis.range[0]"]) * 1e6, float(relayout["xaxis.range[1]"]) * 1e6)

@@ -325,7 +325,7 @@ body = {{"output": "..url.search...source.value...rank.options...rank.value...ra
         "inputs": [{{"id": "url", "property": "search", "value": ""}}, {{"id": "source", "property": "value", "value": 0}},
                    {{"id": "rank", "property": "value", "value": None}}, {{"id": "tabs", "property": "value", "value": "overview"}},
                    [], []],
-        "changedPropIds": [], "state": []}}
+        "changedPropIds": [], "state": [{{"id": "rank", "property": "options"}}, {{"id": "rank", "property": "disabled"}}]}}
 req = urllib.request.Request(server.url + "_dash-update-component", data=json.dumps(body).encode(),
                              headers={{"Content-Type": "application/json"}})
 page = urllib.request.urlopen(req).read().decode()
