@@ -63,18 +63,17 @@ def test_serves_on_localhost_and_prints_the_url(tmp_path):
 
 
 def _source_callback(app, value) -> dict:
-    """POST the callback that choosing a trace triggers (the page), with ``value`` as the chosen trace."""
-    outs = [("url", "search"), ("source", "value"), ("rank", "options"), ("rank", "value"), ("rank", "disabled"),
-            ("tabs", "value"), ("source-status", "children"), ("trace-info", "children"), ("view", "children")]
+    """POST the callback that choosing a trace triggers (the page), with ``value`` as the chosen trace
+    (every other input and state empty, as the app's callback map lists them)."""
+    out = next(k for k in app.callback_map if k.startswith("..url.search"))
+    spec = app.callback_map[out]
+    given = {"url.search": "", "source.value": value, "tabs.value": "overview"}
     payload = {
-        "output": ".." + "...".join(f"{i}.{p}" for i, p in outs) + "..",
-        "outputs": [{"id": i, "property": p} for i, p in outs],
-        "inputs": [{"id": "url", "property": "search", "value": ""},
-                   {"id": "source", "property": "value", "value": value},
-                   {"id": "rank", "property": "value", "value": None},
-                   {"id": "tabs", "property": "value", "value": "overview"},
-                   [], []],
-        "state": [],
+        "output": out,
+        "outputs": [dict(zip(("id", "property"), o.split("."))) for o in out.strip(".").split("...")],
+        "inputs": [[] if i["id"].startswith("{") else dict(i, value=given.get(f"{i['id']}.{i['property']}"))
+                   for i in spec["inputs"]],
+        "state": [dict(i, value=None) for i in spec["state"]],
         "changedPropIds": ["source.value"],
     }
     r = app.server.test_client().post("/_dash-update-component", json=payload)
@@ -151,10 +150,11 @@ def test_a_malformed_callback_request_is_a_400_without_a_traceback(tmp_path, cap
     spec = [dict(zip(("id", "property"), o.split("."))) for o in out.strip(".").split("...")]
     short = {"output": out, "outputs": spec, "changedPropIds": ["url.search"],
              "inputs": [{"id": "url", "property": "search", "value": "?trace=nope"}]}
-    assert client.post("/_dash-update-component", json=short).status_code == 400  # one input of six
+    assert client.post("/_dash-update-component", json=short).status_code == 400  # one input of several
     inputs = [[] if i["id"].startswith("{") else dict(i, value=None) for i in app.callback_map[out]["inputs"]]
     inputs[0]["value"] = "?trace=nope"
-    r = client.post("/_dash-update-component", json=dict(short, inputs=inputs))
+    state = [dict(i, value=None) for i in app.callback_map[out]["state"]]
+    r = client.post("/_dash-update-component", json=dict(short, inputs=inputs, state=state))
     assert r.status_code == 200, r.data[:200]
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
