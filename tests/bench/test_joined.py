@@ -90,3 +90,30 @@ def test_a_single_rank_is_not_a_job(tmp_path):
     p0, _ = waiting_job(tmp_path)
     (tmp_path / "trace_rank1.json.gz").unlink()
     assert complete_job(str(p0)) is None
+
+
+def test_explain_dir_replays_a_ranks_fix_on_the_job(tmp_path):
+    """``tracekit explain DIR``: the fix rank 0's trace alone predicts (FusedSparseDist) is also
+    applied to every rank and the job's graph replayed, and rank 0's "In its job" says what it
+    saves the job: nothing, rank 1's host paces the all-to-all."""
+    import json
+    import subprocess
+    import sys
+
+    from tracekit.report import schema
+
+    waiting_job(tmp_path)
+    base = [sys.executable, "-m", "tracekit.cli", "explain", str(tmp_path), "--no-cache"]
+    doc = json.loads(subprocess.run(base + ["--format", "json"], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert schema.problems(doc, schema.ExplainDocument) == []
+    by = {e["rank"]: e for e in doc["explain"]}
+    own = [f for f in by[0]["findings"] if f["id"] == "fused_sparse_dist"]
+    assert own and own[0]["helps"] and own[0]["saving_ns"] >= 5_000
+    rows = [w for w in by[0]["job"]["what_ifs"] if w["id"] == "fix:fused_sparse_dist"]
+    assert len(rows) == 1 and abs(rows[0]["saving_ns"]) <= 1_000 and not rows[0]["helps"]
+    assert "rank 0: applies" in rows[0]["note"] and "rank 1: does not apply" in rows[0]["note"]
+    assert by[1]["job"]["what_ifs"] == by[0]["job"]["what_ifs"]
+    text = subprocess.run(base + ["--rank", "0"], capture_output=True, text=True, check=True).stdout
+    assert "what-if across ranks: fused_sparse_dist on every rank: job step " in text
+    assert "would not help" in text.split("fused_sparse_dist on every rank")[1].splitlines()[0]

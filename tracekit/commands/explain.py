@@ -140,11 +140,16 @@ def _in_job(ranks: list[dict], path, *, rules_path, cache_dir, use_cache: bool) 
     if not os.path.isdir(path) or len(trace_files_in(path)) < 2:
         return
     from tracekit.ranks import analyze_job
-    from tracekit.ranks.job import rank_context
+    from tracekit.ranks.job import job_fixes, rank_context
+    from tracekit.ranks.whatif import RankSkeletonTask
 
     rep = analyze_job(path, rules_path=rules_path, cache_dir=cache_dir, use_cache=use_cache,
                       whole=False)
+    fixes = None
     for r in ranks:
         ctx = rank_context(rep.job, int(r["rank"]), rep.ranks)
         if ctx is not None:
-            r["job"] = ctx
+            if fixes is None:  # each known fix that a rank predicts, on every rank of the job
+                fixes = job_fixes(rep.ranks, rep.graph, task=RankSkeletonTask(
+                    rules_path=rules_path, cache_dir=cache_dir, use_cache=use_cache))
+            r["job"] = {**ctx, "what_ifs": list(ctx["what_ifs"]) + fixes}

@@ -565,3 +565,33 @@ def rank_context(job: dict, rank: int, ranks: list[dict], *, fixes_kept: int = 3
             "waits_for": mine["waits_for"][:3], "waits_at": mine["waits_at"][:3],
             "path_share": on_path / total if total else None, "waited": waited_bound,
             "fixes": fixes, "what_ifs": g["what_ifs"]}
+
+
+TIME_FIXES = ("fused_sparse_dist", "async_delta_copy", "precomputed_writeback", "allocator_polls")
+"""The known fixes (``tracekit.graph.fixes``) with a time saving that ``job_fixes`` replays on the
+job's graph."""
+JOB_FIXES_MAX_RANKS = 16
+"""``job_fixes`` reads every rank again per fix: jobs of more ranks are left to ``analyze DIR``."""
+
+
+def job_fixes(ranks: list[dict], ctx, *, task, kept: int = 2) -> list[dict]:
+    """The known fixes that some rank's own explain predicts to save time, each applied to every
+    rank and the job's graph replayed (``tracekit.ranks.whatif.with_fix``): what the fix saves the
+    job, which one rank's trace cannot say where another rank paces the collectives (a rank's
+    collectives keep, as their durations, the time they waited for the others). At most ``kept``
+    fixes, largest own saving first; none for a job of more than ``JOB_FIXES_MAX_RANKS`` ranks."""
+    from tracekit.ranks import whatif
+
+    if ctx is None or len(ranks) > JOB_FIXES_MAX_RANKS:
+        return []
+    best: dict[str, float] = {}
+    for r in ranks:
+        for f in ((r.get("explain") or {}).get("findings") or []):
+            if f.get("id") in TIME_FIXES and (f.get("saving_ns") or 0) > 0:
+                best[f["id"]] = max(best.get(f["id"], 0.0), float(f["saving_ns"]))
+    rows = []
+    for fid in sorted(best, key=lambda k: -best[k])[:kept]:
+        row = whatif.with_fix(ranks, ctx, fid, task=task, workers=1)
+        if row is not None:
+            rows.append(row)
+    return rows
