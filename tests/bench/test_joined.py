@@ -114,6 +114,8 @@ def test_explain_dir_replays_a_ranks_fix_on_the_job(tmp_path):
     assert len(rows) == 1 and abs(rows[0]["saving_ns"]) <= 1_000 and not rows[0]["helps"]
     assert "rank 0: applies" in rows[0]["note"] and "rank 1: does not apply" in rows[0]["note"]
     assert by[1]["job"]["what_ifs"] == by[0]["job"]["what_ifs"]
+    # a fix replayed on the job applies on some rank (else "would not help" would be a fix not made)
+    assert all(": applies" in w["note"] for w in by[0]["job"]["what_ifs"] if w["id"].startswith("fix:"))
     text = subprocess.run(base + ["--rank", "0"], capture_output=True, text=True, check=True).stdout
     assert "what-if across ranks: fused_sparse_dist on every rank: job step " in text
     assert "would not help" in text.split("fused_sparse_dist on every rank")[1].splitlines()[0]

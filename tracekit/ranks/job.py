@@ -567,9 +567,11 @@ def rank_context(job: dict, rank: int, ranks: list[dict], *, fixes_kept: int = 3
             "fixes": fixes, "what_ifs": g["what_ifs"]}
 
 
-TIME_FIXES = ("fused_sparse_dist", "async_delta_copy", "precomputed_writeback", "allocator_polls")
-"""The known fixes (``tracekit.graph.fixes``) with a time saving that ``job_fixes`` replays on the
-job's graph."""
+TIME_FIXES = ("fused_sparse_dist", "async_delta_copy", "precomputed_writeback")
+"""The known fixes with a time saving that ``job_fixes`` replays on the job's graph: those of
+``tracekit.analyses.explain.detect_fixes`` that ``whatif.changed_skeletons`` can apply to a rank
+(``allocator_polls`` is explain's own what-if, not one of them: on every rank it would apply
+nowhere and read as "would not help")."""
 JOB_FIXES_MAX_RANKS = 16
 """``job_fixes`` reads every rank again per fix: jobs of more ranks are left to ``analyze DIR``."""
 
