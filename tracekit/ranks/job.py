@@ -573,7 +573,8 @@ TIME_FIXES = ("fused_sparse_dist", "async_delta_copy", "precomputed_writeback")
 (``allocator_polls`` is explain's own what-if, not one of them: on every rank it would apply
 nowhere and read as "would not help")."""
 JOB_FIXES_MAX_RANKS = 16
-"""``job_fixes`` reads every rank again per fix: jobs of more ranks are left to ``analyze DIR``."""
+"""``job_fixes`` reads every rank again per fix: a job of more ranks gets no fix replayed on its
+graph (each rank's own findings only)."""
 
 
 def job_fixes(ranks: list[dict], ctx, *, task, kept: int = 2) -> list[dict]:

@@ -695,11 +695,9 @@ def capped_lags(jg: JobGraph, rank: int, other: RankInput) -> np.ndarray:
     u, inv = np.unique(key_m, return_inverse=True)
     cap = np.full(u.size, np.iinfo(np.int64).min, np.int64)
     np.maximum.at(cap, inv, m["lag"])
-    at = np.searchsorted(u, key_s)
-    hit = (at < u.size) & (u[np.minimum(at, max(u.size - 1, 0))] == key_s) if u.size else \
-        np.zeros(key_s.size, bool)
-    lower = np.where(hit, np.minimum(cap[np.minimum(at, max(u.size - 1, 0))] - s["lag"], 0)
-                     if u.size else 0, 0)
+    # u is not empty (``other`` has terms): each of the rank's terms, its pair's cap if ``other`` has it
+    at = np.minimum(np.searchsorted(u, key_s), u.size - 1)
+    lower = np.where(u[at] == key_s, np.minimum(cap[at] - s["lag"], 0), 0)
     e = np.flatnonzero(((jg.ekind == WORK) | (jg.ekind == RELEASE)) & (jg.rank[jg.dst] == rank)
                        & (jg.term >= 0))
     lag[e] += lower[jg.term[e]]
