@@ -152,6 +152,14 @@ for p in "${parts[@]}"; do
                   --profile-options default --out "$OUT"' ;;
     jobs2o) part jobs2o 170 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_wide --delay-rank 1 --delay-ms 2.5 --budget-s 100 --out "$OUT"' ;;
     jobs4o) part jobs4o 200 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_wide --delay-rank 2 --delay-ms 2 --budget-s 100 --out "$OUT"' ;;
+    holdout5a) part holdout5a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
+                  --plan multitask_b10k:sparse+fused,multitask_h96_b20k:sparse+fused,dense_b24k:sparse+fused \
+                  --profile-options default,shapes,stack --window-variants sparse \
+                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
+    holdout5b) part holdout5b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
+                  --plan multitask_b10k:sparse+fused,multitask_h96_b20k:sparse+fused,dense_b24k:sparse+fused \
+                  --profile-options default --out "$OUT"' ;;
+    jobs2p) part jobs2p 170 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_deep --delay-rank 0 --delay-ms 1.5 --budget-s 100 --out "$OUT"' ;;
     jobs4) part jobs4 250 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --budget-s 190 --out "$OUT"' ;;
     torchrec) part torchrec 340 bash -c 'set -e; fb=${FBPARTS:-/tmp/fbparts}; ls -l "$fb";
                   t=$SECONDS; bash "$fb/install.sh" "$fb" /tmp/site;

@@ -88,6 +88,14 @@ PLAN: dict[str, tuple[int, str, int, int, int]] = {
     "2gpu_fused_b8192": (2, "fused", 8192, 8, 1),
     "2gpu_sparse_b4096": (2, "sparse", 4096, 8, 1),
     "2gpu_fused_b4096": (2, "fused", 4096, 8, 1),
+    # held out (2026-11-27, session 5): batch sizes never run, collected before that session's model
+    # changes, to judge the overhead model and explain on
+    "1gpu_sparse_b4096": (1, "sparse", 4096, 8, 2),
+    "1gpu_fused_b4096": (1, "fused", 4096, 8, 2),
+    "1gpu_sparse_b16384": (1, "sparse", 16384, 8, 2),
+    "1gpu_fused_b16384": (1, "fused", 16384, 8, 2),
+    "2gpu_sparse_b2048": (2, "sparse", 2048, 8, 1),
+    "2gpu_fused_b2048": (2, "fused", 2048, 8, 1),
 }
 
 
