@@ -96,6 +96,11 @@ PLAN: dict[str, tuple[int, str, int, int, int]] = {
     "1gpu_fused_b16384": (1, "fused", 16384, 8, 2),
     "2gpu_sparse_b2048": (2, "sparse", 2048, 8, 1),
     "2gpu_fused_b2048": (2, "fused", 2048, 8, 1),
+    # the same pairs again in mirrored order (a spread across processes)
+    "2gpu_fused_b2048_r2": (2, "fused", 2048, 8, 1),
+    "2gpu_sparse_b2048_r2": (2, "sparse", 2048, 8, 1),
+    "1gpu_fused_b4096_r2": (1, "fused", 4096, 8, 2),
+    "1gpu_sparse_b4096_r2": (1, "sparse", 4096, 8, 2),
 }
 
 
