@@ -8,65 +8,12 @@ from pathlib import Path
 import pytest
 
 from bench.common.joined import complete_job, joined_fix
-from tests.tracekit.ranks.jobhelp import A2A, Coll, comm_args, rank_builder
+from tests.tracekit.ranks.jobhelp import PERIOD, waiting_job
 from tracekit.analyses import explain
 from tracekit.phases import default_rules
 from tracekit.trace import load
 
 RULES = default_rules()
-STEPS = 4
-PERIOD = 300.0
-"""Rank 1's host launches its all-to-all once every 300 us (true clock)."""
-
-
-def waiting_job(d: Path) -> list[Path]:
-    """Two ranks meeting at an all-to-all (5 us of data) once a step. Rank 0 runs SparseDist on
-    one stream, its kernels launched far ahead (``test_explain.fused_trace``): lookup 20 us, the
-    all-to-all, dense forward 30, dense backward 40, embedding backward 30, optimizer 20, 1 us
-    apart: 147 us of its own GPU work a step. Rank 1's host is slow: a 280-us op, then the
-    all-to-all's launch; its kernel starts at 300 * step - 2 and the instance ends 5 us after the
-    later arrival. Rank 0's all-to-all therefore waits about 150 us a step for rank 1: its trace
-    is bound by that collective, rank 1's by its host (no embedding lookup there: the fix does
-    not apply to it)."""
-    coll = [Coll("0", "all_to_all", i, {}, 0.0) for i in range(1, STEPS + 1)]
-    arrive1 = [PERIOD * i - 2 for i in range(1, STEPS + 1)]
-    b0 = rank_builder(0, 2, device=0, base_us=1_000_000.0)
-    gpu = 10.0
-    for i in range(1, STEPS + 1):
-        c, a = coll[i - 1], comm_args(coll[i - 1], 0, 2)
-        h = (i - 1) * 10.0
-        b0.profiler_step(i, h, 10)
-        b0.annotation(f"## forward {i} ##", h + 0.5, 2.3)
-        b0.kernel("tbe::detail::pooled_forward_kernel", gpu, 20,
-                  launched_by=b0.runtime("cudaLaunchKernel", h + 1, 0.3))
-        gpu += 21
-        b0.cpu_op("record_param_comms", h + 1.4, 0.2, args={**a, "Rank": 0})
-        end = max(gpu, arrive1[i - 1]) + 5
-        c.starts[0], c.end = gpu, end
-        b0.kernel(A2A, gpu, end - gpu, launched_by=b0.runtime("cudaLaunchKernel", h + 1.7, 0.2),
-                  args=a)
-        gpu = end + 1
-        b0.kernel("dense_fwd", gpu, 30, launched_by=b0.runtime("cudaLaunchKernel", h + 2, 0.5))
-        b0.annotation(f"## backward {i} ##", h + 2.9, 0.9)
-        b0.kernel("dense_bwd", gpu + 31, 40, launched_by=b0.runtime("cudaLaunchKernel", h + 3, 0.5))
-        b0.annotation(f"## emb_backward {i} ##", h + 3.9, 0.9)
-        b0.kernel("emb_bwd", gpu + 72, 30, launched_by=b0.runtime("cudaLaunchKernel", h + 4, 0.5))
-        b0.annotation(f"## optimizer {i} ##", h + 4.9, 0.9)
-        b0.kernel("adam", gpu + 103, 20, launched_by=b0.runtime("cudaLaunchKernel", h + 5, 0.5))
-        gpu += 124
-    b1 = rank_builder(1, 2, device=1, base_us=1_000_000.0)
-    for i in range(1, STEPS + 1):
-        c, a = coll[i - 1], comm_args(coll[i - 1], 1, 2)
-        h = PERIOD * (i - 1)
-        b1.profiler_step(i, h, PERIOD)
-        b1.cpu_op("aten::slow_host_work", h + 1, 280)
-        b1.cpu_op("record_param_comms", h + 290, 1, args={**a, "Rank": 1})
-        start = arrive1[i - 1]
-        b1.kernel(A2A, start, c.end - start,
-                  launched_by=b1.runtime("cudaLaunchKernel", h + 295, 1), args=a)
-        b1.kernel("gemm_kernel", c.end + 1, 1,
-                  launched_by=b1.runtime("cudaLaunchKernel", h + 296.5, 0.5))
-    return [b0.write(d / "trace_rank0.json.gz"), b1.write(d / "trace_rank1.json.gz")]
 
 
 def test_a_fix_of_a_rank_that_waits_for_another_saves_the_job_nothing(tmp_path):

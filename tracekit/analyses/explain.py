@@ -373,17 +373,17 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         if comp:
             k, v = max(comp, key=lambda kv: kv[1])
             ph = k[len(COMPUTE):]
-            generic.append((f"phase:{ph}", f"phase:{ph}=2",
+            generic.append((f"phase:{ph}", finding_spec(f"phase:{ph}"),
                             f"GPU compute in phase {ph!r} is {100 * v:.1f}% of the critical path",
                             f"make phase {ph!r} 2x faster (what-if)"))
         if share.get("host", 0) >= HOST_FINDING_SHARE and host_what_ifs:
-            generic.append(("host", "host=2",
+            generic.append(("host", finding_spec("host"),
                             f"host time (dispatch, launches, Python between them) is "
                             f"{100 * share['host']:.1f}% of the critical path",
                             "make the host 2x faster: fewer launches (foreach/fused optimizers, "
                             "CUDA graphs), less Python per step (what-if)"))
         if share.get(SYNC, 0) >= SYNC_FINDING_SHARE and not covered_syncs:
-            generic.append(("syncs", "sync:all",
+            generic.append(("syncs", finding_spec("syncs"),
                             f"blocking calls and waits are {100 * share[SYNC]:.1f}% of the "
                             "critical path", "remove the host syncs (what-if: all of them)"))
     changes = [(fid, title, fix, *wi.spec_change(gw, wi.parse_spec(spec), chains))
@@ -623,6 +623,24 @@ def allocator_polls_fix(trace: Trace, g0: Graph, g: Graph, counted: np.ndarray) 
     return fx.detect_allocator_polls(g, mask, sites, g0.dur, counted, known, every)
 
 
+def finding_spec(fid: str) -> str | None:
+    """The what-if (``tracekit.graph.whatif.parse_spec``) of a generic finding by id: the
+    phase ``NAME`` 2x faster (``phase:NAME``), the host 2x faster (``host``), the host syncs
+    removed (``syncs``); None for any other finding (a known fix is applied by its id,
+    ``tracekit.graph.fixes``). What ``tracekit.ranks`` replays of a rank's finding on the job's
+    graph."""
+    if fid.startswith("phase:"):
+        return f"{fid}=2"
+    return {"host": "host=2", "syncs": "sync:all"}.get(fid)
+
+
+def what_if_change(trace: Trace, g: Graph, spec: wi.Spec) -> tuple[wi.Change, int]:
+    """A user what-if on ``g`` (a graph of ``trace``: ``view_graph``'s), as explain replays it:
+    the change and how many nodes it touches (``tracekit.graph.whatif.spec_change``; a
+    ``sync:`` spec matches the blocking calls' op chains too)."""
+    return wi.spec_change(g, spec, _chains(trace, g) if spec.what == "sync" else None)
+
+
 def _chains(trace: Trace, g) -> np.ndarray:
     """Per node: the op chain of a blocking call ("" for every other node)."""
     out = objarrays.full(g.n, "")
@@ -636,4 +654,5 @@ def _chains(trace: Trace, g) -> np.ndarray:
     return out
 
 
-__all__ = ["BOUNDS", "ExplainConfig", "ExplainResult", "compute", "bound_class"]
+__all__ = ["BOUNDS", "ExplainConfig", "ExplainResult", "compute", "bound_class", "finding_spec",
+           "what_if_change"]

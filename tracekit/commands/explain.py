@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import click
 
@@ -19,7 +20,9 @@ from tracekit.commands.common import (cache_options, echo_lines, emit, format_op
               help="Also print this step's critical path (the longest runs, in time order).")
 @click.option("--what-if", "what_ifs", multiple=True, metavar="SPEC",
               help="Replay a change: kernel:REGEX=N, phase:NAME=N, host=N (N times faster) or "
-                   "sync:REGEX (remove matching host syncs; sync:all). Repeatable.")
+                   "sync:REGEX (remove matching host syncs; sync:all). Repeatable. In a job "
+                   "(a directory of its ranks), rank:R:SPEC changes rank R alone (SPEC as "
+                   "above, or fix:ID) and replays the job's graph.")
 @click.option("--annotate", "annotate", type=click.Path(), default=None,
               help="Write a copy of the trace (.json or .json.gz) with the critical path, sync "
                    "stalls and optimizer -> lookup gaps added as tracks and flows.")
@@ -51,14 +54,23 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
     from tracekit.errors import InputError
     from tracekit.report import explain_document, render_explain
 
+    rank_specs = []
     if what_ifs:  # (numpy and pandas only when the slow path runs)
         from tracekit.graph.whatif import check_phases, parse_spec
+        from tracekit.ranks.whatif import is_rank_spec, parse_rank_spec
 
+        rank_specs = [parse_rank_spec(s) for s in what_ifs if is_rank_spec(s)]
+        what_ifs = tuple(s for s in what_ifs if not is_rank_spec(s))
         specs = [parse_spec(s) for s in what_ifs]
+        # a rank's phase named in the user's words (rank:R:phase:NAME=N)
+        specs += [replace(parse_spec(rs.change), text=rs.text) for rs in rank_specs
+                  if not rs.change.startswith("fix:")]
         if any(sp.what == "phase" for sp in specs):
             from tracekit.phases import load_rules
 
             check_phases(specs, load_rules(rules_path))
+        if rank_specs:
+            _check_job_path(path, rank_specs)
     check_out(out, (path,), rules_path=rules_path)
     if annotate is not None:
         import os
@@ -79,6 +91,7 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
                 or has_untraced_beside(path))
     ranks: list[dict]
     paths: dict[int, list[dict]] = {}
+    world: dict[int, int | None] = {}  # each rank's job size, as its trace says
     if not slow:
         from tracekit.loaded import report_for_path
 
@@ -88,6 +101,9 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
                               use_cache=not no_cache, with_hta=False, prefetch=True,
                               also_hta=(None, True))
         ranks = select_rank(got, rank, path)
+        for r in ranks:
+            info = (r.get("identity") or {}).get("distributed_info") or {}
+            world[int(r["rank"])] = info.get("world_size")
     else:
         from tracekit.loaded import loading
         from tracekit.report import explain_dict, path_rows
@@ -104,6 +120,7 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
                 r = {"source": lt.source, "rank": int(lt.rank), "warnings": list(lt.warnings),
                      "explain": explain_dict(lt.explain(what_ifs, **view))}
                 ranks.append(r)
+                world[int(lt.rank)] = lt.trace.world_size
                 if step is not None:
                     seg = lt.critical_path(step, what_ifs, **view)
                     steps = [s["step"] for s in r["explain"]["steps"]]
@@ -122,34 +139,119 @@ def command(path, step, what_ifs, annotate, traced, step_ms, fmt, out, rules_pat
     lines = [ln for r in ranks for ln in warning_lines(r)]
     echo_lines(lines, verbose=verbose, room=2 if annotate is not None else 3)
     ranks = [{**r, "path": paths.get(r["rank"])} for r in ranks]
-    _in_job(ranks, path, rules_path=rules_path, cache_dir=cache_dir, use_cache=not no_cache)
+    _in_job(ranks, path, rules_path=rules_path, cache_dir=cache_dir, use_cache=not no_cache,
+            world=world, rank_specs=rank_specs)
     if fmt == "json":
         emit(json.dumps(explain_document(ranks, __version__), allow_nan=False) + "\n", out)
     else:
         emit(render_explain(ranks, limit=limit, step=step), out)
 
 
-def _in_job(ranks: list[dict], path, *, rules_path, cache_dir, use_cache: bool) -> None:
-    """For a directory of several ranks: each rank's place in the job (``rank_context``: its
-    own work against its wait on the job's graph; for a rank that waits, the fixes of the rank
-    it waits for), from the job's analysis through the report cache."""
+def _check_job_path(path, rank_specs) -> None:
+    """A what-if across ranks needs a job: ``InputError`` (one line) for a path that is no
+    directory of several traces."""
     import os
 
     from tracekit._files import trace_files_in
+    from tracekit.errors import InputError
 
-    if not os.path.isdir(path) or len(trace_files_in(path)) < 2:
+    try:
+        several = os.path.isdir(path) and len(trace_files_in(path)) >= 2
+    except OSError:
+        several = False  # the directory's own error comes from loading it
+    if not several and os.path.exists(path):
+        raise InputError(f"--what-if {rank_specs[0].text!r} changes one rank of a job: give the "
+                         "directory of the job's rank traces", path=path)
+
+
+def _job_folder(path, world: int | None) -> str | None:
+    """The folder whose job ``path``'s ranks are explained in: the directory given, when it holds
+    several traces; for one trace file, its folder when that holds exactly its job's
+    ``world`` rank files (at most ``JOB_FIXES_MAX_RANKS``: a larger job is analysed with
+    ``tracekit explain DIR --rank N``); else None."""
+    import os
+
+    from tracekit._files import trace_files_in
+    from tracekit.ranks.job import JOB_FIXES_MAX_RANKS
+
+    if "://" in str(path):
+        return None
+    if os.path.isdir(path):
+        return path if len(trace_files_in(path)) >= 2 else None
+    if not world or world < 2 or world > JOB_FIXES_MAX_RANKS:
+        return None
+    folder = os.path.dirname(str(path)) or "."
+    try:
+        files = trace_files_in(folder)
+        mine = any(os.path.samefile(f, path) for f in files)
+    except OSError:
+        return None
+    return folder if mine and len(files) == world else None
+
+
+def _in_job(ranks: list[dict], path, *, rules_path, cache_dir, use_cache: bool,
+            world: dict[int, int | None], rank_specs: list) -> None:
+    """For a rank of a job whose every rank is in the folder (``explain DIR``, or one rank's file
+    beside the others): each rank's place in the job (``rank_context``: its own work against
+    its wait on the job's graph), its findings replayed on the job's graph (``job_findings``:
+    for a rank that waits, first those of the rank it waits for), each known fix some rank
+    predicts on every rank (``job_fixes``) and the user's what-ifs across ranks
+    (``rank:R:SPEC``), from the job's analysis through the report cache."""
+    from tracekit.errors import InputError
+
+    folder = None
+    for r in ranks:
+        folder = folder or _job_folder(path, world.get(int(r["rank"])))
+    if folder is None:
         return
     from tracekit.ranks import analyze_job
-    from tracekit.ranks.job import job_fixes, rank_context
-    from tracekit.ranks.whatif import RankSkeletonTask
+    from tracekit.ranks.job import job_findings, job_fixes, rank_context
+    from tracekit.ranks.whatif import RankChangesTask, RankSkeletonTask, on_ranks
 
-    rep = analyze_job(path, rules_path=rules_path, cache_dir=cache_dir, use_cache=use_cache,
+    rep = analyze_job(folder, rules_path=rules_path, cache_dir=cache_dir, use_cache=use_cache,
                       whole=False)
-    fixes = None
+    if folder != path and not rep.job.get("complete"):
+        return  # one rank's file among traces that are not its whole job
+    contexts = {}
     for r in ranks:
         ctx = rank_context(rep.job, int(r["rank"]), rep.ranks)
         if ctx is not None:
-            if fixes is None:  # each known fix that a rank predicts, on every rank of the job
-                fixes = job_fixes(rep.ranks, rep.graph, task=RankSkeletonTask(
-                    rules_path=rules_path, cache_dir=cache_dir, use_cache=use_cache))
-            r["job"] = {**ctx, "what_ifs": list(ctx["what_ifs"]) + fixes}
+            contexts[int(r["rank"])] = ctx
+    asked = []
+    if rank_specs:
+        if rep.graph is None:
+            raise InputError(f"--what-if {rank_specs[0].text!r}: this job has no graph to "
+                             "replay (fewer than two ranks with collectives and steps)",
+                             path=path)
+        joined = sorted(ri.rank for ri in rep.graph.inputs)
+        for rs in rank_specs:
+            if rs.rank not in joined:
+                raise InputError(f"--what-if {rs.text!r}: no rank {rs.rank} in the job's graph "
+                                 f"(ranks: {', '.join(map(str, joined))})", path=path)
+        task = RankChangesTask(rules_path=rules_path, cache_dir=cache_dir, use_cache=use_cache)
+        wanted: dict[int, list[str]] = {}
+        for rs in rank_specs:
+            wanted.setdefault(rs.rank, []).append(rs.change)
+        rows = on_ranks(rep.ranks, rep.graph, wanted, task=task)
+        for rs in rank_specs:
+            row = rows.get((rs.rank, rs.change))
+            if row is None:
+                raise InputError(f"--what-if {rs.text!r}: rank {rs.rank}'s trace could not be "
+                                 "read again", path=path)
+            row = {**row, "id": rs.text, "title": rs.title}
+            if not row["applies"]:
+                row["note"] = "; ".join(x for x in (
+                    f"does not apply to rank {rs.rank}" if rs.change.startswith("fix:") else
+                    f"matches nothing on rank {rs.rank}", row.get("note")) if x)
+            asked.append(row)
+    if not contexts:
+        return
+    fixes = job_fixes(rep.ranks, rep.graph, task=RankSkeletonTask(
+        rules_path=rules_path, cache_dir=cache_dir, use_cache=use_cache))
+    found = job_findings(rep.ranks, rep.graph, contexts, task=RankChangesTask(
+        rules_path=rules_path, cache_dir=cache_dir, use_cache=use_cache))
+    for r in ranks:
+        ctx = contexts.get(int(r["rank"]))
+        if ctx is not None:
+            r["job"] = {**ctx, "findings": found.get(int(r["rank"]), []),
+                        "what_ifs": list(ctx["what_ifs"]) + fixes + asked}

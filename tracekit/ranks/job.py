@@ -527,12 +527,20 @@ def _joined(ranks: list[dict], inputs: list, table: pd.DataFrame, config: JobCon
     return out, ctx
 
 
-def rank_context(job: dict, rank: int, ranks: list[dict], *, fixes_kept: int = 3) -> dict | None:
+OFF_PATH_SHARE = 0.1
+"""A rank that does not wait but holds less than this share of the job's critical path is
+offered the fixes of the rank that bounds the job (``rank_context``'s ``job_bound``) before its
+own: its own findings shorten a path the job's step does not follow."""
+
+
+def rank_context(job: dict, rank: int, ranks: list[dict]) -> dict | None:
     """What a rank's explain says in its job (``tracekit explain DIR``), from the job object and
     the ranks' objects: its step on the job's graph (own work, transfers, wait), whether it
     waits more than it works (``waiting``) and for whom, its share of the job's critical path
-    and, for a waiting rank, the findings of the rank it waits for most (``fixes``: those are the
-    fixes that shorten its step). None without the job's graph or the rank in it."""
+    and, for a waiting rank, the rank it waits for most (``waited``: its fixes are those that
+    shorten this rank's step, ``job_findings``); for a rank that does not wait but is almost off
+    the job's critical path (under ``OFF_PATH_SHARE``), the rank that bounds the job
+    (``job_bound``). None without the job's graph or the rank in it."""
     g = job.get("graph")
     if not g:
         return None
@@ -546,32 +554,122 @@ def rank_context(job: dict, rank: int, ranks: list[dict], *, fixes_kept: int = 3
             on_path += p["ns"] if p["rank"] == rank else 0
     top = mine["waits_for"][0] if mine["waits_for"] else None
     waited = top["rank"] if top else None
-    fixes: list[dict] = []
-    waited_bound = None
-    if mine["waiting"] and waited is not None:
-        other = next((r for r in ranks if int(r["rank"]) == waited), None)
-        ex = (other or {}).get("explain") or {}
-        fixes = [f for f in ex.get("findings") or [] if f.get("kind") != "memory"
-                 and (f.get("saving_ns") or 0) > 0][:fixes_kept]
-        w = next((x for x in g["ranks"] if x["rank"] == waited), None)
-        if w:
-            cls = max(w["own_classes"].items(), key=lambda kv: kv[1])[0] \
-                if w["own_classes"] else None
-            waited_bound = {"rank": waited, "class": cls, "own_ns": w["own_ns"]}
+    share = on_path / total if total else None
+    bound = (g.get("bound") or {}).get("rank")
+
+    def own(k: int) -> dict | None:
+        w = next((x for x in g["ranks"] if x["rank"] == k), None)
+        if w is None:
+            return None
+        cls = max(w["own_classes"].items(), key=lambda kv: kv[1])[0] \
+            if w["own_classes"] else None
+        return {"rank": k, "class": cls, "own_ns": w["own_ns"]}
+
+    waited_bound = own(waited) if mine["waiting"] and waited is not None else None
+    # a rank that does not wait but is (almost) off the job's critical path: the rank that
+    # bounds the job paces it too
+    off_path = (not mine["waiting"] and bound is not None and bound != rank
+                and share is not None and share < OFF_PATH_SHARE)
+    pacing = own(bound) if off_path else None
     return {"job": job["source"], "ranks": job["ranks_read"], "job_step_ns": g["step_ns"],
             "step_ns": mine["step_ns"], "own_ns": mine["own_ns"],
             "transfer_ns": mine["transfer_ns"], "wait_ns": mine["wait_ns"],
             "wait_share": mine["wait_share"], "waiting": mine["waiting"],
             "waits_for": mine["waits_for"][:3], "waits_at": mine["waits_at"][:3],
-            "path_share": on_path / total if total else None, "waited": waited_bound,
-            "fixes": fixes, "what_ifs": g["what_ifs"]}
+            "path_share": share, "waited": waited_bound, "job_bound": pacing,
+            "findings": [], "what_ifs": g["what_ifs"]}
 
 
-TIME_FIXES = ("fused_sparse_dist", "async_delta_copy", "precomputed_writeback")
-"""The known fixes with a time saving that ``job_fixes`` replays on the job's graph: those of
-``tracekit.analyses.explain.detect_fixes`` that ``whatif.changed_skeletons`` can apply to a rank
-(``allocator_polls`` is explain's own what-if, not one of them: on every rank it would apply
-nowhere and read as "would not help")."""
+def finding_change(finding: dict) -> str | None:
+    """The change that replays a rank's finding on the job's graph (``whatif.on_ranks``): a
+    known fix with a time saving by id (``fix:ID``), a generic finding by its what-if
+    (``tracekit.analyses.explain.finding_spec``); None for any other (a memory finding,
+    ``allocator_polls``: explain's own what-if, which a rank's skeleton cannot take)."""
+    from tracekit.analyses.explain import finding_spec
+    from tracekit.ranks.whatif import TIME_FIXES
+
+    fid = str(finding.get("id") or "")
+    return f"fix:{fid}" if fid in TIME_FIXES else finding_spec(fid)
+
+
+def own_time_findings(rank: dict, kept: int) -> list[dict]:
+    """A rank's first ``kept`` time findings that its own explain predicts to help (a saving of
+    ``NO_HELP_FRACTION`` of its step or more), in the order explain shows them."""
+    ex = rank.get("explain") or {}
+    return [f for f in ex.get("findings") or [] if f.get("kind") != "memory"
+            and (f.get("saving_ns") or 0) > 0 and f.get("helps", True)][:kept]
+
+
+def job_findings(ranks: list[dict], ctx, contexts: dict[int, dict], *, task,
+                 kept: int = 3, workers: int | None = None) -> dict[int, list[dict]]:
+    """Per rank of ``contexts`` (rank -> ``rank_context``): its findings in its job, each
+    (``schema.JobFinding``) the rank's own time finding replayed on the job's graph (the change
+    applied to the rank that found it, the others as they are: ``whatif.on_ranks``), its job
+    saving beside its saving on that rank alone. A rank that waits (``waiting``) gets first the
+    findings of the rank it waits for (``waited``): those shorten its step; then its own. So
+    does a rank almost off the job's critical path, the job's bound rank's (``job_bound``). At
+    most ``kept`` findings of each rank, each list by job saving, largest first. In a job of
+    more than ``JOB_FIXES_MAX_RANKS`` ranks explained at once nothing is replayed (the
+    findings are listed with ``replayed`` False)."""
+    from tracekit.ranks import whatif
+
+    by = {int(r["rank"]): r for r in ranks}
+    lists: dict[int, list[tuple[int, dict]]] = {}
+    for k, c in contexts.items():
+        got = []
+        wd = c.get("waited") or c.get("job_bound")
+        if wd and wd["rank"] in by and wd["rank"] != k:
+            got += [(wd["rank"], f) for f in own_time_findings(by[wd["rank"]], kept)]
+        if k in by:
+            got += [(k, f) for f in own_time_findings(by[k], kept)]
+        lists[k] = got
+    wanted: dict[int, list[str]] = {}
+    for got in lists.values():
+        for j, f in got:
+            ch = finding_change(f)
+            if ch is not None and ch not in wanted.setdefault(j, []):
+                wanted[j].append(ch)
+    replay = ctx is not None and len(contexts) <= JOB_FIXES_MAX_RANKS
+    rows = whatif.on_ranks(ranks, ctx, wanted, task=task, workers=workers) if replay else {}
+    out = {}
+    for k, got in lists.items():
+        entries = [_job_finding(j, f, rows.get((j, finding_change(f) or "")), replay)
+                   for j, f in got]
+        waited = [e for e in entries if e["rank"] != k]
+        own = [e for e in entries if e["rank"] == k]
+        out[k] = sorted(waited, key=_by_job_saving) + sorted(own, key=_by_job_saving)
+    return out
+
+
+def _by_job_saving(e: dict) -> tuple:
+    return (not e["replayed"], -(e["saving_ns"] or 0.0), -(e["alone_saving_ns"] or 0.0))
+
+
+def _job_finding(rank: int, f: dict, row: dict | None, replay: bool) -> dict:
+    """A ``schema.JobFinding``: the finding ``f`` of rank ``rank`` with its replay on the job's
+    graph (``row``, None when it was not replayed)."""
+    change = finding_change(f)
+    note = ("" if row is not None else
+            "not replayed on the job's graph: " + (
+                "the job has more ranks than are replayed at once" if not replay else
+                "explain's own what-if, which a rank's skeleton does not take" if change is None else
+                "the rank's trace could not be read again"))
+    if row is not None and not row.get("applies", True):
+        note = "does not apply to the rank's graph reduced to its collectives"
+    return {"rank": rank, "id": f.get("id"), "title": f.get("title"), "fix": f.get("fix"),
+            "change": change, "replayed": row is not None,
+            "step_ns": row["step_ns"] if row else None,
+            "predicted_ns": row["predicted_ns"] if row else None,
+            "saving_ns": row["saving_ns"] if row else None,
+            "saving_fraction": row["saving_fraction"] if row else None,
+            "saving_contention_ns": row["saving_contention_ns"] if row else None,
+            "helps": bool(row["helps"]) if row else False,
+            "alone_saving_ns": f.get("saving_ns"),
+            "alone_saving_fraction": f.get("saving_fraction"),
+            "alone_saving_contention_ns": f.get("saving_contention_ns"),
+            "alone_helps": bool(f.get("helps", True)), "note": (row or {}).get("note") or note}
+
+
 JOB_FIXES_MAX_RANKS = 16
 """``job_fixes`` reads every rank again per fix: a job of more ranks gets no fix replayed on its
 graph (each rank's own findings only)."""
@@ -584,6 +682,7 @@ def job_fixes(ranks: list[dict], ctx, *, task, kept: int = 2) -> list[dict]:
     collectives keep, as their durations, the time they waited for the others). At most ``kept``
     fixes, largest own saving first; none for a job of more than ``JOB_FIXES_MAX_RANKS`` ranks."""
     from tracekit.ranks import whatif
+    from tracekit.ranks.whatif import TIME_FIXES
 
     if ctx is None or len(ranks) > JOB_FIXES_MAX_RANKS:
         return []

@@ -18,7 +18,12 @@
   each all-to-all instance's transfers scaled by the mean over the members of the bytes they
   received over the largest (the busiest member decides how long the data takes to move). A rank
   whose every factor lies within ``BALANCE_TOLERANCE`` of 1 keeps its skeleton.
-- ``phase:NAME=N on rank R``: one rank's phase N times faster.
+- ``rank:R:SPEC``: one rank changed by a what-if of explain's (``tracekit.graph.whatif``:
+  ``phase:NAME=N``, ``kernel:REGEX=N``, ``host=N``, ``sync:REGEX``) or a known fix
+  (``fix:ID``, ``tracekit.graph.fixes``), the other ranks as they are (``on_ranks``): the CLI's
+  ``tracekit explain DIR --what-if rank:R:SPEC``, and what each rank's own findings save the
+  job (``tracekit.ranks.job.job_findings``). Its collective kernels keep their durations
+  (their time is the job's: the wait and the transfer).
 
 The last two change ranks' own graphs: each such rank's trace is loaded again (the parse cache
 makes it quick), its explain graph changed (``tracekit.graph.whatif``: durations scaled) and
@@ -37,12 +42,14 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from tracekit.analyses.explain import NO_HELP_FRACTION
 from tracekit.errors import TracekitError
+from tracekit.ranks import executors
 from tracekit.ranks.inputs import Failed
 
 BALANCE_TOLERANCE = 0.05
@@ -51,6 +58,12 @@ PHASE_IMBALANCE_MIN = 1.25
 """A phase is balanced when its largest rank's GPU time is at least this times the mean."""
 LEFT_OUT_PHASES = ("communication",)
 """Phases never scaled (their time is mostly the wait for other ranks)."""
+
+TIME_FIXES = ("fused_sparse_dist", "async_delta_copy", "precomputed_writeback")
+"""The known fixes with a time saving that ``job_fixes`` replays on the job's graph: those of
+``tracekit.analyses.explain.detect_fixes`` that ``whatif.changed_skeletons`` can apply to a rank
+(``allocator_polls`` is explain's own what-if, not one of them: on every rank it would apply
+nowhere and read as "would not help")."""
 
 STRAGGLER = "straggler_at_median"
 BALANCED = "all_to_all_balanced"
@@ -85,11 +98,46 @@ class RankSkeletonTask:
             return Failed(path, str(exc))
 
 
-def changed_skeletons(trace, rules, factors: dict[str, float], *, fix: str | None = None) -> dict:
+@dataclass(frozen=True)
+class RankChangesTask:
+    """Reduce one rank's explain graph again once per change of ``changes[path]`` (each a
+    what-if spec of ``tracekit.graph.whatif.parse_spec`` or ``fix:ID``), the trace loaded and
+    its graph built once. Returns ``{change: {"free", "contention", "applies", "shares_gpu"}}``
+    (``changed_skeletons``) or ``Failed``."""
+
+    changes: dict = field(default_factory=dict)
+    """path -> the changes (tuple of str) to reduce that rank with, one at a time."""
+    rules_path: str | None = None
+    cache_dir: str | None = None
+    use_cache: bool = True
+
+    def __call__(self, path: str) -> dict | Failed:
+        from tracekit.loaded import loading
+
+        try:
+            with loading(path, rules=self.rules_path, cache_dir=self.cache_dir,
+                         use_cache=self.use_cache, progress=False) as traces:
+                if len(traces) != 1:
+                    return Failed(path, f"holds {len(traces)} ranks, not one")
+                t = traces[0]
+                return {c: changed_skeletons(t.trace, t.rules, {}, **change_keywords(c))
+                        for c in self.changes.get(path, ())}
+        except TracekitError as exc:
+            return Failed(path, str(exc))
+
+
+def change_keywords(change: str) -> dict:
+    """``changed_skeletons``' keywords for a change: ``fix:ID`` a known fix, else a spec."""
+    return {"fix": change[4:]} if change.startswith("fix:") else {"spec": change}
+
+
+def changed_skeletons(trace, rules, factors: dict[str, float], *, fix: str | None = None,
+                      spec: str | None = None) -> dict:
     """The rank's skeleton with the GPU activities of each phase in ``factors`` that many times
-    faster (or with the fix ``fix`` applied: ``tracekit.graph.fixes``), contention-free and
-    contention-aware (module docstring). A fix that does not apply to the rank leaves it as it
-    is (``applies`` False in the result)."""
+    faster (or with the fix ``fix`` applied: ``tracekit.graph.fixes``; or the what-if ``spec``,
+    ``tracekit.graph.whatif.parse_spec``, its collective kernels left as they are),
+    contention-free and contention-aware (module docstring). A fix or spec that does not apply to
+    the rank leaves it as it is (``applies`` False in the result)."""
     from tracekit.analyses import collectives
     from tracekit.analyses.explain import view_graph
     from tracekit.analyses.skeleton import SkeletonResult, cut_nodes
@@ -119,6 +167,15 @@ def changed_skeletons(trace, rules, factors: dict[str, float], *, fix: str | Non
         got = [f for f in detect_fixes(trace, g, rules, ExplainConfig().fixes) if f.id == fix]
         applies = bool(got and got[0].applies and got[0].change is not None)
         change = got[0].change if applies else wi.Change()
+    if spec is not None:
+        from tracekit.analyses.explain import what_if_change
+
+        change, n = what_if_change(trace, g, wi.parse_spec(spec))
+        if change.dur is not None:  # a collective's duration is the job's (wait, transfer)
+            keep = change.dur.copy()
+            keep[cuts] = g.dur[cuts]
+            change = replace(change, dur=keep)
+        applies = n > 0
     view = "untraced" if est is not None else "traced"
     free = sk.reduce(g, nodes, change)
     contended = wi.schedule(g, change, contention=True).plan.dur
@@ -293,10 +350,6 @@ def balanced(ranks: list[dict], job: dict, ctx, config, *, task: RankSkeletonTas
     (``imbalance_gate``) is at least ``config.balance_min_imbalance``; None otherwise, or when
     no rank would change. Ranks whose trace cannot be read again keep their skeletons (the row's
     ``note`` names them)."""
-    from dataclasses import replace
-
-    from tracekit.ranks import executors
-
     imb = imbalance_gate(job.get("all_to_all") or {})
     if imb is None or imb < config.balance_min_imbalance:
         return None
@@ -365,10 +418,6 @@ def phase_faster(ranks: list[dict], ctx, rank: int, phase: str, times: float, *,
     """Rank ``rank``'s GPU work of phase ``phase`` ``times`` times faster (module docstring),
     replayed on the job's graph; None when the rank's trace cannot be read again. ``times`` >= 1
     only takes work out: the row never predicts a slower step (``_row``)."""
-    from dataclasses import replace
-
-    from tracekit.ranks import executors
-
     path = next((source_path(r) for r in ranks if int(r["rank"]) == rank), None)
     if path is None or rank not in {ri.rank for ri in ctx.inputs}:
         return None
@@ -380,15 +429,92 @@ def phase_faster(ranks: list[dict], ctx, rank: int, phase: str, times: float, *,
                           {rank: got[0]}, removes_only=times >= 1)
 
 
+_RANK_SPEC = re.compile(r"^rank:(?P<rank>[^:]*):(?P<spec>.*)$")
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """A parsed ``--what-if rank:R:SPEC`` (``parse_rank_spec``)."""
+
+    text: str
+    """As the user wrote it."""
+    rank: int
+    change: str
+    """The change on that rank: a spec of ``tracekit.graph.whatif.parse_spec`` or ``fix:ID``."""
+    title: str
+    """What the row says (``phase 'backward' 2x faster on rank 1``)."""
+
+
+def is_rank_spec(text: str) -> bool:
+    """Whether a ``--what-if`` names a rank (``rank:...``): a what-if across ranks."""
+    return text.strip().startswith("rank:")
+
+
+def parse_rank_spec(text: str) -> RankSpec:
+    """``rank:R:SPEC``: rank ``R`` changed by ``SPEC`` (``phase:NAME=N``, ``kernel:REGEX=N``,
+    ``host=N``, ``sync:REGEX``: ``tracekit.graph.whatif.parse_spec``; or ``fix:ID``, a known fix
+    with a time saving: ``TIME_FIXES``). ``WhatIfError`` (one line) for any
+    other text."""
+    from tracekit.graph.whatif import WhatIfError, parse_spec
+
+    m = _RANK_SPEC.match(text.strip())
+    usage = ("expected rank:R:SPEC (R: a rank of the job; SPEC: phase:NAME=N, kernel:REGEX=N, "
+             f"host=N, sync:REGEX or fix:ID with ID one of {', '.join(TIME_FIXES)})")
+    if not m:
+        raise WhatIfError(f"--what-if {text!r}: {usage}")
+    try:
+        rank = int(m.group("rank"))
+    except ValueError:
+        raise WhatIfError(f"--what-if {text!r}: the rank must be a whole number, not "
+                          f"{m.group('rank')!r}") from None
+    if rank < 0:
+        raise WhatIfError(f"--what-if {text!r}: the rank must be 0 or more")
+    change = m.group("spec").strip()
+    if change.startswith("fix:"):
+        if change[4:] not in TIME_FIXES:
+            raise WhatIfError(f"--what-if {text!r}: no known fix {change[4:]!r} (fixes: "
+                              f"{', '.join(TIME_FIXES)})")
+        return RankSpec(text, rank, change, f"{change[4:]} on rank {rank}")
+    try:
+        sp = parse_spec(change)
+    except WhatIfError as exc:
+        raise WhatIfError(f"--what-if {text!r}: {usage}" if "expected" in str(exc) else
+                          str(exc).replace(repr(change), repr(text), 1)) from None
+    return RankSpec(text, rank, change, f"{sp.title} on rank {rank}")
+
+
+def on_ranks(ranks: list[dict], ctx, wanted: dict[int, list[str]], *, task: RankChangesTask,
+             workers: int | None = None) -> dict[tuple[int, str], dict]:
+    """Each change of ``wanted`` (rank -> changes: specs or ``fix:ID``) applied to that rank
+    alone, the others as they are, and the job's graph replayed (``with_skeletons``):
+    ``{(rank, change): row}``, each row's ``applies`` saying whether the change touched the
+    rank. A rank not in the job's graph, or whose trace cannot be read again, has no rows. A
+    spec only takes work out (``removes_only``: it never predicts a slower job); a fix may move
+    work (FusedSparseDist: predicted contention-aware where it shares the GPU)."""
+    joined = {ri.rank for ri in ctx.inputs}
+    paths = {int(r["rank"]): source_path(r) for r in ranks if int(r["rank"]) in joined}
+    order = sorted(k for k, v in wanted.items() if v and paths.get(k))
+    if not order:
+        return {}
+    todo = {paths[k]: tuple(dict.fromkeys(wanted[k])) for k in order}
+    got = executors.run(replace(task, changes=todo), [paths[k] for k in order], workers=workers)
+    out = {}
+    for k, res in zip(order, got):
+        if isinstance(res, Failed):
+            continue
+        for change, sk in res.items():
+            row = with_skeletons(ctx, f"rank:{k}:{change}", change, {k: sk},
+                                 removes_only=not change.startswith("fix:"))
+            row["applies"] = bool(sk.get("applies"))
+            out[(k, change)] = row
+    return out
+
+
 def with_fix(ranks: list[dict], ctx, fix: str, *, task: RankSkeletonTask,
              workers: int | None = None) -> dict | None:
     """A fix (``tracekit.graph.fixes``, by id) applied to every rank's graph, the ranks reduced
     again and the job's graph replayed: what the fix saves the job (None when no rank's trace
     can be read again)."""
-    from dataclasses import replace
-
-    from tracekit.ranks import executors
-
     joined = {ri.rank for ri in ctx.inputs}
     paths = {int(r["rank"]): source_path(r) for r in ranks if int(r["rank"]) in joined}
     order = sorted(k for k, p in paths.items() if p)

@@ -201,7 +201,7 @@ def render_explain(ranks: list[dict], *, limit: int = 20, step: int | None = Non
         text += f"== {r['source']}  (rank {r['rank']})\n\n"
         if r.get("job"):
             text += "In its job\n" + text_job(r["job"]) + "\n"
-        text += "Findings" + (" (of this rank alone)" if r.get("job") else "") + "\n"
+        text += "Findings" + (_alone_heading(r["job"]) if r.get("job") else "") + "\n"
         text += text_findings(r.get("explain"), limit=limit)
         if r.get("explain"):
             text += "\nCritical path per step\n" + text_explain(r["explain"], limit)
@@ -210,36 +210,91 @@ def render_explain(ranks: list[dict], *, limit: int = 20, step: int | None = Non
     return text
 
 
+def _job_saving(f: dict) -> str:
+    """A finding's saving on the job's graph (``schema.JobFinding``), and on its rank alone."""
+    who = f"rank {f['rank']}"
+    alone = f.get("alone_saving_ns")
+    apart = (f"; {who} alone: saves {ms(alone)} ms/step ({pct(f.get('alone_saving_fraction'))})"
+             if alone is not None else "")
+    if not f["replayed"]:
+        return f"{f.get('note') or 'not replayed on the job graph'}{apart}"
+    sv = f["saving_ns"]
+    if sv > 0 and f["helps"]:
+        out = f"saves the job {ms(sv)} ms/step ({pct(f['saving_fraction'])})"
+    else:
+        out = (f"would not help the job (job step {ms(f['step_ns'])} -> "
+               f"{ms(f['predicted_ns'])} ms)")
+    c = f.get("saving_contention_ns")
+    if c is not None and sv is not None and abs(c - sv) >= 1000:
+        out += f", {ms(c)} ms with contention"
+    return out + apart
+
+
+def _what_if_row(w: dict) -> str:
+    """A what-if across ranks (``schema.JobWhatIf``) as one line."""
+    sv = w["saving_ns"]
+    out = (f"  what-if across ranks: {w['title']}: job step {ms(w['predicted_ns'])} ms"
+           + (f", saves {ms(sv)} ms ({pct(w['saving_fraction'])})" if sv > 0 else
+              ", would not help"))
+    c = w.get("saving_contention_ns")
+    asked = str(w["id"]).startswith("rank:")  # the user's: both replays, always
+    if c is not None and (asked or abs(c - sv) >= 1000):
+        if "predicted_free_ns" in w:
+            out += f" (contention-free: job step {ms(w['predicted_free_ns'])} ms)"
+        else:
+            out += (f" (contention-aware: job step {ms(w['predicted_contention_ns'])} ms"
+                    + (f", saves {ms(c)} ms" if c > 0 else "") + ")")
+    if asked and w.get("note"):
+        out += f" ({w['note']})"
+    return out + "\n"
+
+
+def _alone_heading(j: dict) -> str:
+    """The heading of a job's rank's own findings: of its trace alone, and where it waits,
+    for whom."""
+    if j["waiting"] and j["waits_for"]:
+        w = j["waits_for"][0]
+        return (f" (of this rank alone: in its job it waits {ms(w['ns'])} ms per step for rank "
+                f"{w['rank']}; what each saves the job is above)")
+    return " (of this rank alone: what each saves the job is above)" if j.get("findings") \
+        else " (of this rank alone)"
+
+
 def text_job(j: dict) -> str:
     """A rank's place in its job (``schema.ExplainJob``)."""
     out = (f"  the job ({j['ranks']} ranks): step {ms(j['job_step_ns'])} ms on its graph (the "
            "ranks' graphs joined at their collectives); this rank per step: own work "
            f"{ms(j['own_ns'])} ms, collectives moving data {ms(j['transfer_ns'])} ms, waiting "
            f"for other ranks {ms(j['wait_ns'])} ms ({pct(j['wait_share'])})\n")
+    wd = j.get("waited")
     if j["waiting"] and j["waits_for"]:
         w = j["waits_for"][0]
         at = j["waits_at"][0]["at"] if j["waits_at"] else ""
         out += (f"  bound: waiting for rank {w['rank']} ({ms(w['ns'])} ms per step"
                 + (f", most at {at}" if at else "") + "): making this rank faster would not "
-                "shorten the job's step; its own findings below are for when it no longer "
-                "waits\n")
-        wd = j.get("waited")
-        if wd:
-            out += (f"  rank {wd['rank']}'s own work is {ms(wd['own_ns'])} ms per step, mostly "
-                    f"{wd['class'] or '-'}; the fixes that shorten this rank's step are rank "
-                    f"{wd['rank']}'s:\n")
-        for i, f in enumerate(j["fixes"], 1):
-            out += f"    {i}. {f['title']}: {_saving(f)} (on rank {wd['rank'] if wd else '?'})\n"
-            out += f"       fix: {f['fix']}\n"
-        if not j["fixes"]:
-            out += "    (none of its findings predicts a saving: tracekit explain DIR --rank " \
-                   f"{wd['rank'] if wd else w['rank']})\n"
+                "shorten the job's step")
+        out += (f"; rank {wd['rank']}'s own work is {ms(wd['own_ns'])} ms per step, mostly "
+                f"{wd['class'] or '-'}: its fixes shorten this rank's step\n" if wd else "\n")
+    elif j.get("job_bound"):
+        b = j["job_bound"]
+        wd = b
+        out += (f"  {pct(j['path_share'])} of the job's critical path is on this rank: its "
+                f"findings barely shorten the job's step; rank {b['rank']} bounds it (own work "
+                f"{ms(b['own_ns'])} ms per step, mostly {b['class'] or '-'}): its fixes "
+                "shorten the job's step\n")
     else:
-        out += (f"  {pct(j['path_share'])} of the job's critical path is on this rank: its own "
-                "findings below shorten the job's step where they shorten that path\n")
+        out += (f"  {pct(j['path_share'])} of the job's critical path is on this rank: its "
+                "findings shorten the job's step where they shorten that path\n")
+    found = j.get("findings") or []
+    if found:
+        out += ("  findings on the job's graph (each change made on the rank that found it, "
+                "the job's graph replayed; that rank's own prediction apart):\n")
+    elif wd:
+        out += (f"  (no finding of rank {wd['rank']} or of this rank predicts a saving: "
+                f"tracekit explain DIR --rank {wd['rank']})\n")
+    for i, f in enumerate(found, 1):
+        out += f"    {i}. rank {f['rank']}: {f['title']}: {_job_saving(f)}\n"
+        out += f"       fix (on rank {f['rank']}): {f['fix']}\n"
     for w in j["what_ifs"]:
-        sv = w["saving_ns"]
-        out += (f"  what-if across ranks: {w['title']}: job step {ms(w['predicted_ns'])} ms"
-                + (f", saves {ms(sv)} ms ({pct(w['saving_fraction'])})" if sv > 0 else
-                   ", would not help") + "\n")
+        out += _what_if_row(w)
     return out

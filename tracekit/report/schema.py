@@ -1111,6 +1111,8 @@ class JobWhatIf(TypedDict, total=False):
     note: str
     factors: dict[str, dict[str, float]]
     period_saving_ns: float
+    applies: bool
+    """A what-if on one rank (``rank:R:SPEC``): whether the change touched that rank."""
     """A change that only takes work out whose replayed period grew (the first counted step
     absorbs the ranks' skew at the pinned step): the period's own change (negative); the row
     predicts no saving (``tracekit.ranks.whatif._row``)."""
@@ -1291,12 +1293,39 @@ WaitedRank.__doc__ = """The rank waited for most: its own work per step and the 
 it is."""
 
 
+class JobFinding(TypedDict):
+    """A rank's finding replayed on its job's graph (``tracekit.ranks.job.job_findings``): the
+    change (``change``: a what-if spec or ``fix:ID``) applied to the rank that found it
+    (``rank``), the other ranks as they are. ``step_ns``, ``predicted_ns``, ``saving_*`` and
+    ``helps`` are the job's (null when not ``replayed``: ``note`` says why); ``alone_*`` what
+    that rank's own explain predicts."""
+
+    rank: int
+    id: str
+    title: str
+    fix: str
+    change: str | None
+    replayed: bool
+    step_ns: float | None
+    predicted_ns: float | None
+    saving_ns: float | None
+    saving_fraction: float | None
+    saving_contention_ns: float | None
+    helps: bool
+    alone_saving_ns: float | None
+    alone_saving_fraction: float | None
+    alone_saving_contention_ns: float | None
+    alone_helps: bool
+    note: str
+
+
 class ExplainJob(TypedDict):
-    """A rank in its job (``tracekit explain DIR``, ``tracekit.ranks.job.rank_context``): its
-    step on the job's graph (own work, transfers, wait per step), ``waiting`` (it waits more
-    than it works: bound by waiting), for whom and where, its share of the job's critical path,
-    and for a waiting rank the findings of the rank it waits for (``fixes``) and the job's
-    what-ifs."""
+    """A rank in its job (``tracekit explain DIR``, or one rank's file beside its job's others;
+    ``tracekit.ranks.job.rank_context``): its step on the job's graph (own work, transfers,
+    wait per step), ``waiting`` (it waits more than it works: bound by waiting), for whom and
+    where, its share of the job's critical path, its findings replayed on the job's graph
+    (``findings``: for a waiting rank those of the rank it waits for first) and the job's
+    what-ifs (the user's ``rank:R:SPEC`` among them)."""
 
     job: str
     ranks: int
@@ -1311,7 +1340,10 @@ class ExplainJob(TypedDict):
     waits_at: list[RankWaitAt]
     path_share: float | None
     waited: WaitedRank | None
-    fixes: list[Finding]
+    job_bound: WaitedRank | None
+    """A rank that does not wait but holds under ``OFF_PATH_SHARE`` of the job's critical
+    path: the rank that bounds the job (its findings are offered first)."""
+    findings: list[JobFinding]
     what_ifs: list[JobWhatIf]
 
 

@@ -65,8 +65,14 @@ def test_explain_tells_a_waiting_rank_whom_it_waits_for(cache):
     lines = run.stdout.splitlines()
     assert lines[2] == "In its job"
     assert any(x.startswith("  bound: waiting for rank 1 (") for x in lines)
-    assert "the fixes that shorten this rank's step are rank 1's:" in run.stdout
-    assert "Findings (of this rank alone)" in run.stdout
+    # rank 1's findings first, each replayed on the job's graph, its saving on rank 1 alone apart
+    found = [x for x in lines if x.startswith("    ") and x[4:5].isdigit()]
+    assert found[0].startswith("    1. rank 1: GPU compute in phase 'forward'")
+    assert ": saves the job " in found[0] and "; rank 1 alone: saves " in found[0]
+    own = [x for x in found if ". rank 0: " in x]
+    assert own and all("would not help the job" in x for x in own)
+    assert ("Findings (of this rank alone: in its job it waits 2.0" in run.stdout
+            or "Findings (of this rank alone: in its job it waits 1.9" in run.stdout)
     doc = json.loads(subprocess.run(
         [sys.executable, "-m", "tracekit.cli", "explain", str(STRAGGLER), "--format", "json",
          "--cache-dir", str(cache)], capture_output=True, text=True).stdout)
@@ -74,6 +80,18 @@ def test_explain_tells_a_waiting_rank_whom_it_waits_for(cache):
     by = {e["rank"]: e for e in doc["explain"]}
     assert by[0]["job"]["waiting"] and by[0]["job"]["waited"]["rank"] == 1
     assert not by[1]["job"]["waiting"] and by[1]["job"]["path_share"] > 0.5
+    # rank 1's forward 2x faster saves the job about what it saves rank 1 alone (rank 1 bounds
+    # the job); rank 0's own saves it nothing (rank 0 waits)
+    f0 = by[0]["job"]["findings"]
+    assert [f["rank"] for f in f0][:2] == [1, 1] and {f["rank"] for f in f0[2:]} == {0}
+    fwd = next(f for f in f0 if f["rank"] == 1 and f["id"] == "phase:forward")
+    assert fwd["replayed"] and fwd["change"] == "phase:forward=2" and fwd["helps"]
+    assert fwd["saving_ns"] == pytest.approx(fwd["alone_saving_ns"], rel=0.1)
+    assert all(abs(f["saving_ns"]) < 10_000 and not f["helps"] and f["alone_helps"]
+               for f in f0 if f["rank"] == 0)
+    # rank 1 bounds the job: its own findings only, the same replays
+    assert [f["rank"] for f in by[1]["job"]["findings"]] == [1, 1]
+    assert by[1]["job"]["findings"][0]["saving_ns"] == fwd["saving_ns"]
 
 
 def test_analyze_opens_with_the_job(cache):
