@@ -57,7 +57,11 @@ replay's, or the contention-aware one's for a fix that moves GPU work beside oth
 timed steps before the profiler: where it differs from the interleaved rounds' (the 2-GPU
 multitask_b4k run) the traced run was in another regime than the one the saving was measured
 in. The job step is the period between the last rank's completions of the first and last
-counted steps (``tracekit.ranks.jobgraph``).
+counted steps (``tracekit.ranks.jobgraph``). "The traced runs' saving": the case's traced run's
+own untraced step less the balanced case's (``gpu/ranks_jobs.py`` traces balanced, hot, delay in
+that order in one process, after the rounds: each traced run's untraced steps in the process as
+the traced runs before it left it). "After the traces": the rounds again once every case is
+traced (``ranks_jobs.py --rounds-after-traces``), where the job's metrics have them.
 """
 STEP_TOLERANCE = 0.02
 
@@ -93,6 +97,7 @@ def job_case(kind: str, d: Path, cache: str) -> dict:
            "measured_saving_ms": meas, "measured_interval_ms": [lo, hi],
            "model_step_ms": g["step_ns"] / 1e6, "traced_step_ms": _traced(m),
            "trace_run_untraced_ms": _trace_run_untraced(m),
+           "reference_trace_run_untraced_ms": _reference_trace_run(d),
            "job_bound": g["bound"], "straggler": rep.job["stragglers"]["rank"],
            "analyze_wall_s": round(wall, 2)}
     if w is None:
@@ -103,6 +108,13 @@ def job_case(kind: str, d: Path, cache: str) -> dict:
                predicted_step_ms=w["predicted_ns"] / 1e6, ranks_changed=w["ranks_changed"],
                factors=w.get("factors"), **_judge(pred, meas, lo, hi, step),
                contention=_judge(aware, meas, lo, hi, step))
+    after = m.get("measured_after_traces") or {}
+    if "saving_ms" in after:  # ranks_jobs.py --rounds-after-traces: the traces' regime
+        a_step = after["job_step"]["median"]
+        a_lo, a_hi = after["saving_ms_interval"]
+        row["after_traces"] = {"measured_step_ms": a_step, "measured_saving_ms": after["saving_ms"],
+                               "measured_interval_ms": [a_lo, a_hi],
+                               **_judge(pred, after["saving_ms"], a_lo, a_hi, a_step)}
     if WHAT_IF[kind] == "straggler_at_median":
         row["after"] = _after_straggler(rep, w["ranks_changed"][0])
     return row
@@ -128,6 +140,17 @@ def _after_straggler(rep, straggler: int) -> dict:
 
     return {"median_rank": med, "bound": after["bound"], "ranks_before": ranks(g),
             "ranks_after": ranks(after)}
+
+
+def _reference_trace_run(d: Path) -> float | None:
+    """The untraced step of the balanced case's traced run of the same job (its folder beside
+    ``d``, ``..._balanced``), ms: with the case's own, what fixing it saved between the two
+    traced runs (each in the process as the traced runs before it left it)."""
+    ref = d.parent / (d.name.rsplit("_", 1)[0] + "_balanced")
+    try:
+        return _trace_run_untraced(_metrics(ref))
+    except (OSError, ValueError):
+        return None
 
 
 def _trace_run_untraced(m: dict) -> float | None:
@@ -194,12 +217,29 @@ def _pair(r: dict) -> str:
     return f"**{free:.3f}** / {aware:.3f}"
 
 
+def _traced_saving(r: dict) -> str:
+    """The case's traced run's untraced step less the balanced case's (each traced run's own
+    untraced steps, before its profiler), ms."""
+    a, b = r.get("trace_run_untraced_ms"), r.get("reference_trace_run_untraced_ms")
+    return "-" if a is None or b is None else f"{a - b:.3f}"
+
+
+def _after_traces(r: dict) -> str:
+    a = r.get("after_traces")
+    if not a:
+        return "-"
+    lo, hi = a["measured_interval_ms"]
+    return (f"{a['measured_saving_ms']:.3f} [{lo:.3f}, {hi:.3f}], "
+            + ("yes" if a["within"] else "NO"))
+
+
 def table(rows: list[dict]) -> str:
     out = ["| case | what-if | measured job step ms (untraced) | the traced run's untraced step ms | "
            "model's job step ms | "
            "measured saving ms [95 % CI] | predicted saving ms (contention-free / -aware) | "
-           "tolerance ms | within |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "tolerance ms | within | the traced runs' saving ms | after the traces: measured saving "
+           "ms [95 % CI], within |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p = r.get("predicted_saving_ms")
         pa = r.get("predicted_contention_saving_ms")
@@ -211,7 +251,8 @@ def table(rows: list[dict]) -> str:
             f"{r['model_step_ms']:.3f} | {r['measured_saving_ms']:.3f} [{lo:.3f}, {hi:.3f}] | "
             + (_pair(r) if p is not None else "-") + " | "
             + (f"{r['tolerance_ms']:.3f}" if "tolerance_ms" in r else "-") + " | "
-            + ("yes" if r.get("within") else "NO") + " |")
+            + ("yes" if r.get("within") else "NO") + " | " + _traced_saving(r) + " | "
+            + _after_traces(r) + " |")
     return "\n".join(out)
 
 

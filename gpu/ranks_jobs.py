@@ -169,6 +169,29 @@ def _config(spec: dict, *, device: str, warmup: int, timed: int, profile: int, o
                        dense_optimizer=DenseOptimizerConfig(kind="adam", lr=1e-3, foreach=True))
 
 
+def summary_of(rounds: list[dict]) -> dict | None:
+    """Per case: the median job step over ``rounds`` [95 % interval], its ratio to balanced's
+    within rounds and the saving of fixing it (None without a round)."""
+    if not rounds:
+        return None
+    per_round = [{c: run["job_step_ms"] for c, run in rd["runs"].items()} for rd in rounds]
+    est = method.summarize(per_round, REFERENCE)
+    ref = est[REFERENCE]["value"]
+    out = {}
+    for c, e in est.items():
+        s = {"job_step": e["value"].to_dict()}
+        if "ratio" in e:
+            r = e["ratio"]
+            s["ratio"] = r.to_dict()
+            # saving of fixing the case (balancing / removing the delay): the case's step minus
+            # balanced's, from the within-round ratio and balanced's median
+            s["saving_ms"] = round(e["value"].median - ref.median, 4)
+            s["saving_ms_interval"] = [round(ref.median * (r.lo - 1), 4), round(ref.median * (r.hi - 1), 4)]
+            s["saving_share_of_step"] = round(1 - 1 / r.median, 4) if r.median else None
+        out[c] = s
+    return out
+
+
 class Jobs:
     def __init__(self, args) -> None:  # noqa: ANN001
         self.args = args
@@ -285,26 +308,45 @@ class Jobs:
             one(r, order)
 
     def summarize(self) -> None:
-        timed = [rd for rd in self.doc["rounds"] if not rd["warmup"]]
-        if not timed:
+        got = summary_of([rd for rd in self.doc["rounds"] if not rd["warmup"]])
+        if got is not None:
+            self.doc["summary"] = got
+        self.doc["timed_rounds"] = len([rd for rd in self.doc["rounds"] if not rd["warmup"]])
+        after = summary_of(self.doc.get("rounds_after_traces") or [])
+        if after is not None:
+            self.doc["summary_after_traces"] = after
+
+    def rounds_after_traces(self) -> None:
+        """``--rounds-after-traces`` more timed rounds once every case is traced, in the process
+        as the traced runs left it (each case's trace follows the traced runs of the cases before
+        it: the untraced steps of a traced run were 1.0-1.5x the rounds' before any trace in
+        session 4's jobs, more for each later case): the saving measured in the traces' regime."""
+        n = self.args.rounds_after_traces
+        if n <= 0:
             return
-        per_round = [{c: run["job_step_ms"] for c, run in rd["runs"].items()} for rd in timed]
-        est = method.summarize(per_round, REFERENCE)
-        ref = est[REFERENCE]["value"]
-        out = {}
-        for c, e in est.items():
-            s = {"job_step": e["value"].to_dict()}
-            if "ratio" in e:
-                r = e["ratio"]
-                s["ratio"] = r.to_dict()
-                # saving of fixing the case (balancing / removing the delay): the case's step minus
-                # balanced's, from the within-round ratio and balanced's median
-                s["saving_ms"] = round(e["value"].median - ref.median, 4)
-                s["saving_ms_interval"] = [round(ref.median * (r.lo - 1), 4), round(ref.median * (r.hi - 1), 4)]
-                s["saving_share_of_step"] = round(1 - 1 / r.median, 4) if r.median else None
-            out[c] = s
-        self.doc["summary"] = out
-        self.doc["timed_rounds"] = len(timed)
+        self.doc["rounds_after_traces"] = []
+        for r, order in enumerate(method.round_orders(list(CASES), n), start=1):
+            if r > n:
+                break
+            rd = {"round": r, "warmup": False, "order": order, "t": [round(self.now(), 3)], "runs": {}}
+            self.doc["rounds_after_traces"].append(rd)
+            for case in order:
+                rd["runs"][case] = self.run(case, self.cfg)
+            rd["t"].append(round(self.now(), 3))
+            self.say(f"round {r} after the traces: " + ", ".join(
+                f"{c} {rd['runs'][c]['job_step_ms']:.3f}" for c in CASES) + " ms")
+            self.summarize()
+            self.publish()
+
+    def write_cases(self) -> None:
+        """metrics.json and README.md beside each case's traces (rank 0)."""
+        if not self.rank0:
+            return
+        for case in CASES:
+            if case in self.doc["traces"]:
+                folder = self.out / "commit" / self.doc["traces"][case]["dir"]
+                write_case(folder, case, self)
+
 
     # ---- traces ----------------------------------------------------------------------------------
     def traces(self) -> None:
@@ -319,8 +361,6 @@ class Jobs:
             self.doc["traces"][case] = {"dir": str(folder.relative_to(self.out / "commit")), "job_step_ms": seg["job_step_ms"],
                                         "traced_step_ms": [r.get("traced_step_ms") for r in seg["ranks"]],
                                         "trace_bytes": [r.get("trace_bytes") for r in seg["ranks"]], "ranks": seg["ranks"]}
-            if self.rank0:
-                write_case(folder, case, self)
             self.say(f"trace {case}: untraced job step {seg['job_step_ms']:.3f} ms, traced per rank "
                      f"{[r.get('traced_step_ms') for r in seg['ranks']]}")
             self.publish()
@@ -338,6 +378,8 @@ def write_case(folder: Path, case: str, jobs: Jobs) -> None:
         "step_ms_p50": (s.get("job_step") or {}).get("median"),
         "measured_summary": s, "reference_summary": doc["summary"].get(REFERENCE),
         "trace_run": doc["traces"].get(case),
+        # --rounds-after-traces: the same measure in the process as the traced runs left it
+        "measured_after_traces": (doc.get("summary_after_traces") or {}).get(case),
         "measured": f"bench/results/jobs-{jobs.tag}.json (summary -> {case})",
     }
     (folder / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
@@ -383,6 +425,17 @@ def markdown(doc: dict) -> list[str]:
         saving = "-" if "saving_ms" not in s else f"{s['saving_ms']:.3f} {s['saving_ms_interval']}"
         traced = ((doc["traces"].get(c) or {}).get("traced_step_ms") or [None])[0]
         lines.append(f"| {c} | {cd['owners']}{delay} | {_est(s.get('job_step'))} | {_est(s.get('ratio'))} | {saving} | {traced} |")
+    after = doc.get("summary_after_traces") or {}
+    if after:
+        lines += ["", f"After the traces ({len(doc.get('rounds_after_traces') or [])} rounds, the process as the traced runs "
+                  "left it):", "", "| case | untraced job step ms [95 % CI] | / balanced | saving of the fix, ms [CI] | "
+                  "the traced run's untraced step ms |", "|---|---|---|---|---|"]
+        for c in doc["cases"]:
+            s = after.get(c, {})
+            saving = "-" if "saving_ms" not in s else f"{s['saving_ms']:.3f} {s['saving_ms_interval']}"
+            tr = (doc["traces"].get(c) or {}).get("job_step_ms")
+            lines.append(f"| {c} | {_est(s.get('job_step'))} | {_est(s.get('ratio'))} | {saving} | "
+                         + ("-" if tr is None else f"{tr:.3f}") + " |")
     return lines
 
 
@@ -397,6 +450,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--timed", type=int, default=6)
     ap.add_argument("--profile-steps", type=int, default=3)
+    ap.add_argument("--rounds-after-traces", type=int, default=0,
+                    help="timed rounds again once every case is traced (the traces' regime: metrics.json's "
+                         "measured_after_traces)")
     ap.add_argument("--delay-rank", type=int, default=2)
     ap.add_argument("--delay-ms", type=float, default=3.0)
     ap.add_argument("--seed", type=int, default=0)
@@ -409,9 +465,9 @@ def main() -> int:
         print("ranks_jobs: error: needs CUDA GPUs (or --device cpu)", file=sys.stderr)
         return 2
     if not (1 <= a.min_rounds <= a.max_rounds and a.timed >= 1 and a.warmup >= 0 and a.profile_steps >= 1
-            and 0 <= a.delay_rank < int(os.environ["WORLD_SIZE"]) and a.delay_ms > 0):
+            and 0 <= a.delay_rank < int(os.environ["WORLD_SIZE"]) and a.delay_ms > 0 and a.rounds_after_traces >= 0):
         print("ranks_jobs: error: need 1 <= --min-rounds <= --max-rounds, --timed >= 1, --profile-steps >= 1, "
-              "0 <= --delay-rank < ranks, --delay-ms > 0", file=sys.stderr)
+              "0 <= --delay-rank < ranks, --delay-ms > 0, --rounds-after-traces >= 0", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the finally below, then exit
     jobs = Jobs(a)
@@ -419,6 +475,8 @@ def main() -> int:
         jobs.build()
         jobs.rounds()
         jobs.traces()
+        jobs.rounds_after_traces()
+        jobs.write_cases()
     finally:
         jobs.summarize()
         jobs.publish()

@@ -51,6 +51,10 @@
 # model changes): bench.pipelines on 1 GPU (multitask_b6k, multitask_h16_b24k, dense_b12k; options default,
 # shapes, stack; <= 270 s) and 2 GPUs (the same presets, default; <= 250 s); gpu/ranks_jobs.py with jobs_wide
 # on 2 ranks (rank 1 +2.5 ms; <= 170 s) and on 4 ranks (rank 2 +2 ms; <= 200 s).
+# jobs2r / jobs4r (the job proof's reference, session 5): gpu/ranks_jobs.py with jobs_wide on 2 ranks (rank 1
+# +2.5 ms) and 4 ranks (rank 2 +2 ms), as jobs2o / jobs4o, then --rounds-after-traces 10: the timed rounds again
+# once every case is traced, the saving measured in the process as its traced runs left it (their own untraced
+# steps ran 1.0-1.5x the rounds' before any trace in session 4, more for each later case); <= 230 / 260 s.
 # cudagraph (gpu/cuda_graph_trace.py: a small MLP's step captured in a CUDA graph and replayed,
 # and the same eagerly, each traced; for explain's CUDA-graph check on a real trace; <= 1 min).
 # Each part runs with its own time limit and its own output folder; one failing part does not
@@ -160,6 +164,8 @@ for p in "${parts[@]}"; do
                   --plan multitask_b10k:sparse+fused,multitask_h96_b20k:sparse+fused,dense_b24k:sparse+fused \
                   --profile-options default --out "$OUT"' ;;
     jobs2p) part jobs2p 170 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_deep --delay-rank 0 --delay-ms 1.5 --budget-s 100 --out "$OUT"' ;;
+    jobs2r) part jobs2r 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_wide --delay-rank 1 --delay-ms 2.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
+    jobs4r) part jobs4r 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_wide --delay-rank 2 --delay-ms 2 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
     jobs4) part jobs4 250 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --budget-s 190 --out "$OUT"' ;;
     torchrec) part torchrec 340 bash -c 'set -e; fb=${FBPARTS:-/tmp/fbparts}; ls -l "$fb";
                   t=$SECONDS; bash "$fb/install.sh" "$fb" /tmp/site;

@@ -79,7 +79,7 @@ def test_two_ranks_end_to_end(tmp_path):
     out = tmp_path / "jobs"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(REPO / "gpu" / "ranks_jobs.py"),
            "--device", "cpu", "--preset", "tiny", "--budget-s", "5", "--min-rounds", "2", "--max-rounds", "2", "--warmup", "1",
-           "--timed", "2", "--profile-steps", "1", "--delay-rank", "1", "--delay-ms", "150", "--date", "20000101", "--out", str(out)]
+           "--timed", "2", "--profile-steps", "1", "--delay-rank", "1", "--delay-ms", "150", "--date", "20000101", "--rounds-after-traces", "2", "--out", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads((out / "results.json").read_text())
@@ -95,12 +95,17 @@ def test_two_ranks_end_to_end(tmp_path):
     # of ~20-100 ms on a loaded 2-core machine)
     assert s["delay"]["saving_ms"] > 75 and s["delay"]["ratio"]["median"] > 1
     assert doc["cases"]["hot"]["owners"][:2] == [0, 0] and doc["cases"]["delay"]["delay_rank"] == 1
+    # the rounds again once every case is traced: the saving in the process the traces left
+    assert len(doc["rounds_after_traces"]) == 2 and not any(rd["warmup"] for rd in doc["rounds_after_traces"])
+    after = doc["summary_after_traces"]
+    assert after["balanced"]["job_step"]["n"] == 2 and after["delay"]["saving_ms"] > 75
     c = out / "commit"
     assert (c / "bench/results/jobs-2gpu-cpu-20000101.json").is_file() and (c / "bench/results/jobs-2gpu-cpu-20000101.md").is_file()
     for case in ranks_jobs.CASES:
         folder = c / f"sample_traces/ranks_2gpu_{case}"
         m = json.loads((folder / "metrics.json").read_text())
         assert m["step_ms_p50"] == s[case]["job_step"]["median"] and m["case"] == case
+        assert m["measured_after_traces"] == after[case]
         assert "Measured untraced job step" in (folder / "README.md").read_text()
         for rank in range(2):
             events = json.loads(gzip.open(folder / f"trace_rank{rank}.json.gz").read())["traceEvents"]

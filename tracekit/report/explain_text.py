@@ -288,7 +288,8 @@ def text_job(j: dict) -> str:
     found = j.get("findings") or []
     if found:
         out += ("  findings on the job's graph (each change made on the rank that found it, "
-                "the job's graph replayed; that rank's own prediction apart):\n")
+                "the job's graph replayed; that rank's own prediction apart, on the same "
+                "estimated untraced steps: no untraced step given):\n")
     elif wd:
         out += (f"  (no finding of rank {wd['rank']} or of this rank predicts a saving: "
                 f"tracekit explain DIR --rank {wd['rank']})\n")

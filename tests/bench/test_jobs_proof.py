@@ -1,0 +1,43 @@
+"""bench/jobs_proof.py: a job's row also reads the traced runs' own untraced steps (the case's and
+the balanced case's beside it) and, where ``gpu/ranks_jobs.py --rounds-after-traces`` measured
+them, judges the prediction against the rounds after the traces too."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from bench import jobs_proof
+from tests.conftest import SAMPLE_TRACES
+
+
+def test_a_row_reads_the_traced_runs_and_the_rounds_after_the_traces(tmp_path):
+    hot, ref = SAMPLE_TRACES / "ranks_4gpu_hot", SAMPLE_TRACES / "ranks_4gpu_balanced"
+    job = tmp_path / "ranks_4gpu_hot"
+    shutil.copytree(hot, job)
+    shutil.copytree(ref, tmp_path / "ranks_4gpu_balanced")
+    m = json.loads((job / "metrics.json").read_text())
+    bal = json.loads((ref / "metrics.json").read_text())
+    # as ranks_jobs.py --rounds-after-traces writes it: a saving of 1.5 ms [1.2, 1.8] at 8 ms
+    m["measured_after_traces"] = {"job_step": {"median": 8.0, "lo": 7.9, "hi": 8.1, "n": 10},
+                                  "saving_ms": 1.5, "saving_ms_interval": [1.2, 1.8]}
+    (job / "metrics.json").write_text(json.dumps(m))
+    row = jobs_proof.job_case("balanced", job, str(tmp_path / "cache"))
+    assert row["trace_run_untraced_ms"] == pytest.approx(m["trace_run"]["job_step_ms"])
+    assert row["reference_trace_run_untraced_ms"] == pytest.approx(bal["trace_run"]["job_step_ms"])
+    a = row["after_traces"]
+    assert a["measured_saving_ms"] == 1.5 and a["measured_interval_ms"] == [1.2, 1.8]
+    # judged as the row is: +-25 % of the saving or +-2 % of the step
+    assert a["tolerance_ms"] == pytest.approx(max(0.25 * 1.5, 0.02 * 8.0))
+    assert a["within"] == (abs(row["predicted_saving_ms"] - 1.5) <= a["tolerance_ms"])
+    line = jobs_proof.table([row]).splitlines()[-1]
+    traced = m["trace_run"]["job_step_ms"] - bal["trace_run"]["job_step_ms"]
+    assert f"| {traced:.3f} | 1.500 [1.200, 1.800], " in line
+    # without them (the folder alone, no balanced case beside it): dashes
+    alone = tmp_path / "alone" / "ranks_4gpu_hot"
+    shutil.copytree(hot, alone)
+    row = jobs_proof.job_case("balanced", alone, str(tmp_path / "cache"))
+    assert row["reference_trace_run_untraced_ms"] is None and "after_traces" not in row
+    assert jobs_proof.table([row]).splitlines()[-1].endswith("| - | - |")
