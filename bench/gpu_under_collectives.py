@@ -10,13 +10,24 @@ the time its collectives waited for the other ranks, whose hosts the profiler sl
 under a waiting NCCL kernel shares the SMs with it: if the profiler slowed the GPU itself, the
 kernels that run alone would be as slow; if the waits do it, only those under a collective.
 
-    python -m bench.gpu_under_collectives REFERENCE_TRACE:JOB_DIR... [--out bench/results]
+With ``--fix-moves DIR...`` (folders of "before" rank traces, SparseDist): could a term for
+that slowdown move a fix's prediction? Per rank, over the counted steps, estimated untraced
+view (the graph explain reads): the compute kernel time under a communication kernel of its
+device in the model's replay of the unchanged graph and in the fix's contention-aware replay
+(``--fix``, FusedSparseDist by default: what it moves under or out from under a collective),
+the fix's predicted saving on the rank alone, and the same kernels measured *in the trace
+itself*: each compute kernel at least half under a communication kernel against the median
+of the kernels of its name that ran beside none (the slowdown a term would read from the
+trace; one name runs several shapes, so this is what the trace lets one read, not a clean
+measure).
+
+    python -m bench.gpu_under_collectives REFERENCE_TRACE:JOB_DIR... [--fix-moves DIR...]
+        [--fix ID] [--out bench/results]
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import platform
@@ -93,6 +104,82 @@ def measure(reference: str, path: str) -> dict:
             "under": part(u), "alone": part(~u)}
 
 
+def _comm_cover(g, s, e, comp, comm):
+    """Per node of ``comp``: how much of it communication kernels of ``comm`` cover (one
+    device per trace)."""
+    from tracekit import intervals
+
+    u = intervals.union(s[comm], e[comm])
+    return intervals.covered_in_windows(u, s[comp], e[comp])
+
+
+def fix_moves(path: str, fix: str = "fused_sparse_dist") -> dict:
+    """One "before" rank trace: what the fix moves under collectives (module docstring), ns
+    per counted step."""
+    import numpy as np
+    import pandas as pd
+
+    from tracekit.analyses import explain
+    from tracekit.graph import critical as cr
+    from tracekit.graph import whatif as wi
+    from tracekit.graph.model import COMMUNICATION
+    from tracekit.phases import default_rules
+    from tracekit.trace import load
+
+    trace = load(path, progress=False).traces[0]
+    rules = default_rules()
+    g = explain.view_graph(trace, rules)[1]
+    win = cr.step_windows(g)
+    keep = wi.counted_steps(win)
+    n = max(int(keep.sum()), 1)
+    counted = np.isin(g.step, win["step"].to_numpy()[keep])
+    comm = g.kernels & (g.category.astype(str) == COMMUNICATION)
+    comp = g.kernels & ~comm & counted
+    base = wi.base_schedule(g, win)
+    row = {"trace": path, "steps": n, "communication_ns_per_step": float(g.dur[comm & counted].sum()) / n,
+           "under_base_ns_per_step": float(_comm_cover(g, base.start, base.end, comp, comm).sum()) / n,
+           "under_fix_ns_per_step": None, "saving_ns": None}
+    got = [f for f in explain.detect_fixes(trace, g, rules, explain.ExplainConfig().fixes) if f.id == fix]
+    if got and got[0].applies and got[0].change is not None:
+        sch = wi.schedule(g, got[0].change, windows=win, contention=True)
+        row["under_fix_ns_per_step"] = float(_comm_cover(g, sch.start, sch.end, comp, comm).sum()) / n
+        row["saving_ns"] = wi.predict(g, got[0].change, windows=win).saving_ns
+    # in the trace itself: kernels at least UNDER under a collective against their name's
+    # median beside none
+    ids = np.flatnonzero(g.kernels & ~comm)
+    d = g.dur[ids].astype(float)
+    share = _comm_cover(g, g.start, g.end, g.kernels & ~comm, comm) / np.maximum(d, 1)
+    t = pd.DataFrame({"name": g.name[ids].astype(str), "dur": d, "share": share})
+    ref = t[t["share"] == 0].groupby("name")["dur"].median()
+    m = t[t["share"] >= UNDER].assign(ref=lambda x: x["name"].map(ref)).dropna()
+    row["in_trace_matched"] = int(len(m))
+    row["in_trace_slowdown"] = float(m["dur"].sum() / m["ref"].sum() - 1) if len(m) else None
+    return row
+
+
+def render_moves(rows: list[dict], fix: str) -> str:
+    def ms(v):
+        return "-" if v is None else f"{v / 1e6:.3f}"
+
+    out = ["", f"What `{fix}` moves under collectives (each \"before\" rank alone, estimated untraced "
+           "view, per counted step): its communication kernel time; its compute kernel time under a "
+           "communication kernel in the replay of the unchanged graph and in the fix's "
+           "contention-aware replay; the fix's predicted saving on the rank alone; the compute "
+           f"kernels at least {100 * UNDER:.0f} % under a collective in the trace against their "
+           "name's median beside none (how many, and their slowdown).", "",
+           "| trace | communication ms | under a collective: unchanged -> fix ms | moved ms | "
+           "saving ms | in the trace: kernels, slowdown |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        moved = None if r["under_fix_ns_per_step"] is None else \
+            r["under_fix_ns_per_step"] - r["under_base_ns_per_step"]
+        sl = r["in_trace_slowdown"]
+        out.append(f"| {r['trace']} | {ms(r['communication_ns_per_step'])} | "
+                   f"{ms(r['under_base_ns_per_step'])} -> {ms(r['under_fix_ns_per_step'])} | "
+                   f"{'-' if moved is None else f'{moved / 1e6:+.3f}'} | {ms(r['saving_ns'])} | "
+                   f"{r['in_trace_matched']}, {'-' if sl is None else f'{100 * sl:+.1f} %'} |")
+    return "\n".join(out) + "\n"
+
+
 def render(rows: list[dict], command: str, secs: float) -> str:
     def ms(v):
         return "-" if v is None else f"{v / 1e6:.3f}"
@@ -119,35 +206,60 @@ def render(rows: list[dict], command: str, secs: float) -> str:
     return "\n".join(out) + "\n"
 
 
+def _rank_traces(folder: str) -> list[str]:
+    """The rank trace files of a folder (its ``metrics_rank*.json`` left out)."""
+    from tracekit._files import trace_files_in
+
+    return sorted(p for p in trace_files_in(folder) if "rank" in os.path.basename(p)) \
+        if os.path.isdir(folder) else []
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu_under_collectives", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("jobs", nargs="+", metavar="REFERENCE_TRACE:JOB_DIR",
+    ap.add_argument("jobs", nargs="*", metavar="REFERENCE_TRACE:JOB_DIR",
                     help="a one-GPU trace of a preset and a folder of rank traces of the same preset")
+    ap.add_argument("--fix-moves", nargs="+", default=[], metavar="DIR",
+                    help="folders of \"before\" rank traces: what the fix moves under collectives")
+    ap.add_argument("--fix", default="fused_sparse_dist", help="the fix of --fix-moves (an id)")
     ap.add_argument("--out", default=None, help="write gpu-under-collectives-<time>.md/.json there")
     args = ap.parse_args(argv)
     work = []
     for spec in args.jobs:
         ref, _, d = spec.partition(":")
-        paths = [p for p in sorted(glob.glob(os.path.join(d, "*rank*.json*")))
-                 if p.endswith((".json", ".json.gz"))]
+        paths = _rank_traces(d)
         if not d or not os.path.isfile(ref) or not paths:
             print(f"bench.gpu_under_collectives: {spec!r}: no reference trace or no rank trace "
                   "in the folder (REFERENCE_TRACE:JOB_DIR)", file=sys.stderr)
             return 2
         work += [(ref, p) for p in paths]
+    moves = []
+    for d in args.fix_moves:
+        paths = _rank_traces(d)
+        if not paths:
+            print(f"bench.gpu_under_collectives: --fix-moves {d!r}: no rank trace in the folder",
+                  file=sys.stderr)
+            return 2
+        moves += paths
+    if not work and not moves:
+        print("bench.gpu_under_collectives: nothing to measure (REFERENCE_TRACE:JOB_DIR or "
+              "--fix-moves DIR)", file=sys.stderr)
+        return 2
     from tracekit.errors import TracekitError
 
     t0 = time.perf_counter()
     try:
         rows = [dict(measure(ref, p), reference=ref) for ref, p in work]
+        moved = [fix_moves(p, args.fix) for p in moves]
     except TracekitError as exc:
         print(f"bench.gpu_under_collectives: {exc}", file=sys.stderr)
         return 2
     secs = time.perf_counter() - t0
     command = "python -m bench.gpu_under_collectives " + " ".join(
-        args.jobs + (["--out", args.out] if args.out else []))
-    text = render(rows, command, secs)
+        args.jobs + (["--fix-moves", *args.fix_moves] if args.fix_moves else []) +
+        (["--fix", args.fix] if args.fix != "fused_sparse_dist" else []) +
+        (["--out", args.out] if args.out else []))
+    text = render(rows, command, secs) + (render_moves(moved, args.fix) if moved else "")
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
@@ -157,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             fh.write(text)
         with open(base + ".json", "w") as fh:
             json.dump({"command": command, "seconds": secs, "host": platform.node(),
-                       "under": UNDER, "rows": rows}, fh, indent=1)
+                       "under": UNDER, "rows": rows, "fix": args.fix, "fix_moves": moved}, fh, indent=1)
         print(f"wrote {base}.md and .json", file=sys.stderr)
     return 0
 

@@ -53,3 +53,36 @@ def test_the_runner_writes_its_table(tmp_path):
 def test_bad_input_exits_2(tmp_path, capsys):
     assert guc.main([f"{tmp_path / 'missing.json.gz'}:{tmp_path}"]) == 2
     assert "no reference trace" in capsys.readouterr().err
+
+
+def test_fix_moves_reads_the_slowdown_in_the_trace_itself(tmp_path):
+    # gemm_a runs under the NCCL kernel in the first step only (13 us there, 10 us in the
+    # others): the in-trace measure reads +30 %; no fix applies to these kernels
+    b = TraceBuilder()
+    for i in range(3):
+        t0 = 100.0 * i
+        b.profiler_step(i + 1, t0, 100)
+        a = 13.0 if i == 0 else 10.0
+        b.kernel("gemm_a", t0 + 10, a, launch_at=t0 + 1)
+        if i == 0:
+            b.kernel(NCCL, t0 + 8, a + 4, stream=17, launch_at=t0 + 2)
+        b.kernel("gemm_b", t0 + 40, 10, launch_at=t0 + 3)
+    r = guc.fix_moves(str(b.write(tmp_path / "trace_rank0.json.gz")))
+    assert r["in_trace_matched"] == 1
+    assert r["in_trace_slowdown"] == pytest.approx(0.3)
+    assert r["under_fix_ns_per_step"] is None and r["saving_ns"] is None
+    # the counted steps (2 and 3) hold no collective
+    assert r["communication_ns_per_step"] == 0 and r["under_base_ns_per_step"] == 0
+
+
+def test_fix_moves_runner_and_its_bad_input(tmp_path, capsys):
+    job = tmp_path / "job"
+    job.mkdir()
+    steps(job / "trace_rank0.json.gz", slow_under=1.3, comm=True)
+    (job / "metrics_rank0.json").write_text("{}")  # not a trace: left out
+    assert guc.main(["--fix-moves", str(job), "--out", str(tmp_path / "out")]) == 0
+    (md,) = (tmp_path / "out").glob("gpu-under-collectives-*.md")
+    assert "What `fused_sparse_dist` moves under collectives" in md.read_text()
+    assert guc.main(["--fix-moves", str(tmp_path / "nothing")]) == 2
+    assert "no rank trace" in capsys.readouterr().err
+    assert guc.main([]) == 2

@@ -14,6 +14,7 @@ from tests.tracegen import US, TraceBuilder, load_built, ns
 import random
 
 from tracekit.graph import EdgeKind, GraphConfig, build_graph, critical_path, wait_agreement
+from tracekit.graph.model import NodeKind
 from tracekit.graph import critical as cr
 from tracekit.graph import whatif as wi
 from tracekit.graph.replay import Plan, replay
@@ -93,6 +94,40 @@ def test_moved_kernel_shares_the_gpu(tmp_path):
     p = wi.predict(g, ch)
     assert p.free_ns == 70 * US and p.saving_free_ns == 30 * US
     assert p.predicted_ns == p.predicted_contention_ns == 100 * US and p.saving_ns == 0
+
+
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+@pytest.mark.parametrize("share", [None, 0.25])
+def test_moved_kernel_beside_a_collective(tmp_path, monkeypatch, share):
+    """``gpu_bound`` with k1 an NCCL kernel: k2 moved to a stream of its own runs 12..42 beside
+    k1 (10..40, 28 us) and k3 (40..70, 2 us), contention-free. The model charges every kernel
+    the whole overlap it gained (the step ends at 100, as in
+    ``test_moved_kernel_shares_the_gpu``). The collective term (``COMMUNICATION_SHARE`` 0.25,
+    tried and not used): k2 pays a quarter of its 28 us beside the collective and the whole 2
+    us beside k3 (12..51), the collective pays nothing (10..40), k3 the 2 us it gained beside
+    k2 (40..72): the step ends at 72."""
+    monkeypatch.setattr(wi, "COMMUNICATION_SHARE", share)
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 50)
+    b.kernel(NCCL, 10, 30, launched_by=b.runtime("cudaLaunchKernel", 1, 1))
+    b.kernel("k2", 40, 30, launched_by=b.runtime("cudaLaunchKernel", 3, 1))
+    b.kernel("k3", 70, 30, launched_by=b.runtime("cudaLaunchKernel", 5, 1))
+    g = build_graph(load_built(b, tmp_path), RULES)
+    assert (g.category == "communication").sum() == 1
+    ch = wi.Change(move=g.name == "k2")
+    p = wi.predict(g, ch)
+    assert p.free_ns == 70 * US
+    sch = wi.schedule(g, ch, contention=True)
+    k = {str(g.name[i])[:4]: i for i in np.flatnonzero(g.kind == NodeKind.GPU)}
+    if share is None:
+        assert p.predicted_ns == 100 * US
+        assert sch.end[k["nccl"]] == ns(68)
+    else:
+        assert p.predicted_ns == 72 * US
+        assert (sch.start[k["k2"]], sch.end[k["k2"]]) == (ns(12), ns(51))
+        assert sch.end[k["nccl"]] == ns(40) and sch.end[k["k3"]] == ns(72)
 
 
 def sync_trace(tmp_path, platform="cuda"):
