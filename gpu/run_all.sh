@@ -166,6 +166,7 @@ for p in "${parts[@]}"; do
     jobs2p) part jobs2p 170 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_deep --delay-rank 0 --delay-ms 1.5 --budget-s 100 --out "$OUT"' ;;
     jobs2r) part jobs2r 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_wide --delay-rank 1 --delay-ms 2.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
     jobs4r) part jobs4r 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_wide --delay-rank 2 --delay-ms 2 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
+    jobs4p) part jobs4p 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_deep --delay-rank 3 --delay-ms 1.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
     jobs4) part jobs4 250 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --budget-s 190 --out "$OUT"' ;;
     torchrec) part torchrec 340 bash -c 'set -e; fb=${FBPARTS:-/tmp/fbparts}; ls -l "$fb";
                   t=$SECONDS; bash "$fb/install.sh" "$fb" /tmp/site;
