@@ -203,6 +203,9 @@ def _in_job(ranks: list[dict], path, *, rules_path, cache_dir, use_cache: bool,
     for r in ranks:
         folder = folder or _job_folder(path, world.get(int(r["rank"])))
     if folder is None:
+        if rank_specs:  # (a URL's job, or a directory of one trace)
+            raise InputError(f"--what-if {rank_specs[0].text!r} changes one rank of a job: give "
+                             "a local directory of the job's rank traces", path=path)
         return
     from tracekit.ranks import analyze_job
     from tracekit.ranks.job import job_findings, job_fixes, rank_context

@@ -136,8 +136,15 @@ def test_a_bad_what_if_across_ranks_is_one_line_and_exit_2(job, cache, spec, say
     assert run.stderr.count("\n") == 1 and says in run.stderr, run.stderr
 
 
-def test_a_what_if_across_ranks_needs_the_jobs_directory(job, cache):
+def test_a_what_if_across_ranks_needs_the_jobs_directory(job, cache, tmp_path):
     run = explain(job / "trace_rank0.json.gz", "--what-if", "rank:1:host=2", cache=cache)
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and "give the directory of the job's rank traces" in \
         run.stderr
+    # a directory of one rank's trace is no job either
+    import shutil
+
+    shutil.copy(job / "trace_rank0.json.gz", tmp_path / "trace_rank0.json.gz")
+    run = explain(tmp_path, "--what-if", "rank:0:host=2", cache=cache)
+    assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1
+    assert "changes one rank of a job" in run.stderr
