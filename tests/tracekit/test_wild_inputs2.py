@@ -251,6 +251,62 @@ def test_busy_time_beyond_int64_is_not_wrapped(tmp_path):
     assert got.gpu_busy_ns == 10**19 and got.compute_ns == 10**19
 
 
+def test_an_event_longer_than_a_day_is_named_in_a_warning(tmp_path, capsys):
+    """Two 5e18 ns kernels: figures far outside any physical range (a step of 58 years), kept
+    with a warning naming the longest event (docs/limits.md)."""
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 100)
+    b.kernel("gemm_short", 10, 50, device=0, launch_at=1)
+    for dev in (0, 1):
+        b.kernel(f"k{dev}", 10 + dev, 5e15 + dev, device=dev, launch_at=1)  # 5e18 ns
+    code, doc, err = analyze_json(b.write(tmp_path / "t.json"), capsys)
+    assert code == 0 and len(err) == 1, err
+    assert err[0].startswith("tracekit: warning: ") and "2 events last longer than a day" in err[0]
+    assert "the longest: kernel 'k1' at ts 1000011.000 us, 5,000,000,000,000.001 ms" in err[0]
+    assert doc["analyses"][0]["warnings"] == [err[0].split(": ", 3)[3]]
+    # a day is the limit: an event of 23 hours is no warning
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 100)
+    b.kernel("k", 10, 23 * 3600e6, launch_at=1)
+    code, _, err = analyze_json(b.write(tmp_path / "u.json"), capsys)
+    assert code == 0 and err == []
+
+
+def test_figures_outside_the_span_are_warned_of(tmp_path):
+    """``plausible.check``: a step or a busy time longer than the trace's span (times its
+    devices), or negative (an int64 sum that wrapped), is a warning; the figures of a sane
+    trace are none."""
+    import dataclasses
+
+    from tracekit import steps as steps_mod
+    from tracekit.analyses import plausible
+
+    b = TraceBuilder()
+    b.profiler_step(1, 0, 100)
+    b.profiler_step(2, 100, 100)
+    b.kernel("k", 10, 50, launch_at=1)
+    b.kernel("k", 110, 50, launch_at=101, device=1)
+    t = load_built(b, tmp_path)
+    rules = default_rules()
+    st, ov = steps_mod.compute(t, rules), overlap.compute(t, rules)
+    assert plausible.trace_span(t) == (10**9, 10**9 + 200_000) and plausible.check(t, st, ov) == ()
+    long = st.steps.copy()
+    long.loc[1, "step_ns"] = 10**12
+    got = plausible.check(t, dataclasses.replace(st, steps=long), ov)
+    assert len(got) == 1 and "the step time of 1 step is outside 0 to the trace's span, 0.200 ms" in got[0]
+    assert "(step 2: 1,000,000.000 ms)" in got[0]
+    wrapped = dataclasses.replace(ov, gpu_busy_ns=-8_446_744_073_709_551_616)
+    got = plausible.check(t, st, wrapped)
+    assert len(got) == 1 and got[0].startswith("gpu_busy_ns -8,446,744,073,709.552 ms is outside")
+    assert "its 2 devices (0.400 ms)" in got[0]
+    streams = ov.streams.copy()
+    streams.loc[0, "busy_ns"] = 300_000
+    got = plausible.check(t, st, dataclasses.replace(ov, streams=streams))
+    assert len(got) == 1 and "busy time 0.300 ms is outside 0 to the trace's span" in got[0]
+    # a GPU busy time beyond one device's span but within span x devices is physical
+    assert plausible.check(t, st, dataclasses.replace(ov, gpu_busy_ns=390_000)) == ()
+
+
 @pytest.mark.parametrize("spec", ["host=1e-21", "host=0.5", "kernel:gemm=0", "phase:x=1e400"])
 def test_a_what_if_factor_below_one_is_refused(tmp_path, capsys, spec):
     code, _, err = run(["explain", small().write(tmp_path / "t.json"), "--what-if", spec], capsys)

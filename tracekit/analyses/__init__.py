@@ -23,8 +23,8 @@ import sys
 from dataclasses import dataclass
 
 from tracekit import steps
-from tracekit.analyses import (allocator, collectives, embedding_bw, gaps, overlap, profile,
-                               syncs)
+from tracekit.analyses import (allocator, collectives, embedding_bw, gaps, overlap, plausible,
+                               profile, syncs)
 from tracekit.analyses.forked import Forked
 from tracekit.phases import Rules, default_rules
 from tracekit.trace.model import Trace
@@ -140,6 +140,7 @@ def analyze_trace(
     # limits explain's graph hit (tracekit.graph.model.Graph.limits)
     warned = tuple(trace.warnings) + tuple(
         w for s in (steps_result, *sections.values()) for w in getattr(s, "warnings", ())) + (
+        plausible.check(trace, steps_result, sections["overlap"])) + (
         _graph_limits(trace, rules) if with_explain else ())
     reduced = _skeleton(trace, rules) if with_explain and with_skeleton else None
     return Analysis(

@@ -34,7 +34,7 @@ import numpy as np
 from tracekit._files import ENV_VAR, cache_dir, content_stamp  # noqa: F401 (re-exported)
 from tracekit.trace.model import ARG_COLUMNS, EVENT_COLUMNS, MEMORY_COLUMNS
 
-FORMAT_VERSION = 8
+FORMAT_VERSION = 9
 """Bump when the tables, the loader's output or this layout change: old entries then miss."""
 _MAGIC = b"TKCACHE\0"
 _FIXED = struct.Struct("<8sIIQI")

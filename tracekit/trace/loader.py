@@ -250,6 +250,37 @@ def _shared_correlations(events: dict) -> str | None:
             "activity, so its phase and step (steps' GPU time, gaps, critical path), may be off")
 
 
+MAX_EVENT_NS = 86_400 * 10**9
+"""The longest event taken as physical: one day (a profiler's trace of a training job covers
+seconds to minutes; a kernel of 5e18 ns is 58 years). A longer event is kept as written, with a
+warning naming the longest (``_implausible_durations``; docs/limits.md)."""
+
+
+def _implausible_durations(events: dict, names: list[str]) -> str | None:
+    """A warning when events last longer than ``MAX_EVENT_NS``, naming the longest, else None."""
+    import numpy as np
+
+    from tracekit.trace.model import Kind
+
+    dur = events["dur"]
+    long = np.flatnonzero(dur > MAX_EVENT_NS)
+    if not long.size:
+        return None
+    i = int(long[np.argmax(dur[long])])
+    k = int(events["kind"][i])
+    kind = Kind(k).name.lower() if k in Kind._value2member_map_ else "event"
+    name = names[int(events["name"][i])]
+    name = name if len(name) <= 60 else name[:57] + "..."
+    d = int(dur[i])
+    return (f"{long.size:,} event{'s' if long.size > 1 else ''} last{'' if long.size > 1 else 's'}"
+            f" longer than a day, longer than any profiled event can "
+            f"({'the longest: ' if long.size > 1 else ''}{kind} "
+            f"{name!r} at ts {int(events['ts'][i]) / 1000:.3f} us, {d / 1e6:,.3f} ms = "
+            f"{d / MAX_EVENT_NS:,.0f} days): kept as written, so the figures that count "
+            f"{'them' if long.size > 1 else 'it'} (step time, busy time, the critical path, "
+            "what-if savings) are not physical")
+
+
 def parse_file(path: str, *, progress: bool | None = None, threaded: bool = True) -> cache.Entry:
     """Parses one trace file (no cache) into the columns a ``Trace`` is built from."""
     from tracekit.trace import _reader
@@ -305,6 +336,9 @@ def parse_file(path: str, *, progress: bool | None = None, threaded: bool = True
     args, arg_strings = cols.arg_arrays()
     memory = cols.memory_arrays()
     names = cols.sorted_names(events)
+    long = _implausible_durations(events, names)
+    if long:
+        warnings.append(long)
     info = {
         "metadata": header.metadata,
         "schema": cols.schema,
@@ -317,4 +351,4 @@ def parse_file(path: str, *, progress: bool | None = None, threaded: bool = True
                        arg_strings=arg_strings)
 
 
-__all__ = ["load", "parse_file", "declared_rank", "MAX_RANK", "wait_for_cache_writes", "is_trace_file", "TRACE_SUFFIXES"]
+__all__ = ["load", "parse_file", "declared_rank", "MAX_RANK", "MAX_EVENT_NS", "wait_for_cache_writes", "is_trace_file", "TRACE_SUFFIXES"]
