@@ -65,6 +65,7 @@ import pandas as pd
 from tracekit import _objarrays as objarrays
 from tracekit import intervals, patterns
 from tracekit.errors import RulesError
+from tracekit.frames import frame
 from tracekit.hardware import GpuPeak
 from tracekit.trace.model import GPU_ACTIVITY_KINDS, Kind, Trace
 
@@ -305,10 +306,16 @@ def host_ops(trace: Trace) -> tuple[pd.DataFrame, np.ndarray, pd.Index]:
 def select(trace: Trace, *kinds: Kind, columns: tuple[str, ...]) -> pd.DataFrame:
     """Rows of the given kinds with only ``columns`` (cheaper than ``Trace.of_kind`` on big
     traces: the other columns are not copied). ``name`` stays categorical."""
-    ev = trace.events
-    mask = of_kinds(ev["kind"].to_numpy(), kinds)
+    mask = of_kinds(trace.column("kind"), kinds)
+    data = {}
+    for c in columns:
+        if c in ("name", "launch"):  # categoricals: their codes masked, the same categories
+            cat = trace.events[c].array
+            data[c] = pd.Categorical.from_codes(cat.codes[mask], dtype=cat.dtype, validate=False)
+        else:  # the trace's column, read once per trace (``Trace.column``)
+            data[c] = trace.column(c)[mask]
     # copy=False: the columns are fresh; pandas would copy them once more into 2-D blocks
-    return pd.DataFrame({c: ev[c].array[mask] for c in columns}, copy=False)
+    return frame(data, copy=False)
 
 
 def per_used_name(codes: np.ndarray, cats: pd.Index, f, fill) -> np.ndarray:
@@ -512,9 +519,9 @@ def _launches(trace: Trace) -> pd.DataFrame:
         corr, first = np.unique(corr, return_index=True)  # sorted; each id's first call
         linked = linked[first]
     ts = rt["ts"].to_numpy(np.int64)[linked]
-    return pd.DataFrame({"correlation": corr, "ts": ts,
-                         "end": ts + rt["dur"].to_numpy(np.int64)[linked],
-                         "tid": rt["tid"].to_numpy(np.int64)[linked]}, copy=False)
+    return frame({"correlation": corr, "ts": ts,
+                  "end": ts + rt["dur"].to_numpy(np.int64)[linked],
+                  "tid": rt["tid"].to_numpy(np.int64)[linked]}, copy=False)
 
 
 def assign_activities(

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import phases
+from tracekit.frames import frame
 from tracekit.phases import Rules
 from tracekit.trace.model import Trace
 
@@ -108,8 +109,8 @@ def _inferred_steps(trace: Trace, rules: Rules) -> tuple[pd.DataFrame, str | Non
     end = end[top]
     if end.size < 2:
         return pd.DataFrame(columns=["step", "ts", "end"]), key
-    return pd.DataFrame({"step": np.arange(1, end.size, dtype=np.int64),
-                         "ts": end[:-1], "end": end[1:]}), key
+    return frame({"step": np.arange(1, end.size, dtype=np.int64),
+                  "ts": end[:-1], "end": end[1:]}), key
 
 
 def compute(trace: Trace, rules: Rules) -> StepsResult:
@@ -147,7 +148,7 @@ def _compute(trace: Trace, rules: Rules) -> StepsResult:
     cpu_end = spans["end"].to_numpy(np.int64)
     gpu_ns = np.where(count > 0, gpu_end - gpu_start, -1)
     start, end = windows(spans, acts)
-    table = pd.DataFrame({
+    table = frame({
         "step": spans["step"].to_numpy(np.int64),
         "step_start": start, "step_end": end, "step_ns": end - start,
         "cpu_start": cpu_start, "cpu_end": cpu_end, "cpu_ns": cpu_end - cpu_start,

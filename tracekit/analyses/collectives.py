@@ -193,7 +193,7 @@ def _rows(trace: Trace, rules: Rules) -> tuple[np.ndarray, np.ndarray, np.ndarra
 def _find_rows(trace: Trace, rules: Rules) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                     pd.Index]:
     ev = trace.events
-    is_kernel = ev["kind"].to_numpy() == int(Kind.KERNEL)
+    is_kernel = trace.column("kind") == int(Kind.KERNEL)
     args = trace.args
     arg_event = args["event"].to_numpy(np.int64)
     with_args = is_kernel[arg_event] & (args["collective"].astype(str).to_numpy(object) != "")
@@ -208,7 +208,7 @@ def kernel_events(trace: Trace, rules: Rules) -> np.ndarray:
     ``kernels`` (row i is kernel i)."""
     with_args, rows_n, _, _ = _rows(trace, rules)
     rows = np.concatenate([trace.args["event"].to_numpy(np.int64)[with_args], rows_n])
-    ts = trace.events["ts"].to_numpy(np.int64)[rows]
+    ts = trace.column("ts", np.int64)[rows]
     return rows[np.lexsort((rows, ts))]
 
 
@@ -228,7 +228,7 @@ def _result(trace: Trace, rules: Rules, steps, with_args: np.ndarray, rows_n: np
             codes: np.ndarray, cats: pd.Index) -> CollectivesResult:
     """``compute`` with ``_rows`` found."""
     ev = trace.events
-    kind = ev["kind"].to_numpy()
+    kind = trace.column("kind")
     args = trace.args
     arg_event = args["event"].to_numpy(np.int64)
     coll = args["collective"].astype(str).to_numpy(object)
@@ -241,9 +241,9 @@ def _result(trace: Trace, rules: Rules, steps, with_args: np.ndarray, rows_n: np
         ops = args[(kind[arg_event] == int(Kind.CPU_OP)) & (args["seq"].to_numpy() >= 0)]
         if len(ops):
             ext = pd.Series(ops["seq"].to_numpy(np.int64),
-                            index=ev["external_id"].to_numpy(np.int64)[ops["event"].to_numpy()])
+                            index=trace.column("external_id", np.int64)[ops["event"].to_numpy()])
             ext = ext[~ext.index.duplicated()]
-            k_ext = ev["external_id"].to_numpy(np.int64)[rows_a]
+            k_ext = trace.column("external_id", np.int64)[rows_a]
             found = ext.reindex(k_ext).to_numpy()
             take = (seq_a < 0) & (k_ext >= 0) & ~np.isnan(found)
             seq_a[take] = found[take].astype(np.int64)
@@ -260,12 +260,12 @@ def _result(trace: Trace, rules: Rules, steps, with_args: np.ndarray, rows_n: np
         ok = (n >= 0) & ~np.isnan(b) & ~too_big
         return np.where(ok, np.where(ok, b, 0), -1).astype(np.int64)
 
-    stream = ev["stream"].to_numpy(np.int64)
+    stream = trace.column("stream", np.int64)
     group_a = a["group"].astype(str).to_numpy(object)
     group_a = np.where(group_a == "", "unnamed", group_a)
     names_n = phases.per_used_name(codes[rows_n], cats, _name_collective, "unknown")
     if rows_n.size:  # the collective the launching op names, where one encloses the launch
-        l_ts, l_tid = _launches(trace, rules, ev["correlation"].to_numpy(np.int64)[rows_n])
+        l_ts, l_tid = _launches(trace, rules, trace.column("correlation", np.int64)[rows_n])
         by_op = launching_collective(trace, l_tid, l_ts)
         names_n = np.where(by_op != "", by_op, names_n.astype(object))
     table = pd.DataFrame({
@@ -280,10 +280,10 @@ def _result(trace: Trace, rules: Rules, steps, with_args: np.ndarray, rows_n: np
                                      np.full(rows_n.size, -1, np.int64)]),
     })
     e = table["event"].to_numpy(np.int64)
-    ts = ev["ts"].to_numpy(np.int64)[e]
+    ts = trace.column("ts", np.int64)[e]
     table["stream"] = stream[e]
     table["ts"] = ts
-    table["end"] = ts + ev["dur"].to_numpy(np.int64)[e]
+    table["end"] = ts + trace.column("dur", np.int64)[e]
     table = table.sort_values(["ts", "event"], kind="stable").reset_index(drop=True)
     table["index"] = table.groupby("group", sort=False).cumcount().astype(np.int64)
 
@@ -293,7 +293,7 @@ def _result(trace: Trace, rules: Rules, steps, with_args: np.ndarray, rows_n: np
         steps = steps_mod.compute(trace, rules)
     spans = steps.steps.rename(columns={"cpu_start": "ts", "cpu_end": "end"})[["step", "ts", "end"]]
     launch, _ = _launches(trace, rules,
-                          ev["correlation"].to_numpy(np.int64)[table["event"].to_numpy()])
+                          trace.column("correlation", np.int64)[table["event"].to_numpy()])
     step = phases.step_of(spans.sort_values("ts"), launch)
     table["step"] = np.where(launch >= 0, step, -1)
     kernels = table[KERNEL_COLUMNS]

@@ -611,9 +611,9 @@ def allocator_polls_fix(trace: Trace, g0: Graph, g: Graph, counted: np.ndarray) 
         ids = calls[np.array([syncs.POLL.search(x) is not None for x in names], bool)[inv]]
         ev = trace.events
         rows = g.row[ids]
-        tid = ev["tid"].to_numpy(np.int64)[rows]
-        ts = ev["ts"].to_numpy(np.int64)[rows]
-        end = ts + ev["dur"].to_numpy(np.int64)[rows]
+        tid = trace.column("tid", np.int64)[rows]
+        ts = trace.column("ts", np.int64)[rows]
+        end = ts + trace.column("dur", np.int64)[rows]
         a = syncs.allocator_polls(trace, tid, end) if ids.size else np.zeros(0, bool)
         every[ids] = True
         ids, tid, ts, end = ids[a], tid[a], ts[a], end[a]
@@ -648,9 +648,9 @@ def _chains(trace: Trace, g) -> np.ndarray:
     if sel.size:
         ev = trace.events
         rows = g.row[sel]
-        ts = ev["ts"].to_numpy(np.int64)[rows]
-        out[sel] = syncs.op_chains(trace, ev["tid"].to_numpy(np.int64)[rows], ts,
-                                   ts + ev["dur"].to_numpy(np.int64)[rows])
+        ts = trace.column("ts", np.int64)[rows]
+        out[sel] = syncs.op_chains(trace, trace.column("tid", np.int64)[rows], ts,
+                                   ts + trace.column("dur", np.int64)[rows])
     return out
 
 

@@ -118,8 +118,10 @@ def compute(trace: Trace, rules: Rules) -> OverlapResult:
     classes = pd.DataFrame(class_rows, columns=[
         "device", "compute_ns", "communication_ns", "memcpy_ns", "gpu_busy_ns",
         "comm_compute_overlap_ns", "exposed_comm_ns", "exposed_memcpy_ns", "comm_overlap_ratio"])
-    # summed as Python ints: two devices busy 5e18 ns each are 1e19 ns, beyond int64
-    tot = {c: sum(int(x) for x in classes[c]) for c in classes.columns[1:-1]}
+    # summed as Python ints: two devices busy 5e18 ns each are 1e19 ns, beyond int64 (from the
+    # rows, not the table's columns: a column read costs more than these few sums)
+    tot = {c: sum(int(r[i]) for r in class_rows)
+           for i, c in enumerate(classes.columns[1:-1], start=1)}
     return OverlapResult(
         streams=streams, pairs=pairs, classes=classes,
         compute_ns=tot["compute_ns"], communication_ns=tot["communication_ns"],

@@ -16,6 +16,7 @@ from tracekit import _objarrays as objarrays
 from tracekit import intervals, phases
 from tracekit import steps as steps_mod
 from tracekit.calls import ASYNC_COPY, BLOCKING, HOST_SYNC_EVENT, POLL
+from tracekit.frames import frame
 from tracekit.graph.model import (
     COMMUNICATION, COMPUTE, HOST, MEMCPY, SYNC, EdgeKind, Graph, NodeKind, lane_order,
 )
@@ -172,7 +173,7 @@ def _pairs(lane: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _event_rows(trace: Trace, kinds) -> np.ndarray:
-    return np.flatnonzero(phases.of_kinds(trace.events["kind"].to_numpy(), kinds))
+    return np.flatnonzero(phases.of_kinds(trace.column("kind"), kinds))
 
 
 def _calls(trace: Trace) -> pd.DataFrame:
@@ -181,10 +182,10 @@ def _calls(trace: Trace) -> pd.DataFrame:
     the calls nested in it)."""
     ev = trace.events
     rows = _event_rows(trace, (Kind.RUNTIME, Kind.DRIVER))
-    ts = ev["ts"].to_numpy(np.int64)[rows]
-    end = ts + ev["dur"].to_numpy(np.int64)[rows]
-    pid = ev["pid"].to_numpy(np.int64)[rows]
-    tid = ev["tid"].to_numpy(np.int64)[rows]
+    ts = trace.column("ts", np.int64)[rows]
+    end = ts + trace.column("dur", np.int64)[rows]
+    pid = trace.column("pid", np.int64)[rows]
+    tid = trace.column("tid", np.int64)[rows]
     order = np.lexsort((-end, ts, tid, pid))
     ts, end, pid, tid, rows = ts[order], end[order], pid[order], tid[order], rows[order]
     n = rows.size
@@ -202,9 +203,9 @@ def _calls(trace: Trace) -> pd.DataFrame:
         # each outer call's end covers its nested calls' (the calls of one are consecutive)
         cut = np.flatnonzero(top)
         end = np.repeat(np.maximum.reduceat(end, cut), np.diff(np.r_[cut, n]))
-    return pd.DataFrame({"row": rows, "ts": ts, "end": end, "pid": pid, "tid": tid,
-                         "outer": outer, "corr": ev["correlation"].to_numpy(np.int64)[rows]},
-                        copy=False)
+    return frame({"row": rows, "ts": ts, "end": end, "pid": pid, "tid": tid,
+                  "outer": outer, "corr": trace.column("correlation", np.int64)[rows]},
+                 copy=False)
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,7 @@ def _host_points(trace: Trace, cl: pd.DataFrame, base: int, main_lane: int,
     back); polling threads (other than the main one, ``POLLING_SHARE`` of their calls polls)
     neither wake nor are woken by others: they stop and resume on their own timer."""
     ev = trace.events
-    kinds = ev["kind"].to_numpy()
+    kinds = trace.column("kind")
     busy = phases.of_kinds(kinds, (Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER))
     # a Python function (with_stack) is a frame on the stack, as an annotation is a scope: its
     # start and end are activity, its span is not (the main thread blocked in backward() sits
@@ -242,10 +243,10 @@ def _host_points(trace: Trace, cl: pd.DataFrame, base: int, main_lane: int,
     ann = phases.of_kinds(kinds, (Kind.ANNOTATION, Kind.PYTHON))
     cpu = busy | ann
     rows = np.flatnonzero(cpu)
-    tid = ev["tid"].to_numpy(np.int64)[rows]
-    pid = ev["pid"].to_numpy(np.int64)[rows]
-    ts = ev["ts"].to_numpy(np.int64)[rows]
-    end = ts + ev["dur"].to_numpy(np.int64)[rows]
+    tid = trace.column("tid", np.int64)[rows]
+    pid = trace.column("pid", np.int64)[rows]
+    ts = trace.column("ts", np.int64)[rows]
+    end = ts + trace.column("dur", np.int64)[rows]
     is_ann = ann[rows]
     lanes_l, time_l, wake_l = [], [], []
     polling = []
@@ -362,7 +363,7 @@ def _main_thread(trace: Trace, rules: Rules, calls: pd.DataFrame) -> tuple[int, 
             return -1, -1
         pt = calls.groupby(["pid", "tid"]).size().idxmax()
         return int(pt[0]), int(pt[1])
-    mine = ev["pid"].to_numpy(np.int64)[ev["tid"].to_numpy(np.int64) == tid]
+    mine = trace.column("pid", np.int64)[trace.column("tid", np.int64) == tid]
     pid = int(pd.Series(mine).mode().iloc[0]) if mine.size else -1
     return pid, int(tid)
 
@@ -491,7 +492,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     sy = _event_rows(trace, (Kind.SYNC,))
     if sy.size:
         host = phases.name_matches(ncodes[sy], ncats, HOST_SYNC_EVENT)
-        scorr = ev["correlation"].to_numpy(np.int64)[sy[host]]
+        scorr = trace.column("correlation", np.int64)[sy[host]]
         # a poll (cudaEventQuery/cudaStreamQuery) returns at once, whatever Kineto calls it
         poll = phases.name_matches(ncodes[calls["row"].to_numpy(np.int64)], ncats, POLL)
         hit = np.isin(c_corr, scorr[scorr >= 0]) & (c_corr >= 0) & ~poll
@@ -517,8 +518,8 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     qrows = _event_rows(trace, (Kind.OTHER,))
     qrows = qrows[np.asarray(names.array[qrows]).astype(str) == QUEUE_FULL] if qrows.size else qrows
     if qrows.size and k_ts.size:
-        q_s, q_e = intervals.union(ev["ts"].to_numpy(np.int64)[qrows],
-                                   (ev["ts"].to_numpy(np.int64) + ev["dur"].to_numpy(np.int64))[qrows])
+        q_s, q_e = intervals.union(trace.column("ts", np.int64)[qrows],
+                                   (trace.column("ts", np.int64) + trace.column("dur", np.int64))[qrows])
         k = np.searchsorted(q_s, k_ts, side="left")
         queue = (k < q_s.size) & (q_e[np.minimum(k, q_s.size - 1)] <= k_end) & (call_act >= 0)
         blocking |= queue
@@ -563,7 +564,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
                       dtype=object) if n_st else np.zeros(0, object)
 
     # ---- where threads stopped and resumed ----------------------------------------------------
-    pts = _host_points(trace, pd.DataFrame({"pid": c_pid, "tid": c_tid}), n_gl, main_lane, c_lane,
+    pts = _host_points(trace, frame({"pid": c_pid, "tid": c_tid}), n_gl, main_lane, c_lane,
                        k_poll, config)
     n_pt = pts.lane.size
     pt_name = np.where(pts.wake, "thread wakes", "thread blocks").astype(object)
@@ -587,9 +588,9 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     ev_ts = np.r_[a_start, k_ts, m_time, pts.time][order]  # the event's own start (calls: before waiting)
     wait = np.r_[np.zeros(na, np.int64), c_wait, np.zeros(nm + n_pt, np.int64)][order]
     spans = st if n_st else st.iloc[:0]
-    spans = pd.DataFrame({"step": spans["step"].to_numpy(np.int64),
-                          "ts": spans["cpu_start"].to_numpy(np.int64),
-                          "end": spans["cpu_end"].to_numpy(np.int64)})
+    spans = frame({"step": spans["step"].to_numpy(np.int64),
+                   "ts": spans["cpu_start"].to_numpy(np.int64),
+                   "end": spans["cpu_end"].to_numpy(np.int64)})
     a_step = phases.step_of(spans, np.where(a_launch >= 0, a_launch, a_start))
     c_step = phases.step_of(spans, k_ts)
     step = np.r_[a_step, c_step, m_step, phases.step_of(spans, pts.time)][order]
@@ -747,7 +748,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     depth = config.launch_queue_depth
     if depth is None:
         depth = _queue_depth(src, dst, ekind, launched, lane) or DEFAULT_QUEUE_DEPTH
-    steps_t = pd.DataFrame({
+    steps_t = frame({
         "step": st["step"].to_numpy(np.int64) if n_st else np.zeros(0, np.int64),
         "cpu_start": st["cpu_start"].to_numpy(np.int64) if n_st else np.zeros(0, np.int64),
         "cpu_end": st["cpu_end"].to_numpy(np.int64) if n_st else np.zeros(0, np.int64),
@@ -1025,9 +1026,9 @@ def _recorded_waits(trace, acts, calls, ev):
         return e, e, e
     wstream = a.loc[sy, "wait_stream"].to_numpy(np.int64)
     wcorr = a.loc[sy, "wait_correlation"].to_numpy(np.int64)
-    stream = ev["stream"].to_numpy(np.int64)[sy]
-    device = ev["device"].to_numpy(np.int64)[sy]
-    corr = ev["correlation"].to_numpy(np.int64)[sy]
+    stream = trace.column("stream", np.int64)[sy]
+    device = trace.column("device", np.int64)[sy]
+    corr = trace.column("correlation", np.int64)[sy]
     # the runtime calls by correlation: record call and wait call times
     cc = calls["corr"].to_numpy(np.int64)
     cts = calls["ts"].to_numpy(np.int64)
@@ -1110,8 +1111,8 @@ def host_spans(g: Graph, trace: Trace) -> pd.DataFrame:
     ts = g.start[cpu].copy()
     end = g.end[cpu].copy()
     if has.any():
-        ts[has] = ev["ts"].to_numpy(np.int64)[row[has]]
-        end[has] = ts[has] + ev["dur"].to_numpy(np.int64)[row[has]]
+        ts[has] = trace.column("ts", np.int64)[row[has]]
+        end[has] = ts[has] + trace.column("dur", np.int64)[row[has]]
     lane = g.lane[cpu].astype(np.int64)
     order = np.lexsort((cpu, lane))  # node order within each lane
     same = np.r_[False, lane[order][1:] == lane[order][:-1]]
@@ -1119,9 +1120,9 @@ def host_spans(g: Graph, trace: Trace) -> pd.DataFrame:
     prev_end = np.r_[0, end[order][:-1]]
     gap[order] = np.where(same, np.minimum(prev_end, ts[order]), ts[order])
     lanes = g.lanes
-    return pd.DataFrame({"node": cpu, "pid": lanes["pid"].to_numpy(np.int64)[lane],
-                         "tid": lanes["tid"].to_numpy(np.int64)[lane], "gap_start": gap,
-                         "start": ts, "end": end})
+    return frame({"node": cpu, "pid": lanes["pid"].to_numpy(np.int64)[lane],
+                  "tid": lanes["tid"].to_numpy(np.int64)[lane], "gap_start": gap,
+                  "start": ts, "end": end})
 
 
 def ready_times(g: Graph) -> np.ndarray:

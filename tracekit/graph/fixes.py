@@ -126,8 +126,8 @@ def calls_inside(trace: Trace, g: Graph, pattern: str) -> np.ndarray:
     tid = ev["tid"].to_numpy(np.int64)[hit]
     calls = np.flatnonzero(g.kind == NodeKind.CALL)
     rows = g.row[calls]
-    c_ts = trace.events["ts"].to_numpy(np.int64)[rows]
-    c_tid = trace.events["tid"].to_numpy(np.int64)[rows]
+    c_ts = trace.column("ts", np.int64)[rows]
+    c_tid = trace.column("tid", np.int64)[rows]
     for t in np.unique(tid):
         u_s, u_e = intervals.union(ts[tid == t], end[tid == t])
         if not u_s.size:  # only events of 0 us on this thread: nothing is inside them
@@ -181,10 +181,10 @@ def same_top_op(trace: Trace, g: Graph, seeds: np.ndarray) -> np.ndarray:
         return out
     ev = trace.events
     ops = phases.select(trace, Kind.CPU_OP, columns=("ts", "dur", "tid"))
-    c_ts = ev["ts"].to_numpy(np.int64)[g.row[call_of[launch_dst]]]
-    c_tid = ev["tid"].to_numpy(np.int64)[g.row[call_of[launch_dst]]]
-    s_ts = ev["ts"].to_numpy(np.int64)[g.row[seed_calls]]
-    s_tid = ev["tid"].to_numpy(np.int64)[g.row[seed_calls]]
+    c_ts = trace.column("ts", np.int64)[g.row[call_of[launch_dst]]]
+    c_tid = trace.column("tid", np.int64)[g.row[call_of[launch_dst]]]
+    s_ts = trace.column("ts", np.int64)[g.row[seed_calls]]
+    s_tid = trace.column("tid", np.int64)[g.row[seed_calls]]
     o_tid = ops["tid"].to_numpy(np.int64)
     for t in np.unique(s_tid):
         sel = o_tid == t
