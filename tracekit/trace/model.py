@@ -245,24 +245,25 @@ class Trace:
         return value
 
     def column(self, name: str, dtype: Any = None) -> np.ndarray:
-        """``events[name].to_numpy(dtype)``, read-only, computed once per trace object and
-        ``dtype``: a column read through pandas costs ~10 us whatever the rows, and the
-        analyses read the same few columns of the same trace some sixty times (a job of
-        thousands of tiny ranks paid each). Not for ``name`` and ``launch`` (categoricals)."""
-        key = ("column", name, None if dtype is None else np.dtype(dtype).str)
+        """``events[name].to_numpy(dtype)``: the column as stored, read-only and read once per
+        trace object (a column read through pandas costs ~10 us whatever the rows, and the
+        analyses read the same few columns of a trace some sixty times: a job of thousands of
+        tiny ranks paid each); in another ``dtype``, a fresh copy each call (kept, a converted
+        column would hold its memory as long as the trace). Not for ``name`` and ``launch``
+        (categoricals)."""
         memo = self.__dict__.get("_derived")
-        if memo is not None:
-            got = memo.get(key)
-            if got is not None:
+        key = ("column", name)
+        a = memo.get(key) if memo is not None else None
+        if a is None:
+            def compute() -> np.ndarray:
+                got = self.events[name].to_numpy()
+                if got.flags.writeable:
+                    got = got.view()
+                    got.flags.writeable = False
                 return got
 
-        def compute() -> np.ndarray:
-            a = self.events[name].to_numpy(dtype)
-            if a.flags.writeable:
-                a.flags.writeable = False
-            return a
-
-        return self.memo(key, compute)
+            a = self.memo(key, compute)
+        return a if dtype is None or a.dtype == dtype else a.astype(dtype)
 
     def forget(self) -> None:
         """Drop what ``memo`` keeps (it is computed again when asked)."""
