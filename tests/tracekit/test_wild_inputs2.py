@@ -272,7 +272,7 @@ def test_an_event_longer_than_a_day_is_named_in_a_warning(tmp_path, capsys):
     assert code == 0 and err == []
 
 
-def test_figures_outside_the_span_are_warned_of(tmp_path):
+def test_figures_outside_the_span_are_warned_of(tmp_path, monkeypatch):
     """``plausible.check``: a step or a busy time longer than the trace's span (times its
     devices), or negative (an int64 sum that wrapped), is a warning; the figures of a sane
     trace are none."""
@@ -290,6 +290,9 @@ def test_figures_outside_the_span_are_warned_of(tmp_path):
     rules = default_rules()
     st, ov = steps_mod.compute(t, rules), overlap.compute(t, rules)
     assert plausible.trace_span(t) == (10**9, 10**9 + 200_000) and plausible.check(t, st, ov) == ()
+    monkeypatch.setattr(plausible, "SPAN_CHUNK", 2)  # the span's end summed piece by piece
+    assert plausible.trace_span(t) == (10**9, 10**9 + 200_000)
+    monkeypatch.undo()
     long = st.steps.copy()
     long.loc[1, "step_ns"] = 10**12
     got = plausible.check(t, dataclasses.replace(st, steps=long), ov)

@@ -23,15 +23,22 @@ if TYPE_CHECKING:
     from tracekit.steps import StepsResult
 
 
+SPAN_CHUNK = 1 << 16
+"""Events summed at a time for the span's end (``ts + dur`` may pass int64: summed as uint64)."""
+
+
 def trace_span(trace: Trace) -> tuple[int, int] | None:
     """(first start, last end) of the trace's events in ns, exact (Python ints: ``ts + dur``
     may pass int64), None for a trace without events."""
     ev = trace.events
     if not len(ev):
         return None
-    ts = trace.column("ts", np.int64)
-    end = ts.astype(np.uint64) + trace.column("dur", np.int64).astype(np.uint64)  # both >= 0
-    return int(ts.min()), int(end.max())
+    ts, dur = trace.column("ts"), trace.column("dur")
+    last = 0
+    for i in range(0, ts.size, SPAN_CHUNK):  # in pieces: no copy of the columns
+        end = ts[i:i + SPAN_CHUNK].astype(np.uint64) + dur[i:i + SPAN_CHUNK].astype(np.uint64)
+        last = max(last, int(end.max()))
+    return int(ts.min()), last
 
 
 def _ms(ns: int | float) -> str:
