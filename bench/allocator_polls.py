@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import platform
 import sys
 import time
 from datetime import datetime, timezone
+
+from bench.common import write_result
 
 DEFAULT_TRACES = ("sample_traces/pipelines_1gpu/**/*.json.gz",
                   "sample_traces/pipelines_2gpu/**/*.json.gz",
@@ -143,13 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render(rows, command, secs)
     print(text)
     if args.out:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M")
-        base = os.path.join(args.out, f"allocator-polls-{stamp}")
-        with open(base + ".md", "w") as fh:
-            fh.write(text)
-        with open(base + ".json", "w") as fh:
-            json.dump({"command": command, "seconds": secs, "host": platform.node(),
-                       "rows": rows}, fh, indent=1, default=str)
+        base = write_result(args.out, "allocator-polls", text, {"rows": rows}, command=command, seconds=secs)
         print(f"wrote {base}.md and .json")
     return 0
 

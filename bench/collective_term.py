@@ -26,6 +26,8 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from bench.common import write_result
+
 SHARES = (0.22, 0.32)
 """The compute kernels' measured slowdown under a waiting NCCL kernel, its range over the
 4-GPU ``dense_b8k`` ranks that wait (``bench/results/gpu-under-collectives-20261127-2315.md``)."""
@@ -150,13 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     text = render(rows, shares, command, secs)
     print(text)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        base = os.path.join(args.out, "collective-term-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M"))
-        with open(base + ".md", "w") as fh:
-            fh.write(text)
-        with open(base + ".json", "w") as fh:
-            json.dump({"command": command, "seconds": secs, "host": platform.node(),
-                       "shares": list(shares), "rows": rows}, fh, indent=1)
+        base = write_result(args.out, "collective-term", text, {"shares": list(shares), "rows": rows},
+                            command=command, seconds=secs)
         print(f"wrote {base}.md and .json", file=sys.stderr)
     return 0
 

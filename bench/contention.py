@@ -33,6 +33,8 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from bench.common import write_result
+
 DEFAULT_MANIFEST = "bench/results/proof-h200-20261127.json"
 MIN_OVERLAP_NS = 100_000
 """A pair whose kernels overlap less than this a step gets no share (noise over little)."""
@@ -172,13 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render(rows, command, secs)
     print(text)
     if args.out:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M")
-        base = os.path.join(args.out, f"contention-{stamp}")
-        with open(base + ".md", "w") as fh:
-            fh.write(text)
-        with open(base + ".json", "w") as fh:
-            json.dump({"command": command, "seconds": secs, "host": platform.node(),
-                       "rows": rows}, fh, indent=1)
+        base = write_result(args.out, "contention", text, {"rows": rows}, command=command, seconds=secs)
         print(f"wrote {base}.md and .json")
     return 0
 

@@ -28,12 +28,13 @@ measure).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
 import time
 from datetime import datetime, timezone
+
+from bench.common import write_result
 
 UNDER = 0.5
 """A kernel is *under* a collective when at least this share of it ran beside a
@@ -262,14 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     text = render(rows, command, secs) + (render_moves(moved, args.fix) if moved else "")
     print(text)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M")
-        base = os.path.join(args.out, f"gpu-under-collectives-{stamp}")
-        with open(base + ".md", "w") as fh:
-            fh.write(text)
-        with open(base + ".json", "w") as fh:
-            json.dump({"command": command, "seconds": secs, "host": platform.node(),
-                       "under": UNDER, "rows": rows, "fix": args.fix, "fix_moves": moved}, fh, indent=1)
+        base = write_result(args.out, "gpu-under-collectives", text,
+                            {"under": UNDER, "rows": rows, "fix": args.fix, "fix_moves": moved},
+                            command=command, seconds=secs)
         print(f"wrote {base}.md and .json", file=sys.stderr)
     return 0
 

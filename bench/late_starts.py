@@ -25,12 +25,13 @@ leaves the late starts out).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
 import time
 from datetime import datetime, timezone
+
+from bench.common import write_result
 
 
 def measure(path: str) -> list[dict]:
@@ -131,13 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render(rows, command, secs)
     print(text)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        base = os.path.join(args.out, "late-starts-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M"))
-        with open(base + ".md", "w") as fh:
-            fh.write(text)
-        with open(base + ".json", "w") as fh:
-            json.dump({"command": command, "seconds": secs, "host": platform.node(), "rows": rows},
-                      fh, indent=1)
+        base = write_result(args.out, "late-starts", text, {"rows": rows}, command=command, seconds=secs)
         print(f"wrote {base}.md and .json", file=sys.stderr)
     return 0
 

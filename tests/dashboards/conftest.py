@@ -158,3 +158,20 @@ def screenshot(page, name: str, *, down_to: str | None = None) -> Path:
         page.screenshot(path=str(path), clip={"x": 0, "y": 0, "width": page.viewport_size["width"],
                                               "height": box["y"] + box["height"] + 12})
     return path
+
+
+@pytest.fixture(scope="module")
+def two_traces(tmp_path_factory):
+    """A dashboard of the 1-GPU FusedSparseDist and SparseDist traces, every view computed before the
+    first request (no "Loading" round): ``(url, catalog)``, one server per test module."""
+    from dashboards.app import create_app
+    from dashboards.catalog import Catalog
+    from dashboards.server import Server
+
+    traces = [REPO / "sample_traces" / "pipelines_1gpu" / v / "trace_rank0.json.gz" for v in ("fused", "sparse")]
+    catalog = Catalog([str(p) for p in traces], cache_dir=str(tmp_path_factory.mktemp("two_traces_cache")))
+    app = create_app(catalog)
+    catalog.prefetch(defer_s=0).join()
+    server = Server(app, host="127.0.0.1", port=0).start()
+    yield server.url, catalog
+    server.shutdown()

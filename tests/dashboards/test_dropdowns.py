@@ -12,27 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import REPO
 from tests.dashboards.conftest import VIEWPORT
 
 pytestmark = pytest.mark.browser
 
 TIMEOUT = 20_000
-TRACES = [REPO / "sample_traces" / "pipelines_1gpu" / v / "trace_rank0.json.gz" for v in ("fused", "sparse")]
-
-
-@pytest.fixture(scope="module")
-def two_traces(tmp_path_factory):
-    from dashboards.app import create_app
-    from dashboards.catalog import Catalog
-    from dashboards.server import Server
-
-    catalog = Catalog([str(p) for p in TRACES], cache_dir=str(tmp_path_factory.mktemp("dropdown_cache")))
-    app = create_app(catalog)
-    catalog.prefetch(defer_s=0).join()  # every view ready: no "Loading" round
-    server = Server(app, host="127.0.0.1", port=0).start()
-    yield server.url, catalog
-    server.shutdown()
 
 
 def _option(s) -> str:

@@ -85,17 +85,9 @@ class RankSkeletonTask:
     use_cache: bool = True
 
     def __call__(self, path: str) -> dict | Failed:
-        from tracekit.loaded import loading
-
-        try:
-            with loading(path, rules=self.rules_path, cache_dir=self.cache_dir,
-                         use_cache=self.use_cache, progress=False) as traces:
-                if len(traces) != 1:
-                    return Failed(path, f"holds {len(traces)} ranks, not one")
-                return changed_skeletons(traces[0].trace, traces[0].rules,
-                                         self.factors.get(path, {}), fix=self.fix)
-        except TracekitError as exc:
-            return Failed(path, str(exc))
+        return _on_one_rank(path, lambda t: changed_skeletons(t.trace, t.rules, self.factors.get(path, {}),
+                                                              fix=self.fix),
+                            rules_path=self.rules_path, cache_dir=self.cache_dir, use_cache=self.use_cache)
 
 
 @dataclass(frozen=True)
@@ -112,18 +104,23 @@ class RankChangesTask:
     use_cache: bool = True
 
     def __call__(self, path: str) -> dict | Failed:
-        from tracekit.loaded import loading
+        return _on_one_rank(path, lambda t: {c: changed_skeletons(t.trace, t.rules, {}, **change_keywords(c))
+                                             for c in self.changes.get(path, ())},
+                            rules_path=self.rules_path, cache_dir=self.cache_dir, use_cache=self.use_cache)
 
-        try:
-            with loading(path, rules=self.rules_path, cache_dir=self.cache_dir,
-                         use_cache=self.use_cache, progress=False) as traces:
-                if len(traces) != 1:
-                    return Failed(path, f"holds {len(traces)} ranks, not one")
-                t = traces[0]
-                return {c: changed_skeletons(t.trace, t.rules, {}, **change_keywords(c))
-                        for c in self.changes.get(path, ())}
-        except TracekitError as exc:
-            return Failed(path, str(exc))
+
+def _on_one_rank(path: str, reduce, *, rules_path: str | None, cache_dir: str | None, use_cache: bool):
+    """``reduce(the loaded rank)`` for the one rank of ``path``, or ``Failed`` where the file does not
+    hold exactly one rank or cannot be read (the rank tasks' shared loading)."""
+    from tracekit.loaded import loading
+
+    try:
+        with loading(path, rules=rules_path, cache_dir=cache_dir, use_cache=use_cache, progress=False) as traces:
+            if len(traces) != 1:
+                return Failed(path, f"holds {len(traces)} ranks, not one")
+            return reduce(traces[0])
+    except TracekitError as exc:
+        return Failed(path, str(exc))
 
 
 def change_keywords(change: str) -> dict:
