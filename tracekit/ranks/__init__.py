@@ -138,4 +138,98 @@ def analyze_job(
                      graph=ctx)
 
 
-__all__ = ["JobConfig", "JobReport", "analyze_job"]
+def job_folder(path, world: int | None) -> str | None:
+    """The folder whose job ``path``'s ranks are explained in: the directory given, when it holds
+    several traces; for one trace file, its folder when that holds exactly its job's
+    ``world`` rank files (at most ``JOB_FIXES_MAX_RANKS``: a larger job is analysed with
+    ``tracekit explain DIR --rank N``); else None."""
+    from tracekit._files import trace_files_in
+    from tracekit.ranks.job import JOB_FIXES_MAX_RANKS
+
+    if "://" in str(path):
+        return None
+    if os.path.isdir(path):
+        return path if len(trace_files_in(path)) >= 2 else None
+    if not world or world < 2 or world > JOB_FIXES_MAX_RANKS:
+        return None
+    folder = os.path.dirname(str(path)) or "."
+    try:
+        files = trace_files_in(folder)
+        mine = any(os.path.samefile(f, path) for f in files)
+    except OSError:
+        return None
+    return folder if mine and len(files) == world else None
+
+
+def explain_in_job(ranks: list[dict], path, *, rules_path, cache_dir, use_cache: bool,
+                   world: dict[int, int | None], rank_specs: list) -> None:
+    """For a rank of a job whose every rank is in the folder (``explain DIR``, or one rank's file
+    beside the others): each rank's place in the job (``rank_context``: its own work against
+    its wait on the job's graph), its findings replayed on the job's graph (``job_findings``:
+    for a rank that waits, first those of the rank it waits for), each known fix some rank
+    predicts on every rank (``job_fixes``) and the user's what-ifs across ranks
+    (``rank:R:SPEC``, ``tracekit.ranks.whatif.parse_rank_spec``), from the job's analysis through
+    the report cache; each rank's ``job`` key set in ``ranks`` (``tracekit explain``'s rank
+    objects). ``world``: each rank's job size as its trace says."""
+    from tracekit.errors import InputError
+
+    folder = None
+    for r in ranks:
+        folder = folder or job_folder(path, world.get(int(r["rank"])))
+    if folder is None:
+        if rank_specs:  # (a URL's job, or a directory of one trace)
+            raise InputError(f"--what-if {rank_specs[0].text!r} changes one rank of a job: give "
+                             "a local directory of the job's rank traces", path=path)
+        return
+    from tracekit.ranks.job import job_findings, job_fixes, rank_context
+    from tracekit.ranks.whatif import RankChangesTask, RankSkeletonTask, on_ranks
+
+    rep = analyze_job(folder, rules_path=rules_path, cache_dir=cache_dir, use_cache=use_cache,
+                      whole=False)
+    if folder != path and not rep.job.get("complete"):
+        return  # one rank's file among traces that are not its whole job
+    contexts = {}
+    for r in ranks:
+        ctx = rank_context(rep.job, int(r["rank"]), rep.ranks)
+        if ctx is not None:
+            contexts[int(r["rank"])] = ctx
+    changes = RankChangesTask(rules_path=rules_path, cache_dir=cache_dir, use_cache=use_cache)
+    asked = []
+    if rank_specs:
+        if rep.graph is None:
+            raise InputError(f"--what-if {rank_specs[0].text!r}: this job has no graph to "
+                             "replay (fewer than two ranks with collectives and steps)",
+                             path=path)
+        joined = sorted(ri.rank for ri in rep.graph.inputs)
+        for rs in rank_specs:
+            if rs.rank not in joined:
+                raise InputError(f"--what-if {rs.text!r}: no rank {rs.rank} in the job's graph "
+                                 f"(ranks: {', '.join(map(str, joined))})", path=path)
+        wanted: dict[int, list[str]] = {}
+        for rs in rank_specs:
+            wanted.setdefault(rs.rank, []).append(rs.change)
+        rows = on_ranks(rep.ranks, rep.graph, wanted, task=changes)
+        for rs in rank_specs:
+            row = rows.get((rs.rank, rs.change))
+            if row is None:
+                raise InputError(f"--what-if {rs.text!r}: rank {rs.rank}'s trace could not be "
+                                 "read again", path=path)
+            row = {**row, "id": rs.text, "title": rs.title}
+            if not row["applies"]:
+                row["note"] = "; ".join(x for x in (
+                    f"does not apply to rank {rs.rank}" if rs.change.startswith("fix:") else
+                    f"matches nothing on rank {rs.rank}", row.get("note")) if x)
+            asked.append(row)
+    if not contexts:
+        return
+    fixes = job_fixes(rep.ranks, rep.graph, task=RankSkeletonTask(
+        rules_path=rules_path, cache_dir=cache_dir, use_cache=use_cache))
+    found = job_findings(rep.ranks, rep.graph, contexts, task=changes)
+    for r in ranks:
+        ctx = contexts.get(int(r["rank"]))
+        if ctx is not None:
+            r["job"] = {**ctx, "findings": found.get(int(r["rank"]), []),
+                        "what_ifs": list(ctx["what_ifs"]) + fixes + asked}
+
+
+__all__ = ["JobConfig", "JobReport", "analyze_job", "explain_in_job", "job_folder"]
