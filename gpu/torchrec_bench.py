@@ -101,6 +101,18 @@ PLAN: dict[str, tuple[int, str, int, int, int]] = {
     "2gpu_sparse_b2048_r2": (2, "sparse", 2048, 8, 1),
     "1gpu_fused_b4096_r2": (1, "fused", 4096, 8, 2),
     "1gpu_sparse_b4096_r2": (1, "sparse", 4096, 8, 2),
+    # held out (2026-11-28, session 6): batch sizes never run, collected before that session's model
+    # changes, each pair twice in mirrored order
+    "1gpu_sparse_b2048": (1, "sparse", 2048, 8, 2),
+    "1gpu_fused_b2048": (1, "fused", 2048, 8, 2),
+    "1gpu_sparse_b12288": (1, "sparse", 12288, 8, 2),
+    "1gpu_fused_b12288": (1, "fused", 12288, 8, 2),
+    "2gpu_sparse_b6144": (2, "sparse", 6144, 8, 1),
+    "2gpu_fused_b6144": (2, "fused", 6144, 8, 1),
+    "2gpu_fused_b6144_r2": (2, "fused", 6144, 8, 1),
+    "2gpu_sparse_b6144_r2": (2, "sparse", 6144, 8, 1),
+    "1gpu_fused_b2048_r2": (1, "fused", 2048, 8, 2),
+    "1gpu_sparse_b2048_r2": (1, "sparse", 2048, 8, 2),
 }
 
 
