@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.trace.model import GPU_ACTIVITY_KINDS, Kind, Trace
+from tracekit.frames import column
 
 CPU_DEPTHS = 4
 """Nesting depths of CPU annotations drawn (ProfilerStep, then the stage labels, ...)."""
@@ -67,9 +68,9 @@ def _stream_busy(acts: pd.DataFrame) -> pd.DataFrame:
     if acts.empty:
         return pd.DataFrame(columns=cols)
     busy = (acts["end"] - acts["ts"]).to_numpy(np.float64)
-    kind = acts["kind"].to_numpy() if "kind" in acts else np.full(len(acts), int(Kind.KERNEL))
-    frame = pd.DataFrame({"device": acts["device"].to_numpy(np.int64),
-                          "stream": acts["stream"].to_numpy(np.int64),
+    kind = column(acts, "kind") if "kind" in acts else np.full(len(acts), int(Kind.KERNEL))
+    frame = pd.DataFrame({"device": column(acts, "device", np.int64),
+                          "stream": column(acts, "stream", np.int64),
                           "phase": acts["phase"].astype(str).to_numpy(), "busy_ns": busy,
                           "copy_ns": np.where(kind != int(Kind.KERNEL), busy, 0.0)})
     return frame.groupby(["device", "stream", "phase"], sort=False)[["busy_ns", "copy_ns"]] \
@@ -88,37 +89,37 @@ def compute(trace: Trace, activities: pd.DataFrame | None = None,
     if activities is None:
         gpu = ev[ev["kind"].isin([int(k) for k in GPU_ACTIVITY_KINDS])]
         activities = pd.DataFrame({
-            "device": gpu["device"].to_numpy(np.int64), "stream": gpu["stream"].to_numpy(np.int64),
-            "name": gpu["name"].astype(str).to_numpy(), "ts": gpu["ts"].to_numpy(np.int64),
+            "device": column(gpu, "device", np.int64), "stream": column(gpu, "stream", np.int64),
+            "name": gpu["name"].astype(str).to_numpy(), "ts": column(gpu, "ts", np.int64),
             "end": (gpu["ts"] + gpu["dur"]).to_numpy(np.int64), "phase": "other",
-            "kind": gpu["kind"].to_numpy(),
+            "kind": column(gpu, "kind"),
         })
-    dev = activities["device"].to_numpy(np.int64)
-    stream = activities["stream"].to_numpy(np.int64)
+    dev = column(activities, "device", np.int64)
+    stream = column(activities, "stream", np.int64)
     gpu_rows = pd.DataFrame({
         "gpu": True, "device": dev, "stream": stream, "tid": -1, "depth": -1,
         "lane_order": 1_000_000 + dev * 100_000 + stream,
-        "start": activities["ts"].to_numpy(np.int64) - t_origin,
-        "end": activities["end"].to_numpy(np.int64) - t_origin,
+        "start": column(activities, "ts", np.int64) - t_origin,
+        "end": column(activities, "end", np.int64) - t_origin,
         "phase": activities["phase"].astype(object).to_numpy(),
         "name": activities["name"].astype(str).to_numpy(),
     }, columns=LANE_COLUMNS)
     # CPU ranges: user annotations, plus operators that are phase annotations or ProfilerStep
     # (legacy traces wrote record_function ranges as operators)
-    is_ann = ev["kind"].to_numpy() == int(Kind.ANNOTATION)
-    ops = ev["kind"].to_numpy() == int(Kind.CPU_OP)
+    is_ann = column(ev, "kind") == int(Kind.ANNOTATION)
+    ops = column(ev, "kind") == int(Kind.CPU_OP)
     if ops.any():
         op_rows = ev[ops]
         keep_op = op_rows["name"].astype(str).str.startswith("ProfilerStep#").to_numpy().copy()
         if annotation_phases is not None and len(annotation_phases):
-            key = pd.MultiIndex.from_arrays([op_rows["tid"].to_numpy(), op_rows["ts"].to_numpy(),
+            key = pd.MultiIndex.from_arrays([column(op_rows, "tid"), column(op_rows, "ts"),
                                              (op_rows["ts"] + op_rows["dur"]).to_numpy()])
             known = pd.MultiIndex.from_frame(annotation_phases[["tid", "ts", "end"]])
             keep_op |= key.isin(known)
         is_ann[np.flatnonzero(ops)[keep_op]] = True
     ann = ev[is_ann]
-    ann = pd.DataFrame({"pid": ann["pid"].to_numpy(), "tid": ann["tid"].to_numpy(),
-                        "ts": ann["ts"].to_numpy(), "dur": ann["dur"].to_numpy(),
+    ann = pd.DataFrame({"pid": column(ann, "pid"), "tid": column(ann, "tid"),
+                        "ts": column(ann, "ts"), "dur": column(ann, "dur"),
                         "name": ann["name"].astype(str).to_numpy()})
     if annotation_phases is not None and len(annotation_phases):
         ap = annotation_phases[["tid", "ts", "end", "phase"]].drop_duplicates(["tid", "ts", "end"])
@@ -136,14 +137,14 @@ def compute(trace: Trace, activities: pd.DataFrame | None = None,
         groups.sort(key=lambda kv: int(kv[0][1]) != main_tid)  # the main thread on top
     for order, ((pid, tid), grp) in enumerate(groups):
         grp = grp.sort_values(["ts", "dur"], ascending=[True, False])
-        s = grp["ts"].to_numpy() - t_origin
-        e = s + grp["dur"].to_numpy()
+        s = column(grp, "ts") - t_origin
+        e = s + column(grp, "dur")
         depth = _cpu_depth(s, e)
         keep = depth < CPU_DEPTHS
         parts.append(pd.DataFrame({
             "gpu": False, "device": -1, "stream": -1, "tid": int(tid), "depth": depth[keep],
             "lane_order": order * CPU_DEPTHS + depth[keep], "start": s[keep], "end": e[keep],
-            "phase": grp["phase"].to_numpy()[keep], "name": grp["name"].to_numpy()[keep],
+            "phase": column(grp, "phase")[keep], "name": column(grp, "name")[keep],
         }, columns=LANE_COLUMNS))
     out = pd.concat([*parts, gpu_rows], ignore_index=True)
     return Lanes(events=out.sort_values(["lane_order", "start"], kind="stable", ignore_index=True),

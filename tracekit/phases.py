@@ -65,7 +65,7 @@ import pandas as pd
 from tracekit import _objarrays as objarrays
 from tracekit import intervals, patterns
 from tracekit.errors import RulesError
-from tracekit.frames import frame
+from tracekit.frames import column, frame
 from tracekit.hardware import GpuPeak
 from tracekit.trace.model import GPU_ACTIVITY_KINDS, Kind, Trace
 
@@ -394,8 +394,8 @@ def _profiler_steps(trace: Trace, rules: Rules) -> pd.DataFrame:
     ann, codes, cats = host_ops(trace)
     step = per_used_name(codes, cats, lambda n: _captured_int(n, rules.profiler_step), -1)
     keep = step >= 0
-    ts = ann["ts"].to_numpy(np.int64)
-    st, ts, end = step[keep].astype(np.int64), ts[keep], (ts + ann["dur"].to_numpy(np.int64))[keep]
+    ts = column(ann, "ts", np.int64)
+    st, ts, end = step[keep].astype(np.int64), ts[keep], (ts + column(ann, "dur", np.int64))[keep]
     # by ts (stably), the first of each step number: numpy, as pandas' sort and
     # drop_duplicates cost ~1 ms a trace whatever its size; one int64 block
     o = np.argsort(ts, kind="stable")
@@ -409,12 +409,12 @@ def step_of(steps: pd.DataFrame, ts: np.ndarray) -> np.ndarray:
     ts = np.asarray(ts, dtype=np.int64)
     if steps.empty or ts.size == 0:
         return np.full(ts.size, -1, np.int64)
-    s = steps["ts"].to_numpy(np.int64)
-    e = steps["end"].to_numpy(np.int64)
+    s = column(steps, "ts", np.int64)
+    e = column(steps, "end", np.int64)
     k = np.searchsorted(s, ts, side="right") - 1
     kk = np.maximum(k, 0)
     inside = (k >= 0) & (ts < e[kk])
-    return np.where(inside, steps["step"].to_numpy(np.int64)[kk], -1)
+    return np.where(inside, column(steps, "step", np.int64)[kk], -1)
 
 
 # ---- annotations enclosing CPU calls ------------------------------------------------------------
@@ -459,17 +459,17 @@ def annotation_index(trace: Trace, rules: Rules) -> AnnotationIndex:
     keep = rule >= 0
     kcodes = codes[keep]
     phases = np.array([r.phase for r in rules.annotations] or [""], dtype=object)
-    ts = ann["ts"].to_numpy(np.int64)[keep]
+    ts = column(ann, "ts", np.int64)[keep]
     table = pd.DataFrame({
-        "tid": ann["tid"].to_numpy(np.int64)[keep],
+        "tid": column(ann, "tid", np.int64)[keep],
         "ts": ts,
-        "end": ts + ann["dur"].to_numpy(np.int64)[keep],
+        "end": ts + column(ann, "dur", np.int64)[keep],
         "name": name_strings(kcodes, cats),
         "phase": phases[rule[keep]] if keep.any() else np.zeros(0, dtype=object),
         "batch": per_used_name(kcodes, cats, lambda n: _captured_int(n, rules.batch_index), -1),
     })
     threads = {}
-    batch = table["batch"].to_numpy(np.int64).copy()
+    batch = column(table, "batch", np.int64).copy()
     # per thread (ascending), its rows by (ts, end descending), stably: by numpy, as a pandas
     # group-by and sort cost ~1 ms a trace whatever its size
     t_tid, t_ts, t_end = (table[c].to_numpy(np.int64) for c in ("tid", "ts", "end"))
@@ -495,7 +495,7 @@ def annotation_index(trace: Trace, rules: Rules) -> AnnotationIndex:
     main = -1
     is_step = per_used_name(codes, cats, lambda n: _captured_int(n, rules.profiler_step), -1) >= 0
     if is_step.any():
-        main = _mode(ann["tid"].to_numpy(np.int64)[is_step])
+        main = _mode(column(ann, "tid", np.int64)[is_step])
     elif not table.empty:
         main = _mode(t_tid)
     return AnnotationIndex(table=table, threads=threads, main_tid=main)
@@ -512,16 +512,16 @@ def _mode(values: np.ndarray) -> int:
 def _launches(trace: Trace) -> pd.DataFrame:
     """Runtime/driver calls that carry a correlation id, one row per id: ``correlation, ts, end, tid``."""
     rt = select(trace, Kind.RUNTIME, Kind.DRIVER, columns=("correlation", "ts", "dur", "tid"))
-    corr = rt["correlation"].to_numpy(np.int64)
+    corr = column(rt, "correlation", np.int64)
     linked = np.flatnonzero(corr >= 0)
     corr = corr[linked]
     if corr.size > 1 and not bool(np.all(corr[1:] > corr[:-1])):  # else sorted and unique
         corr, first = np.unique(corr, return_index=True)  # sorted; each id's first call
         linked = linked[first]
-    ts = rt["ts"].to_numpy(np.int64)[linked]
+    ts = column(rt, "ts", np.int64)[linked]
     return frame({"correlation": corr, "ts": ts,
-                  "end": ts + rt["dur"].to_numpy(np.int64)[linked],
-                  "tid": rt["tid"].to_numpy(np.int64)[linked]}, copy=False)
+                  "end": ts + column(rt, "dur", np.int64)[linked],
+                  "tid": column(rt, "tid", np.int64)[linked]}, copy=False)
 
 
 def assign_activities(
@@ -539,17 +539,17 @@ def assign_activities(
                                                       "dur", "correlation"))
     n = len(act)
     codes, cats = name_codes(act)
-    corr = act["correlation"].to_numpy(np.int64)
+    corr = column(act, "correlation", np.int64)
     launches = _launches(trace)
-    lc = launches["correlation"].to_numpy(np.int64)
+    lc = column(launches, "correlation", np.int64)
     if lc.size:
         k = np.minimum(np.searchsorted(lc, corr), lc.size - 1)
         linked = (corr >= 0) & (lc[k] == corr)
     else:
         k, linked = np.zeros(n, np.int64), np.zeros(n, bool)
 
-    def launch(column: str) -> np.ndarray:  # the linked launch's column, -1 where none
-        return np.where(linked, launches[column].to_numpy(np.int64)[k], -1) if lc.size \
+    def launch(name: str) -> np.ndarray:  # the linked launch's column, -1 where none
+        return np.where(linked, launches[name].to_numpy(np.int64)[k], -1) if lc.size \
             else np.full(n, -1, np.int64)
 
     launch_ts, launch_end, launch_tid = launch("ts"), launch("end"), launch("tid")
@@ -561,12 +561,12 @@ def assign_activities(
     if sel.size and not index.table.empty:
         ann_id[sel] = index.enclosing(launch_tid[sel], launch_ts[sel], launch_end[sel])
     has_ann = ann_id >= 0
-    ann_phase = index.table["phase"].to_numpy(object)
+    ann_phase = column(index.table, "phase", object)
     phase = objarrays.full(n, OTHER)
     phase[has_ann] = ann_phase[ann_id[has_ann]]
     source = objarrays.where(has_ann, "annotation", "none")
     batch = np.full(n, -1, np.int64)
-    batch[has_ann] = index.table["batch"].to_numpy(np.int64)[ann_id[has_ann]]
+    batch[has_ann] = column(index.table, "batch", np.int64)[ann_id[has_ann]]
 
     # 2. kernel-name rules: for activities without an annotation phase, or ones they refine
     kr = per_used_name(codes, cats, lambda n: _first_match(n, rules.kernels), -1)
@@ -582,14 +582,14 @@ def assign_activities(
         source[take & ~has_ann] = "kernel name"
 
     names = name_strings(codes, cats)
-    ts = act["ts"].to_numpy(np.int64)
+    ts = column(act, "ts", np.int64)
     out = pd.DataFrame({
-        "device": act["device"].to_numpy(np.int64),
-        "stream": act["stream"].to_numpy(np.int64),
-        "kind": act["kind"].to_numpy(np.int64),
+        "device": column(act, "device", np.int64),
+        "stream": column(act, "stream", np.int64),
+        "kind": column(act, "kind", np.int64),
         "name": names,
         "ts": ts,
-        "end": ts + act["dur"].to_numpy(np.int64),
+        "end": ts + column(act, "dur", np.int64),
         "correlation": corr,
         "launch_ts": launch_ts,
         "launch_tid": launch_tid,

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import phases
-from tracekit.frames import frame
+from tracekit.frames import column, frame
 from tracekit.phases import Rules
 from tracekit.trace.model import Trace
 
@@ -91,8 +91,8 @@ def _inferred_steps(trace: Trace, rules: Rules) -> tuple[pd.DataFrame, str | Non
         return pd.DataFrame(columns=["step", "ts", "end"]), None
     names = pd.Series(np.asarray(cats.astype(str), dtype=object)[codes[hit]])
     keys = names.str.replace(r"\d+", "#", regex=True).to_numpy(object)
-    ts = ev["ts"].to_numpy(np.int64)[hit]
-    end = ts + ev["dur"].to_numpy(np.int64)[hit]
+    ts = column(ev, "ts", np.int64)[hit]
+    end = ts + column(ev, "dur", np.int64)[hit]
     # the most frequent kind of boundary (ties: the one that appears first)
     counts = pd.Series(keys).value_counts(sort=False)
     best = counts[counts == counts.max()].index
@@ -131,8 +131,8 @@ def _compute(trace: Trace, rules: Rules) -> StepsResult:
     gpu_end = np.full(n, -1, np.int64)
     count = np.zeros(n, np.int64)
     if n and len(acts):
-        step = phases.step_of(spans, acts["launch_ts"].to_numpy(np.int64))
-        linked = (acts["launch_ts"].to_numpy(np.int64) >= 0) & (step >= 0)
+        step = phases.step_of(spans, column(acts, "launch_ts", np.int64))
+        linked = (column(acts, "launch_ts", np.int64) >= 0) & (step >= 0)
         if linked.any():
             # per step: first start, last end and count of its activities (sorted by step, then
             # one reduceat per figure: a pandas groupby cost ~4 ms more on a 42 MB trace)
@@ -141,21 +141,21 @@ def _compute(trace: Trace, rules: Rules) -> StepsResult:
             by_step = linked_step[order]
             first = np.flatnonzero(np.r_[True, by_step[1:] != by_step[:-1]])
             pos = pd.Index(spans["step"]).get_indexer(by_step[first])
-            gpu_start[pos] = np.minimum.reduceat(acts["ts"].to_numpy(np.int64)[linked][order], first)
-            gpu_end[pos] = np.maximum.reduceat(acts["end"].to_numpy(np.int64)[linked][order], first)
+            gpu_start[pos] = np.minimum.reduceat(column(acts, "ts", np.int64)[linked][order], first)
+            gpu_end[pos] = np.maximum.reduceat(column(acts, "end", np.int64)[linked][order], first)
             count[pos] = np.diff(np.r_[first, by_step.size])
-    cpu_start = spans["ts"].to_numpy(np.int64)
-    cpu_end = spans["end"].to_numpy(np.int64)
+    cpu_start = column(spans, "ts", np.int64)
+    cpu_end = column(spans, "end", np.int64)
     gpu_ns = np.where(count > 0, gpu_end - gpu_start, -1)
     start, end = windows(spans, acts)
     table = frame({
-        "step": spans["step"].to_numpy(np.int64),
+        "step": column(spans, "step", np.int64),
         "step_start": start, "step_end": end, "step_ns": end - start,
         "cpu_start": cpu_start, "cpu_end": cpu_end, "cpu_ns": cpu_end - cpu_start,
         "gpu_start": gpu_start, "gpu_end": gpu_end, "gpu_ns": gpu_ns,
         "activities": count,
     })
-    cpu = table["cpu_ns"].to_numpy()
+    cpu = column(table, "cpu_ns")
     gpu = gpu_ns[count > 0]
     per = (end - start)[counted(n)]
     (cpu50, cpu90), (gpu50, gpu90), (p50, p90) = _p50_p90(cpu), _p50_p90(gpu), _p50_p90(per)
@@ -171,9 +171,9 @@ def main_streams(acts: pd.DataFrame) -> np.ndarray:
     of streams tied on it, the highest stream id)."""
     if not len(acts):
         return np.zeros(0, bool)
-    dur = acts["end"].to_numpy(np.int64) - acts["ts"].to_numpy(np.int64)
-    device = acts["device"].to_numpy(np.int64)
-    stream = acts["stream"].to_numpy(np.int64)
+    dur = column(acts, "end", np.int64) - column(acts, "ts", np.int64)
+    device = column(acts, "device", np.int64)
+    stream = column(acts, "stream", np.int64)
     # busy time per (device, stream), the pairs sorted (numpy: a pandas group-by and MultiIndex
     # cost ~3 ms a call whatever the trace's size)
     order = np.lexsort((stream, device))
@@ -197,19 +197,19 @@ def windows(spans: pd.DataFrame, acts: pd.DataFrame) -> tuple[np.ndarray, np.nda
     """Each step's window (``start``, ``end``: the module docstring's step time), from its span
     (``step, ts, end``) and the activities (``phases.activities``)."""
     n = len(spans)
-    end = spans["end"].to_numpy(np.int64).copy()
+    end = column(spans, "end", np.int64).copy()
     if n and len(acts):
-        launch = acts["launch_ts"].to_numpy(np.int64)
-        st = phases.step_of(spans, np.where(launch >= 0, launch, acts["ts"].to_numpy(np.int64)))
+        launch = column(acts, "launch_ts", np.int64)
+        st = phases.step_of(spans, np.where(launch >= 0, launch, column(acts, "ts", np.int64)))
         sel = (st >= 0) & main_streams(acts)
         if sel.any():  # the last end of each step's activities on the main streams
             order = np.argsort(st[sel], kind="stable")
             by_step = st[sel][order]
             first = np.flatnonzero(np.r_[True, by_step[1:] != by_step[:-1]])
-            last = np.maximum.reduceat(acts["end"].to_numpy(np.int64)[sel][order], first)
-            pos = pd.Index(spans["step"].to_numpy(np.int64)).get_indexer(by_step[first])
+            last = np.maximum.reduceat(column(acts, "end", np.int64)[sel][order], first)
+            pos = pd.Index(column(spans, "step", np.int64)).get_indexer(by_step[first])
             ok = pos >= 0
             end[pos[ok]] = np.maximum(end[pos[ok]], last[ok])
     end = np.maximum.accumulate(end) if n else end  # never before the step before it
-    start = np.r_[spans["ts"].to_numpy(np.int64)[:1], end[:-1]] if n else end
+    start = np.r_[column(spans, "ts", np.int64)[:1], end[:-1]] if n else end
     return start.astype(np.int64), end.astype(np.int64)

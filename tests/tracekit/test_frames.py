@@ -1,4 +1,5 @@
-"""``tracekit.frames.frame``: the table pandas' constructor gives, whatever the columns."""
+"""``tracekit.frames.frame``: the table pandas' constructor gives, whatever the columns;
+``tracekit.frames.column``: the array pandas' ``df[name].to_numpy(dtype)`` gives."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit.frames import SMALL_ROWS, frame
+from tracekit.frames import SMALL_ROWS, column, frame
 
 DTYPES = [np.int64, np.int32, np.int16, np.int8, np.uint8, np.float64, np.float32, bool]
 
@@ -58,3 +59,37 @@ def test_a_copied_frame_holds_none_of_the_arrays_given():
 def test_columns_of_different_lengths_are_refused_as_pandas_does():
     with pytest.raises(ValueError):
         frame({"a": np.zeros(2, np.int64), "b": np.zeros(3, np.int64)})
+
+
+READ_AS = [None, np.int64, np.float64, np.int32, bool, object]
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(columns(), st.sampled_from(READ_AS), st.booleans())
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
+def test_column_is_pandas_column(data, dtype, after_setitem):
+    df = frame(data)
+    if after_setitem and len(df.columns):  # a column set afterwards: another block
+        df[df.columns[0]] = df[df.columns[-1]]
+    for name in df.columns:
+        try:  # a float NaN read as an integer: numpy's RuntimeWarning, in both
+            want = df[name].to_numpy() if dtype is None else df[name].to_numpy(dtype)
+        except (TypeError, ValueError) as exc:
+            with pytest.raises(type(exc)):
+                column(df, name, dtype)
+            continue
+        got = column(df, name, dtype)
+        assert type(got) is np.ndarray and got.dtype == want.dtype and got.shape == want.shape
+        assert pd.Series(got, dtype=object).equals(pd.Series(want, dtype=object))  # NaN at NaN
+        assert got.flags.writeable == want.flags.writeable, (name, dtype, want.dtype)
+        if not got.flags.writeable and got.size:  # a view of the table's column, as pandas gives
+            assert np.shares_memory(got, want)
+
+
+def test_column_reads_what_pandas_reads_of_other_objects():
+    df = pd.DataFrame([[1, 2]], columns=["a", "a"])  # repeated names: pandas' table of both
+    np.testing.assert_array_equal(column(df, "a"), df["a"].to_numpy())
+    by_name = {"a": pd.Series([1, 2])}  # not a DataFrame: read through pandas
+    np.testing.assert_array_equal(column(by_name, "a", np.float64), [1.0, 2.0])
+    with pytest.raises(KeyError):
+        column(frame({"a": np.zeros(1)}), "b")

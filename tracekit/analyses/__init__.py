@@ -28,6 +28,7 @@ from tracekit.analyses import (allocator, collectives, embedding_bw, gaps, overl
 from tracekit.analyses.forked import Forked
 from tracekit.phases import Rules, default_rules
 from tracekit.trace.model import Trace
+from tracekit.frames import column
 
 # The step windows live below the analyses and the graph (``tracekit.steps``), which both read
 # them; ``tracekit.analyses.steps`` names the same module, as it always has.
@@ -89,8 +90,8 @@ def trace_identity(trace: Trace) -> dict:
     base = trace.metadata.get("baseTimeNanoseconds")
     ev = trace.events
     if len(ev):
-        ts = ev["ts"].to_numpy()
-        start, end = int(ts.min()), int((ts + ev["dur"].to_numpy()).max())
+        ts = column(ev, "ts")
+        start, end = int(ts.min()), int((ts + column(ev, "dur")).max())
     else:
         start = end = None
     return {"distributed_info": info if isinstance(info, dict) else None,

@@ -23,6 +23,7 @@ from tracekit import phases
 from tracekit.emptyresult import kept
 from tracekit.phases import Rules
 from tracekit.trace.model import Trace
+from tracekit.frames import column
 
 CUDA = 1  # c10::DeviceType::CUDA
 HIP = 6  # c10::DeviceType::HIP: ROCm traces' device [memory] events
@@ -65,12 +66,12 @@ def peak_reserved(trace: Trace) -> int | None:
     totals the trace has (not ``reconstructed``), None when there is none. Without the series
     and the per-step table it costs a few numpy passes instead of ~6 ms on a 42 MB trace."""
     m = trace.memory
-    gpu = np.isin(m["device_type"].to_numpy(), GPU_DEVICE_TYPES)
+    gpu = np.isin(column(m, "device_type"), GPU_DEVICE_TYPES)
     if not gpu.any():
         return None
-    alloc = _plausible(m["total_allocated"].to_numpy(np.int64)[gpu])
-    res = _plausible(m["total_reserved"].to_numpy(np.int64)[gpu])
-    _, dev = np.unique(m["device_id"].to_numpy()[gpu], return_inverse=True)
+    alloc = _plausible(column(m, "total_allocated", np.int64)[gpu])
+    res = _plausible(column(m, "total_reserved", np.int64)[gpu])
+    _, dev = np.unique(column(m, "device_id")[gpu], return_inverse=True)
     has_totals = np.bincount(dev, weights=alloc >= 0) > 0  # per device: not all allocated < 0
     known = has_totals[dev] & (res >= 0)
     return int(res[known].max()) if known.any() else None
@@ -83,7 +84,7 @@ def _plausible(total: np.ndarray) -> np.ndarray:
 
 def compute(trace: Trace, rules: Rules) -> AllocatorResult:
     """Allocator series and peaks (see the module docstring)."""
-    gpu = np.isin(trace.memory["device_type"].to_numpy(), GPU_DEVICE_TYPES)
+    gpu = np.isin(column(trace.memory, "device_type"), GPU_DEVICE_TYPES)
     if not gpu.any():
         # no GPU [memory] event: empty tables, the same for every such trace but for the note
         # (tracekit.emptyresult)
@@ -96,7 +97,7 @@ def compute(trace: Trace, rules: Rules) -> AllocatorResult:
 def _result(trace: Trace, rules: Rules, gpu: np.ndarray) -> AllocatorResult:
     """``compute`` of the GPU ``[memory]`` events (``gpu``: bool per event)."""
     m = trace.memory[gpu].sort_values("ts", kind="stable")
-    huge = np.abs(m["bytes"].to_numpy(np.int64)) >= MAX_BYTES
+    huge = np.abs(column(m, "bytes", np.int64)) >= MAX_BYTES
     warnings = []
     if huge.any():
         warnings.append(f"{int(huge.sum()):,} GPU [memory] events with Bytes of 2^52 (4 PiB) or "
@@ -105,10 +106,10 @@ def _result(trace: Trace, rules: Rules, gpu: np.ndarray) -> AllocatorResult:
     series_parts, dev_rows = [], []
     any_rec = False
     for dev, d in m.groupby("device_id", sort=True):
-        ts = d["ts"].to_numpy(np.int64)
-        nbytes = d["bytes"].to_numpy(np.int64)
-        alloc = _plausible(d["total_allocated"].to_numpy(np.int64))
-        res = _plausible(d["total_reserved"].to_numpy(np.int64))
+        ts = column(d, "ts", np.int64)
+        nbytes = column(d, "bytes", np.int64)
+        alloc = _plausible(column(d, "total_allocated", np.int64))
+        res = _plausible(column(d, "total_reserved", np.int64))
         rec = bool((alloc < 0).all())
         if rec:
             if np.abs(np.cumsum(nbytes, dtype=np.float64)).max(initial=0) >= 2.0**62:
@@ -147,10 +148,10 @@ def _result(trace: Trace, rules: Rules, gpu: np.ndarray) -> AllocatorResult:
         "unused_at_peak_reserved", "unused_fraction", "reconstructed"])
 
     steps = phases.profiler_steps(trace, rules)
-    step = phases.step_of(steps, m["ts"].to_numpy(np.int64))
-    pos = (m["bytes"].to_numpy(np.int64) > 0) & (step >= 0)
-    per_step = (pd.DataFrame({"step": step[pos], "device": m["device_id"].to_numpy(np.int64)[pos],
-                              "bytes": m["bytes"].to_numpy(np.float64)[pos]})
+    step = phases.step_of(steps, column(m, "ts", np.int64))
+    pos = (column(m, "bytes", np.int64) > 0) & (step >= 0)
+    per_step = (pd.DataFrame({"step": step[pos], "device": column(m, "device_id", np.int64)[pos],
+                              "bytes": column(m, "bytes", np.float64)[pos]})
                 .groupby(["step", "device"]).agg(allocations=("bytes", "size"),
                                                  allocated_bytes=("bytes", "sum")).reset_index())
     # summed as floats (each < 2**52: no int64 wrap), whole again below int64's end

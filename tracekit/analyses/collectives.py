@@ -41,6 +41,7 @@ from tracekit import intervals, phases
 from tracekit.emptyresult import kept
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
+from tracekit.frames import column
 
 DTYPE_BYTES = {
     "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2,
@@ -134,9 +135,9 @@ def _launches(trace: Trace, rules: Rules, correlation: np.ndarray) -> tuple[np.n
     """The start and thread of the CPU call that launched each kernel (by correlation id), -1
     if none."""
     acts, _ = phases.activities(trace, rules)
-    corr = acts["correlation"].to_numpy(np.int64)
-    launch = acts["launch_ts"].to_numpy(np.int64)
-    tid = acts["launch_tid"].to_numpy(np.int64)
+    corr = column(acts, "correlation", np.int64)
+    launch = column(acts, "launch_ts", np.int64)
+    tid = column(acts, "launch_tid", np.int64)
     order = np.argsort(corr, kind="stable")
     corr, launch, tid = corr[order], launch[order], tid[order]
     none = np.full(correlation.size, -1, np.int64)
@@ -164,9 +165,9 @@ def launching_collective(trace: Trace, tid: np.ndarray, ts: np.ndarray) -> np.nd
     keep = np.flatnonzero(canon != "")
     if not keep.size:
         return out
-    otid = ops["tid"].to_numpy(np.int64)[keep]
-    ots = ops["ts"].to_numpy(np.int64)[keep]
-    oend = ots + ops["dur"].to_numpy(np.int64)[keep]
+    otid = column(ops, "tid", np.int64)[keep]
+    ots = column(ops, "ts", np.int64)[keep]
+    oend = ots + column(ops, "dur", np.int64)[keep]
     names = canon[keep]
     for t in np.unique(tid[ts >= 0]):
         sel = np.flatnonzero((tid == t) & (ts >= 0))
@@ -195,7 +196,7 @@ def _find_rows(trace: Trace, rules: Rules) -> tuple[np.ndarray, np.ndarray, np.n
     ev = trace.events
     is_kernel = trace.column("kind") == int(Kind.KERNEL)
     args = trace.args
-    arg_event = args["event"].to_numpy(np.int64)
+    arg_event = column(args, "event", np.int64)
     with_args = is_kernel[arg_event] & (args["collective"].astype(str).to_numpy(object) != "")
     codes, cats = phases.name_codes(ev)
     comm = phases.name_matches(codes, cats, rules.communication) & is_kernel
@@ -207,7 +208,7 @@ def kernel_events(trace: Trace, rules: Rules) -> np.ndarray:
     """The ``Trace.events`` rows of the collective kernels, in the order of ``compute``'s
     ``kernels`` (row i is kernel i)."""
     with_args, rows_n, _, _ = _rows(trace, rules)
-    rows = np.concatenate([trace.args["event"].to_numpy(np.int64)[with_args], rows_n])
+    rows = np.concatenate([column(trace.args, "event", np.int64)[with_args], rows_n])
     ts = trace.column("ts", np.int64)[rows]
     return rows[np.lexsort((rows, ts))]
 
@@ -230,18 +231,18 @@ def _result(trace: Trace, rules: Rules, steps, with_args: np.ndarray, rows_n: np
     ev = trace.events
     kind = trace.column("kind")
     args = trace.args
-    arg_event = args["event"].to_numpy(np.int64)
+    arg_event = column(args, "event", np.int64)
     coll = args["collective"].astype(str).to_numpy(object)
     a = args[with_args]
     rows_a = arg_event[with_args]
 
     # seq from the record_param_comms op of the same External id, where the kernel has none
-    seq_a = a["seq"].to_numpy(np.int64).copy()
+    seq_a = column(a, "seq", np.int64).copy()
     if (seq_a < 0).any():
-        ops = args[(kind[arg_event] == int(Kind.CPU_OP)) & (args["seq"].to_numpy() >= 0)]
+        ops = args[(kind[arg_event] == int(Kind.CPU_OP)) & (column(args, "seq") >= 0)]
         if len(ops):
-            ext = pd.Series(ops["seq"].to_numpy(np.int64),
-                            index=trace.column("external_id", np.int64)[ops["event"].to_numpy()])
+            ext = pd.Series(column(ops, "seq", np.int64),
+                            index=trace.column("external_id", np.int64)[column(ops, "event")])
             ext = ext[~ext.index.duplicated()]
             k_ext = trace.column("external_id", np.int64)[rows_a]
             found = ext.reindex(k_ext).to_numpy()
@@ -274,12 +275,12 @@ def _result(trace: Trace, rules: Rules, steps, with_args: np.ndarray, rows_n: np
                                                    dtype=object)]),
         "collective": np.concatenate([coll[with_args], names_n.astype(object)]),
         "seq": np.concatenate([seq_a, np.full(rows_n.size, -1, np.int64)]),
-        "in_bytes": np.concatenate([nbytes(a["in_nelems"].to_numpy(np.int64)),
+        "in_bytes": np.concatenate([nbytes(column(a, "in_nelems", np.int64)),
                                     np.full(rows_n.size, -1, np.int64)]),
-        "out_bytes": np.concatenate([nbytes(a["out_nelems"].to_numpy(np.int64)),
+        "out_bytes": np.concatenate([nbytes(column(a, "out_nelems", np.int64)),
                                      np.full(rows_n.size, -1, np.int64)]),
     })
-    e = table["event"].to_numpy(np.int64)
+    e = column(table, "event", np.int64)
     ts = trace.column("ts", np.int64)[e]
     table["stream"] = stream[e]
     table["ts"] = ts
@@ -293,7 +294,7 @@ def _result(trace: Trace, rules: Rules, steps, with_args: np.ndarray, rows_n: np
         steps = steps_mod.compute(trace, rules)
     spans = steps.steps.rename(columns={"cpu_start": "ts", "cpu_end": "end"})[["step", "ts", "end"]]
     launch, _ = _launches(trace, rules,
-                          trace.column("correlation", np.int64)[table["event"].to_numpy()])
+                          trace.column("correlation", np.int64)[column(table, "event")])
     step = phases.step_of(spans.sort_values("ts"), launch)
     table["step"] = np.where(launch >= 0, step, -1)
     kernels = table[KERNEL_COLUMNS]
@@ -322,7 +323,7 @@ def _groups(trace: Trace, a: pd.DataFrame, kernels: pd.DataFrame) -> list[dict]:
     cfg = _pg_config(trace)
     meta: dict[str, dict] = {}
     for g, desc, ranks, size in zip(a["group"].astype(str), a["group_desc"].astype(str),
-                                    a["group_ranks"].astype(str), a["group_size"].to_numpy()):
+                                    a["group_ranks"].astype(str), column(a, "group_size")):
         g = g or "unnamed"
         if g in meta:
             continue

@@ -37,6 +37,7 @@ from tracekit.analyses import kernels as kernels_mod
 from tracekit.analyses import operators as operators_mod
 from tracekit.phases import Rules
 from tracekit.trace.model import Trace
+from tracekit.frames import column
 
 MAIN_PHASES = ("forward", "backward", "optimizer", "zero_grad")
 """The dense model's phases: the stream that runs most of them is a device's main stream."""
@@ -131,16 +132,16 @@ def _in_steps(acts: pd.DataFrame, st: pd.DataFrame) -> pd.DataFrame:
     """The activities launched inside a step (all of them for a trace without steps)."""
     if not len(st):
         return acts
-    win = pd.DataFrame({"ts": st["cpu_start"].to_numpy(np.int64), "end": st["cpu_end"].to_numpy(np.int64),
-                        "step": st["step"].to_numpy(np.int64)})
-    lt = acts["launch_ts"].to_numpy(np.int64)
+    win = pd.DataFrame({"ts": column(st, "cpu_start", np.int64), "end": column(st, "cpu_end", np.int64),
+                        "step": column(st, "step", np.int64)})
+    lt = column(acts, "launch_ts", np.int64)
     inside = (lt >= 0) & (phases.step_of(win, np.where(lt >= 0, lt, 0)) >= 0)
     return acts[inside]
 
 
 def _per_phase(acts: pd.DataFrame, n: int) -> pd.Series:
     dur = (acts["end"] - acts["ts"]).to_numpy(np.int64)
-    return pd.Series(dur, index=acts["phase"].to_numpy(object)).groupby(level=0).sum() / n
+    return pd.Series(dur, index=column(acts, "phase", object)).groupby(level=0).sum() / n
 
 
 def stream_names(acts: pd.DataFrame) -> dict[tuple[int, int], str]:
@@ -149,8 +150,8 @@ def stream_names(acts: pd.DataFrame) -> dict[tuple[int, int], str]:
     else ``side (<phase>)`` after the phase with the most GPU time on it (with its id when two
     side streams of a device share that phase); ``GPU d · `` first when there are several."""
     dur = (acts["end"] - acts["ts"]).to_numpy(np.int64)
-    f = pd.DataFrame({"device": acts["device"].to_numpy(np.int64), "stream": acts["stream"].to_numpy(np.int64),
-                      "phase": acts["phase"].to_numpy(object), "dur": dur})
+    f = pd.DataFrame({"device": column(acts, "device", np.int64), "stream": column(acts, "stream", np.int64),
+                      "phase": column(acts, "phase", object), "dur": dur})
     by = f.groupby(["device", "stream", "phase"], sort=True)["dur"].sum()
     main: dict[int, tuple[int, int]] = {}
     top: dict[tuple[int, int], str] = {}
@@ -183,7 +184,7 @@ def _per_stream(acts: pd.DataFrame, every: pd.DataFrame, n: int) -> pd.DataFrame
     names = stream_names(every)
     key = [names[(int(d), int(st))] for d, st in zip(acts["device"], acts["stream"])]
     ids = [f"{int(d)}:{int(st)}" for d, st in zip(acts["device"], acts["stream"])]
-    f = pd.DataFrame({"stream": key, "phase": acts["phase"].to_numpy(object), "ids": ids,
+    f = pd.DataFrame({"stream": key, "phase": column(acts, "phase", object), "ids": ids,
                       "ns": (acts["end"] - acts["ts"]).to_numpy(np.int64)})
     if f.empty:
         return pd.DataFrame(columns=["stream", "phase", "ns", "ids"])
@@ -195,7 +196,7 @@ def _per_stream(acts: pd.DataFrame, every: pd.DataFrame, n: int) -> pd.DataFrame
 def _overlaps(acts: pd.DataFrame, n: int) -> dict[tuple[str, str], float]:
     out: dict[tuple[str, str], float] = {}
     for _, dev in acts.groupby("device"):
-        unions = {ph: intervals.union(grp["ts"].to_numpy(np.int64), grp["end"].to_numpy(np.int64))
+        unions = {ph: intervals.union(column(grp, "ts", np.int64), column(grp, "end", np.int64))
                   for ph, grp in dev.groupby("phase")}
         names = sorted(unions)
         for i, pa in enumerate(names):
@@ -251,9 +252,9 @@ def _ops(a: Side, b: Side) -> pd.DataFrame:
     j = j.fillna(0.0)
     out = pd.DataFrame({
         "name": [k[0] for k in j.index], "input_dims": [k[1] for k in j.index], "status": _status(in_a, in_b),
-        "a_calls": j["calls_a"].to_numpy(), "b_calls": j["calls_b"].to_numpy(),
-        "a_cpu_ns": j["cpu_a"].to_numpy(), "b_cpu_ns": j["cpu_b"].to_numpy(),
-        "a_gpu_ns": j["gpu_a"].to_numpy(), "b_gpu_ns": j["gpu_b"].to_numpy(),
+        "a_calls": column(j, "calls_a"), "b_calls": column(j, "calls_b"),
+        "a_cpu_ns": column(j, "cpu_a"), "b_cpu_ns": column(j, "cpu_b"),
+        "a_gpu_ns": column(j, "gpu_a"), "b_gpu_ns": column(j, "gpu_b"),
     })
     out["delta_gpu_ns"] = out["b_gpu_ns"] - out["a_gpu_ns"]
     out["delta_cpu_ns"] = out["b_cpu_ns"] - out["a_cpu_ns"]
@@ -267,8 +268,8 @@ def _kernels(a: Side, b: Side) -> pd.DataFrame:
     kind = j["kind_a"].where(j["kind_a"].notna(), j["kind_b"])
     j = j.drop(columns=["kind_a", "kind_b"]).fillna(0.0)
     out = pd.DataFrame({"name": j.index.astype(str), "kind": kind.to_numpy(object), "status": _status(in_a, in_b),
-                        "a_calls": j["calls_a"].to_numpy(), "b_calls": j["calls_b"].to_numpy(),
-                        "a_ns": j["ns_a"].to_numpy(), "b_ns": j["ns_b"].to_numpy()})
+                        "a_calls": column(j, "calls_a"), "b_calls": column(j, "calls_b"),
+                        "a_ns": column(j, "ns_a"), "b_ns": column(j, "ns_b")})
     out["delta_ns"] = out["b_ns"] - out["a_ns"]
     return out.reindex(out["delta_ns"].abs().sort_values(ascending=False, kind="stable").index).reset_index(drop=True)
 

@@ -58,6 +58,7 @@ from tracekit.emptyresult import kept
 from tracekit.hardware import GpuPeak, device_names, peak_hbm
 from tracekit.phases import Rules
 from tracekit.trace.model import SHAPE_NAME, Kind, Trace
+from tracekit.frames import column
 
 
 @dataclass(frozen=True)
@@ -528,7 +529,7 @@ def _enclosing(ops: pd.DataFrame, tid: np.ndarray, qs: np.ndarray, qe: np.ndarra
         return out
     for t, g in ops.groupby("tid", sort=False):
         g = g.sort_values(["ts", "end"], ascending=[True, False], kind="stable")
-        s, e = g["ts"].to_numpy(np.int64), g["end"].to_numpy(np.int64)
+        s, e = column(g, "ts", np.int64), column(g, "end", np.int64)
         par = intervals.innermost_containers(s, e)
         ids = g.index.to_numpy(np.int64)
         if exclude_self:
@@ -558,8 +559,8 @@ def _outermost(host: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     if rows.size < 2:
         return rows
     sub = host.iloc[rows]
-    inner = _enclosing(sub.reset_index(drop=True), sub["tid"].to_numpy(np.int64),
-                       sub["ts"].to_numpy(np.int64), sub["end"].to_numpy(np.int64),
+    inner = _enclosing(sub.reset_index(drop=True), column(sub, "tid", np.int64),
+                       column(sub, "ts", np.int64), column(sub, "end", np.int64),
                        exclude_self=True)
     return rows[inner < 0]
 
@@ -622,10 +623,10 @@ def compute(trace: Trace, rules: Rules, config: EmbeddingBwConfig | None = None)
     _, codes, cats = phases.host_ops(trace)
     acts, _ = phases.activities(trace, rules)
     if not _is_model(codes, cats).any() and \
-            not _embedding_kernels(acts["name"].to_numpy(object), rules).any():
+            not _embedding_kernels(column(acts, "name", object), rules).any():
         # no modelled op and no embedding kernel: empty tables, the same for every such trace
         # but for the GPU (tracekit.emptyresult)
-        name, gpu, source = _peak(trace, rules, _main_device(acts["device"].to_numpy(np.int64)))
+        name, gpu, source = _peak(trace, rules, _main_device(column(acts, "device", np.int64)))
         return replace(kept(("embedding_bw", config), lambda: _compute(trace, rules, config)),
                        device=name, peak_gbps=gpu.hbm_gbps if gpu else None, peak_source=source)
     return _compute(trace, rules, config)
@@ -635,15 +636,15 @@ def _compute(trace: Trace, rules: Rules, config: EmbeddingBwConfig) -> Embedding
     ops, codes, cats = phases.host_ops(trace)
     is_model = _is_model(codes, cats)
     is_emb = phases.name_matches(codes, cats, SHAPE_NAME)
-    ts = ops["ts"].to_numpy(np.int64)
-    host = pd.DataFrame({"tid": ops["tid"].to_numpy(np.int64), "ts": ts,
-                         "end": ts + ops["dur"].to_numpy(np.int64)})
+    ts = column(ops, "ts", np.int64)
+    host = pd.DataFrame({"tid": column(ops, "tid", np.int64), "ts": ts,
+                         "end": ts + column(ops, "dur", np.int64)})
     acts, _ = phases.activities(trace, rules)
-    a_names = acts["name"].to_numpy(object)
+    a_names = column(acts, "name", object)
     a_emb = _embedding_kernels(a_names, rules)
-    linked = acts["launch_ts"].to_numpy(np.int64) >= 0
-    a_tid = acts["launch_tid"].to_numpy(np.int64)
-    a_ls = acts["launch_ts"].to_numpy(np.int64)
+    linked = column(acts, "launch_ts", np.int64) >= 0
+    a_tid = column(acts, "launch_tid", np.int64)
+    a_ls = column(acts, "launch_ts", np.int64)
     # the launch's end is not kept by activities(): a launch inside an op starts inside it, and
     # a host op on one thread encloses all of a call that starts in it
     owner = np.full(len(acts), -1, np.int64)
@@ -657,10 +658,10 @@ def _compute(trace: Trace, rules: Rules, config: EmbeddingBwConfig) -> Embedding
     args = trace.args
     inputs: dict[int, tuple[str, str, str]] = {}
     if len(args) and model_rows.size:
-        ev_rows = np.flatnonzero(phases.of_kinds(trace.events["kind"].to_numpy(),
+        ev_rows = np.flatnonzero(phases.of_kinds(column(trace.events, "kind"),
                                                  (Kind.ANNOTATION, Kind.CPU_OP)))
         # host_ops' row i is the i-th host op of the events table
-        pos = np.searchsorted(ev_rows, args["event"].to_numpy(np.int64))
+        pos = np.searchsorted(ev_rows, column(args, "event", np.int64))
         pos = np.minimum(pos, max(ev_rows.size - 1, 0))
         is_host = ev_rows.size > 0
         dims = args["input_dims"].astype(str).to_numpy(object)
@@ -672,9 +673,9 @@ def _compute(trace: Trace, rules: Rules, config: EmbeddingBwConfig) -> Embedding
 
     steps = steps_mod.compute(trace, rules).steps
     spans = pd.DataFrame({"step": steps["step"], "ts": steps["cpu_start"], "end": steps["cpu_end"]})
-    a_ts, a_end = acts["ts"].to_numpy(np.int64), acts["end"].to_numpy(np.int64)
-    a_phase = acts["phase"].to_numpy(object)
-    a_dev = acts["device"].to_numpy(np.int64)
+    a_ts, a_end = column(acts, "ts", np.int64), column(acts, "end", np.int64)
+    a_phase = column(acts, "phase", object)
+    a_dev = column(acts, "device", np.int64)
     names = _Names(codes, cats)
 
     by_owner: dict[int, np.ndarray] = {}
@@ -726,7 +727,7 @@ def _compute(trace: Trace, rules: Rules, config: EmbeddingBwConfig) -> Embedding
         rows.append(row)
     calls = pd.DataFrame(rows) if rows else _empty_calls()
     if rows:
-        calls["step"] = (phases.step_of(spans, calls["ts"].to_numpy(np.int64)) if len(spans)
+        calls["step"] = (phases.step_of(spans, column(calls, "ts", np.int64)) if len(spans)
                          else np.full(len(calls), -1, np.int64))
         calls = calls[CALL_COLUMNS].sort_values("ts", kind="stable").reset_index(drop=True)
 
@@ -781,7 +782,7 @@ def _missing(calls, owner, a_emb, is_emb, host, names, a_tid, a_ls, linked, a_ts
                 "op": [o], "reason": [why],
                 "calls": [int(g["owner"].nunique()) if o != "(none)" else 0],
                 "activities": [len(g)],
-                "gpu_ns": [_busy(g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64))]}))
+                "gpu_ns": [_busy(column(g, "start", np.int64), column(g, "end", np.int64))]}))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     out = pd.concat(parts, ignore_index=True)[cols]

@@ -45,6 +45,7 @@ from tracekit.graph.model import (
 )
 from tracekit.phases import Rules, derived
 from tracekit.trace.model import Trace
+from tracekit.frames import column
 
 HOST_FINDING_SHARE = 0.10
 """A host-twice-as-fast finding when host time is at least this share of the critical path."""
@@ -156,9 +157,9 @@ def _tops(g, path: pd.DataFrame) -> dict[int, list[dict]]:
     key = np.zeros(len(path), np.int64)
     for col in ("step", "lane", "name", "category"):
         if col == "name":  # a node's name: hashed once per node (long kernel names are slow)
-            node, _ = pd.factorize(path["node"].to_numpy(np.int64))
+            node, _ = pd.factorize(column(path, "node", np.int64))
             once = np.unique(node, return_index=True)[1]
-            per_node, uniq = pd.factorize(path["name"].to_numpy(object)[once])
+            per_node, uniq = pd.factorize(column(path, "name", object)[once])
             codes = per_node[node]
         else:
             codes, uniq = pd.factorize(path[col].to_numpy())
@@ -167,18 +168,18 @@ def _tops(g, path: pd.DataFrame) -> dict[int, list[dict]]:
     o = np.argsort(group, kind="stable")
     cut = np.flatnonzero(np.r_[True, group[o][1:] != group[o][:-1]])
     first = o[cut]  # each group's first row
-    ns = np.add.reduceat(path["dur"].to_numpy(np.int64)[o], cut)
+    ns = np.add.reduceat(column(path, "dur", np.int64)[o], cut)
     count = np.diff(np.r_[cut, len(path)])
-    step = path["step"].to_numpy(np.int64)[first]
+    step = column(path, "step", np.int64)[first]
     # per step (ascending), the largest first (a tie: in order of appearance), TOP_ITEMS of them
     rank = np.lexsort((-ns, step))
     step, ns, count, first = step[rank], ns[rank], count[rank], first[rank]
     new = np.r_[True, step[1:] != step[:-1]]
     pos = np.arange(step.size) - np.maximum.accumulate(np.where(new, np.arange(step.size), 0))
     keep = pos < TOP_ITEMS
-    lane = path["lane"].to_numpy(np.int64)[first[keep]]
-    names = path["name"].to_numpy(object)[first[keep]]
-    cats = path["category"].to_numpy(object)[first[keep]]
+    lane = column(path, "lane", np.int64)[first[keep]]
+    names = column(path, "name", object)[first[keep]]
+    cats = column(path, "category", object)[first[keep]]
     labels = {int(ln): _label(g, int(ln)) for ln in pd.unique(lane)}
     out: dict[int, list[dict]] = {}
     for st, ln, nm, cat, x, c in zip(step[keep].tolist(), lane.tolist(), names, cats,
@@ -192,10 +193,10 @@ def _breakdowns(path: pd.DataFrame) -> dict[int, dict[str, int]]:
     """Per step, time per category (largest first; a tie: in order of appearance)."""
     if path.empty:
         return {}
-    step = path["step"].to_numpy(np.int64)
-    cats = path["category"].to_numpy(object)
+    step = column(path, "step", np.int64)
+    cats = column(path, "category", object)
     cat_code, cat_names = pd.factorize(cats)
-    dur = path["dur"].to_numpy(np.int64)
+    dur = column(path, "dur", np.int64)
     if (cat_code < 0).any():  # a missing category: left out, as a pandas group-by drops it
         keep = cat_code >= 0
         step, cats, cat_code, dur = step[keep], cats[keep], cat_code[keep], dur[keep]
@@ -295,9 +296,9 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     bds = _breakdowns(path)
     total_bd: dict[str, int] = {}
     durs = []
-    win_step = win["step"].to_numpy(np.int64).tolist()
-    win_start = win["start"].to_numpy(np.int64).tolist()
-    win_end = win["end"].to_numpy(np.int64).tolist()
+    win_step = column(win, "step", np.int64).tolist()
+    win_start = column(win, "start", np.int64).tolist()
+    win_end = column(win, "end", np.int64).tolist()
     for st, b, e in zip(win_step, win_start, win_end):
         durs.append(e - b)
         for k, v in bds.get(st, {}).items():
@@ -317,15 +318,15 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         if path0 is None:
             path0 = cr.step_paths(g0, windows=win0)
         warnings.append(_replay_warning(g0, path0, win0, counted, replay))
-    at = pd.Index(win0["step"].to_numpy(np.int64))
-    k = at.get_indexer(win["step"].to_numpy(np.int64))
+    at = pd.Index(column(win0, "step", np.int64))
+    k = at.get_indexer(column(win, "step", np.int64))
     replayed = np.where(k >= 0, rep0[np.maximum(k, 0)], 0) if k.size else rep0[:0]
     err = np.where(k >= 0, err0[np.maximum(k, 0)], np.nan) if k.size else err0[:0]
     if len(win):
         wi.base_schedule(gw, win)  # computed once, before a fork below shares it
 
     # ---- what the trace does not let the graph read, and what follows for the verdict ---------
-    counted_view = win["step"].to_numpy(np.int64)[wi.counted_steps(win)] if len(win) else \
+    counted_view = column(win, "step", np.int64)[wi.counted_steps(win)] if len(win) else \
         np.zeros(0, np.int64)
     # the steps whose path says host: where a check says the host cannot be the bound, the
     # verdict changes (and a check that changes nothing is no warning)
@@ -333,7 +334,7 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
                           for s, b, e in zip(win["step"], win["start"], win["end"])], bool) \
         if len(win) else np.zeros(0, bool)
     limits = rd.limits(g0, counted_view, loops=g0.poll_loops,
-                       behind_in=win["step"].to_numpy(np.int64)[host_path] if len(win) else
+                       behind_in=column(win, "step", np.int64)[host_path] if len(win) else
                        counted_view)
     warnings += [x.warning for x in limits]
     alone = _alone_in_job(trace, g, est, config, total_bd, len(win))
@@ -408,7 +409,7 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     bd_t = pd.DataFrame([(k, v, v / total if total else None) for k, v in
                          sorted(total_bd.items(), key=lambda kv: -kv[1])],
                         columns=["category", "ns", "share"])
-    lane_ids, lane_ns = _sums_by(path["lane"].to_numpy(np.int64), path["dur"].to_numpy(np.int64))
+    lane_ids, lane_ns = _sums_by(column(path, "lane", np.int64), column(path, "dur", np.int64))
     o = _descending(lane_ns)
     lane_ids, lane_ns = lane_ids[o], lane_ns[o]
     lanes_t = pd.DataFrame({"lane": [_label(g, int(x)) for x in lane_ids.tolist()],
@@ -541,15 +542,15 @@ def _replay_warning(g, path: pd.DataFrame, win: pd.DataFrame, counted: np.ndarra
                     replay: dict) -> str:
     """What the model lacks on this trace: the unexplained time on the counted steps' critical
     paths, by what it precedes."""
-    counted_steps = win["step"].to_numpy(np.int64)[counted]
+    counted_steps = column(win, "step", np.int64)[counted]
     n = max(np.unique(counted_steps).size, 1)
     parts = []
     if len(path):
-        sel = (path["category"].to_numpy(object) == UNEXPLAINED) & \
-            np.isin(path["step"].to_numpy(np.int64), counted_steps)
-        node = path["node"].to_numpy(np.int64)[sel]
-        dur = path["dur"].to_numpy(np.int64)[sel]
-        lane = path["lane"].to_numpy(np.int64)[sel]
+        sel = (column(path, "category", object) == UNEXPLAINED) & \
+            np.isin(column(path, "step", np.int64), counted_steps)
+        node = column(path, "node", np.int64)[sel]
+        dur = column(path, "dur", np.int64)[sel]
+        lane = column(path, "lane", np.int64)[sel]
     else:
         node = dur = lane = np.zeros(0, np.int64)
     if node.size:

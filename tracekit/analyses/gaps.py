@@ -33,6 +33,7 @@ from tracekit import intervals
 from tracekit import phases
 from tracekit.phases import Rules
 from tracekit.trace.model import Trace
+from tracekit.frames import column
 
 MATCH_BATCH = "batch index"
 MATCH_TIME = "time order"
@@ -63,34 +64,34 @@ class GapsResult:
 
 def _occurrences(a: pd.DataFrame, key: np.ndarray) -> pd.DataFrame:
     """Group one phase's activities by ``key``: start, end, first launch, batch; by launch."""
-    launch = a["launch_ts"].to_numpy()
-    g = pd.DataFrame({"key": key, "ts": a["ts"].to_numpy(), "end": a["end"].to_numpy(),
-                      "launch": np.where(launch >= 0, launch, a["ts"].to_numpy()),
-                      "batch": a["batch"].to_numpy()}).groupby("key")
+    launch = column(a, "launch_ts")
+    g = pd.DataFrame({"key": key, "ts": column(a, "ts"), "end": column(a, "end"),
+                      "launch": np.where(launch >= 0, launch, column(a, "ts")),
+                      "batch": column(a, "batch")}).groupby("key")
     occ = g.agg(start=("ts", "min"), end=("end", "max"), launch=("launch", "min"),
                 batch=("batch", "max"))
     return occ.sort_values("launch").reset_index()
 
 
 def _device_gaps(d: pd.DataFrame, rules: Rules, steps: pd.DataFrame) -> tuple[list, int, int, str]:
-    phase = d["phase"].to_numpy(object)
+    phase = column(d, "phase", object)
     if not ((phase == rules.optimizer_phase).any() or (phase == rules.lookup_phase).any()):
         return [], 0, 0, ""  # neither phase on this device: no occurrence of either
     # in launch order (GPU start order for activities without a launch)
-    launch = np.where(d["launch_ts"].to_numpy() >= 0, d["launch_ts"].to_numpy(), d["ts"].to_numpy())
+    launch = np.where(column(d, "launch_ts") >= 0, column(d, "launch_ts"), column(d, "ts"))
     d = d.assign(launch_ts=launch).sort_values(["launch_ts", "ts"], kind="stable")
     d = d.reset_index(drop=True)
-    opt = d[d["phase"].to_numpy(object) == rules.optimizer_phase]
-    look = d[d["phase"].to_numpy(object) == rules.lookup_phase]
+    opt = d[column(d, "phase", object) == rules.optimizer_phase]
+    look = d[column(d, "phase", object) == rules.lookup_phase]
     # Batch indices decide when most activities of both phases carry one; the few without
     # (e.g. a lookup launched before the profiling window's first annotation) are left out.
     by_batch = bool(len(opt) and len(look) and (opt["batch"] >= 0).mean() >= 0.5
                     and (look["batch"] >= 0).mean() >= 0.5)
     if by_batch:
-        opt = opt[opt["batch"].to_numpy() >= 0]
-        look = look[look["batch"].to_numpy() >= 0]
-        o = _occurrences(opt, opt["batch"].to_numpy(np.int64))
-        lk = _occurrences(look, look["batch"].to_numpy(np.int64))
+        opt = opt[column(opt, "batch") >= 0]
+        look = look[column(look, "batch") >= 0]
+        o = _occurrences(opt, column(opt, "batch", np.int64))
+        lk = _occurrences(look, column(look, "batch", np.int64))
         j = pd.Index(lk["key"]).get_indexer(o["key"] + 1) if len(lk) else np.zeros(len(o), int) - 1
         matched = MATCH_BATCH
     else:
@@ -99,9 +100,9 @@ def _device_gaps(d: pd.DataFrame, rules: Rules, steps: pd.DataFrame) -> tuple[li
         run = np.cumsum(np.r_[True, np.diff(look.index.to_numpy()) != 1]) if len(look) else \
             np.zeros(0, np.int64)
         lk = _occurrences(look, run)
-        m = np.searchsorted(lk["launch"].to_numpy(), opt["launch_ts"].to_numpy(), side="right")
+        m = np.searchsorted(column(lk, "launch"), column(opt, "launch_ts"), side="right")
         o = _occurrences(opt, m)
-        j = np.where(o["key"].to_numpy() < len(lk), o["key"].to_numpy(), -1)
+        j = np.where(column(o, "key") < len(lk), column(o, "key"), -1)
         matched = MATCH_TIME
     if o.empty or lk.empty:
         return [], len(o), len(lk), ""
@@ -110,15 +111,15 @@ def _device_gaps(d: pd.DataFrame, rules: Rules, steps: pd.DataFrame) -> tuple[li
     j = j[ok]
     rows = []
     if len(o):
-        ls = lk["start"].to_numpy()[j]
-        le = lk["end"].to_numpy()[j]
-        os_, oe = o["start"].to_numpy(), o["end"].to_numpy()
+        ls = column(lk, "start")[j]
+        le = column(lk, "end")[j]
+        os_, oe = column(o, "start"), column(o, "end")
         gap = ls - oe
         overlap = np.maximum(0, np.minimum(oe, le) - np.maximum(os_, ls))
-        busy = intervals.union(d["ts"].to_numpy(np.int64), d["end"].to_numpy(np.int64))
+        busy = intervals.union(column(d, "ts", np.int64), column(d, "end", np.int64))
         covered = intervals.covered_in_windows(busy, oe, np.maximum(ls, oe))
         idle = np.where(gap > 0, gap - covered, 0)
-        step = phases.step_of(steps, o["launch"].to_numpy())
+        step = phases.step_of(steps, column(o, "launch"))
         dev = int(d["device"].iloc[0])
         for k in range(len(o)):
             rows.append((dev, int(step[k]), int(o["batch"].iloc[k]) if by_batch else -1,
@@ -135,7 +136,7 @@ def compute(trace: Trace, rules: Rules) -> GapsResult:
     rows: list = []
     n_opt = n_look = 0
     how = set()
-    phase = acts["phase"].to_numpy(object)
+    phase = column(acts, "phase", object)
     either = (phase == rules.optimizer_phase).any() or (phase == rules.lookup_phase).any()
     # a device with neither phase has no occurrence of either (``_device_gaps``): without any
     # on the trace, no device's group-by (~1 ms) is needed
@@ -157,7 +158,7 @@ def compute(trace: Trace, rules: Rules) -> GapsResult:
         note = "no optimizer is followed by a lookup"
     else:
         note = "matched by " + " and ".join(sorted(how))
-    gap = table["gap_ns"].to_numpy(np.float64)
+    gap = column(table, "gap_ns", np.float64)
     return GapsResult(
         gaps=table, optimizer_occurrences=n_opt, lookup_occurrences=n_look,
         mean_gap_ns=float(gap.mean()) if gap.size else None,

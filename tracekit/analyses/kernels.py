@@ -39,6 +39,7 @@ from tracekit.analyses import _groups as g
 from tracekit.analyses.operators import host_tree
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
+from tracekit.frames import column
 
 KERNEL_COLUMNS = ["name", "kind", "calls", "total_ns", "mean_ns", "min_ns", "max_ns", "share",
                   "launched_by", "launchers", "unlaunched", "phase", "streams",
@@ -124,7 +125,7 @@ def _launch_codes(trace: Trace, n: int) -> tuple[np.ndarray, dict[str, np.ndarra
     if "launch" not in ev:  # a table built without the loader
         return np.full(n, -1, np.int64), _launch_fields([""])
     col = ev["launch"]
-    mask = phases.of_kinds(ev["kind"].to_numpy(), tuple(KIND_NAMES))
+    mask = phases.of_kinds(column(ev, "kind"), tuple(KIND_NAMES))
     codes = col.cat.codes.to_numpy()[mask].astype(np.int64)
     if len(codes) != n:  # pragma: no cover - the activities are the events of these kinds
         raise AssertionError("activities and events disagree")
@@ -143,8 +144,8 @@ def compute(trace: Trace, rules: Rules) -> KernelsResult:
                              step_list)
     dur = (acts["end"] - acts["ts"]).to_numpy(np.int64)
     gpu_ns = int(dur.sum())
-    launch_ts = acts["launch_ts"].to_numpy(np.int64)
-    launch_tid = acts["launch_tid"].to_numpy(np.int64)
+    launch_ts = column(acts, "launch_ts", np.int64)
+    launch_tid = column(acts, "launch_tid", np.int64)
     # the op that launched each activity: the innermost host op around its runtime call
     _, op_codes, op_cats = phases.host_ops(trace)
     op = np.full(len(acts), -1, np.int64)
@@ -154,14 +155,14 @@ def compute(trace: Trace, rules: Rules) -> KernelsResult:
         pos = tree.enclosing(launch_tid[linked], launch_ts[linked], launch_ts[linked])
         inside = pos >= 0
         op[linked[inside]] = op_codes[tree.order[pos[inside]]]
-    win = pd.DataFrame({"ts": st.steps["cpu_start"].to_numpy(np.int64), "end": st.steps["cpu_end"].to_numpy(np.int64),
-                        "step": st.steps["step"].to_numpy(np.int64)}) if len(st.steps) else pd.DataFrame()
+    win = pd.DataFrame({"ts": column(st.steps, "cpu_start", np.int64), "end": column(st.steps, "cpu_end", np.int64),
+                        "step": column(st.steps, "step", np.int64)}) if len(st.steps) else pd.DataFrame()
     step = np.where(launch_ts >= 0, phases.step_of(win, np.where(launch_ts >= 0, launch_ts, 0)), -1) if len(win) \
         else np.full(len(acts), -1, np.int64)
-    kind = acts["kind"].to_numpy(np.int64)
-    name_code, name_vals = g.codes(acts["name"].to_numpy(object))
-    phase_code, phase_vals = g.codes(acts["phase"].to_numpy(object))
-    where, where_names = _where(acts["device"].to_numpy(np.int64), acts["stream"].to_numpy(np.int64))
+    kind = column(acts, "kind", np.int64)
+    name_code, name_vals = g.codes(column(acts, "name", object))
+    phase_code, phase_vals = g.codes(column(acts, "phase", object))
+    where, where_names = _where(column(acts, "device", np.int64), column(acts, "stream", np.int64))
     f = {"name": name_code, "dur": dur, "op": op, "phase": phase_code, "where": where,
          "kind": np.array([KIND_NAMES.get(int(k), "other") for k in range(256)], dtype=object)[kind & 0xFF]}
     names = {"name": np.asarray(name_vals, dtype=object).astype(str).astype(object),

@@ -33,6 +33,7 @@ from tracekit import intervals, phases, steps
 from tracekit.analyses import _groups as g
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
+from tracekit.frames import column
 
 OP_COLUMNS = ["name", "kind", "input_dims", "calls", "cpu_total_ns", "cpu_self_ns", "gpu_self_ns",
               "gpu_total_ns", "activities"]
@@ -93,9 +94,9 @@ def host_tree(trace: Trace) -> HostTree:
 
     def compute() -> HostTree:
         ops, _, _ = phases.host_ops(trace)
-        tid = ops["tid"].to_numpy(np.int64)
-        ts = ops["ts"].to_numpy(np.int64)
-        end = ts + ops["dur"].to_numpy(np.int64)
+        tid = column(ops, "tid", np.int64)
+        ts = column(ops, "ts", np.int64)
+        end = ts + column(ops, "dur", np.int64)
         if not tid.size:
             z = np.zeros(0, np.int64)
             return HostTree(z, z, z, z, {})
@@ -164,7 +165,7 @@ def compute(trace: Trace, rules: Rules) -> OperatorsResult:
         empty = pd.DataFrame({c: [] for c in cols})
         return OperatorsResult(empty, pd.DataFrame({c: [] for c in ["step", *cols]}), step_list, gpu_ns, gpu_ns)
 
-    dur = ops["dur"].to_numpy(np.int64)
+    dur = column(ops, "dur", np.int64)
     order, parents = tree.order, tree.parents
     # CPU self: minus the children's durations (positions are sorted; map back to rows)
     child = np.flatnonzero(parents >= 0)
@@ -174,11 +175,11 @@ def compute(trace: Trace, rules: Rules) -> OperatorsResult:
     gpu_self = np.zeros(n, np.int64)
     gpu_total = np.zeros(n, np.int64)
     count = np.zeros(n, np.int64)
-    launched = np.flatnonzero(acts["launch_ts"].to_numpy(np.int64) >= 0)
+    launched = np.flatnonzero(column(acts, "launch_ts", np.int64) >= 0)
     unlaunched = gpu_ns
     if launched.size:
-        ltid = acts["launch_tid"].to_numpy(np.int64)[launched]
-        lts = acts["launch_ts"].to_numpy(np.int64)[launched]
+        ltid = column(acts, "launch_tid", np.int64)[launched]
+        lts = column(acts, "launch_ts", np.int64)[launched]
         pos = tree.enclosing(ltid, lts, lts)
         inside = pos >= 0
         pos, d = pos[inside], act_dur[launched][inside]
@@ -205,9 +206,9 @@ def compute(trace: Trace, rules: Rules) -> OperatorsResult:
     name_code, name_vals = _step_free_names(codes, cats, rules)
     kind = np.where(_kinds(trace, ops) == int(Kind.ANNOTATION), "annotation", "cpu_op").astype(object)
     dims_code, dims_vals = g.codes(_input_dims(trace, ops, n))
-    ts = ops["ts"].to_numpy(np.int64)
-    win = pd.DataFrame({"ts": st.steps["cpu_start"].to_numpy(np.int64), "end": st.steps["cpu_end"].to_numpy(np.int64),
-                        "step": st.steps["step"].to_numpy(np.int64)}) if len(st.steps) else pd.DataFrame()
+    ts = column(ops, "ts", np.int64)
+    win = pd.DataFrame({"ts": column(st.steps, "cpu_start", np.int64), "end": column(st.steps, "cpu_end", np.int64),
+                        "step": column(st.steps, "step", np.int64)}) if len(st.steps) else pd.DataFrame()
     step = phases.step_of(win, ts) if len(win) else np.full(n, -1, np.int64)
     f = {"name": name_code, "kind": kind, "dims": dims_code, "dur": dur, "self": row_self,
          "gpu_self": row["gpu_self"], "gpu_total": row["gpu_total"], "acts": row["acts"]}
@@ -248,7 +249,7 @@ def _step_free_names(codes: np.ndarray, cats: pd.Index, rules: Rules) -> tuple[n
 def _kinds(trace: Trace, ops: pd.DataFrame) -> np.ndarray:
     """The ``Kind`` of each row of ``phases.host_ops`` (it selects annotations and CPU ops in
     the events' order)."""
-    kind = trace.events["kind"].to_numpy()
+    kind = column(trace.events, "kind")
     mask = phases.of_kinds(kind, (Kind.ANNOTATION, Kind.CPU_OP))
     out = kind[mask]
     assert out.size == len(ops)
@@ -265,10 +266,10 @@ def _input_dims(trace: Trace, ops: pd.DataFrame, n: int) -> np.ndarray:
     has = np.flatnonzero(dims != "")
     if not has.size:
         return out
-    mask = phases.of_kinds(trace.events["kind"].to_numpy(), (Kind.ANNOTATION, Kind.CPU_OP))
+    mask = phases.of_kinds(column(trace.events, "kind"), (Kind.ANNOTATION, Kind.CPU_OP))
     row_of_event = np.full(mask.size, -1, np.int64)
     row_of_event[mask] = np.arange(int(mask.sum()))
-    ev = args["event"].to_numpy(np.int64)[has]
+    ev = column(args, "event", np.int64)[has]
     rows = row_of_event[ev]
     ok = rows >= 0
     out[rows[ok]] = dims[has][ok]

@@ -29,6 +29,7 @@ from tracekit import intervals
 from tracekit import phases
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
+from tracekit.frames import column
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def compute(trace: Trace, rules: Rules) -> OverlapResult:
     """Stream and class overlaps (see the module docstring)."""
     acts, _ = phases.activities(trace, rules)
     inv, uniq = pd.factorize(acts["name"])
-    kernel = acts["kind"].to_numpy() == int(Kind.KERNEL)
+    kernel = column(acts, "kind") == int(Kind.KERNEL)
     comm = kernel & phases.name_matches(inv, pd.Index(uniq), rules.communication)
     compute_ = kernel & ~comm
     mem = ~kernel
@@ -75,8 +76,8 @@ def compute(trace: Trace, rules: Rules) -> OverlapResult:
     # the activities sorted by (device, stream), each group's rows kept in the trace's order:
     # one numpy sort instead of a group-by per device and per stream (~1 ms of fixed cost each,
     # most of this section on a trace of a few events)
-    ts, end = acts["ts"].to_numpy(np.int64), acts["end"].to_numpy(np.int64)
-    device, stream = acts["device"].to_numpy(np.int64), acts["stream"].to_numpy(np.int64)
+    ts, end = column(acts, "ts", np.int64), column(acts, "end", np.int64)
+    device, stream = column(acts, "device", np.int64), column(acts, "stream", np.int64)
     order = np.lexsort((stream, device))
     dv, sv = device[order], stream[order]
     dev_cut = np.flatnonzero(np.r_[True, dv[1:] != dv[:-1]]) if order.size else order

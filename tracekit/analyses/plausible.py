@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tracekit.trace.model import Trace
+from tracekit.frames import column
 
 if TYPE_CHECKING:
     from tracekit.analyses.overlap import OverlapResult
@@ -67,7 +68,7 @@ def check(trace: Trace, steps: StepsResult, overlap: OverlapResult) -> tuple[str
                            f"{_ms(int(v[i]))}): not physical, kept as computed")
     s = overlap.streams
     if len(s):
-        busy = s["busy_ns"].to_numpy(np.int64)
+        busy = column(s, "busy_ns", np.int64)
         if int(busy.max()) > length or int(busy.min()) < 0:
             j = int(np.argmax(np.abs(busy)))
             out.append(f"stream {int(s['device'].iat[j])}:{int(s['stream'].iat[j])}'s busy time "
@@ -77,7 +78,7 @@ def check(trace: Trace, steps: StepsResult, overlap: OverlapResult) -> tuple[str
             v = int(getattr(overlap, name))
             if 0 <= v <= length:  # within one device's span: no need to count the devices
                 continue
-            devices = int(np.unique(s["device"].to_numpy()).size)
+            devices = int(np.unique(column(s, "device")).size)
             limit = length * devices
             if v > limit or v < 0:
                 out.append(f"{name} {_ms(v)} is outside 0 to the trace's span times its "

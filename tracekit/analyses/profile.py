@@ -30,6 +30,7 @@ from tracekit import intervals, phases
 from tracekit import steps as steps_mod
 from tracekit.phases import Rules
 from tracekit.trace.model import Trace
+from tracekit.frames import column
 
 TOP = 60
 """Host ops and kernels kept (largest first)."""
@@ -106,12 +107,12 @@ def compute(trace: Trace, rules: Rules, *, steps: steps_mod.StepsResult | None =
 
     # GPU: activities launched (else started) within the steps
     acts, index = phases.activities(trace, rules)
-    at = np.where(acts["launch_ts"].to_numpy(np.int64) >= 0, acts["launch_ts"].to_numpy(np.int64),
-                  acts["ts"].to_numpy(np.int64))
+    at = np.where(column(acts, "launch_ts", np.int64) >= 0, column(acts, "launch_ts", np.int64),
+                  column(acts, "ts", np.int64))
     within = (at >= lo) & (at < hi)  # the columns it reads, not a frame of those rows
-    dur = (acts["end"].to_numpy(np.int64) - acts["ts"].to_numpy(np.int64))[within]
-    gpu_phase = _sums(acts["phase"].to_numpy(object)[within], dur, sort=True)
-    names, total, count = _sums(acts["name"].to_numpy(object)[within], dur, sort=False)
+    dur = (column(acts, "end", np.int64) - column(acts, "ts", np.int64))[within]
+    gpu_phase = _sums(column(acts, "phase", object)[within], dur, sort=True)
+    names, total, count = _sums(column(acts, "name", object)[within], dur, sort=False)
     top = np.argsort(-total, kind="stable")[:TOP]
     kernels = pd.DataFrame({"name": _cut(names[top]), "gpu_ns": total[top].astype(float) / per,
                             "count": count[top].astype(float) / per})
@@ -119,10 +120,10 @@ def compute(trace: Trace, rules: Rules, *, steps: steps_mod.StepsResult | None =
     # host: phase annotations' exclusive time
     ann = index.table
     if len(ann):
-        ats, aend = ann["ts"].to_numpy(np.int64), ann["end"].to_numpy(np.int64)
+        ats, aend = column(ann, "ts", np.int64), column(ann, "end", np.int64)
         inside = (ats >= lo) & (ats < hi)
-        ex = _self_times(ann["tid"].to_numpy(np.int64), ats, aend)
-        host_phase = _sums(ann["phase"].to_numpy(object)[inside], ex[inside], sort=True)
+        ex = _self_times(column(ann, "tid", np.int64), ats, aend)
+        host_phase = _sums(column(ann, "phase", object)[inside], ex[inside], sort=True)
     else:
         host_phase = _sums(np.zeros(0, object), np.zeros(0, np.int64), sort=True)
     # per phase of either (sorted by name), then by GPU and host time, largest first
@@ -136,9 +137,9 @@ def compute(trace: Trace, rules: Rules, *, steps: steps_mod.StepsResult | None =
     # host ops: self time by name
     ops, codes, cats = phases.host_ops(trace)
     if len(ops):
-        ots = ops["ts"].to_numpy(np.int64)
-        oend = ots + ops["dur"].to_numpy(np.int64)
-        self_ns = _self_times(ops["tid"].to_numpy(np.int64), ots, oend)
+        ots = column(ops, "ts", np.int64)
+        oend = ots + column(ops, "dur", np.int64)
+        self_ns = _self_times(column(ops, "tid", np.int64), ots, oend)
         inside = (ots >= lo) & (ots < hi)
         general = np.array([_DIGITS.sub("#", n) for n in cats.astype(str)], dtype=object)
         names, total, count = _sums(general[codes[inside]], self_ns[inside], sort=False)

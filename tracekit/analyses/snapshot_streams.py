@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.trace.model import GPU_ACTIVITY_KINDS, Kind, Trace
+from tracekit.frames import column
 
 DEFAULT_STREAM_CUPTI = 7
 """CUPTI's id of the default (legacy) stream, which the allocator calls handle 0."""
@@ -98,10 +99,10 @@ def compute(trace: Trace, addresses: pd.DataFrame, handles: list[tuple[int, int]
     if len(known):
         launches = _launch_streams(trace)
         ops = trace.events[trace.events["kind"] == int(Kind.CPU_OP)]
-        by_tid = {tid: (g["ts"].to_numpy(), (g["ts"] + g["dur"]).to_numpy())
+        by_tid = {tid: (column(g, "ts"), (g["ts"] + g["dur"]).to_numpy())
                   for tid, g in ops.groupby("tid", sort=False)}
-        for ts, tid, dev, handle in zip(known["ts"].to_numpy(), known["tid"].to_numpy(),
-                                        known["device_id"].to_numpy(), known["handle"].to_numpy()):
+        for ts, tid, dev, handle in zip(column(known, "ts"), column(known, "tid"),
+                                        column(known, "device_id"), column(known, "handle")):
             stream = _vote(int(ts), by_tid.get(int(tid)), launches.get((int(tid), int(dev))))
             if stream is not None:
                 votes.setdefault((int(dev), int(handle)), Counter())[stream] += 1
@@ -140,7 +141,7 @@ def _launch_streams(trace: Trace) -> dict[tuple[int, int], tuple[np.ndarray, np.
     out = {}
     for (tid, dev), g in linked.groupby(["tid", "device"], sort=False):
         g = g.sort_values("ts", kind="stable")
-        out[(int(tid), int(dev))] = (g["ts"].to_numpy(), g["stream"].to_numpy())
+        out[(int(tid), int(dev))] = (column(g, "ts"), column(g, "stream"))
     return out
 
 

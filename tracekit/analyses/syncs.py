@@ -53,6 +53,7 @@ from tracekit.calls import (  # noqa: F401 (also named here, as always)
 from tracekit.emptyresult import kept
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
+from tracekit.frames import column
 
 STALL_COLUMNS = ["ts", "end", "dur_ns", "name", "tid", "device", "op_chain", "call_site",
                  "phase", "step", "idle_after_ns", "source"]
@@ -120,9 +121,9 @@ def op_chains(trace: Trace, tid: np.ndarray, ts: np.ndarray, end: np.ndarray) ->
         return out
     codes, cats = phases.name_codes(ops)
     names = cats.astype(str).tolist()
-    otid = ops["tid"].to_numpy(np.int64)
-    ots = ops["ts"].to_numpy(np.int64)
-    oend = ots + ops["dur"].to_numpy(np.int64)
+    otid = column(ops, "tid", np.int64)
+    ots = column(ops, "ts", np.int64)
+    oend = ots + column(ops, "dur", np.int64)
     for t in np.unique(tid):
         sel = np.flatnonzero(tid == t)
         mine = np.flatnonzero(otid == t)
@@ -169,13 +170,13 @@ def compute(trace: Trace, rules: Rules) -> SyncsResult:
     rt = phases.select(trace, Kind.RUNTIME, Kind.DRIVER,
                        columns=("name", "ts", "dur", "tid", "correlation"))
     rcodes, rcats = phases.name_codes(rt)
-    rcorr = rt["correlation"].to_numpy(np.int64)
+    rcorr = column(rt, "correlation", np.int64)
     blocking = phases.name_matches(rcodes, rcats, BLOCKING)
     # async copies whose memcpy is pageable
     inv, uniq = pd.factorize(acts["name"])
     pageable = np.array(["Pageable" in str(n) for n in uniq], bool)
-    pageable_corr = acts["correlation"].to_numpy(np.int64)[
-        (acts["kind"].to_numpy() == int(Kind.MEMCPY)) & (pageable[inv] if len(acts) else False)]
+    pageable_corr = column(acts, "correlation", np.int64)[
+        (column(acts, "kind") == int(Kind.MEMCPY)) & (pageable[inv] if len(acts) else False)]
     blocking |= phases.name_matches(rcodes, rcats, ASYNC_COPY) & _member(rcorr, pageable_corr)
     source = objarrays.full(len(rt), "runtime")
     # cuda_sync events: through their runtime call, or on their own
@@ -183,7 +184,7 @@ def compute(trace: Trace, rules: Rules) -> SyncsResult:
     scodes, scats = phases.name_codes(sy)
     host_sync = phases.name_matches(scodes, scats, HOST_SYNC_EVENT)
     sy = sy[host_sync]
-    scorr = sy["correlation"].to_numpy(np.int64)
+    scorr = column(sy, "correlation", np.int64)
     poll = phases.name_matches(rcodes, rcats, POLL)
     via_rt = _member(rcorr, scorr[scorr >= 0]) & (rcorr >= 0) & ~poll
     source[via_rt & ~blocking] = "cuda_sync"
@@ -204,30 +205,30 @@ def _result(trace, rules, acts, index, rt, rcodes, rcats, rcorr, blocking, sourc
             alone, poll) -> SyncsResult:
     """``compute``'s stalls and polls, attributed, with their totals."""
     b = rt[blocking]
-    ts = np.r_[b["ts"].to_numpy(np.int64), alone["ts"].to_numpy(np.int64)]
-    dur = np.r_[b["dur"].to_numpy(np.int64), alone["dur"].to_numpy(np.int64)]
+    ts = np.r_[column(b, "ts", np.int64), column(alone, "ts", np.int64)]
+    dur = np.r_[column(b, "dur", np.int64), column(alone, "dur", np.int64)]
     end = ts + dur
-    tid = np.r_[b["tid"].to_numpy(np.int64), np.full(len(alone), -1, np.int64)]
+    tid = np.r_[column(b, "tid", np.int64), np.full(len(alone), -1, np.int64)]
     name = np.r_[np.asarray(rcats.astype(str), dtype=object)[rcodes[blocking]],
                  alone["name"].astype(str).to_numpy(object)]
     src = np.r_[source[blocking], objarrays.full(len(alone), "cuda_sync")]
     corr = np.r_[rcorr[blocking], np.full(len(alone), -1, np.int64)]
 
     # device: linked activity / sync event, else the thread's last launch before the call
-    device = np.r_[np.full(len(b), -1, np.int64), alone["device"].to_numpy(np.int64)]
+    device = np.r_[np.full(len(b), -1, np.int64), column(alone, "device", np.int64)]
     link = pd.concat([
-        pd.DataFrame({"c": acts["correlation"].to_numpy(np.int64), "d": acts["device"].to_numpy()}),
-        pd.DataFrame({"c": scorr, "d": sy["device"].to_numpy(np.int64)}),
+        pd.DataFrame({"c": column(acts, "correlation", np.int64), "d": column(acts, "device")}),
+        pd.DataFrame({"c": scorr, "d": column(sy, "device", np.int64)}),
     ]).drop_duplicates("c").set_index("c")["d"]
     got = link.reindex(corr).to_numpy()
     device = np.where((device < 0) & ~pd.isna(got), np.nan_to_num(got, nan=-1), device).astype(np.int64)
     for t in np.unique(tid[device < 0]):
         sel = np.flatnonzero((tid == t) & (device < 0))
-        mine = acts[acts["launch_tid"].to_numpy() == t].sort_values("launch_ts")
+        mine = acts[column(acts, "launch_tid") == t].sort_values("launch_ts")
         if mine.empty:
             continue
-        k = np.searchsorted(mine["launch_ts"].to_numpy(), ts[sel], side="right") - 1
-        device[sel] = np.where(k >= 0, mine["device"].to_numpy()[np.maximum(k, 0)], -1)
+        k = np.searchsorted(column(mine, "launch_ts"), ts[sel], side="right") - 1
+        device[sel] = np.where(k >= 0, column(mine, "device")[np.maximum(k, 0)], -1)
     if len(acts):
         device = np.where(device < 0, int(acts["device"].min()), device)
 
@@ -236,14 +237,14 @@ def _result(trace, rules, acts, index, rt, rcodes, rcats, rcorr, blocking, sourc
     for dev, d in acts.groupby("device"):
         sel = np.flatnonzero(device == dev)
         if sel.size:
-            u = intervals.union(d["ts"].to_numpy(np.int64), d["end"].to_numpy(np.int64))
+            u = intervals.union(column(d, "ts", np.int64), column(d, "end", np.int64))
             busy, nxt = intervals.next_free_start(u, end[sel])
             idle[sel] = np.where(busy, 0.0, np.where(nxt >= 0, (nxt - end[sel]).astype(float),
                                                      np.nan))
 
     chain = op_chains(trace, tid, ts, end)
     ann = index.enclosing(tid, ts, end) if not index.table.empty else np.full(ts.size, -1)
-    phase = np.where(ann >= 0, index.table["phase"].to_numpy(object)[np.maximum(ann, 0)]
+    phase = np.where(ann >= 0, column(index.table, "phase", object)[np.maximum(ann, 0)]
                      if not index.table.empty else phases.OTHER, phases.OTHER)
     site = np.array([f"{c} > {n}" if c else n for c, n in zip(chain, name)], dtype=object)
     stalls = pd.DataFrame({
@@ -257,7 +258,7 @@ def _result(trace, rules, acts, index, rt, rcodes, rcats, rcorr, blocking, sourc
     by_step["idle_after_ns"] = by_step["idle_after_ns"].astype(np.int64)
     pl = _polls(trace, rules, rt[poll], rt, rcodes, rcats, index)
     known = allocations_recorded(trace)
-    alloc = pl["allocator"].to_numpy(bool) if len(pl) else np.zeros(0, bool)
+    alloc = column(pl, "allocator", bool) if len(pl) else np.zeros(0, bool)
     return SyncsResult(
         stalls=stalls,
         by_call_site=_totals(stalls, "call_site"),
@@ -265,14 +266,14 @@ def _result(trace, rules, acts, index, rt, rcodes, rcats, rcorr, blocking, sourc
         by_step=by_step,
         count=len(stalls),
         total_ns=int(stalls["dur_ns"].sum()),
-        idle_after_ns=int(np.nansum(stalls["idle_after_ns"].to_numpy())),
+        idle_after_ns=int(np.nansum(column(stalls, "idle_after_ns"))),
         polls=pl,
         polls_by_call_site=_poll_totals(pl, "call_site"),
         polls_by_step=_poll_steps(pl),
         poll_count=len(pl),
         poll_total_ns=int(pl["dur_ns"].sum()) if len(pl) else 0,
         allocator_poll_count=int(alloc.sum()),
-        allocator_poll_total_ns=int(pl["dur_ns"].to_numpy(np.int64)[alloc].sum()) if len(pl) else 0,
+        allocator_poll_total_ns=int(column(pl, "dur_ns", np.int64)[alloc].sum()) if len(pl) else 0,
         allocator_known=known,
     )
 
@@ -282,8 +283,8 @@ def _allocations(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     m = trace.memory
     if m is None or not len(m):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    sel = (m["bytes"].to_numpy(np.int64) > 0) & np.isin(m["device_type"].to_numpy(), (1, 6))
-    return m["tid"].to_numpy(np.int64)[sel], m["ts"].to_numpy(np.int64)[sel]
+    sel = (column(m, "bytes", np.int64) > 0) & np.isin(column(m, "device_type"), (1, 6))
+    return column(m, "tid", np.int64)[sel], column(m, "ts", np.int64)[sel]
 
 
 def _polls(trace: Trace, rules: Rules, p: pd.DataFrame, rt: pd.DataFrame, rcodes, rcats,
@@ -291,15 +292,15 @@ def _polls(trace: Trace, rules: Rules, p: pd.DataFrame, rt: pd.DataFrame, rcodes
     """Every poll call with its attribution (module docstring)."""
     if not len(p):
         return _empty(POLL_COLUMNS)
-    ts = p["ts"].to_numpy(np.int64)
-    dur = p["dur"].to_numpy(np.int64)
+    ts = column(p, "ts", np.int64)
+    dur = column(p, "dur", np.int64)
     end = ts + dur
-    tid = p["tid"].to_numpy(np.int64)
+    tid = column(p, "tid", np.int64)
     name = p["name"].astype(str).to_numpy(object)
     allocator = _allocator(tid, end, trace, rt, rcodes, rcats)
     chain = op_chains(trace, tid, ts, end)
     ann = index.enclosing(tid, ts, end) if not index.table.empty else np.full(ts.size, -1)
-    phase = np.where(ann >= 0, index.table["phase"].to_numpy(object)[np.maximum(ann, 0)]
+    phase = np.where(ann >= 0, column(index.table, "phase", object)[np.maximum(ann, 0)]
                      if not index.table.empty else phases.OTHER, phases.OTHER)
     site = np.array([f"{c} > {n}" if c else n for c, n in zip(chain, name)], dtype=object)
     return pd.DataFrame({
@@ -335,8 +336,8 @@ def _allocator(tid: np.ndarray, end: np.ndarray, trace: Trace, rt: pd.DataFrame,
         return allocator
     other = ~phases.name_matches(rcodes, rcats, POLL) & \
         ~phases.name_matches(rcodes, rcats, ALLOCATOR_CALL)
-    o_tid = rt["tid"].to_numpy(np.int64)[other]
-    o_ts = rt["ts"].to_numpy(np.int64)[other]
+    o_tid = column(rt, "tid", np.int64)[other]
+    o_ts = column(rt, "ts", np.int64)[other]
     for t in np.unique(tid):
         sel = np.flatnonzero(tid == t)
         at = np.sort(a_ts[a_tid == t])
@@ -367,8 +368,8 @@ def _poll_steps(polls: pd.DataFrame) -> pd.DataFrame:
     cols = ["step", "count", "total_ns", "allocator_count", "allocator_ns"]
     if not len(polls):
         return _empty(cols)
-    t = polls.assign(a_ns=np.where(polls["allocator"].to_numpy(bool),
-                                   polls["dur_ns"].to_numpy(np.int64), 0))
+    t = polls.assign(a_ns=np.where(column(polls, "allocator", bool),
+                                   column(polls, "dur_ns", np.int64), 0))
     out = t.groupby("step").agg(count=("dur_ns", "size"), total_ns=("dur_ns", "sum"),
                                 allocator_count=("allocator", "sum"),
                                 allocator_ns=("a_ns", "sum")).reset_index()

@@ -16,7 +16,7 @@ from tracekit import _objarrays as objarrays
 from tracekit import intervals, phases
 from tracekit import steps as steps_mod
 from tracekit.calls import ASYNC_COPY, BLOCKING, HOST_SYNC_EVENT, POLL
-from tracekit.frames import frame
+from tracekit.frames import column, frame
 from tracekit.graph.model import (
     COMMUNICATION, COMPUTE, HOST, MEMCPY, SYNC, EdgeKind, Graph, NodeKind, lane_order,
 )
@@ -250,8 +250,8 @@ def _host_points(trace: Trace, cl: pd.DataFrame, base: int, main_lane: int,
     is_ann = ann[rows]
     lanes_l, time_l, wake_l = [], [], []
     polling = []
-    for i, (p, t) in enumerate(zip(cl["pid"].to_numpy(np.int64).tolist(),
-                                   cl["tid"].to_numpy(np.int64).tolist())):
+    for i, (p, t) in enumerate(zip(column(cl, "pid", np.int64).tolist(),
+                                   column(cl, "tid", np.int64).tolist())):
         ln = base + i
         mine = k_lane == ln
         if ln != main_lane and mine.sum() >= POLLING_MIN and k_poll[mine].mean() >= POLLING_SHARE:
@@ -432,13 +432,13 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     # ---- lanes ----------------------------------------------------------------------------
     # the GPU lanes: the activities' (device, stream) pairs, sorted; the CPU lanes: the calls'
     # (pid, tid) pairs and the thread holding the steps, sorted
-    g_dev, g_stream, a_lane = _sorted_pairs(acts["device"].to_numpy(np.int64),
-                                            acts["stream"].to_numpy(np.int64))
+    g_dev, g_stream, a_lane = _sorted_pairs(column(acts, "device", np.int64),
+                                            column(acts, "stream", np.int64))
     with_main = bool(len(st) and main_tid >= 0)
     c_pid, c_tid, c_pair = _sorted_pairs(
-        np.concatenate([calls["pid"].to_numpy(np.int64),
+        np.concatenate([column(calls, "pid", np.int64),
                         np.array([main_pid] if with_main else [], np.int64)]),
-        np.concatenate([calls["tid"].to_numpy(np.int64),
+        np.concatenate([column(calls, "tid", np.int64),
                         np.array([main_tid] if with_main else [], np.int64)]))
     n_gl, n_cl = g_dev.size, c_pid.size
     lanes = pd.DataFrame({
@@ -449,22 +449,22 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         "pid": np.r_[np.full(n_gl, -1), c_pid],
         "tid": np.r_[np.full(n_gl, -1), c_tid],
     })
-    is_kept = calls["outer"].to_numpy() == np.arange(len(calls))
+    is_kept = column(calls, "outer") == np.arange(len(calls))
     kept = calls[is_kept]
     c_lane = (c_pair[: len(calls)][is_kept] + n_gl).astype(np.int64)
     at_main = np.flatnonzero((c_pid == main_pid) & (c_tid == main_tid))
     main_lane = (int(at_main[0]) if at_main.size else -1) + n_gl if n_cl else -1
 
     # ---- GPU activities ---------------------------------------------------------------------
-    a_start = acts["ts"].to_numpy(np.int64)
-    a_end = acts["end"].to_numpy(np.int64)
-    a_launch = acts["launch_ts"].to_numpy(np.int64)
-    a_corr = acts["correlation"].to_numpy(np.int64)
+    a_start = column(acts, "ts", np.int64)
+    a_end = column(acts, "end", np.int64)
+    a_launch = column(acts, "launch_ts", np.int64)
+    a_corr = column(acts, "correlation", np.int64)
     ncodes, ncats = phases.name_codes(ev)
     a_codes = ncodes[grow]  # acts' names (row i of acts is event grow[i])
     comm = phases.name_matches(a_codes, ncats, rules.communication)
-    a_kind = acts["kind"].to_numpy()
-    a_phase = acts["phase"].to_numpy(object)
+    a_kind = column(acts, "kind")
+    a_phase = column(acts, "phase", object)
     ph_code, ph_uniq = pd.factorize(a_phase)  # phases are strings, a few distinct ones
     a_cat = np.array([COMPUTE + str(p) for p in ph_uniq] + [""], dtype=object)[ph_code]
     a_cat[comm] = COMMUNICATION
@@ -472,20 +472,20 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
 
     # ---- CPU calls: which block on the GPU, and on what ------------------------------------
     names = ev["name"]
-    k_rows = kept["row"].to_numpy(np.int64)
-    k_ts = kept["ts"].to_numpy(np.int64)
-    k_end = kept["end"].to_numpy(np.int64)
-    k_tid = kept["tid"].to_numpy(np.int64)
+    k_rows = column(kept, "row", np.int64)
+    k_ts = column(kept, "ts", np.int64)
+    k_end = column(kept, "end", np.int64)
+    k_tid = column(kept, "tid", np.int64)
     blocking = phases.name_matches(ncodes[k_rows], ncats, BLOCKING)
     pageable = phases.name_matches(a_codes, ncats, re.compile("Pageable")) & \
         (a_kind == int(Kind.MEMCPY))
     # correlation of every call (nested ones belong to their outer call)
-    c_outer = calls["outer"].to_numpy(np.int64)
+    c_outer = column(calls, "outer", np.int64)
     kept_pos = np.full(len(calls), -1, np.int64)
-    kept_pos[calls["outer"].to_numpy() == np.arange(len(calls))] = np.arange(len(kept))
+    kept_pos[column(calls, "outer") == np.arange(len(calls))] = np.arange(len(kept))
     c_node_of_call = kept_pos[c_outer]  # kept index of each call's outer call
-    c_corr = calls["corr"].to_numpy(np.int64)
-    async_copy = phases.name_matches(ncodes[calls["row"].to_numpy(np.int64)], ncats, ASYNC_COPY)
+    c_corr = column(calls, "corr", np.int64)
+    async_copy = phases.name_matches(ncodes[column(calls, "row", np.int64)], ncats, ASYNC_COPY)
     pc = np.isin(c_corr, a_corr[pageable]) & async_copy & (c_corr >= 0)
     blocking[np.unique(c_node_of_call[pc])] = True
     # calls Kineto saw block the host (cuda_sync Stream/Event/Context Sync linked to them)
@@ -494,7 +494,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         host = phases.name_matches(ncodes[sy], ncats, HOST_SYNC_EVENT)
         scorr = trace.column("correlation", np.int64)[sy[host]]
         # a poll (cudaEventQuery/cudaStreamQuery) returns at once, whatever Kineto calls it
-        poll = phases.name_matches(ncodes[calls["row"].to_numpy(np.int64)], ncats, POLL)
+        poll = phases.name_matches(ncodes[column(calls, "row", np.int64)], ncats, POLL)
         hit = np.isin(c_corr, scorr[scorr >= 0]) & (c_corr >= 0) & ~poll
         blocking[np.unique(c_node_of_call[hit])] = True
     k_poll = phases.name_matches(ncodes[k_rows], ncats, POLL)
@@ -551,14 +551,14 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     if len(kept) and not index.table.empty:
         ann = index.enclosing(k_tid, k_ts, k_end)
         has = ann >= 0
-        c_phase[has] = index.table["phase"].to_numpy(object)[ann[has]]
-        c_batch[has] = index.table["batch"].to_numpy(np.int64)[ann[has]]
+        c_phase[has] = column(index.table, "phase", object)[ann[has]]
+        c_batch[has] = column(index.table, "batch", np.int64)[ann[has]]
 
     # ---- step markers -----------------------------------------------------------------------
     n_st = len(st) if main_lane >= 0 else 0
-    m_time = np.r_[st["cpu_start"].to_numpy(np.int64), st["cpu_end"].to_numpy(np.int64)][
+    m_time = np.r_[column(st, "cpu_start", np.int64), column(st, "cpu_end", np.int64)][
         :2 * n_st] if n_st else np.zeros(0, np.int64)
-    m_step = np.r_[st["step"].to_numpy(np.int64), st["step"].to_numpy(np.int64)] if n_st \
+    m_step = np.r_[column(st, "step", np.int64), column(st, "step", np.int64)] if n_st \
         else np.zeros(0, np.int64)
     m_name = np.array([f"step {s} start" for s in st["step"]] + [f"step {s} end" for s in st["step"]],
                       dtype=object) if n_st else np.zeros(0, object)
@@ -588,9 +588,9 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     ev_ts = np.r_[a_start, k_ts, m_time, pts.time][order]  # the event's own start (calls: before waiting)
     wait = np.r_[np.zeros(na, np.int64), c_wait, np.zeros(nm + n_pt, np.int64)][order]
     spans = st if n_st else st.iloc[:0]
-    spans = frame({"step": spans["step"].to_numpy(np.int64),
-                   "ts": spans["cpu_start"].to_numpy(np.int64),
-                   "end": spans["cpu_end"].to_numpy(np.int64)})
+    spans = frame({"step": column(spans, "step", np.int64),
+                   "ts": column(spans, "cpu_start", np.int64),
+                   "end": column(spans, "cpu_end", np.int64)})
     a_step = phases.step_of(spans, np.where(a_launch >= 0, a_launch, a_start))
     c_step = phases.step_of(spans, k_ts)
     step = np.r_[a_step, c_step, m_step, phases.step_of(spans, pts.time)][order]
@@ -605,10 +605,10 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         c_cat[_after_dark(dark, blocking & ~waited_for, c_lane, k_ts)] = \
             COMPUTE + UNTRACED_GRAPH_PHASE
     category = np.r_[a_cat, c_cat, objarrays.full(nm + n_pt, HOST)][order]
-    name = np.r_[acts["name"].to_numpy(object), phases.name_strings(ncodes[k_rows], ncats)
+    name = np.r_[column(acts, "name", object), phases.name_strings(ncodes[k_rows], ncats)
                  if nc else np.zeros(0, object), m_name, pt_name][order]
     phase = np.r_[a_phase, c_phase, objarrays.full(nm + n_pt, phases.OTHER)][order]
-    batch = np.r_[acts["batch"].to_numpy(np.int64), c_batch, np.full(nm + n_pt, -1)][order]
+    batch = np.r_[column(acts, "batch", np.int64), c_batch, np.full(nm + n_pt, -1)][order]
     a_id = rank[:na]
     c_id = rank[na:na + nc]
     m_id = rank[na + nc:na + nc + nm]
@@ -686,10 +686,10 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         hint[rec_cons] = True
     elif config.infer_waits is True or (config.infer_waits is None and not recorded):
         sw = phases.name_matches(ncodes[k_rows], ncats, STREAM_WAIT)
-        hint = _wait_hints(a_launch, acts["launch_tid"].to_numpy(np.int64), a_lane,
+        hint = _wait_hints(a_launch, column(acts, "launch_tid", np.int64), a_lane,
                            k_ts[sw], k_tid[sw])
     if hint is not None and na and hint.any():
-        w_src, w_dst = _inferred_waits(a_start, a_end, a_lane, acts["device"].to_numpy(np.int64),
+        w_src, w_dst = _inferred_waits(a_start, a_end, a_lane, column(acts, "device", np.int64),
                                        launch_end, lat, config, hint, warnings, limits)
         add(a_id[w_src], a_id[w_dst], EdgeKind.WAIT_INFERRED, gap)
     wait_consumers = np.unique(a_id[np.r_[rec_d, rec_cons].astype(np.int64)])
@@ -730,8 +730,8 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     src, dst, ekind, nom = src[o], dst[o], ekind[o], nom[o]
     binding, unexplained = _bind(src, dst, ekind, nom, start, end)
     # copies held by a copy engine busy with another stream's copy of the same direction
-    e_src, e_dst = _engine_waits(a_id, a_kind, acts["name"].to_numpy(object), a_start, a_end,
-                                 a_lane, acts["device"].to_numpy(np.int64),
+    e_src, e_dst = _engine_waits(a_id, a_kind, column(acts, "name", object), a_start, a_end,
+                                 a_lane, column(acts, "device", np.int64),
                                  unexplained[a_id], config)
     if e_src.size:
         src, dst = np.r_[src, e_src], np.r_[dst, e_dst]
@@ -749,9 +749,9 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     if depth is None:
         depth = _queue_depth(src, dst, ekind, launched, lane) or DEFAULT_QUEUE_DEPTH
     steps_t = frame({
-        "step": st["step"].to_numpy(np.int64) if n_st else np.zeros(0, np.int64),
-        "cpu_start": st["cpu_start"].to_numpy(np.int64) if n_st else np.zeros(0, np.int64),
-        "cpu_end": st["cpu_end"].to_numpy(np.int64) if n_st else np.zeros(0, np.int64),
+        "step": column(st, "step", np.int64) if n_st else np.zeros(0, np.int64),
+        "cpu_start": column(st, "cpu_start", np.int64) if n_st else np.zeros(0, np.int64),
+        "cpu_end": column(st, "cpu_end", np.int64) if n_st else np.zeros(0, np.int64),
         "start_node": m_id[:n_st] if n_st else np.zeros(0, np.int64),
         "end_node": m_id[n_st:] if n_st else np.zeros(0, np.int64),
     })
@@ -878,7 +878,7 @@ def _host_waits(calls_idx, c_ts, c_end, device_sync, a_start, a_end, a_launch, a
     df = pd.DataFrame({"a": a, "c": c, "e": a_end[a], "multi": device_sync[c]})
     single_rows = df[~df["multi"]].sort_values(["c", "e"]).drop_duplicates("c", keep="last")
     df = pd.concat([single_rows, df[df["multi"]]])
-    return df["a"].to_numpy(np.int64), df["c"].to_numpy(np.int64)
+    return column(df, "a", np.int64), column(df, "c", np.int64)
 
 
 def _wait_hints(a_launch, a_tid, a_lane, wait_ts, wait_tid) -> np.ndarray:
@@ -1030,8 +1030,8 @@ def _recorded_waits(trace, acts, calls, ev):
     device = trace.column("device", np.int64)[sy]
     corr = trace.column("correlation", np.int64)[sy]
     # the runtime calls by correlation: record call and wait call times
-    cc = calls["corr"].to_numpy(np.int64)
-    cts = calls["ts"].to_numpy(np.int64)
+    cc = column(calls, "corr", np.int64)
+    cts = column(calls, "ts", np.int64)
     o = np.argsort(cc, kind="stable")
     cc, cts = cc[o], cts[o]
 
@@ -1043,10 +1043,10 @@ def _recorded_waits(trace, acts, calls, ev):
 
     rec_ts = call_ts(wcorr)
     wait_ts = call_ts(corr)
-    dev = acts["device"].to_numpy(np.int64)
-    st = acts["stream"].to_numpy(np.int64)
-    launch = acts["launch_ts"].to_numpy(np.int64)
-    launch = np.where(launch >= 0, launch, acts["ts"].to_numpy(np.int64))
+    dev = column(acts, "device", np.int64)
+    st = column(acts, "stream", np.int64)
+    launch = column(acts, "launch_ts", np.int64)
+    launch = np.where(launch >= 0, launch, column(acts, "ts", np.int64))
     # the activities of each (device, stream) by launch (ties: by index), for binary searches:
     # one per wait, not a pass over every activity (120 k waits took 94 s)
     order = np.lexsort((np.arange(dev.size), launch, st, dev))
@@ -1120,8 +1120,8 @@ def host_spans(g: Graph, trace: Trace) -> pd.DataFrame:
     prev_end = np.r_[0, end[order][:-1]]
     gap[order] = np.where(same, np.minimum(prev_end, ts[order]), ts[order])
     lanes = g.lanes
-    return frame({"node": cpu, "pid": lanes["pid"].to_numpy(np.int64)[lane],
-                  "tid": lanes["tid"].to_numpy(np.int64)[lane], "gap_start": gap,
+    return frame({"node": cpu, "pid": column(lanes, "pid", np.int64)[lane],
+                  "tid": column(lanes, "tid", np.int64)[lane], "gap_start": gap,
                   "start": ts, "end": end})
 
 
@@ -1150,7 +1150,7 @@ def held_by_a_wait(g: Graph, ids: np.ndarray, ready_ns: int) -> np.ndarray:
     if not ids.size:
         return ids
     gpu = np.flatnonzero(g.kind == NodeKind.GPU)
-    dev = g.lanes["device"].to_numpy(np.int64)
+    dev = column(g.lanes, "device", np.int64)
     keep = np.zeros(ids.size, bool)
     for i, (v, r) in enumerate(zip(ids.tolist(), ready.tolist())):  # a trace records few
         o = gpu[(g.lane[gpu] != g.lane[v]) & (dev[g.lane[gpu]] == dev[g.lane[v]])]

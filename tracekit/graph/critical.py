@@ -26,6 +26,7 @@ from tracekit.graph.model import (  # noqa: F401 (completes, main_lanes: named h
     NodeKind, bound_class, completes, main_lanes,
 )
 from tracekit.graph.replay import _core
+from tracekit.frames import column
 
 SEGMENT_COLUMNS = ["step", "start", "end", "dur", "lane", "lane_type", "device", "stream", "pid",
                    "tid", "name", "category", "what", "node", "phase"]
@@ -63,7 +64,7 @@ def _in_sorted(values: np.ndarray, table: np.ndarray) -> np.ndarray:
 def _step_windows(g: Graph, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:
     if g.n == 0:
         return pd.DataFrame({"step": [], "start": [], "end": [], "sink": []}, dtype=np.int64)
-    steps = g.steps["step"].to_numpy(np.int64)
+    steps = column(g.steps, "step", np.int64)
     if not steps.size:
         sink = int(np.argmax(end))
         return pd.DataFrame({"step": [-1], "start": [int(start.min())], "end": [int(end[sink])],
@@ -87,8 +88,8 @@ def _step_windows(g: Graph, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:
     if not steps.size:
         return pd.DataFrame({"step": [], "start": [], "end": [], "sink": []}, dtype=np.int64)
     # the first step's start node (its row of g.steps, one per step)
-    at_first = np.flatnonzero(g.steps["step"].to_numpy(np.int64) == steps[0])[0]
-    first = int(g.steps["start_node"].to_numpy(np.int64)[at_first])
+    at_first = np.flatnonzero(column(g.steps, "step", np.int64) == steps[0])[0]
+    first = int(column(g.steps, "start_node", np.int64)[at_first])
     begin = np.r_[start[first], comp[:-1]].astype(np.int64)
     # one int64 block: the same frame as from a dict of four columns, at a sixth of the cost
     # (explain asks for a rank's windows four to six times)
@@ -258,10 +259,10 @@ def _segments(g: Graph, step, s, e, v, edge, edge_kind) -> pd.DataFrame:
     ln = g.lane[v]
     return pd.DataFrame({
         "step": step, "start": s, "end": e, "dur": e - s,
-        "lane": ln.astype(np.int64), "lane_type": lanes["type"].to_numpy(object)[ln],
-        "device": lanes["device"].to_numpy(np.int64)[ln],
-        "stream": lanes["stream"].to_numpy(np.int64)[ln],
-        "pid": lanes["pid"].to_numpy(np.int64)[ln], "tid": lanes["tid"].to_numpy(np.int64)[ln],
+        "lane": ln.astype(np.int64), "lane_type": column(lanes, "type", object)[ln],
+        "device": column(lanes, "device", np.int64)[ln],
+        "stream": column(lanes, "stream", np.int64)[ln],
+        "pid": column(lanes, "pid", np.int64)[ln], "tid": column(lanes, "tid", np.int64)[ln],
         "name": g.name[v], "category": cat, "what": what, "node": v, "phase": g.phase[v],
     }, copy=False)  # in SEGMENT_COLUMNS' order (naming them again costs pandas a reindex)
 
@@ -290,12 +291,12 @@ def step_paths(g: Graph, *, start=None, end=None, binding=None, src=None, edge_k
     binding = g.binding if binding is None else binding
     src = g.src if src is None else src
     lag = g.lag if lag is None else lag
-    sinks = win["sink"].to_numpy(np.int64)
-    t_from = win["start"].to_numpy(np.int64)
+    sinks = column(win, "sink", np.int64)
+    t_from = column(win, "start", np.int64)
     i, s, e, v, edge = _walks(start, end, binding, src, lag, sinks[::-1], t_from[::-1],
                               lambda: _Walker(g, start, end, binding, src, lag))
     # latest step first, each latest first: reversed once, earliest first
-    step = win["step"].to_numpy(np.int64)[::-1][i]
+    step = column(win, "step", np.int64)[::-1][i]
     r = slice(None, None, -1)
     return _segments(g, step[r], s[r], e[r], v[r], edge[r], edge_kind)
 

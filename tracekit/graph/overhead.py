@@ -62,7 +62,7 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 import pandas as pd
 
-from tracekit.frames import frame
+from tracekit.frames import column, frame
 from tracekit.graph.build import _bind, observed_lags
 from tracekit.graph.model import EdgeKind, Graph, HostCost, NodeKind
 from tracekit.trace.model import Kind, Trace
@@ -305,7 +305,7 @@ def count(trace: Trace, g: Graph) -> Counts:
     t0 = np.where(rows >= 0, e_ts[np.maximum(rows, 0)], g.start[ids])
     t1 = np.where(rows >= 0, e_end[np.maximum(rows, 0)], g.start[ids])
     is_call = g.kind[ids] == NodeKind.CALL
-    lane_tid = g.lanes["tid"].to_numpy(np.int64)[g.lane[ids]]
+    lane_tid = column(g.lanes, "tid", np.int64)[g.lane[ids]]
 
     def points(term: int, tid: np.ndarray, t: np.ndarray, w: np.ndarray) -> None:
         """Events of ``term`` at times ``t`` on threads ``tid``, weight ``w`` each."""
@@ -344,7 +344,7 @@ def count(trace: Trace, g: Graph) -> Counts:
         points(4, np.r_[e_tid[py], e_tid[py]], np.r_[e_ts[py], e_end[py]], np.r_[hp, hp])
     m = trace.memory
     if m is not None and len(m):
-        points(2, m["tid"].to_numpy(np.int64), m["ts"].to_numpy(np.int64), np.ones(len(m)))
+        points(2, column(m, "tid", np.int64), column(m, "ts", np.int64), np.ones(len(m)))
     return Counts(before, in_call, totals, shapes, sync_on, modules, launch_ns)
 
 
@@ -408,11 +408,11 @@ def _steps(g: Graph, change, win) -> tuple[np.ndarray, np.ndarray]:
     p = wi.plan(g, change)
     s, e = wi.replay_queued(g, p)
     w = step_windows(g, s, e)
-    obs = win["end"].to_numpy(np.int64) - win["start"].to_numpy(np.int64)
-    d = w["end"].to_numpy(np.int64) - w["start"].to_numpy(np.int64)
+    obs = column(win, "end", np.int64) - column(win, "start", np.int64)
+    d = column(w, "end", np.int64) - column(w, "start", np.int64)
     # each step of ``win``'s replayed length, 0 where the replay has no such step (numpy: the
     # pandas reindex it replaces cost ~0.3 ms a call, three calls a trace)
-    ws, want = w["step"].to_numpy(np.int64), win["step"].to_numpy(np.int64)
+    ws, want = column(w, "step", np.int64), column(win, "step", np.int64)
     o = np.argsort(ws, kind="stable")
     k = np.minimum(np.searchsorted(ws[o], want), max(ws.size - 1, 0))
     found = (ws[o][k] == want) if ws.size else np.zeros(want.size, bool)
@@ -462,7 +462,7 @@ def estimate(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL, *,
         m, obs, rep = mean_step(factor)
         scale = "given"
     # per counted step: counts and host time on the steps' host nodes
-    counted = win["step"].to_numpy(np.int64)[keep] if len(win) else np.zeros(0, np.int64)
+    counted = column(win, "step", np.int64)[keep] if len(win) else np.zeros(0, np.int64)
     in_steps = np.isin(g.step, counted) & (g.kind != NodeKind.GPU)
     nsteps = max(counted.size, 1)
     speed = host_speed(c, model)
@@ -473,7 +473,7 @@ def estimate(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL, *,
     left = taken / raw.sum() if raw.sum() > 0 else 0.0  # what the clamps left of it
     counts_per_step = {t: float(per[i]) for i, t in enumerate(TERMS)}
     host_per_step = {t: float(raw[i] * left) for i, t in enumerate(TERMS)}
-    steps = frame({"step": win["step"].to_numpy(np.int64), "traced_ns": obs,
+    steps = frame({"step": column(win, "step", np.int64), "traced_ns": obs,
                    "untraced_ns": rep})
     terms = ", ".join(f"{counts_per_step[t]:,.0f} {TERM_TEXT[t]} x {cost[i] / 1e3:.2g} us"
                       for i, t in enumerate(TERMS) if counts_per_step[t] > 0 and cost[i] > 0)
@@ -540,8 +540,8 @@ def untraced_graph(g: Graph, cost: HostCost, *, host_factor: float = 1.0) -> Gra
     wait_ns = np.where(arrive < 0, g.wait_ns, wait_ns)
     steps = g.steps.copy()
     if len(steps):
-        steps["cpu_start"] = s[steps["start_node"].to_numpy(np.int64)]
-        steps["cpu_end"] = s[steps["end_node"].to_numpy(np.int64)]
+        steps["cpu_start"] = s[column(steps, "start_node", np.int64)]
+        steps["cpu_end"] = s[column(steps, "end_node", np.int64)]
     new = replace(g, start=s.astype(np.int64), dur=(e - s).astype(np.int64), src=src, dst=dst,
                   edge_kind=kind, lag=lag.astype(np.int64), binding=binding, steps=steps,
                   wait_ns=wait_ns.astype(np.int64), unexplained=unexplained)
