@@ -17,7 +17,10 @@ streams of its device ran meanwhile:
 
 A late start's time under both a compute and a communication kernel counts as *beside
 compute*. The steps' traced mean and the model's replayed mean are beside it (the replay
-leaves the late starts out).
+leaves the late starts out), and what the block-level contention model (``tracekit.graph.
+blocks``) says of them: the kernels' waits for SMs another stream's kernel holds in the model's
+replay (each run of kernels once, ``blocks.carried``), and the replay with those waits added
+(its error against the traced steps).
 
     python -m bench.late_starts TRACE_OR_DIR... [--out bench/results]
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 import platform
 import sys
 import time
@@ -40,6 +44,7 @@ def measure(path: str) -> list[dict]:
 
     from tracekit import intervals
     from tracekit.analyses import explain
+    from tracekit.graph import blocks
     from tracekit.graph import critical as cr
     from tracekit.graph import whatif as wi
     from tracekit.graph.model import COMMUNICATION, NodeKind
@@ -76,10 +81,19 @@ def measure(path: str) -> list[dict]:
         base = wi.base_schedule(g, win)
         o = (win["end"] - win["start"]).to_numpy(np.int64)[keep]
         r = wi.aligned(win, base.windows)[keep]
+        waits_ms = blocks_ms = None
+        w = wi.block_waits(g, base)
+        if w is not None and n:
+            w = blocks.carried(np.where(g.kernels, w, 0.0), base.plan.lane, gpu, base.start, base.end)
+            w[: base.plan.pin + 1] = 0.0
+            s2, e2 = wi.replay_queued(g, replace(base.plan, dur=base.plan.dur + np.round(w).astype(np.int64)))
+            waits_ms = float(w[counted].sum()) / n / 1e6
+            blocks_ms = float(wi.aligned(win, cr.step_windows(g, s2, e2))[keep].mean()) / 1e6
         rows.append({"trace": path, "rank": int(trace.rank), "steps": n,
                      "traced_ms": float(o.mean()) / 1e6 if n else None,
                      "replayed_ms": float(r.mean()) / 1e6 if n else None,
-                     "late_ms": {k: v / max(n, 1) / 1e6 for k, v in out.items()}})
+                     "late_ms": {k: v / max(n, 1) / 1e6 for k, v in out.items()},
+                     "block_waits_ms": waits_ms, "replayed_blocks_ms": blocks_ms})
     return rows
 
 
@@ -91,14 +105,18 @@ def render(rows: list[dict], command: str, secs: float) -> str:
            "activities' late starts (started later than their launch, stream and waits allow: "
            "the replay leaves them out) by what other streams of the device ran meanwhile.", "",
            "| trace | rank | steps | traced ms | replayed ms | error | late: beside compute ms | "
-           "beside communication only ms | beside nothing ms |", "|---|---|---|---|---|---|---|---|---|"]
+           "beside communication only ms | beside nothing ms | block model: waits ms | replay with "
+           "them: ms, error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lt = r["late_ms"]
         err = "-" if not r["traced_ms"] else f"{100 * (r['replayed_ms'] / r['traced_ms'] - 1):+.2f} %"
         f = (lambda v: "-" if v is None else f"{v:.3f}")
+        bw, rb = r.get("block_waits_ms"), r.get("replayed_blocks_ms")
+        berr = "-" if rb is None or not r["traced_ms"] else \
+            f"{f(rb)}, {100 * (rb / r['traced_ms'] - 1):+.2f} %"
         out.append(f"| {r['trace']} | {r['rank']} | {r['steps']} | {f(r['traced_ms'])} | "
                    f"{f(r['replayed_ms'])} | {err} | {lt['compute']:.3f} | {lt['communication']:.3f} | "
-                   f"{lt['nothing']:.3f} |")
+                   f"{lt['nothing']:.3f} | {f(bw)} | {berr} |")
     return "\n".join(out) + "\n"
 
 

@@ -40,6 +40,7 @@ from tracekit.graph import overhead as oh
 from tracekit.graph import readable as rd
 from tracekit.graph import whatif as wi
 from tracekit.graph.build import GraphConfig
+from tracekit.graph.blocks import SHAPE_WARNING
 from tracekit.graph.model import (
     BOUNDS, COMMUNICATION, COMPUTE, SYNC, UNEXPLAINED, Graph, HostCost, NodeKind, bound_class,
 )
@@ -367,6 +368,10 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         fixes.append(allocator_polls_fix(trace, g0, gw, counted_view))
     covered_syncs = any(f.applies and f.id in ("async_delta_copy", "precomputed_writeback")
                         for f in fixes)
+    if wi.CONTENTION_MODEL == "blocks" and not wi.has_shapes(gw) and any(
+            f.applies and f.change is not None and f.change.shares_gpu for f in fixes):
+        # a prediction that rests on the contention between streams, without the block-level model
+        warnings.append(SHAPE_WARNING)
     generic = []
     if config.generic_findings and total:
         share = {k: v / total for k, v in total_bd.items()}

@@ -17,6 +17,7 @@ from tracekit import intervals, phases
 from tracekit import steps as steps_mod
 from tracekit.calls import ASYNC_COPY, BLOCKING, HOST_SYNC_EVENT, POLL
 from tracekit.frames import column, frame
+from tracekit.graph.blocks import kernel_shape
 from tracekit.graph.model import (
     COMMUNICATION, COMPUTE, HOST, MEMCPY, SYNC, EdgeKind, Graph, NodeKind, lane_order,
 )
@@ -755,6 +756,8 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         "start_node": m_id[:n_st] if n_st else np.zeros(0, np.int64),
         "end_node": m_id[n_st:] if n_st else np.zeros(0, np.int64),
     })
+    shape = kernel_shape(ev, np.where(kind == NodeKind.GPU, row, -1),
+                         lanes["device"].to_numpy(np.int64)[lane], trace.metadata)
     return Graph(kind=kind, lane=lane, start=start, dur=dur, row=row, step=step,
                  category=category, name=name, phase=phase, batch=batch, lanes=lanes,
                  src=src, dst=dst, edge_kind=ekind, lag=nom, binding=binding, steps=steps_t,
@@ -762,7 +765,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
                  wait_consumers=wait_consumers, queue_depth=int(depth),
                  unexplained=unexplained, gap_ns=gap, handoff_ns=handoff,
                  polling_lanes=pts.polling, main_lane=main_lane, poll_loops=n_loops,
-                 warnings=tuple(warnings), limits=tuple(limits))
+                 warnings=tuple(warnings), limits=tuple(limits), shape=shape)
 
 
 _PRIORITY = {EdgeKind.HOST_WAIT: 6, EdgeKind.QUEUE: 6, EdgeKind.WAIT_RECORDED: 5, EdgeKind.WAIT_INFERRED: 4,

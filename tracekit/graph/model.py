@@ -70,9 +70,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tracekit.graph.blocks import KernelShape
 
 
 class NodeKind(IntEnum):
@@ -229,6 +233,10 @@ class Graph:
     poll_loop_ns``), each modelled as a wait for the GPU work its last poll saw end."""
     warnings: tuple[str, ...] = ()
     """What the graph could not see (no correlation ids, edges dropped...)."""
+    shape: "KernelShape | None" = None
+    """Each kernel's grid and the blocks its device holds at once (``tracekit.graph.blocks``,
+    from the trace's launch configurations and ``deviceProperties``): the block-level contention
+    model's input (None: not read; unknown entries 0)."""
     limits: tuple[str, ...] = ()
     """Those of ``warnings`` that say a limit of tracekit's own was hit (``build.
     MAX_WAIT_LANES``): figures left out for the cost's sake, which the rank's warnings repeat

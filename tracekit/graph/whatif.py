@@ -43,7 +43,8 @@ from tracekit import intervals, patterns
 from tracekit.errors import TracekitError
 from tracekit.graph.build import lane_positions
 from tracekit.graph.critical import step_windows
-from tracekit.graph.model import COMMUNICATION, EdgeKind, Graph, NodeKind
+from tracekit.graph import blocks as blocks_mod
+from tracekit.graph.model import COMMUNICATION, EdgeKind, Graph, NodeKind, main_lanes
 from tracekit.graph.replay import Plan, replay
 
 CONTENTION_SHARE = 1.0
@@ -66,6 +67,13 @@ kernels under a waiting NCCL kernel 22-32 % longer than on one GPU, against the 
 (share 1) the model charges them; ``python -m bench.collective_term`` sets it to judge it on the
 jobs' FusedSparseDist pairs (``bench/NOTES-explain.md``: it moves the dense pairs further from
 their measured savings). None: every kernel charged ``CONTENTION_SHARE`` of all it gains."""
+
+
+CONTENTION_MODEL = "blocks"
+"""The contention-aware replay's model: ``"blocks"``, the block-level model (``tracekit.graph.
+blocks``: each kernel's blocks and waves from the trace's launch configurations, the streams'
+priorities; where a trace lacks them, the overlap model below), or ``"overlap"``: every kernel
+charged ``CONTENTION_SHARE`` of the overlap it gains."""
 
 
 class WhatIfError(TracekitError):
@@ -373,15 +381,29 @@ def aligned(obs, w) -> np.ndarray:
     return np.where(at >= 0, d[np.maximum(at, 0)] if d.size else 0, 0).astype(np.int64)
 
 
-def _contention_durations(g: Graph, p: Plan, start, end, base: "Schedule | None",
-                          speedup: bool) -> np.ndarray | None:
-    """Kernel durations lengthened by ``CONTENTION_SHARE`` of the overlap with other streams'
-    kernels that each gained in the replay (``start, end``) over the unchanged replay
-    (``base``; None: the replay is the unchanged one: nothing gained); for a ``speedup`` change
-    no kernel ends up longer than in the unchanged replay. None when no kernel gained any."""
-    kern = g.kernels
-    if not kern.any() or base is None:
-        return None
+def uses_blocks(g: Graph) -> bool:
+    """Whether the contention-aware replay of ``g`` uses the block-level model
+    (``CONTENTION_MODEL`` and the trace's launch configurations: ``blocks.KNOWN_SHARE`` of the
+    kernel time with a shape); else the overlap model."""
+    return CONTENTION_MODEL == "blocks" and has_shapes(g)
+
+
+def has_shapes(g: Graph) -> bool:
+    """Whether ``g``'s trace gives the block-level model its kernels' shapes: at least
+    ``blocks.KNOWN_SHARE`` of the kernel time has one (computed once per graph)."""
+    got = g.__dict__.get("_has_shapes")
+    if got is None:
+        sh = g.shape
+        kern = g.kernels
+        got = False
+        if sh is not None and sh.blocks.size == g.n and kern.any():
+            total = float(g.dur[kern].sum())
+            got = total > 0 and float(g.dur[kern & sh.known].sum()) >= blocks_mod.KNOWN_SHARE * total
+        g.__dict__["_has_shapes"] = got
+    return got
+
+
+def _lane_devices(g: Graph, p: Plan) -> np.ndarray:
     lanes = g.lanes
     dev = np.full(p.lane_is_cpu.size, -1, np.int64)
     dev[: len(lanes)] = lanes["device"].to_numpy(np.int64)
@@ -389,8 +411,59 @@ def _contention_durations(g: Graph, p: Plan, start, end, base: "Schedule | None"
     moved = p.lane != g.lane
     if moved.any():
         dev[p.lane[moved]] = lanes["device"].to_numpy(np.int64)[g.lane[moved]]
+    return dev
+
+
+def _block_waits(g: Graph, p: Plan, start, end) -> np.ndarray | None:
+    """``blocks.waits`` of a replay of plan ``p`` (the graph's kernels, its lanes' assumed
+    priorities); None where the model does not run (too many streams)."""
+    dev = _lane_devices(g, p)
+    prio = blocks_mod.stream_priorities(g.lanes, main_lanes(g), p.lane_is_cpu.size)
+    return blocks_mod.waits(p.lane, dev, prio, g.kernels, g.shape, start, end, p.dur)
+
+
+def block_waits(g: Graph, sched: "Schedule") -> np.ndarray | None:
+    """The block-level model's wait for SMs (``tracekit.graph.blocks.waits``, float ns per
+    node) of every kernel in a replay ``sched`` of ``g``: None where the trace gives no shapes
+    (``has_shapes``) or a device holds too many streams."""
+    if not has_shapes(g):
+        return None
+    return _block_waits(g, sched.plan, sched.start, sched.end)
+
+
+def _gained_waits(g: Graph, p: Plan, start, end, base: "Schedule", kern) -> np.ndarray | None:
+    """Per node, the block-level wait (``tracekit.graph.blocks``) a kernel ``kern`` gained in
+    the replay (``start, end``) over the unchanged replay (``base``), carried along its stream
+    (a run waits once); None where the model does not run."""
+    key = blocks_mod.HONOUR_PRIORITIES
+    cached = g.__dict__.get("_base_block_waits")
+    if cached is None or cached[0] is not base or cached[1] != key:
+        cached = (base, key, _block_waits(g, base.plan, base.start, base.end))
+        g.__dict__["_base_block_waits"] = cached
+    bw = cached[2]
+    w = _block_waits(g, p, start, end)
+    if w is None or bw is None:
+        return None
+    gw = np.where(kern, np.maximum(w - bw, 0.0), 0.0)
+    return np.round(blocks_mod.carried(gw, p.lane, g.kind == NodeKind.GPU, start, end)
+                    ).astype(np.int64)
+
+
+def _contention_durations(g: Graph, p: Plan, start, end, base: "Schedule | None",
+                          speedup: bool) -> np.ndarray | None:
+    """Kernel durations lengthened by ``CONTENTION_SHARE`` of the overlap with other streams'
+    kernels that each gained in the replay (``start, end``) over the unchanged replay
+    (``base``; None: the replay is the unchanged one: nothing gained) or, with the block-level
+    model (``uses_blocks``), by the longer of that and the wait for SMs it gained
+    (``_gained_waits``); for a ``speedup`` change no kernel ends up longer than in the
+    unchanged replay. None when no kernel gained any."""
+    kern = g.kernels
+    if not kern.any() or base is None:
+        return None
+    dev = _lane_devices(g, p)
     if p.pin >= 0:
         kern = kern & (np.arange(g.n) > p.pin)
+    waits = _gained_waits(g, p, start, end, base, kern) if uses_blocks(g) else None
     gained = np.zeros(g.n, np.int64)
     comm = g.category == COMMUNICATION if COMMUNICATION_SHARE is not None else None
     for d in np.unique(dev[p.lane[kern]]):
@@ -410,6 +483,8 @@ def _contention_durations(g: Graph, p: Plan, start, end, base: "Schedule | None"
         beside_comm = np.maximum((every_a[cmp] - ca) - (every_b[cmp] - cb), 0)
         gained[cmp] = (CONTENTION_SHARE * np.maximum(ca - cb, 0) +
                        COMMUNICATION_SHARE * beside_comm).astype(np.int64)
+    if waits is not None:  # the block-level model: the longer of its wait and its overlap
+        gained = np.maximum(gained, waits)
     if not gained.any():
         return None
     dur = p.dur + gained.astype(np.int64)
