@@ -65,4 +65,17 @@ def column(df: pd.DataFrame, name: str, dtype: object = None) -> np.ndarray:
     return df[name].to_numpy() if dtype is None else df[name].to_numpy(dtype)
 
 
-__all__ = ["SMALL_ROWS", "column", "frame"]
+def categorical(df: pd.DataFrame, name: str) -> pd.Categorical | None:
+    """The column ``name`` of ``df`` when pandas stores it as a Categorical: ``df[name].array``,
+    the same object, without the Series built for it; None for a column of another kind."""
+    a = None
+    if type(df) is pd.DataFrame:
+        loc = df.columns.get_loc(name)
+        if type(loc) is int:
+            a = df._get_column_array(loc)
+    if a is None:
+        a = df[name].array
+    return a if type(a) is pd.Categorical else None
+
+
+__all__ = ["SMALL_ROWS", "categorical", "column", "frame"]

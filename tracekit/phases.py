@@ -65,7 +65,7 @@ import pandas as pd
 from tracekit import _objarrays as objarrays
 from tracekit import intervals, patterns
 from tracekit.errors import RulesError
-from tracekit.frames import column, frame
+from tracekit.frames import categorical, column, frame
 from tracekit.hardware import GpuPeak
 from tracekit.trace.model import GPU_ACTIVITY_KINDS, Kind, Trace
 
@@ -310,7 +310,7 @@ def select(trace: Trace, *kinds: Kind, columns: tuple[str, ...]) -> pd.DataFrame
     data = {}
     for c in columns:
         if c in ("name", "launch"):  # categoricals: their codes masked, the same categories
-            cat = trace.events[c].array
+            cat = categorical(trace.events, c)
             data[c] = pd.Categorical.from_codes(cat.codes[mask], dtype=cat.dtype, validate=False)
         else:  # the trace's column, read once per trace (``Trace.column``)
             data[c] = trace.column(c)[mask]
@@ -373,12 +373,12 @@ def _captured_int(names: pd.Index, pattern: str) -> np.ndarray:
 
 def name_codes(events: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:
     """The categorical codes of ``events.name`` and the categories they index."""
-    name = events["name"]
-    if isinstance(name.dtype, pd.CategoricalDtype):
+    got = categorical(events, "name")
+    if got is not None:
         # the Categorical's own codes and categories: what ``name.cat`` gives, without the
-        # accessor (~60 us a call, a few calls a trace)
-        return name.array.codes.astype(np.int64), name.array.categories
-    cat = name.astype("category")
+        # accessor (~60 us a call, a few calls a trace) nor the Series
+        return got.codes.astype(np.int64), got.categories
+    cat = events["name"].astype("category")
     return cat.cat.codes.to_numpy(np.int64), cat.cat.categories
 
 

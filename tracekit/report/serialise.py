@@ -39,9 +39,14 @@ def _records(df: Any) -> list[dict]:
         return []  # no row (most tables of a small trace): nothing to read column by column
     names = [str(c) for c in df.columns]
     unique = len(set(names)) == len(names)
-    # by ``items``: a third of the cost of ``iloc[:, j]`` per column (a rank's ~30 tables of a
-    # few rows each paid ~50 us a column that way)
-    columns = [_column_values(col) for _, col in df.items()] if unique else []
+    # each column's array without the Series pandas builds for it (``tracekit.frames.column``;
+    # ``items`` cost ~15 us a column, ``iloc[:, j]`` ~50: a rank's ~30 tables of a few rows)
+    if unique:
+        from tracekit.frames import column  # a frame is being read: pandas is loaded
+
+        columns = [_column_values(column(df, c)) for c in df.columns]
+    else:
+        columns = []
     if not unique or any(c is None for c in columns):
         df = df.rename(columns=str)
         nan = df.isna().to_numpy()
@@ -51,12 +56,11 @@ def _records(df: Any) -> list[dict]:
     return [dict(zip(names, row)) for row in zip(*columns)] if names else [{} for _ in range(len(df))]
 
 
-def _column_values(col: Any) -> list | None:
-    """A column's values as plain Python ones, missing ones None; None for a column of a kind
-    ``_records`` leaves to pandas."""
+def _column_values(a: Any) -> list | None:
+    """A column's values (its ``to_numpy()``) as plain Python ones, missing ones None; None for
+    a column of a kind ``_records`` leaves to pandas."""
     import numpy as np  # not at the top: the warm path (a report-cache hit) imports this module
 
-    a = col.to_numpy()
     kind = a.dtype.kind
     if kind in "iub":
         return a.tolist()
