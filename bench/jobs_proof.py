@@ -116,21 +116,23 @@ def job_case(kind: str, d: Path, cache: str) -> dict:
                                "measured_interval_ms": [a_lo, a_hi],
                                **_judge(pred, after["saving_ms"], a_lo, a_hi, a_step)}
     if WHAT_IF[kind] == "straggler_at_median":
-        row["after"] = _after_straggler(rep, w["ranks_changed"][0])
+        row["after"] = _after_straggler(rep, w["ranks_changed"][0], cache)
     return row
 
 
-def _after_straggler(rep, straggler: int) -> dict:
+def _after_straggler(rep, straggler: int, cache: str) -> dict:
     """What bounds the job with the straggler at the median rank's speed (a diagnostic: the
     what-if's replay summarised as the job's is), each rank's own work and wait per step
     before and after, ms."""
     from tracekit.ranks import jobgraph, whatif
 
     ctx, g = rep.graph, rep.job["graph"]
-    by = {ri.rank: ri for ri in ctx.inputs}
-    med = whatif.median_rank(g, straggler)
-    lag = jobgraph.capped_lags(ctx.graph, straggler, jobgraph.translate(by[med], by[straggler]))
-    after = jobgraph.summarise(ctx.graph, jobgraph.schedule(ctx.graph, lag), ctx.names)
+    got = whatif.straggler_replay(rep.ranks, ctx, g, straggler,
+                                  task=whatif.StragglerTask(cache_dir=cache))
+    if got is None:
+        return {}
+    row, sc, jg = got
+    after = jobgraph.summarise(jg, sc, ctx.names)
 
     def ranks(x: dict) -> dict:
         return {str(r["rank"]): {"own_ms": round(r["own_ns"] / 1e6, 3),
@@ -138,7 +140,8 @@ def _after_straggler(rep, straggler: int) -> dict:
                                  "host_ms": round(r["own_classes"]["host"] / 1e6, 3)}
                 for r in x["ranks"]}
 
-    return {"median_rank": med, "bound": after["bound"], "ranks_before": ranks(g),
+    return {"median_rank": whatif.median_rank(g, straggler), "bound": after["bound"],
+            "taken_out": row.get("taken_out"), "ranks_before": ranks(g),
             "ranks_after": ranks(after)}
 
 

@@ -58,6 +58,13 @@ def _cut(names: np.ndarray) -> np.ndarray:
                      names.astype(str)], dtype=object)
 
 
+def op_names(names) -> np.ndarray:
+    """Host op names as ``host_ops`` lists them: digits replaced by ``#``, cut to
+    ``NAME_CHARS``."""
+    return _cut(np.array([_DIGITS.sub("#", n) for n in np.asarray(names).astype(str)],
+                         dtype=object))
+
+
 def _sums(keys: np.ndarray, values: np.ndarray, *, sort: bool
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(distinct keys, int64 sum of ``values`` per key, count per key): the keys sorted
@@ -92,10 +99,11 @@ def _self_times(tid: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     return np.maximum(out, 0)
 
 
-def compute(trace: Trace, rules: Rules, *, steps: steps_mod.StepsResult | None = None
-            ) -> ProfileResult:
+def compute(trace: Trace, rules: Rules, *, steps: steps_mod.StepsResult | None = None,
+            top_ops: int | None = TOP) -> ProfileResult:
     """The rank's profile (see the module docstring); ``steps``: the steps result when the
-    caller has it."""
+    caller has it; ``top_ops``: the host ops kept (None: every one, as
+    ``tracekit.ranks.whatif`` compares two ranks' ops)."""
     st = steps_mod.compute(trace, rules) if steps is None else steps
     n = len(st.steps)
     if n:
@@ -143,7 +151,7 @@ def compute(trace: Trace, rules: Rules, *, steps: steps_mod.StepsResult | None =
         inside = (ots >= lo) & (ots < hi)
         general = np.array([_DIGITS.sub("#", n) for n in cats.astype(str)], dtype=object)
         names, total, count = _sums(general[codes[inside]], self_ns[inside], sort=False)
-        top = np.argsort(-total, kind="stable")[:TOP]
+        top = np.argsort(-total, kind="stable")[:top_ops]
         host_ops = pd.DataFrame({"name": _cut(names[top]),
                                  "self_ns": total[top].astype(float) / per,
                                  "count": count[top].astype(float) / per})

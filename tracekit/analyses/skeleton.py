@@ -28,6 +28,9 @@ class SkeletonResult:
     kernels: np.ndarray
     """int64 per cut: its row in the rank's ``collectives.kernels``."""
     skeleton: sk.Skeleton
+    asleep_ns: float = 0.0
+    """Host time per step the trace does not show the rank's main thread doing anything
+    (``host_asleep``): what a sleep, or a wait outside the trace, costs it."""
 
     def to_dict(self) -> dict:
         s = self.skeleton
@@ -39,7 +42,31 @@ class SkeletonResult:
         return {"view": self.view, "kernels": self.kernels.tolist(),
                 "pinned": s.pinned.tolist(), "arrive": s.arrive.tolist(), "end": s.end.tolist(),
                 "steps": s.steps.tolist(), "done": s.done.tolist(), "pin_done": int(s.pin_done),
-                "terms": terms}
+                "asleep_ns": float(self.asleep_ns), "terms": terms}
+
+
+def host_asleep(g) -> np.ndarray:
+    """The nodes of ``g``'s main thread (the one holding the steps: the training loop) that
+    started later than their dependencies and their modelled lags say, with an edge that decided
+    their start (``Graph.unexplained``, ``Graph.binding``): host time in which the trace shows
+    the thread doing nothing the model explains (a ``time.sleep``, a wait for something outside
+    the trace: ``tracekit.graph.build``'s ``idle_ns``). Each one's binding edge's observed lag
+    holds that time (``tracekit.graph.build.observed_lags``). Other threads are left out: a
+    helper thread waiting for work (a copy thread, a pool) is idle, not late."""
+    from tracekit.graph.model import NodeKind
+
+    return np.flatnonzero((g.kind != NodeKind.GPU) & (g.lane == g.main_lane)
+                          & (g.unexplained > 0) & (g.binding >= 0))
+
+
+def asleep_per_step(g) -> float:
+    """``host_asleep``'s unexplained time per step, over the nodes in ``g``'s steps (ns)."""
+    steps = g.steps["step"].to_numpy(np.int64) if len(g.steps) else np.zeros(0, np.int64)
+    if not steps.size:
+        return 0.0
+    v = host_asleep(g)
+    v = v[np.isin(g.step[v], steps)]
+    return float(g.unexplained[v].sum()) / steps.size
 
 
 def cut_nodes(g, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -74,4 +101,4 @@ def compute(trace: Trace, rules: Rules, *, config=None) -> SkeletonResult | None
     nodes, which = nodes[o], which[o]
     s = sk.reduce(g, nodes)
     view = "untraced" if est is not None and config.untraced else "traced"
-    return SkeletonResult(view=view, kernels=which, skeleton=s)
+    return SkeletonResult(view=view, kernels=which, skeleton=s, asleep_ns=asleep_per_step(g))

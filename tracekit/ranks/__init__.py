@@ -123,6 +123,14 @@ def analyze_job(
                for given, r in zip(files, results)]
     rankset = inputs.assign(src, results, other_job_gap_ns=config.other_job_gap_ns)
     built, ctx = job.build_with_graph(rankset, config)
+    if ctx is not None:
+        from tracekit.ranks import whatif
+
+        got = whatif.straggler_row(rankset.ranks, built, ctx, task=whatif.StragglerTask(
+            rules_path=rules, cache_dir=task.cache_dir, use_cache=use_cache), workers=workers,
+            scheduler=scheduler, connect_timeout_s=scheduler_timeout_s)
+        if got is not None:
+            built["graph"]["what_ifs"].append(got)
     if ctx is not None and config.balance_what_if and not url:
         from tracekit.ranks import whatif
 

@@ -374,7 +374,7 @@ def build_with_graph(rankset: RankSet, config: JobConfig | None = None) -> tuple
     # the arrivals, their copies and groupings are read no further: freed before the job's
     # graph is built (a million rows on 1,024 ranks)
     del arr, keep, s_arr, a2a_arr, g, per
-    joined, ctx = (_joined(ranks, inputs, table, config, job_straggler) if config.job_graph
+    joined, ctx = (_joined(ranks, inputs, table, config) if config.job_graph
                    else (None, None))
     return {
         "source": rankset.source,
@@ -495,12 +495,12 @@ def _count_warnings(ranks: list[dict]) -> list[str]:
             "their kernels joined to no other rank's"]
 
 
-def _joined(ranks: list[dict], inputs: list, table: pd.DataFrame, config: JobConfig,
-            straggler_rank: int | None) -> tuple[dict | None, object]:
+def _joined(ranks: list[dict], inputs: list, table: pd.DataFrame,
+            config: JobConfig) -> tuple[dict | None, object]:
     """The job graph's answer (``tracekit.ranks.jobgraph.summarise``) over the ranks' inputs
-    (``rank_inputs``) with the straggler at the median rank's speed (``tracekit.ranks.whatif``),
-    and the graph; (None, None) when fewer than two ranks have a skeleton."""
-    from tracekit.ranks import jobgraph, whatif
+    (``rank_inputs``), and the graph; (None, None) when fewer than two ranks have a skeleton.
+    Its what-ifs read ranks' traces again: ``tracekit.ranks.analyze_job`` adds them."""
+    from tracekit.ranks import jobgraph
 
     if len(inputs) < 2:
         return None, None
@@ -513,17 +513,7 @@ def _joined(ranks: list[dict], inputs: list, table: pd.DataFrame, config: JobCon
     out["ranks_joined"] = len(inputs)
     out["warnings"] = list(jg.warnings) + _count_warnings(ranks)
     ctx = jobgraph.Context(inputs=inputs, names=names, graph=jg, schedule=sc)
-    out["what_ifs"] = []
-    on_graph = whatif.graph_straggler(out, straggler_rank)
-    if on_graph is not None:
-        got = whatif.straggler_at_median(ctx, out, on_graph)
-        if got is not None:
-            if straggler_rank is not None and on_graph != straggler_rank:
-                got["note"] = "; ".join(x for x in (
-                    got.get("note"), f"over the counted steps the ranks wait most for rank "
-                    f"{on_graph}; the job's straggler over every instance is rank "
-                    f"{straggler_rank}") if x)
-            out["what_ifs"].append(got)
+    out["what_ifs"] = []  # (the straggler's and the balanced: ``tracekit.ranks.analyze_job``)
     return out, ctx
 
 

@@ -338,8 +338,7 @@ def schedule(jg: JobGraph, lag: np.ndarray | None = None) -> Schedule:
 
 def replay_step(jg: JobGraph, lag: np.ndarray) -> float:
     """The job step (``_period``) of ``jg`` replayed with ``lag``: a what-if that changes only
-    lags (``capped_lags``) re-uses the job's graph, with none of ``schedule``'s path
-    bookkeeping."""
+    lags re-uses the job's graph, with none of ``schedule``'s path bookkeeping."""
     return _period(jg, _windows(jg, replay_job(jg, lag)))
 
 
@@ -638,70 +637,6 @@ def _period(jg: JobGraph, windows: pd.DataFrame) -> float:
     one = w.xs(steps[0], level="step")
     one = (one["end"] - one["start"]).dropna()
     return float(one.max()) if len(one) else 0.0
-
-
-def translate(src: RankInput, dst: RankInput) -> RankInput:
-    """``dst`` doing ``src``'s work: ``src``'s skeleton terms on ``dst``'s collectives (a cut
-    of ``src`` is the cut of ``dst`` in the same instance; terms of cuts ``dst`` lacks or has
-    pinned are dropped) and steps, its ``R`` terms shifted from ``src``'s pinned completion to
-    ``dst``'s; ``dst`` keeps its own transfers, pinned times and clock."""
-    s, d = src.skeleton, dst.skeleton
-    ks, kd = len(s["kernels"]), len(d["kernels"])
-    inst_d = {dst.instance.get(int(k), -1): j for j, k in enumerate(d["kernels"])}
-    cut = np.full(ks, -1, np.int64)
-    for j, k in enumerate(s["kernels"]):
-        i = src.instance.get(int(k), -1)
-        if i >= 0 and i in inst_d:
-            cut[j] = inst_d[i]
-    step_d = {int(x): j for j, x in enumerate(d["steps"])}
-    stp = np.array([step_d.get(int(x), -1) for x in s["steps"]], np.int64)
-    t = _terms(s)
-    tgt = t["target"]
-    new_t = np.where(tgt < ks, cut[np.minimum(tgt, max(ks - 1, 0))] if ks else -1,
-                     np.where(stp[np.maximum(tgt - ks, 0)] >= 0,
-                              kd + stp[np.maximum(tgt - ks, 0)], -1) if len(stp) else -1)
-    src_c = t["source"]
-    new_s = np.where(src_c >= 0, cut[np.maximum(src_c, 0)] if ks else -1, -1)
-    pinned_d = np.asarray(d["pinned"], bool)
-    ok = (new_t >= 0) & ((src_c < 0) | (new_s >= 0))
-    ok &= ~((new_t < kd) & pinned_d[np.minimum(np.maximum(new_t, 0), max(kd - 1, 0))]) \
-        if kd else ok
-    shift = int(d["pin_done"]) - dst.offset_ns - (int(s["pin_done"]) - src.offset_ns)
-    lag = np.where(src_c < 0, t["lag"] - src.offset_ns + dst.offset_ns + shift, t["lag"])
-    terms = {"target": new_t[ok].tolist(), "source": new_s[ok].tolist(), "lag": lag[ok].tolist(),
-             **{c: t[c][ok].tolist() for c in CLASSES}, "phase": t["phase"][ok].tolist()}
-    return RankInput(rank=dst.rank, skeleton={**d, "terms": terms}, offset_ns=dst.offset_ns,
-                     instance=dst.instance, transfer=dst.transfer, received=dst.received)
-
-
-def capped_lags(jg: JobGraph, rank: int, other: RankInput) -> np.ndarray:
-    """The lags of ``jg`` with rank ``rank``'s work between any two of its cuts no longer than
-    ``other``'s between the same cuts: each of the rank's work and release edges lowered to the
-    lag of ``other``'s term of the same (target, source) pair (``other``: terms on ``rank``'s
-    cuts and clock, as ``translate`` makes them; the longest of several); an edge whose pair
-    ``other`` lacks keeps its lag. Every lag only goes down, so a replay with them never ends
-    later (the longest path is monotone in its lags): the straggler at the median rank's speed
-    where the median rank is faster, as it is, where it is slower (a 2-rank job's other rank
-    is the median: its own sleep is no work to give the straggler). The graph is the job's
-    (``replay_step``), not built again."""
-    lag = jg.lag.copy()
-    mine = next((ri for ri in jg.ranks if ri.rank == rank), None)
-    if mine is None or not len(other.skeleton["terms"]["target"]):
-        return lag
-    s, m = _terms(mine.skeleton), _terms(other.skeleton)
-    span = int(max(s["target"].max(initial=0), m["target"].max(initial=0))) + 2
-    key_s = s["target"] * span + (s["source"] + 1)
-    key_m = m["target"] * span + (m["source"] + 1)
-    u, inv = np.unique(key_m, return_inverse=True)
-    cap = np.full(u.size, np.iinfo(np.int64).min, np.int64)
-    np.maximum.at(cap, inv, m["lag"])
-    # u is not empty (``other`` has terms): each of the rank's terms, its pair's cap if ``other`` has it
-    at = np.minimum(np.searchsorted(u, key_s), u.size - 1)
-    lower = np.where(u[at] == key_s, np.minimum(cap[at] - s["lag"], 0), 0)
-    e = np.flatnonzero(((jg.ekind == WORK) | (jg.ekind == RELEASE)) & (jg.rank[jg.dst] == rank)
-                       & (jg.term >= 0))
-    lag[e] += lower[jg.term[e]]
-    return lag
 
 
 def with_skeleton(ri: RankInput, skeleton: dict) -> RankInput:

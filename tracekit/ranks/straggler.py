@@ -13,6 +13,11 @@ wait for the last rank, which the straggler causes and does not suffer. With the
 all-to-all sizes: the all-to-all instances where it received the most bytes, largest first,
 against the median of the other ranks in the same instance (a rank that receives more moves
 more data and has more rows to look up).
+
+``extra_host_ops``: the host ops the straggler runs more often than the median rank (an op
+the others lack, or more instances of one): the host work the straggler at the median rank's
+speed no longer does (``tracekit.ranks.whatif.straggler_at_median``); an op both run as often
+is the same work, however long it takes.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import re
 
 import numpy as np
 import pandas as pd
+
+from tracekit.analyses.profile import TOP
 
 COMMUNICATION_KERNEL = re.compile(r"(?i)nccl|rccl")
 """Kernel names left out of the comparison (NCCL/RCCL: their time is mostly waiting)."""
@@ -101,3 +108,44 @@ def why(ranks: list[dict], straggler: int | None, arrivals: pd.DataFrame | None 
     return {"rank": int(straggler), "against": len(ranks) - 1,
             "steps": steps.get(int(straggler)),
             "phases": phases[:KEPT], "ops": ops[:KEPT], "all_to_all": sizes}
+
+
+def extra_host_ops(ranks: list[dict], rank: int) -> dict[str, float | None]:
+    """Per host op name (``profile``'s ``host_ops``, digits as ``#``) that rank ``rank`` may run
+    more often than the other ranks: the share of its instances the median of the others lacks,
+    ``1 - median count / its count`` per step (1.0: no other rank runs it), where that share of
+    its self time is at least ``MIN_DIFF_NS`` a step; None where a rank's list is full
+    (``profile.TOP`` names) and does not list it (it may run it below its list: its count is
+    not known from the profiles)."""
+    mine = None
+    others = []
+    for r in ranks:
+        ops = (r.get("profile") or {}).get("host_ops") or []
+        table = {str(o["name"]): float(o.get("count") or 0.0) for o in ops}
+        if int(r["rank"]) == int(rank):
+            mine = {str(o["name"]): (float(o.get("self_ns") or 0.0), float(o.get("count") or 0.0))
+                    for o in ops}
+        else:
+            others.append((table, len(ops) >= TOP))
+    if not mine or not others:
+        return {}
+    out: dict[str, float | None] = {}
+    for name, (self_ns, count) in mine.items():
+        if count <= 0 or self_ns < MIN_DIFF_NS:
+            continue
+        counts = []
+        for table, full in others:
+            if name in table:
+                counts.append(table[name])
+            elif not full:
+                counts.append(0.0)
+            else:
+                counts = None
+                break
+        if counts is None:
+            out[name] = None
+            continue
+        med = float(np.median(counts))
+        if med < count and (1.0 - med / count) * self_ns >= MIN_DIFF_NS:
+            out[name] = 1.0 - med / count
+    return out

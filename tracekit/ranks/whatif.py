@@ -1,15 +1,22 @@
 """What-ifs across ranks, replayed on the job's graph (``tracekit.ranks.jobgraph``).
 
-- ``straggler at the median rank's speed``: the straggler's work between any two of its
-  collectives no longer than the median rank's between the same collectives
-  (``jobgraph.translate``: the median rank's work on the straggler's cuts and clock;
-  ``jobgraph.capped_lags``: each of the straggler's work terms lowered to the median's of the
-  same pair, never raised), replayed on the job's own graph (``jobgraph.replay_step``: only
-  lags change, no second graph). It only removes work, so it never predicts a slower step.
-  The straggler is the graph's (``graph_straggler``: the rank the others wait for most over
-  the counted steps, which the replay changes). The median rank: among the other ranks, the
-  one whose own work per step (``jobgraph.summarise``) is the median. Needs only the
-  skeletons.
+- ``straggler at the median rank's speed``: the straggler without the host work the other
+  ranks lack, what the traces say it does beyond them (``tracekit.ranks.straggler``'s op-by-op
+  difference): each host op it runs more often per step than the median rank (an op the
+  others lack, or more instances of one: ``straggler.extra_host_ops`` from the profiles, every
+  op counted on both traces by ``StragglerTask``), that share of the op's self time, and its
+  host time the trace shows the thread doing nothing the model explains (a ``time.sleep``, a
+  wait outside the trace: ``tracekit.analyses.skeleton.host_asleep``) beyond the other ranks'
+  median, that share of it. Taken out of the straggler's own graph (``without_host_work``),
+  which is reduced again; the job's graph is replayed with it. The rest of its work stays: an op
+  both run as often is the same work, however long it takes the straggler (a host the
+  profiler slows more on one rank than on another is a condition of the traced run). The other
+  ranks are replayed as they are, their host work hidden behind their waits included. It only
+  removes work, so it never predicts a slower step. The straggler is the graph's
+  (``graph_straggler``: the rank the others wait for most over the counted steps, which the
+  replay changes). The median rank: among the other ranks, the one whose own work per step
+  (``jobgraph.summarise``) is the median. Reads the straggler's trace (and the median rank's)
+  again, where the profiles or the skeletons' ``asleep_ns`` say there is something to take out.
 - ``all-to-all balanced``: every rank doing the mean rank's work: in each phase whose GPU time
   differs across ranks (the largest rank's at least ``PHASE_IMBALANCE_MIN`` times the mean:
   what the shards' sizes decide, not the noise of equal work; communication left out), every
@@ -111,16 +118,27 @@ class RankChangesTask:
 
 def _on_one_rank(path: str, reduce, *, rules_path: str | None, cache_dir: str | None, use_cache: bool):
     """``reduce(the loaded rank)`` for the one rank of ``path``, or ``Failed`` where the file does not
-    hold exactly one rank or cannot be read (the rank tasks' shared loading)."""
+    hold exactly one rank or cannot be read (the rank tasks' shared loading). A URL is read from
+    its local copy (``tracekit.ranks.sources.local_copy``, as the rank's own work reads it)."""
     from tracekit.loaded import loading
+    from tracekit.ranks import sources
 
+    local = None
     try:
-        with loading(path, rules=rules_path, cache_dir=cache_dir, use_cache=use_cache, progress=False) as traces:
+        if sources.is_url(path):
+            from tracekit._files import cache_dir as cache_root
+
+            local = sources.local_copy(path, cache_root(cache_dir) if use_cache else None)
+        with loading(local or path, rules=rules_path, cache_dir=cache_dir, use_cache=use_cache,
+                     progress=False) as traces:
             if len(traces) != 1:
                 return Failed(path, f"holds {len(traces)} ranks, not one")
             return reduce(traces[0])
     except TracekitError as exc:
         return Failed(path, str(exc))
+    finally:
+        if local is not None and not use_cache:
+            os.unlink(local)  # a temporary copy
 
 
 def change_keywords(change: str) -> dict:
@@ -254,6 +272,15 @@ def source_path(rank: dict) -> str | None:
     return str(src)
 
 
+def readable_path(rank: dict) -> str | None:
+    """Where a rank object's trace can be read again: its URL (the task fetches it, as the rank's
+    own work did) or its local file (``source_path``)."""
+    from tracekit.ranks.sources import is_url
+
+    src = rank.get("source")
+    return str(src) if src and is_url(str(src)) else source_path(rank)
+
+
 def _row(ident: str, title: str, ctx, changed: list[int], free, aware, note: str = "", *,
          shares_gpu: bool = False, removes_only: bool = False) -> dict:
     """A what-if's row: its prediction is the contention-free replay's, or the contention-aware
@@ -293,20 +320,266 @@ def _row(ident: str, title: str, ctx, changed: list[int], free, aware, note: str
     return row
 
 
-def straggler_at_median(ctx, summary: dict, straggler: int) -> dict | None:
-    """The straggler at the median rank's speed (module docstring), or None without a
-    median rank or a skeleton of the straggler."""
+@dataclass(frozen=True)
+class StragglerTask:
+    """Reduce the straggler's explain graph again without the host work the median rank lacks
+    (``without_host_work``): of the ``candidates`` ops, those it runs more often per step than
+    the median rank (``median_path``'s trace: every op counted, ``extra_ops``), and
+    ``asleep_share`` of its unexplained host time. Returns ``{"free": skeleton, "ops",
+    "ops_ns", "asleep_ns"}`` (the ``schema.Skeleton`` dict; op -> the share taken out; the host
+    time taken out per step, of the ops and of the unexplained host time) or ``Failed``."""
+
+    candidates: tuple = ()
+    """Op names (``tracekit.analyses.profile.op_names``) the profiles say the straggler may run
+    more often (``tracekit.ranks.straggler.extra_host_ops``)."""
+    median_path: str | None = None
+    asleep_share: float = 0.0
+    """The share of the rank's unexplained host time taken out
+    (``tracekit.analyses.skeleton.host_asleep``)."""
+    rules_path: str | None = None
+    cache_dir: str | None = None
+    use_cache: bool = True
+
+    def __call__(self, path: str) -> dict | Failed:
+        def reduce(t):
+            ops = {}
+            if self.candidates and self.median_path:
+                ops = extra_ops(t, self.median_path, self.candidates, rules_path=self.rules_path,
+                                cache_dir=self.cache_dir, use_cache=self.use_cache)
+                if isinstance(ops, Failed):
+                    return ops
+            return {**without_host_work_skeleton(t.trace, t.rules, ops, self.asleep_share),
+                    "ops": ops}
+
+        return _on_one_rank(path, reduce, rules_path=self.rules_path, cache_dir=self.cache_dir,
+                            use_cache=self.use_cache)
+
+
+def extra_ops(loaded, median_path: str, candidates, *, rules_path, cache_dir,
+              use_cache: bool) -> dict[str, float] | Failed:
+    """Of ``candidates``, the ops the rank ``loaded`` runs more often per step than the rank of
+    ``median_path`` (every op of both counted: ``tracekit.analyses.profile`` with no cut):
+    op -> ``1 - its count there / its count here``, where that share of its self time is at
+    least ``straggler.MIN_DIFF_NS`` a step."""
+    from tracekit.analyses import profile
+    from tracekit.ranks.straggler import MIN_DIFF_NS
+
+    def counts(t) -> dict[str, tuple[float, float]]:
+        p = profile.compute(t.trace, t.rules, top_ops=None).host_ops
+        return {str(n): (float(x), float(c)) for n, x, c in
+                zip(p["name"], p["self_ns"], p["count"])}
+
+    mine = counts(loaded)
+    theirs = _on_one_rank(median_path, counts, rules_path=rules_path, cache_dir=cache_dir,
+                          use_cache=use_cache)
+    if isinstance(theirs, Failed):
+        return theirs
+    out = {}
+    for name in candidates:
+        self_ns, c = mine.get(str(name), (0.0, 0.0))
+        m = theirs.get(str(name), (0.0, 0.0))[1]
+        if c > m and (1.0 - m / c) * self_ns >= MIN_DIFF_NS:
+            out[str(name)] = 1.0 - m / c
+    return out
+
+
+def without_host_work_skeleton(trace, rules, ops: dict[str, float], asleep_share: float) -> dict:
+    """The rank's skeleton with ``without_host_work`` applied, and what it took out per step."""
+    from tracekit.analyses import collectives
+    from tracekit.analyses.explain import view_graph
+    from tracekit.analyses.skeleton import SkeletonResult, cut_nodes
+    from tracekit.graph import skeleton as sk
+
+    g0, g, est = view_graph(trace, rules)
+    events = collectives.kernel_events(trace, rules)
+    nodes, which = cut_nodes(g, events)
+    o = np.argsort(nodes, kind="stable")
+    nodes, which = nodes[o], which[o]
+    change, ops_ns, asleep_ns = without_host_work(trace, g0, g, ops, asleep_share)
+    free = sk.reduce(g, nodes, change)
+    per = max(len(g.steps), 1)
+    return {"free": SkeletonResult("untraced" if est is not None else "traced", which,
+                                   free).to_dict(),
+            "ops_ns": ops_ns / per, "asleep_ns": asleep_ns / per}
+
+
+def without_host_work(trace, g0, g, ops: dict[str, float], asleep_share: float):
+    """(the change to ``g`` that takes out host work, the op time and the unexplained host time
+    it takes out, ns in all). ``g0``: the graph as traced, ``g`` the one explain reads (the same
+    nodes; ``tracekit.analyses.explain.view_graph``).
+
+    - ``ops``: each op's self time (its span on its thread less the ops nested in it), that
+      share of it: the host time on ``g0``'s thread inside it (the gaps between its calls, its
+      calls' own time) is found on ``g``'s same edges and calls, where it is taken out in the
+      same proportion (``g``'s times are the untraced estimate's);
+    - ``asleep_share`` of every unexplained host time (``host_asleep``: a sleep, a wait outside
+      the trace), on the edge that decided the node's start.
+
+    Each edge loses at most its observed lag (``observed_lags``), the larger of the two where
+    both take from it; only lags and durations go down."""
+    from tracekit import intervals, phases
+    from tracekit.analyses.profile import op_names
+    from tracekit.analyses.skeleton import host_asleep
+    from tracekit.graph import whatif as wi
+    from tracekit.graph.build import observed_lags
+    from tracekit.graph.model import EdgeKind, NodeKind
+
+    obs = observed_lags(g)
+    x = np.zeros(g.src.size, np.int64)
+    dur = g.dur.copy()
+    if ops:
+        table, codes, cats = phases.host_ops(trace)
+        share_of = np.array([float(ops.get(n, 0.0)) for n in op_names(cats)], np.float64) \
+            if len(cats) else np.zeros(0)
+        ok = codes >= 0
+        sh = np.where(ok, share_of[np.maximum(codes, 0)] if share_of.size else 0.0, 0.0)
+        ts = table["ts"].to_numpy(np.int64)
+        te = ts + table["dur"].to_numpy(np.int64)
+        tid = table["tid"].to_numpy(np.int64)
+        lanes = g0.lanes
+        cpu_lane = {int(t): int(ln) for ln, t, ty in zip(lanes["lane"], lanes["tid"],
+                                                         lanes["type"]) if ty == "cpu"}
+        gkey = g.src * g.n + g.dst
+        go = np.argsort(gkey, kind="stable")
+        prog = np.isin(g0.edge_kind, [int(EdgeKind.PROGRAM), int(EdgeKind.HANDOFF)])
+        for t in np.unique(tid[sh > 0]).tolist():
+            ln = cpu_lane.get(int(t))
+            if ln is None:
+                continue
+            mine = np.flatnonzero(tid == t)
+            o = mine[np.argsort(ts[mine], kind="stable")]
+            for s_val in np.unique(sh[o][sh[o] > 0]).tolist():
+                lo, hi = [], []
+                for i in o[sh[o] == s_val].tolist():
+                    a, b = int(ts[i]), int(te[i])
+                    j0 = int(np.searchsorted(ts[o], a, "left"))
+                    j1 = int(np.searchsorted(ts[o], b, "right"))
+                    inner = o[j0:j1]
+                    inner = inner[(inner != i) & (te[inner] <= b)]
+                    ns, ne = intervals.union(ts[inner], te[inner])
+                    lo.append(np.r_[a, ne])
+                    hi.append(np.r_[ns, b])
+                u = intervals.union(np.concatenate(lo), np.concatenate(hi))
+                # the thread's edges and calls on the traced graph, covered by the ops' self time
+                e = np.flatnonzero(prog & (g0.lane[g0.src] == ln) & (g0.lane[g0.dst] == ln))
+                gs, ge = g0.end[g0.src[e]], g0.start[g0.dst[e]]
+                cov = intervals.covered_in_windows(u, gs, ge)
+                hit = (cov > 0) & (ge > gs)
+                if hit.any():
+                    e, frac = e[hit], cov[hit] / (ge[hit] - gs[hit])
+                    key = g0.src[e] * g.n + g0.dst[e]
+                    k = np.searchsorted(gkey[go], key)
+                    k = np.minimum(k, go.size - 1)
+                    found = gkey[go][k] == key
+                    ge_ = go[k[found]]
+                    take = np.round(frac[found] * s_val * obs[ge_]).astype(np.int64)
+                    np.maximum.at(x, ge_, take)
+                v = np.flatnonzero((g0.kind == NodeKind.CALL) & (g0.lane == ln))
+                cv = intervals.covered_in_windows(u, g0.start[v], g0.end[v])
+                hv = (cv > 0) & (g0.end[v] > g0.start[v])
+                v, f = v[hv], cv[hv] / (g0.end[v][hv] - g0.start[v][hv])
+                dur[v] -= np.round(g.dur[v] * f * s_val).astype(np.int64)
+    ops_ns = int(np.minimum(x, np.maximum(obs, 0)).sum() + (g.dur - dur).sum())
+    asleep_ns = 0
+    if asleep_share > 0:
+        v = host_asleep(g)
+        e = g.binding[v]
+        take = np.round(g.unexplained[v] * float(asleep_share)).astype(np.int64)
+        before = x[e].copy()
+        np.maximum.at(x, e, take)
+        asleep_ns = int((x[e] - before).clip(min=0).sum())
+    x = np.minimum(x, np.maximum(obs, 0))
+    dur = np.maximum(dur, 0)
+    return wi.Change(dur=dur, lag=g.lag - x, speedup=True), ops_ns, asleep_ns
+
+
+def straggler_at_median(ranks: list[dict], ctx, summary: dict, straggler: int, *,
+                        task: StragglerTask, workers: int | None = None,
+                        scheduler: str | None = None,
+                        connect_timeout_s: float | None = None) -> dict | None:
+    """The straggler at the median rank's speed (module docstring): its host work that the
+    other ranks lack taken out of its graph, reduced again (``StragglerTask``), the job's graph
+    replayed with it; the other ranks as they are. None without a median rank, a skeleton of
+    the straggler or its trace to read again."""
+    got = straggler_replay(ranks, ctx, summary, straggler, task=task, workers=workers,
+                           scheduler=scheduler, connect_timeout_s=connect_timeout_s)
+    return None if got is None else got[0]
+
+
+def straggler_replay(ranks: list[dict], ctx, summary: dict, straggler: int, *,
+                     task: StragglerTask, workers: int | None = None,
+                     scheduler: str | None = None, connect_timeout_s: float | None = None):
+    """``straggler_at_median``'s (row, the changed job's ``jobgraph.Schedule`` and
+    ``JobGraph``: the unchanged ones where nothing is taken out), or None."""
     from tracekit.ranks import jobgraph
+    from tracekit.ranks.straggler import MIN_DIFF_NS, extra_host_ops
 
     med = median_rank(summary, straggler)
     by = {i.rank: i for i in ctx.inputs}
-    if med is None or straggler not in by or med not in by:
+    if med is None or straggler not in by:
         return None
-    new = jobgraph.translate(by[med], by[straggler])
-    step = jobgraph.replay_step(ctx.graph, jobgraph.capped_lags(ctx.graph, straggler, new))
-    return _row(STRAGGLER, f"rank {straggler} at the median rank's speed (rank {med}'s work "
-                f"between the same collectives where it is shorter)", ctx, [straggler], step,
-                None, "skeletons only: the same prediction with contention", removes_only=True)
+    cands = tuple(extra_host_ops(ranks, straggler))
+    mine = by[straggler].skeleton.get("asleep_ns")
+    others = [by[r].skeleton.get("asleep_ns") for r in by if r != straggler]
+    share = 0.0
+    if mine is not None and all(v is not None for v in others) and others:
+        med_asleep = float(np.median(np.asarray(others, np.float64)))
+        if float(mine) - med_asleep >= MIN_DIFF_NS:
+            share = 1.0 - med_asleep / float(mine)
+    title = (f"rank {straggler} at the median rank's speed (without the host work rank {med} "
+             "lacks)")
+    nothing = (f"rank {straggler} runs no host op more often than rank {med} and is no longer "
+               "idle on the host than the median rank: nothing to take out")
+    if not cands and share <= 0:
+        return (_row(STRAGGLER, title, ctx, [straggler], ctx.schedule.step_ns, None, nothing,
+                     removes_only=True), ctx.schedule, ctx.graph)
+    paths = {int(r["rank"]): readable_path(r) for r in ranks}
+    if paths.get(straggler) is None or (cands and paths.get(med) is None):
+        return None
+    got = executors.run(replace(task, candidates=cands, median_path=paths.get(med),
+                                asleep_share=share), [paths[straggler]],
+                        workers=workers, scheduler=scheduler,
+                        connect_timeout_s=connect_timeout_s)
+    if not got or isinstance(got[0], Failed):
+        return None
+    res = got[0]
+    ops = res["ops"]
+    if not ops and share <= 0:
+        return (_row(STRAGGLER, title, ctx, [straggler], ctx.schedule.step_ns, None, nothing,
+                     removes_only=True), ctx.schedule, ctx.graph)
+    new = jobgraph.with_skeleton(by[straggler], res["free"])
+    sc, jg = jobgraph.predict(ctx.inputs, {straggler: new})
+    what = [f"{n} ({x:.0%} of it)" if x < 1 else n for n, x in
+            sorted(ops.items(), key=lambda kv: -kv[1])][:5]
+    note = "; ".join(x for x in (
+        f"taken out per step: {res['ops_ns'] / 1e6:.3f} ms of host ops rank {med} runs less "
+        f"often ({', '.join(what)})" if ops else "",
+        f"{res['asleep_ns'] / 1e6:.3f} ms of idle host time beyond the other ranks' median"
+        if res["asleep_ns"] >= 1_000 else "", "skeletons only: the same prediction with contention") if x)
+    row = _row(STRAGGLER, title, ctx, [straggler], sc, None, note, removes_only=True)
+    row["taken_out"] = {"ops": {n: round(s, 4) for n, s in ops.items()},
+                        "ops_ns": float(res["ops_ns"]), "asleep_ns": float(res["asleep_ns"]),
+                        "asleep_share": round(share, 4)}
+    return row, sc, jg
+
+
+def straggler_row(ranks: list[dict], job: dict, ctx, *, task: StragglerTask,
+                  workers: int | None = None, scheduler: str | None = None,
+                  connect_timeout_s: float | None = None) -> dict | None:
+    """The job's ``straggler_at_median`` row for the graph's straggler (``graph_straggler``),
+    saying so where it is not the job's straggler over every instance; None without one."""
+    straggler_rank = (job.get("stragglers") or {}).get("rank")
+    on_graph = graph_straggler(job["graph"], straggler_rank)
+    if on_graph is None:
+        return None
+    got = straggler_at_median(ranks, ctx, job["graph"], on_graph, task=task, workers=workers,
+                              scheduler=scheduler, connect_timeout_s=connect_timeout_s)
+    if got is not None and straggler_rank is not None and on_graph != straggler_rank:
+        got["note"] = "; ".join(x for x in (
+            got.get("note"), f"over the counted steps the ranks wait most for rank "
+            f"{on_graph}; the job's straggler over every instance is rank "
+            f"{straggler_rank}") if x)
+    return got
 
 
 def with_skeletons(ctx, ident: str, title: str, skeletons: dict[int, dict],

@@ -45,8 +45,9 @@ def _helps(w: dict) -> bool:
 
 def _what_first(g: dict) -> list[str]:
     """"What to do first": the change across ranks that saves most (balancing, a fix on every
-    rank) before the straggler at the median rank's speed, which says how much the straggler
-    costs, not how to remove it (it is then the bound beside); none that helps: said."""
+    rank) before the straggler at the median rank's speed, which says what the host work the
+    straggler does beyond the other ranks costs, not how to remove it (it is then the line
+    beside); none that helps: said."""
     helps = [w for w in g["what_ifs"] if _helps(w)]
     if not helps:
         return ["What to do first: no change across ranks would help much here (what-ifs below); "
@@ -57,7 +58,7 @@ def _what_first(g: dict) -> list[str]:
            f"({share(w['saving_fraction'], 1)}), {ms(w['step_ns'])} -> {ms(w['predicted_ns'])} ms"]
     strag = next((x for x in helps if x["id"] == "straggler_at_median" and x is not w), None)
     if strag is not None:
-        out.append(f"  the straggler's whole cost: {strag['title']} would save "
+        out.append(f"  the straggler's extra host work: {strag['title']} would save "
                    f"{ms(strag['saving_ns'])} ms ({share(strag['saving_fraction'], 1)})")
     return out
 

@@ -732,7 +732,9 @@ class Skeleton(TypedDict):
     kernels (``tracekit.graph.skeleton``), one entry per cut in the first lists: ``kernels``
     (its row in ``collectives.kernels``), ``pinned``, ``arrive`` / ``end`` (ns, the rank's own
     replay); per step window: ``steps``, ``done`` (its completion); ``pin_done`` the pinned
-    first step's completion."""
+    first step's completion; ``asleep_ns`` the host time per step in which the trace shows
+    its main thread doing nothing the model explains (a sleep, a wait outside the trace:
+    ``tracekit.analyses.skeleton.host_asleep``)."""
 
     view: Literal["untraced", "traced"]
     kernels: list[int]
@@ -742,6 +744,7 @@ class Skeleton(TypedDict):
     steps: list[int]
     done: list[int]
     pin_done: int
+    asleep_ns: float
     terms: SkeletonTerms
 
 
@@ -1111,11 +1114,16 @@ class JobWhatIf(TypedDict, total=False):
     note: str
     factors: dict[str, dict[str, float]]
     period_saving_ns: float
-    applies: bool
-    """A what-if on one rank (``rank:R:SPEC``): whether the change touched that rank."""
     """A change that only takes work out whose replayed period grew (the first counted step
     absorbs the ranks' skew at the pinned step): the period's own change (negative); the row
     predicts no saving (``tracekit.ranks.whatif._row``)."""
+    applies: bool
+    """A what-if on one rank (``rank:R:SPEC``): whether the change touched that rank."""
+    taken_out: dict[str, Any]
+    """The straggler at the median rank's speed: what it took out of the straggler, per step
+    (``ops``: host op -> the share of its self time; ``ops_ns``, ``asleep_ns``: the host time
+    of those ops and of the idle host time; ``asleep_share``: the share of the idle host time
+    beyond the other ranks' median; ``tracekit.ranks.whatif.straggler_at_median``)."""
 
 
 class JobGraph(TypedDict):

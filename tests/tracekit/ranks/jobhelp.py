@@ -128,3 +128,52 @@ def waiting_job(d: Path, period: float = PERIOD) -> list[Path]:
         b1.kernel("gemm_kernel", c.end + 1, 1,
                   launched_by=b1.runtime("cudaLaunchKernel", h + period - 3.5, 0.5))
     return [b0.write(d / "trace_rank0.json.gz"), b1.write(d / "trace_rank1.json.gz")]
+
+
+def sleeper_job(d: Path, *, host_us: dict[int, float], sleep_us: dict[int, float] | None = None,
+                planted: tuple[int, ...] = (), extra_us: dict[int, float] | None = None,
+                steps: int = 5) -> list[Path]:
+    """Ranks meeting at an all-to-all once a step, each host-bound: rank r's step is
+    ``aten::host_work`` of ``host_us[r]`` (a launch call of 5 us every 50 us, each launching a
+    3-us kernel the GPU runs at once), then ``aten::extra_host_work`` of ``extra_us[r]`` (the
+    same make-up: work only that rank does), then a sleep of ``sleep_us[r]`` (nothing recorded:
+    inside a ``## planted_host_delay ##`` annotation for the ranks in ``planted``), then the
+    all-to-all's launch and a ``cudaStreamSynchronize`` that waits for it. The all-to-all
+    moves its data in 10 us once the last rank has arrived: every rank's step lasts the slowest
+    rank's, and the faster ranks wait in their synchronize."""
+    sleep_us, extra_us = sleep_us or {}, extra_us or {}
+    world = len(host_us)
+    own = {r: host_us[r] + extra_us.get(r, 0.0) + sleep_us.get(r, 0.0) for r in host_us}
+    period = max(own.values()) + 40.0
+    builders = {r: rank_builder(r, world, device=r, base_us=1_000_000.0) for r in host_us}
+    for i in range(1, steps + 1):
+        h = (i - 1) * period
+        c = Coll("0", "all_to_allv", i, {}, 0.0)
+        launch = {r: h + 2 + own[r] for r in host_us}
+        last = max(launch.values()) + 5
+        c.end = last + 10
+        for r, b in builders.items():
+            b.profiler_step(i, h, period - 1)
+            t = h + 1
+            for name, span in (("aten::host_work", host_us[r]),
+                               ("aten::extra_host_work", extra_us.get(r, 0.0))):
+                if span <= 0:
+                    continue
+                b.cpu_op(name, t, span)
+                for k in range(int(span // 50)):
+                    at = t + 1 + 50 * k
+                    b.kernel("gemm_kernel", at + 7, 3, stream=7,
+                             launched_by=b.runtime("cudaLaunchKernel", at, 5))
+                t += span
+            if sleep_us.get(r):
+                if r in planted:
+                    b.annotation("## planted_host_delay ##", t, sleep_us[r])
+                t += sleep_us[r]
+            args = comm_args(c, r, world)
+            b.cpu_op("record_param_comms", launch[r] - 0.5, 0.3, args={**args, "Rank": r})
+            start = launch[r] + 5
+            c.starts[r] = start
+            b.kernel(A2A, start, c.end - start, stream=17, args=args,
+                     launched_by=b.runtime("cudaLaunchKernel", launch[r], 2))
+            b.runtime("cudaStreamSynchronize", launch[r] + 3, c.end + 2 - (launch[r] + 3))
+    return [b.write(Path(d) / f"trace_rank{r}.json.gz") for r, b in builders.items()]

@@ -79,7 +79,7 @@ def test_the_prediction_holds(cache, name, what_if):
 
 
 @pytest.mark.xfail(strict=True, reason="the model misses (bench/NOTES-ranks.md): the delayed "
-                   "rank at the median's speed saves 0.929 ms in the replay, 2.724 measured: "
+                   "rank at the median's speed saves 1.305 ms in the replay, 2.724 measured: "
                    "rank 1's host work, traced ~1.45x slower than ranks 0 and 3 in its "
                    "backward, bounds the job once rank 2 is at the median's speed")
 def test_the_delay_prediction(cache):
@@ -120,8 +120,9 @@ def test_analyze_dir_first_screen(cache):
     head = run.stdout.splitlines()
     assert head[2].startswith("What bounds the job: rank 0's GPU work, ")
     assert head[3].startswith("What to do first: the all-to-all balanced") and " saves " in head[3]
-    assert head[4].startswith("  the straggler's whole cost: rank 0 at the median rank's speed")
-    assert any(x.startswith("  rank 1 waits ") and "for rank 0" in x for x in head[5:8])
+    # rank 0 is slow by its hot tables' GPU work, no host work the others lack: balancing's
+    assert not any("the straggler's extra host work" in x for x in head[:8])
+    assert any(x.startswith("  rank 1 waits ") and "for rank 0" in x for x in head[4:8])
 
 
 def _copy(dst, ranks):

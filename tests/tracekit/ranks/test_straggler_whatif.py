@@ -1,0 +1,72 @@
+"""The straggler at the median rank's speed takes out the host work the other ranks lack, and
+only that (``tracekit.ranks.whatif.straggler_at_median``), on tiny hand-built jobs
+(``jobhelp.sleeper_job``) whose straggler's host is also slower at the work every rank does.
+
+Before, the what-if capped each of the straggler's work terms to the median rank's between the
+same collectives: those are not the median rank's work where it waited, and the same work
+done slower went too (2.480 ms predicted for a 2-ms sleep beside 0.5 ms of slower host work,
+2.384 on 3 ranks); now 2.004 and 2.004."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tracekit.ranks.jobhelp import sleeper_job
+from tracekit.ranks import JobConfig, analyze_job
+
+
+def _row(tmp_path, **kw):
+    d = tmp_path / "job"
+    d.mkdir()
+    sleeper_job(d, **kw)
+    rep = analyze_job(d, cache_dir=tmp_path / "cache", whole=False, workers=1,
+                      config=JobConfig(balance_what_if=False))
+    g = rep.job["graph"]
+    return rep, {x["id"]: x for x in g["what_ifs"]}["straggler_at_median"]
+
+
+@pytest.mark.parametrize("planted", [True, False])
+def test_the_sleep_goes_and_the_slower_work_stays(tmp_path, planted):
+    """Rank 1 sleeps 2 ms a step (inside ``## planted_host_delay ##``, or bare) and does the same
+    work as rank 0 in 1.5 ms instead of 1.0: the what-if saves the sleep, not the 0.5 ms of
+    slower work (the other rank's 1 ms of work is its work, not rank 1's)."""
+    rep, w = _row(tmp_path, host_us={0: 1000, 1: 1500}, sleep_us={1: 2000},
+                  planted=(1,) if planted else ())
+    assert rep.job["stragglers"]["rank"] == 1 and w["ranks_changed"] == [1]
+    assert 1_900_000 <= w["saving_ns"] <= 2_100_000, w
+    t = w["taken_out"]
+    if planted:  # the annotation rank 0 lacks
+        assert t["ops"] == {"## planted_host_delay ##": 1.0}
+        assert t["ops_ns"] == pytest.approx(2_000_000, rel=0.01)
+        assert "## planted_host_delay ##" in w["note"]
+    else:  # the thread doing nothing the trace shows
+        assert t["ops"] == {} and t["asleep_ns"] == pytest.approx(2_000_000, rel=0.01)
+
+
+def test_on_three_ranks_the_others_chains_stay_as_they_are(tmp_path):
+    rep, w = _row(tmp_path, host_us={0: 1000, 1: 1100, 2: 1500}, sleep_us={2: 2000},
+                  planted=(2,))
+    assert w["ranks_changed"] == [2]
+    assert 1_900_000 <= w["saving_ns"] <= 2_100_000, w
+
+
+def test_a_sleep_every_rank_has_stays(tmp_path):
+    """Both ranks sleep, rank 0 1 ms a step and rank 1 3 ms: only the 2 ms beyond rank 0's go."""
+    _, w = _row(tmp_path, host_us={0: 1000, 1: 1000}, sleep_us={0: 1000, 1: 3000})
+    assert w["taken_out"]["asleep_share"] == pytest.approx(2 / 3, abs=0.01)
+    assert 1_900_000 <= w["saving_ns"] <= 2_100_000, w
+
+
+def test_work_the_others_lack_goes(tmp_path):
+    """Rank 1 runs an op of 0.8 ms a step that rank 0 does not run (real host work: launch
+    calls and the host time between them): it goes, the estimated untraced share of it."""
+    _, w = _row(tmp_path, host_us={0: 1000, 1: 1000}, extra_us={1: 800})
+    assert w["taken_out"]["ops"] == {"aten::extra_host_work": 1.0}
+    assert 600_000 <= w["saving_ns"] <= 800_000, w
+
+
+def test_nothing_to_take_out_saves_nothing(tmp_path):
+    """Rank 1 is only slower at the work both do: nothing is taken out, and the row says why."""
+    _, w = _row(tmp_path, host_us={0: 1000, 1: 1500})
+    assert w["saving_ns"] == 0 and "nothing to take out" in w["note"]
+    assert "taken_out" not in w
