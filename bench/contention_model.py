@@ -14,6 +14,12 @@ its trace alone (explain's finding); against the measured saving and the proof's
 ``PATH:judged`` is marked judged (a set the model was not fitted on), else fitted.
 
     python -m bench.contention_model MANIFEST[:judged]... [--out bench/results]
+    python -m bench.contention_model --cost TRACE [--rounds 5]
+
+``--cost``: what the block-level model costs explain: ``tracekit.analyses.explain.compute`` on
+TRACE (loaded once; its findings' replays and what-ifs) with each model in turn, interleaved
+over the rounds, CPU seconds of this process; per round the ratio to the overlap model's (the
+baseline), their median and range.
 """
 
 from __future__ import annotations
@@ -145,13 +151,65 @@ def render(rows: list[dict], summ: dict, command: str, secs: float) -> str:
     return "\n".join(out) + "\n"
 
 
+def cost(trace_path: str, rounds: int) -> dict:
+    """CPU seconds of explain on the trace with each model, interleaved (module docstring)."""
+    import statistics
+
+    from tracekit.analyses import explain
+    from tracekit.graph import blocks
+    from tracekit.graph import whatif as wi
+    from tracekit.phases import default_rules
+    from tracekit.trace import load
+
+    trace = load(trace_path, progress=False).traces[0]
+    rules = default_rules()
+    kept = wi.CONTENTION_MODEL, blocks.HONOUR_PRIORITIES
+    secs = {label: [] for label, _, _ in MODELS[:2]}
+    try:
+        for r in range(rounds + 1):  # the first round warms up (the graph, the view)
+            for label, model, prio in (MODELS[:2] if r % 2 == 0 else MODELS[1::-1]):
+                wi.CONTENTION_MODEL, blocks.HONOUR_PRIORITIES = model, prio
+                t0 = time.process_time()
+                explain.compute(trace, rules)
+                if r:
+                    secs[label].append(time.process_time() - t0)
+    finally:
+        wi.CONTENTION_MODEL, blocks.HONOUR_PRIORITIES = kept
+    ratio = [b / a for a, b in zip(secs["overlap"], secs["blocks"])]
+    return {"trace": trace_path, "events": int(len(trace.events)), "rounds": rounds,
+            "cpu_s": secs, "ratio": ratio, "ratio_median": statistics.median(ratio),
+            "ratio_range": [min(ratio), max(ratio)], "load": os.getloadavg()[0]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.contention_model", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("manifests", nargs="+", help="proof manifests; PATH:judged marks a judged set")
+    ap.add_argument("manifests", nargs="*", help="proof manifests; PATH:judged marks a judged set")
     ap.add_argument("--out", default=None, help="write contention-model-<time>.md/.json there")
+    ap.add_argument("--cost", default=None, metavar="TRACE", help="what the model costs explain on TRACE")
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
     from tracekit.errors import TracekitError
+
+    if args.cost is not None:
+        if not os.path.isfile(args.cost) or args.rounds < 1:
+            print(f"bench.contention_model: --cost {args.cost!r}: no such trace file (or --rounds < 1)",
+                  file=sys.stderr)
+            return 2
+        try:
+            got = cost(args.cost, args.rounds)
+        except TracekitError as exc:
+            print(f"bench.contention_model: {exc}", file=sys.stderr)
+            return 2
+        print(f"{got['trace']} ({got['events']:,} events), explain CPU s, overlap model: " +
+              ", ".join(f"{v:.2f}" for v in got["cpu_s"]["overlap"]) + "; blocks: " +
+              ", ".join(f"{v:.2f}" for v in got["cpu_s"]["blocks"]) +
+              f"; ratio blocks / overlap median {got['ratio_median']:.3f} "
+              f"[{got['ratio_range'][0]:.3f}, {got['ratio_range'][1]:.3f}], load {got['load']:.1f}")
+        return 0
+    if not args.manifests:
+        print("bench.contention_model: give proof manifests, or --cost TRACE", file=sys.stderr)
+        return 2
 
     pairs = []
     try:

@@ -41,3 +41,15 @@ def test_bad_input_exits_2(tmp_path, capsys):
     assert "no FusedSparseDist pair" in capsys.readouterr().err
     assert cm.main([f"{m}:fitted"]) == 2
     assert "expected PATH or PATH:judged" in capsys.readouterr().err
+
+
+def test_cost(capsys):
+    """``--cost``: explain on a real trace with each model, interleaved; bad input exits 2."""
+    trace = os.path.join(ROOT, "sample_traces/pipelines_1gpu/multitask/sparse/trace_rank0.json.gz")
+    got = cm.cost(trace, 1)
+    assert len(got["cpu_s"]["overlap"]) == len(got["cpu_s"]["blocks"]) == 1
+    assert got["ratio_median"] > 0 and got["events"] > 10_000
+    assert cm.main(["--cost", "nowhere.json.gz"]) == 2
+    assert "no such trace file" in capsys.readouterr().err
+    assert cm.main([]) == 2
+    assert "give proof manifests, or --cost TRACE" in capsys.readouterr().err

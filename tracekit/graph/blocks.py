@@ -187,16 +187,51 @@ def waits(lane: np.ndarray, dev: np.ndarray, prio: np.ndarray, kern: np.ndarray,
     span in the schedule). None where a device holds more than ``MAX_LANES`` kernel streams."""
     n = start.size
     wait = np.zeros(n, np.float64)
-    known = shape.known
-    busy = end - start
-    dur = (busy if dur is None else np.minimum(dur, busy)).astype(np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        frac = np.where(known, np.minimum(shape.blocks / np.maximum(shape.slots, 1), 1.0), 1.0)
-        waves = np.where(known, np.ceil(shape.blocks / np.maximum(shape.slots, 1)), 1.0)
-    block = dur / np.maximum(waves, 1.0)
     ids = np.flatnonzero(kern)
     if not ids.size:
         return wait
+    # the kernels alone (a graph's nodes are mostly host calls)
+    lk, sk, ek = lane[ids], start[ids], end[ids]
+    busy = ek - sk
+    dk = (busy if dur is None else np.minimum(dur[ids], busy)).astype(np.float64)
+    bl, sl = shape.blocks[ids], shape.slots[ids]
+    known = (bl > 0) & (sl > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(known, np.minimum(bl / np.maximum(sl, 1), 1.0), 1.0)
+        waves = np.where(known, np.ceil(bl / np.maximum(sl, 1)), 1.0)
+    block = dk / np.maximum(waves, 1.0)
+    wk = np.zeros(ids.size, np.float64)
+    kdev = dev[lk]
+    order = np.lexsort((sk, lk))  # by lane, then start
+    for d in np.unique(kdev):
+        on = order[kdev[order] == d]
+        lanes_d, first = np.unique(lk[on], return_index=True)
+        if lanes_d.size > MAX_LANES:
+            return None
+        per = dict(zip(lanes_d.tolist(), np.split(on, first[1:])))
+        for lx, xs_ids in per.items():
+            xs = sk[xs_ids]
+            for lh, h_ids in per.items():
+                if lh == lx:
+                    continue
+                at = np.searchsorted(sk[h_ids], xs, side="left") - 1  # H started before X
+                ok = at >= 0
+                h = np.where(ok, h_ids[np.maximum(at, 0)], 0)
+                rem = ek[h] - xs
+                ok &= (rem > 0) & (dk[h] > 0)
+                if not ok.any():
+                    continue
+                x, h, rem = xs_ids[ok], h[ok], rem[ok].astype(np.float64)
+                f_h, b_h = frac[h], block[h]
+                if HONOUR_PRIORITIES and prio[lx] < prio[lh]:
+                    queued = np.zeros_like(rem)
+                else:
+                    queued = np.maximum(rem - b_h, 0.0)
+                held = np.minimum(rem - queued, b_h)  # H's last wave (or the one X meets first)
+                w = queued + held_back(frac[x], f_h, b_h, held, dk[x])
+                np.maximum.at(wk, x, w)
+    wait[ids] = wk
+    return wait
     kdev = dev[lane[ids]]
     for d in np.unique(kdev):
         on = ids[kdev == d]

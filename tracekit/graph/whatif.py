@@ -418,7 +418,10 @@ def _block_waits(g: Graph, p: Plan, start, end) -> np.ndarray | None:
     """``blocks.waits`` of a replay of plan ``p`` (the graph's kernels, its lanes' assumed
     priorities); None where the model does not run (too many streams)."""
     dev = _lane_devices(g, p)
-    prio = blocks_mod.stream_priorities(g.lanes, main_lanes(g), p.lane_is_cpu.size)
+    prio = g.__dict__.get("_stream_priorities")
+    if prio is None or prio.size != p.lane_is_cpu.size:
+        prio = blocks_mod.stream_priorities(g.lanes, main_lanes(g), p.lane_is_cpu.size)
+        g.__dict__["_stream_priorities"] = prio
     return blocks_mod.waits(p.lane, dev, prio, g.kernels, g.shape, start, end, p.dur)
 
 
@@ -445,6 +448,8 @@ def _gained_waits(g: Graph, p: Plan, start, end, base: "Schedule", kern) -> np.n
     if w is None or bw is None:
         return None
     gw = np.where(kern, np.maximum(w - bw, 0.0), 0.0)
+    if not gw.any():
+        return np.zeros(g.n, np.int64)
     return np.round(blocks_mod.carried(gw, p.lane, g.kind == NodeKind.GPU, start, end)
                     ).astype(np.int64)
 
