@@ -37,7 +37,8 @@ From the replay, per step of the job (the steps every rank has, all but the firs
   the last arrival is a wait for the rank that arrived last.
 
 The job step is the slowest rank's mean step over the counted steps (the runtime measures the
-slowest rank's step); a what-if replays the graph with some ranks' skeletons or transfers
+slowest rank's step; with one counted step, the largest rank's own work and transfers in it,
+``own_cycle``); a what-if replays the graph with some ranks' skeletons or transfers
 changed (``predict``), and its saving is measured from the unchanged graph's replay.
 """
 
@@ -331,9 +332,39 @@ def schedule(jg: JobGraph, lag: np.ndarray | None = None) -> Schedule:
     if len(c):
         per = (c["end"] - c["start"]).groupby(c["rank"]).mean()
         slowest = int(per.idxmax())
+    binding = _binding(jg, t, lag)
     step_ns = _period(jg, w)
-    return Schedule(t=t, binding=_binding(jg, t, lag), lag=lag, windows=w, step_ns=step_ns,
+    steps = counted_steps(jg)
+    if len(steps) == 1:  # the largest own cycle (``own_cycle``), not the largest window
+        sc = Schedule(t=t, binding=binding, lag=lag, windows=w, step_ns=step_ns,
+                      slowest_rank=slowest)
+        step_ns = own_cycle(jg, sc, steps[0], step_ns)
+    return Schedule(t=t, binding=binding, lag=lag, windows=w, step_ns=step_ns,
                     slowest_rank=slowest)
+
+
+def own_cycle(jg: JobGraph, sc: "Schedule", step: int, fallback: float) -> float:
+    """With one counted step, the job step: the largest over the ranks of its own work and
+    transfers in the step (``rank_split``: its window less its waits). Each rank's window runs
+    from its own completion of the pinned step, and the ranks end the pinned step apart: a rank
+    that ended it early waits in the counted step for that skew, which its window holds (the
+    2-GPU ``multitask_b10k``: rank 1's window 37.26 ms, 5.39 of it waiting for rank 0, whose own
+    chain of 34.57 ms bounds the job). The rank that bounds the job waits for none: its own
+    cycle is the step. ``fallback`` (the largest window) where no rank has a window."""
+    w = sc.windows.set_index(["rank", "step"])
+    best = None
+    for ri in jg.ranks:
+        r = ri.rank
+        if (r, step) not in w.index:
+            continue
+        st = w.loc[(r, step), "start"]
+        if st != st:
+            continue
+        j = {int(x): k for k, x in enumerate(jg.steps[r].tolist())}[step]
+        sp = rank_split(jg, sc, r, int(jg.done[r][j]), int(st), {})
+        v = float(sp["own_ns"] + sp["transfer_ns"])
+        best = v if best is None else max(best, v)
+    return fallback if best is None else best
 
 
 def replay_step(jg: JobGraph, lag: np.ndarray) -> float:
@@ -612,7 +643,8 @@ def _period(jg: JobGraph, windows: pd.DataFrame) -> float:
     """The job's step: the time between the last rank's completions of the first and of the
     last counted step, over the steps between (ns); with a single counted step, the slowest
     rank's step, each rank's from its own completion of the pinned step (the ranks' pinned
-    completions differ: the latest of them is no start for another rank). Each completion is measured the same way
+    completions differ: the latest of them is no start for another rank; ``schedule`` takes
+    each rank's own cycle instead, ``own_cycle``). Each completion is measured the same way
     (a step completes with the GPU work it launched on each rank's main stream), so a change
     that shortens that tail shortens the period only where the next step waits for it; and the
     ranks end the pinned step at different times, which the first counted step absorbs. Over

@@ -132,7 +132,7 @@ def waiting_job(d: Path, period: float = PERIOD) -> list[Path]:
 
 def sleeper_job(d: Path, *, host_us: dict[int, float], sleep_us: dict[int, float] | None = None,
                 planted: tuple[int, ...] = (), extra_us: dict[int, float] | None = None,
-                steps: int = 5) -> list[Path]:
+                steps: int = 5, late_us: dict[int, float] | None = None) -> list[Path]:
     """Ranks meeting at an all-to-all once a step, each host-bound: rank r's step is
     ``aten::host_work`` of ``host_us[r]`` (a launch call of 5 us every 50 us, each launching a
     3-us kernel the GPU runs at once), then ``aten::extra_host_work`` of ``extra_us[r]`` (the
@@ -140,20 +140,24 @@ def sleeper_job(d: Path, *, host_us: dict[int, float], sleep_us: dict[int, float
     inside a ``## planted_host_delay ##`` annotation for the ranks in ``planted``), then the
     all-to-all's launch and a ``cudaStreamSynchronize`` that waits for it. The all-to-all
     moves its data in 10 us once the last rank has arrived: every rank's step lasts the slowest
-    rank's, and the faster ranks wait in their synchronize."""
-    sleep_us, extra_us = sleep_us or {}, extra_us or {}
+    rank's, and the faster ranks wait in their synchronize. ``late_us[r]``: rank r ends its
+    first step that much later (more host work after its synchronize, launch calls as above)
+    and starts every later step as late."""
+    sleep_us, extra_us, late_us = sleep_us or {}, extra_us or {}, late_us or {}
     world = len(host_us)
     own = {r: host_us[r] + extra_us.get(r, 0.0) + sleep_us.get(r, 0.0) for r in host_us}
     period = max(own.values()) + 40.0
     builders = {r: rank_builder(r, world, device=r, base_us=1_000_000.0) for r in host_us}
     for i in range(1, steps + 1):
-        h = (i - 1) * period
         c = Coll("0", "all_to_allv", i, {}, 0.0)
-        launch = {r: h + 2 + own[r] for r in host_us}
+        begin = {r: (i - 1) * period + (late_us.get(r, 0.0) if i > 1 else 0.0) for r in host_us}
+        launch = {r: begin[r] + 2 + own[r] for r in host_us}
         last = max(launch.values()) + 5
         c.end = last + 10
         for r, b in builders.items():
-            b.profiler_step(i, h, period - 1)
+            h = begin[r]
+            tail = late_us.get(r, 0.0) if i == 1 else 0.0
+            b.profiler_step(i, h, period - 1 + tail)
             t = h + 1
             for name, span in (("aten::host_work", host_us[r]),
                                ("aten::extra_host_work", extra_us.get(r, 0.0))):
@@ -176,4 +180,10 @@ def sleeper_job(d: Path, *, host_us: dict[int, float], sleep_us: dict[int, float
             b.kernel(A2A, start, c.end - start, stream=17, args=args,
                      launched_by=b.runtime("cudaLaunchKernel", launch[r], 2))
             b.runtime("cudaStreamSynchronize", launch[r] + 3, c.end + 2 - (launch[r] + 3))
+            if tail:
+                t = c.end + 3
+                b.cpu_op("aten::host_work", t, tail - 5)
+                for k in range(int((tail - 5) // 50)):
+                    b.kernel("gemm_kernel", t + 8 + 50 * k, 3, stream=7,
+                             launched_by=b.runtime("cudaLaunchKernel", t + 1 + 50 * k, 5))
     return [b.write(Path(d) / f"trace_rank{r}.json.gz") for r, b in builders.items()]

@@ -119,11 +119,36 @@ def test_a_runtime_job_without_a_straggler(cache):
     assert {p["rank"] for s in g["steps"] for p in s["path"]} == {0, 1}
     own = {r["rank"]: r["own_ns"] for r in g["ranks"]}
     assert job["stragglers"]["rank"] == 0 and own[0] - own[1] > 3_000_000
-    # the job step: the slowest rank's one counted step, from its own start
-    assert g["step_ns"] == max(r["step_ns"] for r in g["ranks"])
+    # the job step: the largest own cycle (own work and transfers) of the one counted step
+    assert g["step_ns"] == pytest.approx(max(r["own_ns"] + r["transfer_ns"] for r in g["ranks"]))
+    assert g["step_ns"] <= max(r["step_ns"] for r in g["ranks"])
     w = {x["id"]: x for x in g["what_ifs"]}["straggler_at_median"]
     assert 0 <= w["saving_ns"] <= own[0] - own[1]
     assert w["taken_out"]["ops"] == {} and w["taken_out"]["asleep_ns"] < 1_000_000
+
+
+def test_ranks_ending_the_pinned_step_apart_leave_the_one_counted_step(tmp_path):
+    """Two profiled steps, the first pinned: rank 1 (1.5 ms of host work a step, rank 0 1.0)
+    bounds the job. When rank 1 ends the pinned step 1 ms late (more host work after it) and
+    starts the counted one as late, rank 0, which ended it on time, waits that 1 ms more in the
+    counted step: its window grows to ~2.4 ms, the job's step does not (the largest own cycle,
+    ``jobgraph.own_cycle``; the largest window gave 2.383 ms against 1.470)."""
+    from tests.tracekit.ranks.jobhelp import sleeper_job
+    from tracekit.ranks import JobConfig
+
+    got = {}
+    for late in (0.0, 1000.0):
+        d = tmp_path / f"late{int(late)}"
+        d.mkdir()
+        sleeper_job(d, host_us={0: 1000, 1: 1500}, steps=2, late_us={1: late})
+        g = analyze_job(d, cache_dir=tmp_path / "cache", whole=False, workers=1,
+                        config=JobConfig(balance_what_if=False)).job["graph"]
+        got[late] = g
+    on_time, late = got[0.0], got[1000.0]
+    wins = {r["rank"]: r["step_ns"] for r in late["ranks"]}
+    assert wins[0] > wins[1] + 800_000  # rank 0 waits for the skew
+    assert late["step_ns"] == pytest.approx(on_time["step_ns"], rel=0.02)
+    assert 1_400_000 < late["step_ns"] < 1_600_000
 
 
 def test_the_what_if_straggler_is_the_one_the_graph_waits_for():
