@@ -232,38 +232,6 @@ def waits(lane: np.ndarray, dev: np.ndarray, prio: np.ndarray, kern: np.ndarray,
                 np.maximum.at(wk, x, w)
     wait[ids] = wk
     return wait
-    kdev = dev[lane[ids]]
-    for d in np.unique(kdev):
-        on = ids[kdev == d]
-        lanes_d = np.unique(lane[on])
-        if lanes_d.size > MAX_LANES:
-            return None
-        per = {}
-        for ln in lanes_d:
-            m = on[lane[on] == ln]
-            per[int(ln)] = m[np.argsort(start[m], kind="stable")]
-        for lx, xs_ids in per.items():
-            xs = start[xs_ids]
-            for lh, h_ids in per.items():
-                if lh == lx:
-                    continue
-                at = np.searchsorted(start[h_ids], xs, side="left") - 1  # H started before X
-                ok = at >= 0
-                h = np.where(ok, h_ids[np.maximum(at, 0)], 0)
-                rem = end[h] - xs
-                ok &= (rem > 0) & (dur[h] > 0)
-                if not ok.any():
-                    continue
-                x, h, rem = xs_ids[ok], h[ok], rem[ok].astype(np.float64)
-                f_h, b_h = frac[h], block[h]
-                if HONOUR_PRIORITIES and prio[lx] < prio[lh]:
-                    queued = np.zeros_like(rem)
-                else:
-                    queued = np.maximum(rem - b_h, 0.0)
-                held = np.minimum(rem - queued, b_h)  # H's last wave (or the one X meets first)
-                w = queued + held_back(frac[x], f_h, b_h, held, dur[x])
-                np.maximum.at(wait, x, w)
-    return wait
 
 
 def held_back(f_x, f_h, b_h, held, dur_x):
