@@ -228,7 +228,6 @@ def compute(trace: Trace, rules: Rules, *, steps=None) -> CollectivesResult:
 def _result(trace: Trace, rules: Rules, steps, with_args: np.ndarray, rows_n: np.ndarray,
             codes: np.ndarray, cats: pd.Index) -> CollectivesResult:
     """``compute`` with ``_rows`` found."""
-    ev = trace.events
     kind = trace.column("kind")
     args = trace.args
     arg_event = column(args, "event", np.int64)

@@ -615,7 +615,6 @@ def allocator_polls_fix(trace: Trace, g0: Graph, g: Graph, counted: np.ndarray) 
     if known and calls.size:
         names, inv = np.unique(g.name[calls].astype(str), return_inverse=True)
         ids = calls[np.array([syncs.POLL.search(x) is not None for x in names], bool)[inv]]
-        ev = trace.events
         rows = g.row[ids]
         tid = trace.column("tid", np.int64)[rows]
         ts = trace.column("ts", np.int64)[rows]
@@ -652,7 +651,6 @@ def _chains(trace: Trace, g) -> np.ndarray:
     out = objarrays.full(g.n, "")
     sel = np.flatnonzero((g.kind == NodeKind.CALL) & (g.category == SYNC))
     if sel.size:
-        ev = trace.events
         rows = g.row[sel]
         ts = trace.column("ts", np.int64)[rows]
         out[sel] = syncs.op_chains(trace, trace.column("tid", np.int64)[rows], ts,

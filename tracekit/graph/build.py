@@ -181,7 +181,6 @@ def _calls(trace: Trace) -> pd.DataFrame:
     """Runtime/driver calls, nested ones folded into the outermost call of their thread:
     ``row, ts, end, pid, tid, outer, corr`` (outer: position of the kept call; its end covers
     the calls nested in it)."""
-    ev = trace.events
     rows = _event_rows(trace, (Kind.RUNTIME, Kind.DRIVER))
     ts = trace.column("ts", np.int64)[rows]
     end = ts + trace.column("dur", np.int64)[rows]
@@ -235,7 +234,6 @@ def _host_points(trace: Trace, cl: pd.DataFrame, base: int, main_lane: int,
     engine thread running the backward while the main thread waits in ``backward()``, and
     back); polling threads (other than the main one, ``POLLING_SHARE`` of their calls polls)
     neither wake nor are woken by others: they stop and resume on their own timer."""
-    ev = trace.events
     kinds = trace.column("kind")
     busy = phases.of_kinds(kinds, (Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER))
     # a Python function (with_stack) is a frame on the stack, as an annotation is a scope: its
@@ -358,7 +356,6 @@ def _main_thread(trace: Trace, rules: Rules, calls: pd.DataFrame) -> tuple[int, 
     """(pid, tid) of the thread holding the steps (else the one with most calls)."""
     _, index = phases.activities(trace, rules)
     tid = index.main_tid
-    ev = trace.events
     if tid < 0:
         if calls.empty:
             return -1, -1
@@ -1108,7 +1105,6 @@ def host_spans(g: Graph, trace: Trace) -> pd.DataFrame:
     the first node of a thread). ``own_ns`` is taken off the first, ``before_ns`` off the
     second."""
     cpu = np.flatnonzero(g.kind != NodeKind.GPU)
-    ev = trace.events
     row = g.row[cpu]
     has = row >= 0
     ts = g.start[cpu].copy()

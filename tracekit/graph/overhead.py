@@ -57,7 +57,7 @@ fit, ``docs/explain.md`` its figures. A term whose events a trace lacks costs no
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import pandas as pd
@@ -287,7 +287,6 @@ def count(trace: Trace, g: Graph) -> Counts:
     before = np.zeros((n, nt))
     in_call = np.zeros((n, nt))
     totals = {t: 0.0 for t in TERMS}
-    ev = trace.events
     e_ts = trace.column("ts", np.int64)
     e_end = e_ts + trace.column("dur", np.int64)
     e_kind = trace.column("kind")
