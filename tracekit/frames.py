@@ -45,6 +45,11 @@ def _stored_as_is(a: object, n: int) -> bool:
     return type(a) is pd.Categorical and len(a) == n
 
 
+_COLUMN_ARRAY = getattr(pd.DataFrame, "_get_column_array", None)
+"""pandas' own column read without a Series (pandas 2.x and 3.x; not public API: where a pandas
+lacks it, ``column`` and ``categorical`` read through ``df[name]``, the same arrays, slower)."""
+
+
 def column(df: pd.DataFrame, name: str, dtype: object = None) -> np.ndarray:
     """``df[name].to_numpy(dtype)``, the same array, without the Series pandas builds for it
     (~15 us a read whatever the rows; a rank of a job reads its small tables' columns some 250
@@ -52,10 +57,10 @@ def column(df: pd.DataFrame, name: str, dtype: object = None) -> np.ndarray:
     table's, as pandas gives it; in another ``dtype`` a fresh, writable copy. Anything else (a
     Categorical, strings, datetimes, repeated column names, not a DataFrame) is read through
     pandas."""
-    if type(df) is pd.DataFrame:
+    if type(df) is pd.DataFrame and _COLUMN_ARRAY is not None:
         loc = df.columns.get_loc(name)
         if type(loc) is int:
-            a = df._get_column_array(loc)
+            a = _COLUMN_ARRAY(df, loc)
             if type(a) is np.ndarray and a.ndim == 1 and a.dtype.kind in "biuf":
                 if dtype is None or a.dtype == np.dtype(dtype):
                     a = a.view()
@@ -69,10 +74,10 @@ def categorical(df: pd.DataFrame, name: str) -> pd.Categorical | None:
     """The column ``name`` of ``df`` when pandas stores it as a Categorical: ``df[name].array``,
     the same object, without the Series built for it; None for a column of another kind."""
     a = None
-    if type(df) is pd.DataFrame:
+    if type(df) is pd.DataFrame and _COLUMN_ARRAY is not None:
         loc = df.columns.get_loc(name)
         if type(loc) is int:
-            a = df._get_column_array(loc)
+            a = _COLUMN_ARRAY(df, loc)
     if a is None:
         a = df[name].array
     return a if type(a) is pd.Categorical else None
