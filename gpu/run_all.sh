@@ -59,6 +59,10 @@
 # model changes): bench.pipelines on 1 GPU (multitask_b20k, multitask_h48_b12k, dense_b32k; options default,
 # shapes, stack; <= 270 s) and 2 GPUs (the same presets, default; <= 250 s); gpu/ranks_jobs.py with jobs_tall
 # on 2 ranks (rank 1 +3.5 ms) and 4 ranks (rank 0 +2.5 ms), each with 10 rounds after the traces (<= 230 / 260 s).
+# holdout7a / holdout7b / jobs2s / jobs4s (held out, 2026-11-28 session 7, collected before that session's
+# model changes): bench.pipelines on 1 GPU (multitask_b24k, multitask_h80_b14k, dense_b20k; options default,
+# shapes, stack; <= 270 s) and 2 GPUs (the same presets, default; <= 250 s); gpu/ranks_jobs.py with jobs_flat
+# on 2 ranks (rank 0 +3 ms) and 4 ranks (rank 3 +2 ms), each with 10 rounds after the traces (<= 230 / 260 s).
 # cudagraph (gpu/cuda_graph_trace.py: a small MLP's step captured in a CUDA graph and replayed,
 # and the same eagerly, each traced; for explain's CUDA-graph check on a real trace; <= 1 min).
 # Each part runs with its own time limit and its own output folder; one failing part does not
@@ -180,6 +184,15 @@ for p in "${parts[@]}"; do
                   --profile-options default --out "$OUT"' ;;
     jobs2q) part jobs2q 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_tall --delay-rank 1 --delay-ms 3.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
     jobs4q) part jobs4q 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_tall --delay-rank 0 --delay-ms 2.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
+    holdout7a) part holdout7a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
+                  --plan multitask_b24k:sparse+fused,multitask_h80_b14k:sparse+fused,dense_b20k:sparse+fused \
+                  --profile-options default,shapes,stack --window-variants sparse \
+                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
+    holdout7b) part holdout7b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
+                  --plan multitask_b24k:sparse+fused,multitask_h80_b14k:sparse+fused,dense_b20k:sparse+fused \
+                  --profile-options default --out "$OUT"' ;;
+    jobs2s) part jobs2s 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_flat --delay-rank 0 --delay-ms 3 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
+    jobs4s) part jobs4s 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_flat --delay-rank 3 --delay-ms 2 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
     jobs4) part jobs4 250 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --budget-s 190 --out "$OUT"' ;;
     torchrec) part torchrec 340 bash -c 'set -e; fb=${FBPARTS:-/tmp/fbparts}; ls -l "$fb";
                   t=$SECONDS; bash "$fb/install.sh" "$fb" /tmp/site;

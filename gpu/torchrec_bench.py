@@ -113,6 +113,18 @@ PLAN: dict[str, tuple[int, str, int, int, int]] = {
     "2gpu_sparse_b6144_r2": (2, "sparse", 6144, 8, 1),
     "1gpu_fused_b2048_r2": (1, "fused", 2048, 8, 2),
     "1gpu_sparse_b2048_r2": (1, "sparse", 2048, 8, 2),
+    # held out (2026-11-28, session 7): batch sizes never run, collected before that session's model
+    # changes, each pair twice in mirrored order
+    "1gpu_sparse_b6144": (1, "sparse", 6144, 8, 2),
+    "1gpu_fused_b6144": (1, "fused", 6144, 8, 2),
+    "1gpu_sparse_b10240": (1, "sparse", 10240, 8, 2),
+    "1gpu_fused_b10240": (1, "fused", 10240, 8, 2),
+    "2gpu_sparse_b3072": (2, "sparse", 3072, 8, 1),
+    "2gpu_fused_b3072": (2, "fused", 3072, 8, 1),
+    "2gpu_fused_b3072_r2": (2, "fused", 3072, 8, 1),
+    "2gpu_sparse_b3072_r2": (2, "sparse", 3072, 8, 1),
+    "1gpu_fused_b6144_r2": (1, "fused", 6144, 8, 2),
+    "1gpu_sparse_b6144_r2": (1, "sparse", 6144, 8, 2),
 }
 
 
