@@ -26,7 +26,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from bench.common import write_result
+from bench.common import model_table, write_result
 
 SHARES = (0.22, 0.32)
 """The compute kernels' measured slowdown under a waiting NCCL kernel, its range over the
@@ -85,27 +85,15 @@ def measure(pairs: list[dict], shares) -> list[dict]:
 
 def render(rows: list[dict], shares, command: str, secs: float) -> str:
     keys = ["model"] + [f"{s:g}" for s in shares]
-    out = [f"# A collective term in the contention-aware replay, judged on jobs "
-           f"({datetime.now(timezone.utc).isoformat(timespec='seconds')})", "",
-           f"Command: `{command}` ({secs:.1f} s on {platform.node()}).", "",
-           "FusedSparseDist's saving (ms per step) predicted raw on the job's graph (the fix on "
-           "every rank), with the model (every kernel charged the whole overlap it gains) and with "
-           "the term (a compute kernel charged the share shown of what it gains beside "
-           "communication kernels alone, a communication kernel nothing), against the measured "
-           "saving; within: +-25 % of it or +-2 % of the step.", "",
-           "| manifest | pair | measured [95 %] | tolerance | " +
-           " | ".join(f"{'model' if k == 'model' else 'term ' + k}: saving, within?" for k in keys) + " |",
-           "|---|---|---|---|" + "---|" * len(keys)]
-    for r in rows:
-        iv = "" if r["lo"] is None else f" [{r['lo']:.3f}, {r['hi']:.3f}]"
-        cells = []
-        for k in keys:
-            v = r["predicted_ms"][k]
-            w = r["within"][k]
-            cells.append("-" if v is None else f"{v:.3f}, {'yes' if w else 'no'}")
-        out.append(f"| {os.path.basename(r['manifest'])} | {r['name']} | {r['measured_ms']:.3f}{iv} | "
-                   f"{r['tolerance_ms']:.3f} | " + " | ".join(cells) + " |")
-    out.append("")
+    out = model_table(
+        "A collective term in the contention-aware replay, judged on jobs", command, secs,
+        "FusedSparseDist's saving (ms per step) predicted raw on the job's graph (the fix on "
+        "every rank), with the model (every kernel charged the whole overlap it gains) and with "
+        "the term (a compute kernel charged the share shown of what it gains beside "
+        "communication kernels alone, a communication kernel nothing), against the measured "
+        "saving; within: +-25 % of it or +-2 % of the step.", "manifest", rows, keys,
+        [k if k == "model" else "term " + k for k in keys],
+        lambda r: f"{os.path.basename(r['manifest'])} | {r['name']}")
     for m in dict.fromkeys(r["manifest"] for r in rows):
         mine = [r for r in rows if r["manifest"] == m]
         out.append(f"- {os.path.basename(m)}: within, " + ", ".join(

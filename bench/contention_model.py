@@ -32,7 +32,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from bench.common import write_result
+from bench.common import model_table, write_result
 
 MODELS = (("overlap", "overlap", True), ("blocks", "blocks", False),
           ("blocks+priorities", "blocks", True))
@@ -122,25 +122,13 @@ def summary(rows: list[dict]) -> dict:
 
 def render(rows: list[dict], summ: dict, command: str, secs: float) -> str:
     keys = [k for k, _, _ in MODELS]
-    out = [f"# The block-level contention model against the overlap model "
-           f"({datetime.now(timezone.utc).isoformat(timespec='seconds')})", "",
-           f"Command: `{command}` ({secs:.1f} s on {platform.node()}).", "",
-           "FusedSparseDist's saving (ms per step) predicted raw (no untraced input; on the job's "
-           "graph where every rank of the job is in the tree) with each model, against the "
-           "measured saving; within: +-25 % of it or +-2 % of the step.", "",
-           "| set | pair | measured [95 %] | tolerance | " +
-           " | ".join(f"{k}: saving, within?" for k in keys) + " |",
-           "|---|---|---|---|" + "---|" * len(keys)]
-    for r in rows:
-        iv = "" if r["lo"] is None else f" [{r['lo']:.3f}, {r['hi']:.3f}]"
-        cells = []
-        for k in keys:
-            v, w = r["predicted_ms"][k], r["within"][k]
-            cells.append("-" if v is None else f"{v:.3f}, {'yes' if w else 'no'}")
-        where = f"{os.path.basename(r['manifest'])}{' (judged)' if r['judged'] else ''}"
-        out.append(f"| {where} | {r['name']}{' (job)' if r['folder'] else ''} | "
-                   f"{r['measured_ms']:.3f}{iv} | {r['tolerance_ms']:.3f} | " + " | ".join(cells) + " |")
-    out.append("")
+    out = model_table(
+        "The block-level contention model against the overlap model", command, secs,
+        "FusedSparseDist's saving (ms per step) predicted raw (no untraced input; on the job's "
+        "graph where every rank of the job is in the tree) with each model, against the "
+        "measured saving; within: +-25 % of it or +-2 % of the step.", "set", rows, keys, keys,
+        lambda r: f"{os.path.basename(r['manifest'])}{' (judged)' if r['judged'] else ''} | "
+                  f"{r['name']}{' (job)' if r['folder'] else ''}")
     for which, by in summ.items():
         if not any(v["pairs"] for v in by.values()):
             continue

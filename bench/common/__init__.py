@@ -41,3 +41,27 @@ def write_result(out_dir: str, prefix: str, text: str, doc: dict, *, command: st
         json.dump({"command": command, "seconds": seconds, "host": platform.node(), **doc}, fh, indent=1,
                   default=str)
     return base
+
+
+def model_table(title: str, command: str, seconds: float, intro: str, first: str, rows: list[dict],
+                keys: list[str], labels: list[str], where) -> list[str]:
+    """The head and the table of a runner that judges several models' predicted savings on the
+    same pairs (``bench.contention_model``, ``bench.collective_term``): a title stamped in UTC, the
+    command, ``intro``, then one row a pair: ``where(row)`` (the first column, headed ``first``), the
+    pair's name, its measured saving with its interval and tolerance, and per model key (headed by
+    its label) the predicted saving and whether it is within. Each row holds ``name``,
+    ``measured_ms``, ``lo``/``hi`` (None without an interval), ``tolerance_ms``, and
+    ``predicted_ms``/``within`` by key. Returns the lines (the caller adds its summary)."""
+    out = [f"# {title} ({datetime.now(timezone.utc).isoformat(timespec='seconds')})", "",
+           f"Command: `{command}` ({seconds:.1f} s on {platform.node()}).", "", intro, "",
+           f"| {first} | pair | measured [95 %] | tolerance | "
+           + " | ".join(f"{lab}: saving, within?" for lab in labels) + " |",
+           "|---|---|---|---|" + "---|" * len(keys)]
+    for r in rows:
+        iv = "" if r["lo"] is None else f" [{r['lo']:.3f}, {r['hi']:.3f}]"
+        cells = ["-" if r["predicted_ms"][k] is None
+                 else f"{r['predicted_ms'][k]:.3f}, {'yes' if r['within'][k] else 'no'}" for k in keys]
+        out.append(f"| {where(r)} | {r['measured_ms']:.3f}{iv} | {r['tolerance_ms']:.3f} | "
+                   + " | ".join(cells) + " |")
+    out.append("")
+    return out
