@@ -27,10 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
-from datetime import datetime, timezone
 
 from bench.common import model_table, write_result
 
