@@ -7,8 +7,11 @@ times (docs/limits.md). ``frame`` hands pandas the columns as they will be store
 (``DataFrame._from_arrays`` without its checks) where that cannot change the table: every column
 a 1-D numpy array of a bool or numeric dtype, or a ``pd.Categorical``, all of one length, and at
 most ``SMALL_ROWS`` rows (a bigger table keeps pandas' own path: its checks cost nothing beside
-its rows, and the columns stay unconsolidated as there). A column of Python objects (strings:
-pandas 3 infers its ``str`` dtype) or anything else takes pandas' path too. The result equals
+its rows, and the columns stay unconsolidated as there). A column of Python objects (a numpy
+array of dtype object: strings, for which pandas 3 infers its ``str`` dtype) is converted by
+pandas' own per-column step (``sanitize_array``, what its constructor calls on it); anything else
+takes pandas' whole path. The column names' Index is built once per process for each tuple of
+names (``pd.Index`` infers its dtype: ~25 us a table). The result equals
 pandas' (columns, dtypes, values, a ``RangeIndex``: ``tests/tracekit/test_frames.py``).
 """
 
@@ -21,6 +24,9 @@ import pandas as pd
 
 SMALL_ROWS = 4096
 """Up to this many rows a table is built without pandas' checks."""
+FAST = True
+"""False: every table built and every column read through pandas' own constructor and
+``df[name]`` (tests hold the two ways to the same results)."""
 
 
 def frame(data: Mapping[str, object], *, copy: bool = True) -> pd.DataFrame:
@@ -29,12 +35,59 @@ def frame(data: Mapping[str, object], *, copy: bool = True) -> pd.DataFrame:
     that gives the same table (the module docstring)."""
     arrays = list(data.values())
     n = len(arrays[0]) if arrays else 0
-    if not arrays or n > SMALL_ROWS or not all(_stored_as_is(a, n) for a in arrays):
+    if not FAST or not arrays or n > SMALL_ROWS:
         return pd.DataFrame(data) if copy else pd.DataFrame(data, copy=False)
+    objects = []
+    for i, a in enumerate(arrays):
+        if _stored_as_is(a, n):
+            continue
+        if _SANITIZE is None or type(a) is not np.ndarray or a.dtype.kind not in "OU" or \
+                a.ndim != 1 or a.shape[0] != n:
+            return pd.DataFrame(data) if copy else pd.DataFrame(data, copy=False)
+        objects.append(i)
     if copy:
         arrays = [a.copy() for a in arrays]
-    return pd.DataFrame._from_arrays(arrays, columns=pd.Index(list(data)), index=pd.RangeIndex(n),
+    index = pd.RangeIndex(n)
+    for i in objects:  # what pandas' constructor does to such a column (its ``_homogenize``)
+        arrays[i] = _SANITIZE(arrays[i], index, dtype=None, copy=False)
+    return pd.DataFrame._from_arrays(arrays, columns=_columns(tuple(data)), index=index,
                                      verify_integrity=False)
+
+
+def of_rows(data: list, columns: list[str] | tuple[str, ...]) -> pd.DataFrame:
+    """``pd.DataFrame(data, columns=columns)`` (``data``: a list of rows, each a tuple of the
+    columns' values): of no rows (most of a small trace's tables of rows: ~0.3 ms each through
+    pandas), a table of empty object columns built here, as pandas builds it; else pandas'."""
+    if data or not FAST:
+        return pd.DataFrame(data, columns=columns)
+    names = tuple(columns)
+    return pd.DataFrame._from_arrays([np.empty(0, dtype=object) for _ in names],
+                                     columns=_columns(names), index=pd.RangeIndex(0),
+                                     verify_integrity=False)
+
+
+try:  # pandas' own conversion of a column given to its constructor (not public API)
+    from pandas.core.construction import sanitize_array as _SANITIZE
+except ImportError:  # a pandas without it: such tables take pandas' whole path, slower
+    _SANITIZE = None
+
+
+_COLUMNS: dict[tuple, pd.Index] = {}
+
+
+def _columns(names: tuple) -> pd.Index:
+    """``pd.Index(list(names))``: built (its dtype inferred, ~25 us) once per process for each
+    tuple of column names (a rank builds the same few dozen tables), handed out as a view of
+    its own (an Index is immutable but for its ``name``, which a view does not share)."""
+    try:
+        idx = _COLUMNS[names]
+    except KeyError:
+        idx = pd.Index(list(names))
+        if len(_COLUMNS) < 4096:  # bounded: names built from a trace's content could be many
+            _COLUMNS[names] = idx
+    except TypeError:  # a name that cannot be hashed: pandas' way (it refuses it too)
+        return pd.Index(list(names))
+    return idx._view()
 
 
 def _stored_as_is(a: object, n: int) -> bool:
@@ -57,7 +110,7 @@ def column(df: pd.DataFrame, name: str, dtype: object = None) -> np.ndarray:
     table's, as pandas gives it; in another ``dtype`` a fresh, writable copy. Anything else (a
     Categorical, strings, datetimes, repeated column names, not a DataFrame) is read through
     pandas."""
-    if type(df) is pd.DataFrame and _COLUMN_ARRAY is not None:
+    if FAST and type(df) is pd.DataFrame and _COLUMN_ARRAY is not None:
         loc = df.columns.get_loc(name)
         if type(loc) is int:
             a = _COLUMN_ARRAY(df, loc)
@@ -74,7 +127,7 @@ def categorical(df: pd.DataFrame, name: str) -> pd.Categorical | None:
     """The column ``name`` of ``df`` when pandas stores it as a Categorical: ``df[name].array``,
     the same object, without the Series built for it; None for a column of another kind."""
     a = None
-    if type(df) is pd.DataFrame and _COLUMN_ARRAY is not None:
+    if FAST and type(df) is pd.DataFrame and _COLUMN_ARRAY is not None:
         loc = df.columns.get_loc(name)
         if type(loc) is int:
             a = _COLUMN_ARRAY(df, loc)
@@ -83,4 +136,4 @@ def categorical(df: pd.DataFrame, name: str) -> pd.Categorical | None:
     return a if type(a) is pd.Categorical else None
 
 
-__all__ = ["SMALL_ROWS", "categorical", "column", "frame"]
+__all__ = ["SMALL_ROWS", "categorical", "column", "frame", "of_rows"]

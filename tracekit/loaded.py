@@ -232,13 +232,15 @@ class LoadedTrace:
 
         return self._once(("hta",), compute)
 
-    def report(self, *, with_hta: bool | None = True, with_skeleton: bool = True) -> dict:
+    def report(self, *, with_hta: bool | None = True, with_skeleton: bool = True,
+               keys: tuple[str, ...] | None = None) -> dict:
         """The rank's report object (``tracekit.report.schema.Rank``); ``with_skeleton``: with
-        the skeleton a job's graph joins (else ``skeleton`` is null)."""
+        the skeleton a job's graph joins (else ``skeleton`` is null); ``keys``: only those keys,
+        explain brief (``tracekit.report.to_dict``)."""
         from tracekit.report import to_dict
 
-        return self._once(("report", with_hta, with_skeleton), lambda: to_dict(
-            self.analysis(with_hta=with_hta, with_skeleton=with_skeleton)))
+        return self._once(("report", with_hta, with_skeleton, keys), lambda: to_dict(
+            self.analysis(with_hta=with_hta, with_skeleton=with_skeleton), keys=keys))
 
     def critical_path(self, step: int | None = None, what_ifs: tuple[str, ...] = (),
                       **view: Any) -> pd.DataFrame:
@@ -342,9 +344,12 @@ def report_for_path(
     prefetch: bool = False,
     also_hta: tuple[bool | None, ...] = (),
     with_skeleton: bool = True,
+    keys: tuple[str, ...] | None = None,
 ) -> list[dict]:
     """Per-rank report objects (``tracekit.report.schema.Rank``) of ``path``, from the report
-    cache when it holds them, else loaded (``loading``) and stored. ``prefetch``: on a miss,
+    cache when it holds them, else loaded (``loading``) and stored. ``keys`` (only without
+    ``use_cache``, which stores whole reports): only those keys of each, explain brief
+    (``tracekit.report.to_dict``). ``prefetch``: on a miss,
     ``loading``'s cold path (the CLI asks for it). ``also_hta``: other ``with_hta`` values
     whose cached reports will do (``tracekit explain`` needs no HTA section, so the report
     ``tracekit analyze`` keeps, HTA's or not, answers it). ``with_skeleton``: False: without
@@ -359,7 +364,8 @@ def report_for_path(
                 return hit
     with loading(src, rules=rules_path, cache_dir=cache_dir, use_cache=use_cache,
                  progress=progress, prefetch=prefetch) as traces:
-        ranks = [lt.report(with_hta=with_hta, with_skeleton=with_skeleton) for lt in traces]
+        ranks = [lt.report(with_hta=with_hta, with_skeleton=with_skeleton,
+                           keys=None if use_cache else keys) for lt in traces]
     if use_cache and traces:
         remember(src, traces[0].rules_id, with_hta, cache_dir, ranks,
                  with_skeleton=with_skeleton)

@@ -460,7 +460,7 @@ def annotation_index(trace: Trace, rules: Rules) -> AnnotationIndex:
     kcodes = codes[keep]
     phases = np.array([r.phase for r in rules.annotations] or [""], dtype=object)
     ts = column(ann, "ts", np.int64)[keep]
-    table = pd.DataFrame({
+    table = frame({
         "tid": column(ann, "tid", np.int64)[keep],
         "ts": ts,
         "end": ts + column(ann, "dur", np.int64)[keep],
@@ -583,7 +583,7 @@ def assign_activities(
 
     names = name_strings(codes, cats)
     ts = column(act, "ts", np.int64)
-    out = pd.DataFrame({
+    out = frame({
         "device": column(act, "device", np.int64),
         "stream": column(act, "stream", np.int64),
         "kind": column(act, "kind", np.int64),

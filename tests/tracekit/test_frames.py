@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit.frames import SMALL_ROWS, column, frame
+from tracekit.frames import SMALL_ROWS, column, frame, of_rows
 
 DTYPES = [np.int64, np.int32, np.int16, np.int8, np.uint8, np.float64, np.float32, bool]
 
@@ -19,7 +19,8 @@ def columns(draw) -> dict:
     n = draw(st.sampled_from([0, 1, 3, 17, SMALL_ROWS, SMALL_ROWS + 1]))
     out = {}
     for i in range(draw(st.integers(1, 6))):
-        kind = draw(st.sampled_from(["num", "num", "cat", "obj", "str_cat", "readonly"]))
+        kind = draw(st.sampled_from(["num", "num", "cat", "obj", "str_cat", "readonly", "unicode",
+                                     "str_none", "dicts"]))
         rng = np.random.default_rng(draw(st.integers(0, 2**31)))
         if kind in ("num", "readonly"):
             a = (rng.integers(-1000, 1000, n) * draw(st.sampled_from([1, 10**12]))).astype(
@@ -31,6 +32,14 @@ def columns(draw) -> dict:
             a = pd.Categorical.from_codes(rng.integers(-1, len(cats), n), categories=cats)
         elif kind == "str_cat":  # strings: pandas infers a str dtype, frame must too
             a = np.array([f"s{x}" for x in rng.integers(0, 5, n)], dtype=object)
+        elif kind == "unicode":  # a numpy str array: pandas makes it str too
+            a = np.array([f"u{x}" for x in rng.integers(0, 5, n)], dtype=str)
+        elif kind == "str_none":  # strings and missing values (None, NaN)
+            a = np.array([(None, np.nan, "a", "bb")[x] for x in rng.integers(0, 4, n)],
+                         dtype=object)
+        elif kind == "dicts":  # what no inference turns into anything but objects
+            a = np.empty(n, dtype=object)
+            a[:] = [{"k": int(x)} if x else [int(x)] for x in rng.integers(0, 3, n)]
         else:
             a = np.array([None if x == 0 else int(x) for x in rng.integers(0, 3, n)], dtype=object)
         out[draw(st.sampled_from(["a", "b", "ts", "name", f"c{i}"])) + str(i)] = a
@@ -46,6 +55,26 @@ def test_frame_is_pandas_frame(data):
         pd.testing.assert_frame_equal(got, want, check_exact=True)
         assert got.index.equals(want.index) and type(got.index) is type(want.index)
         assert got.columns.dtype == want.columns.dtype and list(got.columns) == list(want.columns)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(-5, 5), st.floats(allow_nan=True)),
+                          st.one_of(st.none(), st.text(max_size=3)),
+                          st.sampled_from([{}, {"a": 1}, [1], (2,)])), max_size=4),
+       st.lists(st.text(max_size=3), min_size=3, max_size=3, unique=True))
+def test_of_rows_is_pandas_frame(data, names):
+    got, want = of_rows(data, names), pd.DataFrame(data, columns=names)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert type(got.index) is type(want.index) and got.columns.dtype == want.columns.dtype
+
+
+def test_frames_do_not_share_their_columns_name():
+    a = frame({"x": np.arange(2)})
+    a.columns.name = "changed"
+    assert frame({"x": np.arange(2)}).columns.name is None
+    b = of_rows([], ["x"])
+    b.columns.name = "changed"
+    assert of_rows([], ["x"]).columns.name is None
 
 
 def test_a_copied_frame_holds_none_of_the_arrays_given():

@@ -46,7 +46,7 @@ from tracekit.graph.model import (
 )
 from tracekit.phases import Rules, derived
 from tracekit.trace.model import Trace
-from tracekit.frames import column
+from tracekit.frames import column, of_rows
 
 HOST_FINDING_SHARE = 0.10
 """A host-twice-as-fast finding when host time is at least this share of the critical path."""
@@ -309,7 +309,7 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     # ---- the model's replay of the trace as traced, against it ---------------------------------
     win0, path0 = (win, path) if g0 is g else (cr.step_windows(g0), None)
     counted = wi.counted_steps(win0)
-    obs0 = (win0["end"] - win0["start"]).to_numpy(np.int64)
+    obs0 = column(win0, "end", np.int64) - column(win0, "start", np.int64)
     rep0 = wi.aligned(win0, wi.base_schedule(g0, win0).windows) if len(win0) else obs0
     with np.errstate(divide="ignore", invalid="ignore"):
         err0 = np.where(obs0 > 0, rep0 / np.maximum(obs0, 1) - 1.0, np.nan)
@@ -331,8 +331,8 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         np.zeros(0, np.int64)
     # the steps whose path says host: where a check says the host cannot be the bound, the
     # verdict changes (and a check that changes nothing is no warning)
-    host_path = np.array([cr.bound_of(bds.get(int(s), {}), int(e - b))[0] == "host"
-                          for s, b, e in zip(win["step"], win["start"], win["end"])], bool) \
+    host_path = np.array([cr.bound_of(bds.get(s, {}), e - b)[0] == "host"
+                          for s, b, e in zip(win_step, win_start, win_end)], bool) \
         if len(win) else np.zeros(0, bool)
     limits = rd.limits(g0, counted_view, loops=g0.poll_loops,
                        behind_in=column(win, "step", np.int64)[host_path] if len(win) else
@@ -407,13 +407,11 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         b, share = _verdict(*cr.bound_of(bd, dur), unknown, not_host_all or st in not_host_steps)
         rows.append((st, b0, e0, dur, b, np.nan if share is None else share, bd,
                      tops.get(st, []), int(rp), er, int(bd.get(UNEXPLAINED, 0))))
-    steps = pd.DataFrame(rows, columns=["step", "start_ns", "end_ns", "duration_ns", "bound",
-                                        "bound_share", "breakdown", "top", "replayed_ns",
-                                        "replay_error", "unexplained_ns"])
+    steps = of_rows(rows, ["step", "start_ns", "end_ns", "duration_ns", "bound", "bound_share",
+                           "breakdown", "top", "replayed_ns", "replay_error", "unexplained_ns"])
     bound, bound_share = _verdict(*cr.bound_of(total_bd, total), unknown, not_host_all)
-    bd_t = pd.DataFrame([(k, v, v / total if total else None) for k, v in
-                         sorted(total_bd.items(), key=lambda kv: -kv[1])],
-                        columns=["category", "ns", "share"])
+    bd_t = of_rows([(k, v, v / total if total else None) for k, v in
+                    sorted(total_bd.items(), key=lambda kv: -kv[1])], ["category", "ns", "share"])
     lane_ids, lane_ns = _sums_by(column(path, "lane", np.int64), column(path, "dur", np.int64))
     o = _descending(lane_ns)
     lane_ids, lane_ns = lane_ids[o], lane_ns[o]
@@ -470,7 +468,7 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         d["helps"] = d["kind"] == "memory" or (d["saving_fraction"] is not None
                                                and d["saving_fraction"] >= NO_HELP_FRACTION)
     findings.sort(key=lambda d: finding_order(d, d["id"] in nfix))
-    what_ifs = pd.DataFrame(wrows, columns=[
+    what_ifs = of_rows(wrows, [
         "id", "title", "applies", "evidence", "observed_step_ns", "replayed_step_ns",
         "predicted_step_ns", "predicted_contention_step_ns", "saving_ns", "saving_fraction",
         "saving_contention_ns"])

@@ -33,7 +33,7 @@ from tracekit import intervals
 from tracekit import phases
 from tracekit.phases import Rules
 from tracekit.trace.model import Trace
-from tracekit.frames import column
+from tracekit.frames import column, of_rows
 
 MATCH_BATCH = "batch index"
 MATCH_TIME = "time order"
@@ -147,7 +147,7 @@ def compute(trace: Trace, rules: Rules) -> GapsResult:
         n_look += nl
         if m:
             how.add(m)
-    table = pd.DataFrame(rows, columns=COLUMNS)
+    table = of_rows(rows, COLUMNS)
     if acts.empty:
         note = "no GPU activity"
     elif n_opt == 0:

@@ -29,7 +29,7 @@ from tracekit import intervals
 from tracekit import phases
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
-from tracekit.frames import column
+from tracekit.frames import column, of_rows
 
 
 @dataclass(frozen=True)
@@ -113,10 +113,10 @@ def compute(trace: Trace, rules: Rules) -> OverlapResult:
         class_rows.append((dev, comp_ns, comm_ns, mem_ns, busy, both, comm_ns - both,
                            exposed_mem, both / comm_ns if comm_ns else np.nan))
 
-    streams = pd.DataFrame(stream_rows, columns=["device", "stream", "activities", "busy_ns",
-                                                 "first_ts", "last_end"])
-    pairs = pd.DataFrame(pair_rows, columns=["device", "stream_a", "stream_b", "overlap_ns"])
-    classes = pd.DataFrame(class_rows, columns=[
+    streams = of_rows(stream_rows, ["device", "stream", "activities", "busy_ns", "first_ts",
+                                    "last_end"])
+    pairs = of_rows(pair_rows, ["device", "stream_a", "stream_b", "overlap_ns"])
+    classes = of_rows(class_rows, [
         "device", "compute_ns", "communication_ns", "memcpy_ns", "gpu_busy_ns",
         "comm_compute_overlap_ns", "exposed_comm_ns", "exposed_memcpy_ns", "comm_overlap_ratio"])
     # summed as Python ints: two devices busy 5e18 ns each are 1e19 ns, beyond int64 (from the

@@ -30,7 +30,7 @@ from tracekit import intervals, phases
 from tracekit import steps as steps_mod
 from tracekit.phases import Rules
 from tracekit.trace.model import Trace
-from tracekit.frames import column
+from tracekit.frames import column, frame
 
 TOP = 60
 """Host ops and kernels kept (largest first)."""
@@ -122,7 +122,7 @@ def compute(trace: Trace, rules: Rules, *, steps: steps_mod.StepsResult | None =
     gpu_phase = _sums(column(acts, "phase", object)[within], dur, sort=True)
     names, total, count = _sums(column(acts, "name", object)[within], dur, sort=False)
     top = np.argsort(-total, kind="stable")[:TOP]
-    kernels = pd.DataFrame({"name": _cut(names[top]), "gpu_ns": total[top].astype(float) / per,
+    kernels = frame({"name": _cut(names[top]), "gpu_ns": total[top].astype(float) / per,
                             "count": count[top].astype(float) / per})
 
     # host: phase annotations' exclusive time
@@ -139,7 +139,7 @@ def compute(trace: Trace, rules: Rules, *, steps: steps_mod.StepsResult | None =
     gpu_ns = _spread_over(phase, gpu_phase) / per
     host_ns = _spread_over(phase, host_phase) / per
     order = np.lexsort((-host_ns, -gpu_ns))
-    phase_table = pd.DataFrame({"phase": phase[order], "gpu_ns": gpu_ns[order],
+    phase_table = frame({"phase": phase[order], "gpu_ns": gpu_ns[order],
                                 "host_ns": host_ns[order]})
 
     # host ops: self time by name
@@ -152,7 +152,7 @@ def compute(trace: Trace, rules: Rules, *, steps: steps_mod.StepsResult | None =
         general = np.array([_DIGITS.sub("#", n) for n in cats.astype(str)], dtype=object)
         names, total, count = _sums(general[codes[inside]], self_ns[inside], sort=False)
         top = np.argsort(-total, kind="stable")[:top_ops]
-        host_ops = pd.DataFrame({"name": _cut(names[top]),
+        host_ops = frame({"name": _cut(names[top]),
                                  "self_ns": total[top].astype(float) / per,
                                  "count": count[top].astype(float) / per})
     else:

@@ -439,9 +439,10 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         np.concatenate([column(calls, "tid", np.int64),
                         np.array([main_tid] if with_main else [], np.int64)]))
     n_gl, n_cl = g_dev.size, c_pid.size
-    lanes = pd.DataFrame({
+    types = ["gpu"] * n_gl + ["cpu"] * n_cl  # as a list, pandas makes no row a float column
+    lanes = frame({
         "lane": np.arange(n_gl + n_cl),
-        "type": ["gpu"] * n_gl + ["cpu"] * n_cl,
+        "type": np.array(types, dtype=object) if types else types,
         "device": np.r_[g_dev, np.full(n_cl, -1)],
         "stream": np.r_[g_stream, np.full(n_cl, -1)],
         "pid": np.r_[np.full(n_gl, -1), c_pid],

@@ -26,7 +26,7 @@ from tracekit.graph.model import (  # noqa: F401 (completes, main_lanes: named h
     NodeKind, bound_class, completes, main_lanes,
 )
 from tracekit.graph.replay import _core
-from tracekit.frames import column
+from tracekit.frames import column, frame
 
 SEGMENT_COLUMNS = ["step", "start", "end", "dur", "lane", "lane_type", "device", "stream", "pid",
                    "tid", "name", "category", "what", "node", "phase"]
@@ -257,7 +257,7 @@ def _segments(g: Graph, step, s, e, v, edge, edge_kind) -> pd.DataFrame:
     # an edge's time is drawn on the lane of the node it leads into
     lanes = g.lanes
     ln = g.lane[v]
-    return pd.DataFrame({
+    return frame({
         "step": step, "start": s, "end": e, "dur": e - s,
         "lane": ln.astype(np.int64), "lane_type": column(lanes, "type", object)[ln],
         "device": column(lanes, "device", np.int64)[ln],

@@ -14,14 +14,15 @@ from dataclasses import dataclass
 
 from tracekit.errors import TracekitError
 from tracekit.ranks.inputs import Failed
+from tracekit.report.keys import BRIEF_EXPLAIN_KEYS, BRIEF_EXPLAIN_STEP_KEYS
 
 SUMMARY_KEYS = ("source", "rank", "schema", "platform", "warnings", "rules", "headline",
                 "steps", "collectives", "identity", "explain", "profile", "skeleton")
 """What the cross-rank part reads of a rank object; ``summary`` keeps only these keys."""
 
 
-EXPLAIN_KEYS = ("bound", "bound_share", "breakdown", "findings")
-EXPLAIN_STEP_KEYS = ("step", "bound", "bound_share", "duration_ns")
+EXPLAIN_KEYS, EXPLAIN_STEP_KEYS = BRIEF_EXPLAIN_KEYS, BRIEF_EXPLAIN_STEP_KEYS
+"""What ``summary`` keeps of a rank's explain section and of each of its steps."""
 
 
 def summary(rank: dict) -> dict:
@@ -81,7 +82,8 @@ class RankTask:
             got = report_for_path(local or path, rules_path=self.rules_path,
                                   cache_dir=self.cache_dir, use_cache=self.use_cache,
                                   progress=False, with_hta=self.with_hta,
-                                  with_skeleton=self.with_skeleton)
+                                  with_skeleton=self.with_skeleton,
+                                  keys=None if self.whole else SUMMARY_KEYS)
         except TracekitError as exc:
             msg = str(exc)
             for prefix in (f"{path}: ", f"{local}: "):

@@ -26,3 +26,10 @@ SECTION_KEYS = ("explain", "steps", "overlap", "gaps", "syncs", "allocator", "ht
 RANK_KEYS = ("source", "rank", "schema", "platform", "warnings", "rules", "headline",
              *SECTION_KEYS)
 """``schema.Rank``'s keys, in order."""
+
+
+BRIEF_EXPLAIN_KEYS = ("bound", "bound_share", "breakdown", "findings")
+"""What a job reads of a rank's explain section (``tracekit.ranks.work.summary``) besides its
+``steps``: ``serialise.explain_dict(brief=True)``'s keys."""
+BRIEF_EXPLAIN_STEP_KEYS = ("step", "bound", "bound_share", "duration_ns")
+"""... and of each of its steps."""

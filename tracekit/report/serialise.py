@@ -14,7 +14,8 @@ import math
 from typing import Any
 
 from tracekit._files import display
-from tracekit.report.keys import FORMAT, HEADLINE_KEYS, SERIES_POINTS, TEXT_KEYS
+from tracekit.report.keys import (BRIEF_EXPLAIN_STEP_KEYS, FORMAT, HEADLINE_KEYS, SERIES_POINTS,
+                                  TEXT_KEYS)
 
 
 def _scalar(v: Any) -> Any:
@@ -185,11 +186,22 @@ def snapshot_dict(s: Any) -> dict | None:
     return d
 
 
-def explain_dict(e: Any) -> dict | None:
+def explain_dict(e: Any, *, brief: bool = False) -> dict | None:
     """An ``ExplainResult`` (``tracekit.analyses.explain``) as ``schema.Explain``; None for None.
-    Its per-segment ``path`` is not written (``path_rows`` gives one step's, merged)."""
+    Its per-segment ``path`` is not written (``path_rows`` gives one step's, merged). ``brief``:
+    only ``BRIEF_EXPLAIN_KEYS`` and, per step, ``BRIEF_EXPLAIN_STEP_KEYS`` (what a job reads of
+    a rank: ``tracekit.ranks.work.summary``), the same values."""
     if e is None:
         return None
+    if brief:
+        t = e.steps
+        cols = [t[c].tolist() for c in BRIEF_EXPLAIN_STEP_KEYS] if len(t) else []
+        return {
+            "bound": e.bound, "bound_share": e.bound_share,
+            "steps": [{"step": int(step), "bound": bound if isinstance(bound, str) else None,
+                       "bound_share": None if share is None or share != share else float(share),
+                       "duration_ns": int(dur)} for step, bound, share, dur in zip(*cols)],
+            "breakdown": jsonable(e.breakdown), "findings": jsonable(e.findings)}
     steps = []
     t = e.steps  # its columns as lists (``itertuples`` costs ~0.5 ms a call, rows or not)
     cols = [t[c].tolist() for c in ("step", "start_ns", "end_ns", "duration_ns", "bound",
@@ -237,35 +249,41 @@ def path_rows(path: Any) -> list[dict]:
     return rows
 
 
-def to_dict(a: Any) -> dict:
-    """One rank's ``Analysis`` as ``schema.Rank``."""
-    # the full series is never turned into rows: only its downsampled points are written
-    alloc = jsonable(dataclasses.replace(a.allocator, series=None))
-    alloc["series_points"] = len(a.allocator.series)
-    alloc["series"] = _downsample(a.allocator.series)
-    d = {
-        "source": display(a.source),
-        "rank": int(a.rank),
-        "schema": a.schema,
-        "platform": a.platform,
-        "warnings": list(a.warnings),
-        "rules": a.rules,
-        "headline": jsonable(headline(a)),
-        "explain": explain_dict(a.explain),
-        "steps": jsonable(a.steps),
-        "overlap": jsonable(a.overlap),
-        "gaps": jsonable(a.gaps),
-        "syncs": jsonable(a.syncs),
-        "allocator": alloc,
-        "hta": jsonable(a.hta),
-        "snapshot": snapshot_dict(a.snapshot),
-        "collectives": jsonable(a.collectives),
-        "identity": jsonable(a.identity),
-        "embedding_bw": jsonable(getattr(a, "embedding_bw", None)),
-        "profile": jsonable(a.profile),
-        "skeleton": jsonable(a.skeleton),
+def to_dict(a: Any, *, keys: tuple[str, ...] | None = None) -> dict:
+    """One rank's ``Analysis`` as ``schema.Rank``; ``keys``: only those keys, and ``explain``
+    brief (``explain_dict(brief=True)``): what a job reads of a rank, without turning the
+    sections it does not read into JSON values (a third of a tiny rank's report)."""
+    parts = {
+        "source": lambda: display(a.source),
+        "rank": lambda: int(a.rank),
+        "schema": lambda: a.schema,
+        "platform": lambda: a.platform,
+        "warnings": lambda: list(a.warnings),
+        "rules": lambda: a.rules,
+        "headline": lambda: jsonable(headline(a)),
+        "explain": lambda: explain_dict(a.explain, brief=keys is not None),
+        "steps": lambda: jsonable(a.steps),
+        "overlap": lambda: jsonable(a.overlap),
+        "gaps": lambda: jsonable(a.gaps),
+        "syncs": lambda: jsonable(a.syncs),
+        "allocator": lambda: _allocator_dict(a.allocator),
+        "hta": lambda: jsonable(a.hta),
+        "snapshot": lambda: snapshot_dict(a.snapshot),
+        "collectives": lambda: jsonable(a.collectives),
+        "identity": lambda: jsonable(a.identity),
+        "embedding_bw": lambda: jsonable(getattr(a, "embedding_bw", None)),
+        "profile": lambda: jsonable(a.profile),
+        "skeleton": lambda: jsonable(a.skeleton),
     }
-    return d
+    return {k: f() for k, f in parts.items() if keys is None or k in keys}
+
+
+def _allocator_dict(m: Any) -> dict:
+    # the full series is never turned into rows: only its downsampled points are written
+    alloc = jsonable(dataclasses.replace(m, series=None))
+    alloc["series_points"] = len(m.series)
+    alloc["series"] = _downsample(m.series)
+    return alloc
 
 
 KERNEL_ROW_KEYS = ("name", "kind", "calls", "total_ns", "mean_ns", "min_ns", "max_ns", "share", "launched_by",

@@ -31,7 +31,9 @@ def events_frame(cols: dict[str, np.ndarray], names: list[str], launches: list[s
             data[c] = pd.Categorical.from_codes(a, categories=pd.Index(launches, dtype=object), validate=False)
         else:
             data[c] = a.astype(dtype, copy=False)
-    return pd.DataFrame(data, copy=False)
+    from tracekit.frames import frame
+
+    return frame(data, copy=False)
 
 
 _EMPTY: dict[str, pd.DataFrame] = {}
