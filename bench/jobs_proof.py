@@ -91,7 +91,9 @@ def job_case(kind: str, d: Path, cache: str) -> dict:
     step = ms["job_step"]["median"]
     meas = ms["saving_ms"]
     lo, hi = ms["saving_ms_interval"]
-    row = {"case": f"{d.name}: {kind}", "dir": os.path.relpath(d, REPO), "what_if": WHAT_IF[kind],
+    row = {"case": f"{d.name}: {kind}", "dir": os.path.relpath(d, REPO)
+           if str(d.resolve()).startswith(str(REPO)) or d.is_absolute() else str(d),
+           "what_if": WHAT_IF[kind],
            "title": w["title"] if w else None, "device": m.get("device"),
            "date_utc": m.get("date_utc"), "measured_step_ms": step,
            "measured_saving_ms": meas, "measured_interval_ms": [lo, hi],

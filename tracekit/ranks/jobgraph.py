@@ -693,6 +693,21 @@ def with_skeleton(ri: RankInput, skeleton: dict) -> RankInput:
                      instance=ri.instance, transfer=transfer, received=ri.received)
 
 
+def with_host_speed(ri: RankInput, factor: float) -> RankInput:
+    """``ri`` with its host work ``factor`` times faster: each term of its skeleton loses that
+    share of the host time on its path (``lag - host * (1 - 1 / factor)``; the path's other
+    classes as they are)."""
+    sk = dict(ri.skeleton)
+    t = dict(sk["terms"])
+    host = np.asarray(t["host"], np.float64)
+    cut = np.round(host * (1.0 - 1.0 / float(factor))).astype(np.int64)
+    t["lag"] = np.asarray(t["lag"], np.int64) - cut
+    t["host"] = np.asarray(t["host"], np.int64) - cut
+    sk["terms"] = t
+    return RankInput(rank=ri.rank, skeleton=sk, offset_ns=ri.offset_ns, instance=ri.instance,
+                     transfer=ri.transfer, received=ri.received)
+
+
 def scaled_transfers(ri: RankInput, factor: dict[int, float]) -> RankInput:
     """``ri`` with the transfers of the instances in ``factor`` (instance -> factor) scaled."""
     if isinstance(ri.transfer, KernelMap):

@@ -18,6 +18,10 @@ more data and has more rows to look up).
 the others lack, or more instances of one): the host work the straggler at the median rank's
 speed no longer does (``tracekit.ranks.whatif.straggler_at_median``); an op both run as often
 is the same work, however long it takes.
+
+``host_speeds``: how many times slower than a reference rank (the straggler) each rank's host
+ran the same ops: the traced ranks run one program, and their hosts run its ops at speeds that
+differ by a condition of the traced run (1.0-1.35x in the 2- and 4-rank jobs), not by their work.
 """
 
 from __future__ import annotations
@@ -36,6 +40,12 @@ KEPT = 10
 """Rows kept in each list."""
 MIN_DIFF_NS = 5_000
 """A difference smaller than this (5 us per step) is not listed."""
+ANNOTATION = re.compile(r"^ProfilerStep#|^## .* ##$|^Optimizer\.(step|zero_grad)#")
+"""Annotation names as ``profile`` lists them (digits as ``#``; the trace model's legacy
+annotation names): their self time holds the time their thread waited inside them (the main
+thread blocked in ``## backward ##`` while the autograd thread works, a sync), not only work."""
+SPEED_MIN_OPS = 5
+"""A rank's host speed is read from at least this many ops both ranks run as often."""
 
 
 def _table(ranks: list[dict], key: str, value: str) -> pd.DataFrame:
@@ -148,4 +158,40 @@ def extra_host_ops(ranks: list[dict], rank: int) -> dict[str, float | None]:
         med = float(np.median(counts))
         if med < count and (1.0 - med / count) * self_ns >= MIN_DIFF_NS:
             out[name] = 1.0 - med / count
+    return out
+
+
+def host_speeds(ranks: list[dict], reference: int) -> dict[int, float]:
+    """Per rank other than ``reference``: how many times slower than ``reference``'s its host
+    ran the same ops (module docstring): over the host ops both list (``profile``'s
+    ``host_ops``, annotations left out: ``ANNOTATION``) with the same count per step, the median
+    of the ratios of their self times, weighted by the reference's self time (an op whose self
+    time holds a wait on one rank moves it little). A rank with fewer than ``SPEED_MIN_OPS`` such
+    ops, or without a profile, has none."""
+    tables = {}
+    for r in ranks:
+        ops = (r.get("profile") or {}).get("host_ops") or []
+        tables[int(r["rank"])] = {str(o["name"]): (float(o.get("self_ns") or 0.0),
+                                                   float(o.get("count") or 0.0)) for o in ops}
+    ref = tables.get(int(reference))
+    if not ref:
+        return {}
+    out = {}
+    for k, table in tables.items():
+        if k == int(reference):
+            continue
+        ratio, weight = [], []
+        for name, (self_ns, count) in table.items():
+            mine = ref.get(name)
+            if (mine is None or ANNOTATION.search(name) or count <= 0 or mine[1] != count
+                    or mine[0] <= 0 or self_ns <= 0):
+                continue
+            ratio.append(self_ns / mine[0])
+            weight.append(mine[0])
+        if len(ratio) < SPEED_MIN_OPS:
+            continue
+        ratio, weight = np.asarray(ratio), np.asarray(weight)
+        o = np.argsort(ratio, kind="stable")
+        cum = np.cumsum(weight[o])
+        out[k] = float(ratio[o][int(np.searchsorted(cum, cum[-1] / 2.0))])
     return out

@@ -11,8 +11,14 @@
   which is reduced again; the job's graph is replayed with it. The rest of its work stays: an op
   both run as often is the same work, however long it takes the straggler (a host the
   profiler slows more on one rank than on another is a condition of the traced run). The other
-  ranks are replayed as they are, their host work hidden behind their waits included. It only
-  removes work, so it never predicts a slower step. The straggler is the graph's
+  ranks are replayed with their host work at the straggler's speed where theirs ran slower
+  (``straggler.host_speeds``: the same ops' self times, weighted median; their work as it is):
+  the ranks run one program, and the hosts of a traced job run it at speeds that differ by the
+  run's conditions (the waiting ranks 1.1-1.25x slower than the straggler in most planted-delay
+  jobs), which, with the straggler's extra work gone, would otherwise be predicted as the job's
+  new bound (``ranks_4gpu_tall_delay``: 0.000 predicted, 2.215 ms measured; now 1.726). A rank
+  whose host ran faster keeps its speed. It only removes work, so it never predicts a slower
+  step. The straggler is the graph's
   (``graph_straggler``: the rank the others wait for most over the counted steps, which the
   replay changes). The median rank: among the other ranks, the one whose own work per step
   (``jobgraph.summarise``) is the median. Reads the straggler's trace (and the median rank's)
@@ -512,7 +518,7 @@ def straggler_replay(ranks: list[dict], ctx, summary: dict, straggler: int, *,
     """``straggler_at_median``'s (row, the changed job's ``jobgraph.Schedule`` and
     ``JobGraph``: the unchanged ones where nothing is taken out), or None."""
     from tracekit.ranks import jobgraph
-    from tracekit.ranks.straggler import MIN_DIFF_NS, extra_host_ops
+    from tracekit.ranks.straggler import MIN_DIFF_NS, extra_host_ops, host_speeds
 
     med = median_rank(summary, straggler)
     by = {i.rank: i for i in ctx.inputs}
@@ -547,19 +553,27 @@ def straggler_replay(ranks: list[dict], ctx, summary: dict, straggler: int, *,
     if not ops and share <= 0:
         return (_row(STRAGGLER, title, ctx, [straggler], ctx.schedule.step_ns, None, nothing,
                      removes_only=True), ctx.schedule, ctx.graph)
-    new = jobgraph.with_skeleton(by[straggler], res["free"])
-    sc, jg = jobgraph.predict(ctx.inputs, {straggler: new})
+    changed = {straggler: jobgraph.with_skeleton(by[straggler], res["free"])}
+    speeds = {k: f for k, f in host_speeds(ranks, straggler).items() if k in by and f > 1.0}
+    for k, f in speeds.items():
+        changed[k] = jobgraph.with_host_speed(by[k], f)
+    sc, jg = jobgraph.predict(ctx.inputs, changed)
     what = [f"{n} ({x:.0%} of it)" if x < 1 else n for n, x in
             sorted(ops.items(), key=lambda kv: -kv[1])][:5]
     note = "; ".join(x for x in (
         f"taken out per step: {res['ops_ns'] / 1e6:.3f} ms of host ops rank {med} runs less "
         f"often ({', '.join(what)})" if ops else "",
         f"{res['asleep_ns'] / 1e6:.3f} ms of idle host time beyond the other ranks' median"
-        if res["asleep_ns"] >= 1_000 else "", "skeletons only: the same prediction with contention") if x)
+        if res["asleep_ns"] >= 1_000 else "",
+        "the other ranks' host at its speed (" + ", ".join(
+            f"rank {k} {f:.2f}x faster" for k, f in sorted(speeds.items())) + ")"
+        if speeds else "", "skeletons only: the same prediction with contention") if x)
     row = _row(STRAGGLER, title, ctx, [straggler], sc, None, note, removes_only=True)
     row["taken_out"] = {"ops": {n: round(s, 4) for n, s in ops.items()},
                         "ops_ns": float(res["ops_ns"]), "asleep_ns": float(res["asleep_ns"]),
-                        "asleep_share": round(share, 4)}
+                        "asleep_share": round(share, 4),
+                        "others_host_speed": {str(k): round(f, 4) for k, f in
+                                              sorted(speeds.items())}}
     return row, sc, jg
 
 

@@ -132,7 +132,8 @@ def waiting_job(d: Path, period: float = PERIOD) -> list[Path]:
 
 def sleeper_job(d: Path, *, host_us: dict[int, float], sleep_us: dict[int, float] | None = None,
                 planted: tuple[int, ...] = (), extra_us: dict[int, float] | None = None,
-                steps: int = 5, late_us: dict[int, float] | None = None) -> list[Path]:
+                steps: int = 5, late_us: dict[int, float] | None = None,
+                work_ops: tuple[str, ...] = ("aten::host_work",)) -> list[Path]:
     """Ranks meeting at an all-to-all once a step, each host-bound: rank r's step is
     ``aten::host_work`` of ``host_us[r]`` (a launch call of 5 us every 50 us, each launching a
     3-us kernel the GPU runs at once), then ``aten::extra_host_work`` of ``extra_us[r]`` (the
@@ -142,7 +143,8 @@ def sleeper_job(d: Path, *, host_us: dict[int, float], sleep_us: dict[int, float
     moves its data in 10 us once the last rank has arrived: every rank's step lasts the slowest
     rank's, and the faster ranks wait in their synchronize. ``late_us[r]``: rank r ends its
     first step that much later (more host work after its synchronize, launch calls as above)
-    and starts every later step as late."""
+    and starts every later step as late. ``work_ops``: the host work as these ops one after the
+    other, each an equal share of ``host_us[r]`` (the same ops on every rank)."""
     sleep_us, extra_us, late_us = sleep_us or {}, extra_us or {}, late_us or {}
     world = len(host_us)
     own = {r: host_us[r] + extra_us.get(r, 0.0) + sleep_us.get(r, 0.0) for r in host_us}
@@ -159,7 +161,8 @@ def sleeper_job(d: Path, *, host_us: dict[int, float], sleep_us: dict[int, float
             tail = late_us.get(r, 0.0) if i == 1 else 0.0
             b.profiler_step(i, h, period - 1 + tail)
             t = h + 1
-            for name, span in (("aten::host_work", host_us[r]),
+            share = host_us[r] / len(work_ops)
+            for name, span in (*((n, share) for n in work_ops),
                                ("aten::extra_host_work", extra_us.get(r, 0.0))):
                 if span <= 0:
                     continue
