@@ -17,8 +17,10 @@
   run's conditions (the waiting ranks 1.1-1.25x slower than the straggler in most planted-delay
   jobs), which, with the straggler's extra work gone, would otherwise be predicted as the job's
   new bound (``ranks_4gpu_tall_delay``: 0.000 predicted, 2.215 ms measured; now 1.726). A rank
-  whose host ran faster keeps its speed. It only removes work, so it never predicts a slower
-  step. The straggler is the graph's
+  whose host ran faster keeps its speed. The saving is the straggler's change alone: the job
+  replayed at its host speed with and without the work taken out (the others' speed by itself
+  saves nothing: a job bound by another rank's host gains nothing from the straggler's
+  change). It only removes work, so it never predicts a slower step. The straggler is the graph's
   (``graph_straggler``: the rank the others wait for most over the counted steps, which the
   replay changes). The median rank: among the other ranks, the one whose own work per step
   (``jobgraph.summarise``) is the median. Reads the straggler's trace (and the median rank's)
@@ -553,11 +555,14 @@ def straggler_replay(ranks: list[dict], ctx, summary: dict, straggler: int, *,
     if not ops and share <= 0:
         return (_row(STRAGGLER, title, ctx, [straggler], ctx.schedule.step_ns, None, nothing,
                      removes_only=True), ctx.schedule, ctx.graph)
-    changed = {straggler: jobgraph.with_skeleton(by[straggler], res["free"])}
     speeds = {k: f for k, f in host_speeds(ranks, straggler).items() if k in by and f > 1.0}
-    for k, f in speeds.items():
-        changed[k] = jobgraph.with_host_speed(by[k], f)
-    sc, jg = jobgraph.predict(ctx.inputs, changed)
+    others = {k: jobgraph.with_host_speed(by[k], f) for k, f in speeds.items()}
+    sc, jg = jobgraph.predict(ctx.inputs, {
+        **others, straggler: jobgraph.with_skeleton(by[straggler], res["free"])})
+    predicted = sc.step_ns
+    if others:  # the saving is the straggler's change alone, both replays at its host speed
+        at_speed, _ = jobgraph.predict(ctx.inputs, others)
+        predicted = ctx.schedule.step_ns - (at_speed.step_ns - sc.step_ns)
     what = [f"{n} ({x:.0%} of it)" if x < 1 else n for n, x in
             sorted(ops.items(), key=lambda kv: -kv[1])][:5]
     note = "; ".join(x for x in (
@@ -568,7 +573,7 @@ def straggler_replay(ranks: list[dict], ctx, summary: dict, straggler: int, *,
         "the other ranks' host at its speed (" + ", ".join(
             f"rank {k} {f:.2f}x faster" for k, f in sorted(speeds.items())) + ")"
         if speeds else "", "skeletons only: the same prediction with contention") if x)
-    row = _row(STRAGGLER, title, ctx, [straggler], sc, None, note, removes_only=True)
+    row = _row(STRAGGLER, title, ctx, [straggler], predicted, None, note, removes_only=True)
     row["taken_out"] = {"ops": {n: round(s, 4) for n, s in ops.items()},
                         "ops_ns": float(res["ops_ns"]), "asleep_ns": float(res["asleep_ns"]),
                         "asleep_share": round(share, 4),

@@ -1123,7 +1123,9 @@ class JobWhatIf(TypedDict, total=False):
     """The straggler at the median rank's speed: what it took out of the straggler, per step
     (``ops``: host op -> the share of its self time; ``ops_ns``, ``asleep_ns``: the host time
     of those ops and of the idle host time; ``asleep_share``: the share of the idle host time
-    beyond the other ranks' median; ``tracekit.ranks.whatif.straggler_at_median``)."""
+    beyond the other ranks' median; ``others_host_speed``: rank -> how many times faster its
+    host work is replayed, the straggler's speed where its host ran slower,
+    ``tracekit.ranks.straggler.host_speeds``; ``tracekit.ranks.whatif.straggler_at_median``)."""
 
 
 class JobGraph(TypedDict):
