@@ -2,6 +2,7 @@
 
     python -m bench.small_ranks --baseline DIR [--ranks 1000] [--repeat 3]
         [--job64 bench/data/job64] [--trace TRACE] [--skip-small] [--label TEXT]
+        [--simultaneous]
 
 1. ``--ranks`` rank files of 3 ProfilerSteps with one kernel each (``tests/tracegen.py``:
    ``TraceBuilder(rank=r, world_size=N)``; 9 events a rank, 9,000 for 1,000 ranks) in
@@ -18,6 +19,9 @@
    - ``trace`` (``--trace FILE``: the ~50 MB trace, ``python -m bench.common.synthetic_trace
      --copies 2``): ``tracekit analyze FILE --no-hta --no-cache --format json``, which must not
      get slower either.
+   ``--simultaneous``: the two trees' runs of a case start together and run side by side
+   (each pair under the same load: on a machine shared with other work, one after the other
+   met loads 2x apart); else one after the other.
    Each run: CPU seconds of the process and its worker processes (user + system, ``os.wait4``:
    what ``/usr/bin/time`` reports), wall seconds, peak RSS, exit code, the load average before.
 3. Per case: this tree's CPU seconds over the baseline's in each round (paired), the median
@@ -65,26 +69,53 @@ def make_ranks(out: Path, n: int) -> Path:
 def run(args: list[str], tree: Path, timeout: float) -> dict:
     """``tracekit ARGS`` with ``tree``'s tracekit in a fresh process: CPU (with its children),
     wall, peak RSS, exit code."""
+    return run_all([(args, tree)], timeout)[0]
+
+
+def run_all(jobs: list[tuple[list[str], Path]], timeout: float) -> list[dict]:
+    """``run`` of every (ARGS, tree) at the same time."""
     load = [round(x, 2) for x in os.getloadavg()]
     t0 = time.perf_counter()
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    env.pop("TRACEKIT_CACHE_DIR", None)
-    p = subprocess.Popen([sys.executable, "-m", "tracekit.cli", *args], cwd=tree, env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    procs = []
+    for args, tree in jobs:
+        env = dict(os.environ, PYTHONPATH=str(tree))
+        env.pop("TRACEKIT_CACHE_DIR", None)
+        # stderr to a file: a pipe nobody reads while the other run goes on could fill
+        err = open(_err_file(len(procs)), "w+b")
+        procs.append((subprocess.Popen([sys.executable, "-m", "tracekit.cli", *args], cwd=tree,
+                                       env=env, stdout=subprocess.DEVNULL, stderr=err), err))
+    ended: dict[int, tuple] = {}  # each reaped when it ends (its own wall time)
     deadline = t0 + timeout
-    while True:
-        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
-        if pid:
-            break
+    while len(ended) < len(procs):
+        for i, (p, _) in enumerate(procs):
+            if i not in ended:
+                pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+                if pid:
+                    ended[i] = (status, ru, time.perf_counter() - t0)
         if time.perf_counter() > deadline:
-            p.kill()
-            pid, status, ru = os.wait4(p.pid, 0)
-            break
+            for i, (p, _) in enumerate(procs):
+                if i not in ended:
+                    p.kill()
+                    _, status, ru = os.wait4(p.pid, 0)
+                    ended[i] = (status, ru, time.perf_counter() - t0)
         time.sleep(0.01)
-    err = p.stderr.read().decode(errors="replace")
+    return [_result(err, *ended[i], load) for i, (_, err) in enumerate(procs)]
+
+
+def _err_file(i: int) -> str:
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"small-ranks-stderr-{os.getpid()}-{i}")
+
+
+def _result(err_file, status, ru, wall: float, load: list) -> dict:
+    err_file.seek(0)
+    err = err_file.read().decode(errors="replace")
+    err_file.close()
+    os.unlink(err_file.name)
     rc = os.waitstatus_to_exitcode(status)
     out = {"rc": rc, "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
-           "user_s": round(ru.ru_utime, 3), "wall_s": round(time.perf_counter() - t0, 3),
+           "user_s": round(ru.ru_utime, 3), "wall_s": round(wall, 3),
            "peak_rss_mb": round(ru.ru_maxrss / 1024, 1), "load_before": load}
     if rc != 0:
         out["stderr_tail"] = err[-1000:]
@@ -102,6 +133,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out-dir", default=str(HERE / "results"))
     ap.add_argument("--label", default="", help="what this tree is, where it is no git checkout")
+    ap.add_argument("--simultaneous", action="store_true",
+                    help="run the two trees' runs of a case side by side (the same load)")
     a = ap.parse_args()
     base = Path(a.baseline).resolve()
     cases = {}
@@ -118,8 +151,9 @@ def main() -> None:
     for i in range(a.repeat):
         order = ["this", "baseline"] if i % 2 == 0 else ["baseline", "this"]
         for case, args in cases.items():
-            for who in order:
-                r = run(args, trees[who], a.timeout)
+            got = run_all([(args, trees[who]) for who in order], a.timeout) if a.simultaneous \
+                else [run(args, trees[who], a.timeout) for who in order]
+            for who, r in zip(order, got):
                 runs[case][who].append(r)
                 print(f"round {i} {case:6s} {who:8s} cpu {r['cpu_s']:8.2f} s  wall "
                       f"{r['wall_s']:7.2f} s  rss {r['peak_rss_mb']:7.1f} MB  rc {r['rc']}  "
@@ -142,7 +176,8 @@ def main() -> None:
 
     doc = {"when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
            "host": platform.node(), "cpus": os.cpu_count(), "this": head, "baseline": str(base),
-           "ranks": a.ranks, "events_per_rank": 9, "cases": cases, "summary": summary,
+           "ranks": a.ranks, "events_per_rank": 9, "simultaneous": a.simultaneous,
+           "cases": cases, "summary": summary,
            "runs": runs}
     out = Path(a.out_dir) / f"small-ranks-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
