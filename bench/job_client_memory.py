@@ -19,7 +19,10 @@ Method:
    through pickle (each its own objects, as the client unpickles each worker's result; rank r is
    the base job's rank r mod B, its process groups widened to N, then held as columns as
    ``work.summary`` sends it: ``tracekit.ranks.compact``), then the client's
-   part (``tracekit.ranks.job.build_with_graph`` with ``JobConfig(job_graph=...)``; without the
+   part (``tracekit.ranks.job.build_with_graph`` with ``JobConfig(job_graph=...)`` and, with
+   the graph, the straggler at the median rank's speed, ``whatif.straggler_row``, as
+   ``analyze_job`` runs it: in the client's process, the straggler's trace read again where
+   there is host work to take out, ``straggler_trace_read``; without the
    graph the summaries carry no skeleton, as ``--no-job-graph`` sends none). Recorded: RSS
    (``VmRSS`` of ``/proc/self/status``) after the read and with the N summaries, the peak while
    copying them and the client's part's peak (``VmHWM``, reset through ``/proc/self/clear_refs``
@@ -71,8 +74,8 @@ def status(key):
 def reset_peak():  # the high-water mark back to the current RSS (Linux clear_refs)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-base = []
-for f in sorted(map(str, Path(d).glob("trace_rank*.json.gz"))):  # as the workers send them
+base, files = [], sorted(map(str, Path(d).glob("trace_rank*.json.gz")))
+for f in files:  # as the workers send them
     x = plain(summary(cached_report(f, rules_path=None, cache_dir=cache, with_hta=False,
                                     with_skeleton=True)[0]))
     x["source"] = f
@@ -102,6 +105,16 @@ t, c = time.perf_counter(), time.process_time()
 rs = inputs.assign("d", ranks, other_job_gap_ns=60 * 10**9)
 cfg = JobConfig(job_graph=graph) if kept is None else JobConfig(job_graph=graph, arrivals_kept=kept)
 built, ctx = job.build_with_graph(rs, cfg)
+straggler_what_if = None
+if ctx is not None:  # as analyze_job: the straggler's trace read again (rank r is file r mod B)
+    from tracekit.ranks import whatif
+    for x in rs.ranks:
+        x["source"] = files[int(x["rank"]) % len(files)]
+    got = whatif.straggler_row(rs.ranks, built, ctx, task=whatif.StragglerTask(cache_dir=cache),
+                               workers=1)
+    if got is not None:
+        built["graph"]["what_ifs"].append(got)
+        straggler_what_if = got.get("taken_out") is not None
 took, took_cpu = time.perf_counter() - t, time.process_time() - c
 print("RESULT " + json.dumps({
     "ranks": n, "graph": graph, "kernels_per_rank": len(ranks[0]["collectives"]["kernels"]),
@@ -113,7 +126,8 @@ print("RESULT " + json.dumps({
     "graph_nodes": int(ctx.graph.kind.size) if ctx is not None else 0,
     "graph_edges": int(ctx.graph.src.size) if ctx is not None else 0,
     "job_json_bytes": len(json.dumps(built)), "straggler": built["stragglers"]["rank"],
-    "graph_straggler_what_if": [w["id"] for w in (built.get("graph") or {}).get("what_ifs") or []]}))
+    "graph_straggler_what_if": [w["id"] for w in (built.get("graph") or {}).get("what_ifs") or []],
+    "straggler_trace_read": straggler_what_if}))
 """
 
 

@@ -99,6 +99,33 @@ def _self_times(tid: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     return np.maximum(out, 0)
 
 
+def op_counts(trace: Trace, rules: Rules) -> dict[str, float]:
+    """Every host op's count per step on average (``host_ops``' names, every one, not the
+    ``TOP``): what a job compares across its ranks without reading their traces again
+    (``tracekit.analyses.skeleton``, ``tracekit.ranks.straggler.extra_op_shares``)."""
+    st = steps_mod.compute(trace, rules)
+    n = len(st.steps)
+    ops, codes, cats = phases.host_ops(trace)
+    if not len(ops):
+        return {}
+    if n:
+        lo, hi = int(st.steps["cpu_start"].min()), int(st.steps["cpu_end"].max())
+        ots = column(ops, "ts", np.int64)
+        inside = (ots >= lo) & (ots < hi)
+    else:
+        inside = np.ones(len(ops), bool)
+    c = codes[inside]
+    c = c[c >= 0]
+    per_code = np.bincount(c, minlength=len(cats))
+    used = np.flatnonzero(per_code)
+    names = _cut(np.array([_DIGITS.sub("#", n) for n in np.asarray(cats)[used].astype(str)],
+                          dtype=object))
+    out: dict[str, float] = {}
+    for name, k in zip(names.tolist(), per_code[used].tolist()):
+        out[name] = out.get(name, 0.0) + k / max(n, 1)
+    return out
+
+
 def compute(trace: Trace, rules: Rules, *, steps: steps_mod.StepsResult | None = None,
             top_ops: int | None = TOP) -> ProfileResult:
     """The rank's profile (see the module docstring); ``steps``: the steps result when the

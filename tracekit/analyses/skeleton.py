@@ -31,6 +31,9 @@ class SkeletonResult:
     asleep_ns: float = 0.0
     """Host time per step the trace does not show the rank's main thread doing anything
     (``host_asleep``): what a sleep, or a wait outside the trace, costs it."""
+    op_counts: dict | None = None
+    """Every host op's count per step (``tracekit.analyses.profile.op_counts``): which ops the
+    straggler runs more often than the median rank, without reading either trace again."""
 
     def to_dict(self) -> dict:
         s = self.skeleton
@@ -42,7 +45,8 @@ class SkeletonResult:
         return {"view": self.view, "kernels": self.kernels.tolist(),
                 "pinned": s.pinned.tolist(), "arrive": s.arrive.tolist(), "end": s.end.tolist(),
                 "steps": s.steps.tolist(), "done": s.done.tolist(), "pin_done": int(s.pin_done),
-                "asleep_ns": float(self.asleep_ns), "terms": terms}
+                "asleep_ns": float(self.asleep_ns), "op_counts": dict(self.op_counts or {}),
+                "terms": terms}
 
 
 def host_asleep(g) -> np.ndarray:
@@ -101,4 +105,7 @@ def compute(trace: Trace, rules: Rules, *, config=None) -> SkeletonResult | None
     nodes, which = nodes[o], which[o]
     s = sk.reduce(g, nodes)
     view = "untraced" if est is not None and config.untraced else "traced"
-    return SkeletonResult(view=view, kernels=which, skeleton=s, asleep_ns=asleep_per_step(g))
+    from tracekit.analyses.profile import op_counts
+
+    return SkeletonResult(view=view, kernels=which, skeleton=s, asleep_ns=asleep_per_step(g),
+                          op_counts=op_counts(trace, rules))

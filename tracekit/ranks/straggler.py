@@ -14,10 +14,12 @@ all-to-all sizes: the all-to-all instances where it received the most bytes, lar
 against the median of the other ranks in the same instance (a rank that receives more moves
 more data and has more rows to look up).
 
-``extra_host_ops``: the host ops the straggler runs more often than the median rank (an op
-the others lack, or more instances of one): the host work the straggler at the median rank's
-speed no longer does (``tracekit.ranks.whatif.straggler_at_median``); an op both run as often
-is the same work, however long it takes.
+``extra_op_shares``: the host ops the straggler runs more often than the median rank (an op
+the other lacks, or more instances of one), the share of each op's instances the median rank
+lacks, from the two ranks' skeletons' counts of every op (``op_counts``: no trace read again):
+the host work the straggler at the median rank's speed no longer does
+(``tracekit.ranks.whatif.straggler_at_median``); an op both run as often is the same work,
+however long it takes.
 
 ``host_speeds``: how many times slower than a reference rank (the straggler) each rank's host
 ran the same ops: the traced ranks run one program, and their hosts run its ops at speeds that
@@ -30,8 +32,6 @@ import re
 
 import numpy as np
 import pandas as pd
-
-from tracekit.analyses.profile import TOP
 
 COMMUNICATION_KERNEL = re.compile(r"(?i)nccl|rccl")
 """Kernel names left out of the comparison (NCCL/RCCL: their time is mostly waiting)."""
@@ -120,47 +120,6 @@ def why(ranks: list[dict], straggler: int | None, arrivals: pd.DataFrame | None 
             "phases": phases[:KEPT], "ops": ops[:KEPT], "all_to_all": sizes}
 
 
-def extra_host_ops(ranks: list[dict], rank: int) -> dict[str, float | None]:
-    """Per host op name (``profile``'s ``host_ops``, digits as ``#``) that rank ``rank`` may run
-    more often than the other ranks: the share of its instances the median of the others lacks,
-    ``1 - median count / its count`` per step (1.0: no other rank runs it), where that share of
-    its self time is at least ``MIN_DIFF_NS`` a step; None where a rank's list is full
-    (``profile.TOP`` names) and does not list it (it may run it below its list: its count is
-    not known from the profiles)."""
-    mine = None
-    others = []
-    for r in ranks:
-        ops = (r.get("profile") or {}).get("host_ops") or []
-        table = {str(o["name"]): float(o.get("count") or 0.0) for o in ops}
-        if int(r["rank"]) == int(rank):
-            mine = {str(o["name"]): (float(o.get("self_ns") or 0.0), float(o.get("count") or 0.0))
-                    for o in ops}
-        else:
-            others.append((table, len(ops) >= TOP))
-    if not mine or not others:
-        return {}
-    out: dict[str, float | None] = {}
-    for name, (self_ns, count) in mine.items():
-        if count <= 0 or self_ns < MIN_DIFF_NS:
-            continue
-        counts = []
-        for table, full in others:
-            if name in table:
-                counts.append(table[name])
-            elif not full:
-                counts.append(0.0)
-            else:
-                counts = None
-                break
-        if counts is None:
-            out[name] = None
-            continue
-        med = float(np.median(counts))
-        if med < count and (1.0 - med / count) * self_ns >= MIN_DIFF_NS:
-            out[name] = 1.0 - med / count
-    return out
-
-
 def host_speeds(ranks: list[dict], reference: int) -> dict[int, float]:
     """Per rank other than ``reference``: how many times slower than ``reference``'s its host
     ran the same ops (module docstring): over the host ops both list (``profile``'s
@@ -194,4 +153,28 @@ def host_speeds(ranks: list[dict], reference: int) -> dict[int, float]:
         o = np.argsort(ratio, kind="stable")
         cum = np.cumsum(weight[o])
         out[k] = float(ratio[o][int(np.searchsorted(cum, cum[-1] / 2.0))])
+    return out
+
+
+def extra_op_shares(ranks: list[dict], rank: int, median: int) -> dict[str, float] | None:
+    """Per host op that rank ``rank`` runs more often per step than rank ``median``: ``1 - its
+    count there / its count here``, where that share of its self time is at least
+    ``MIN_DIFF_NS`` a step. The ops are those of ``rank``'s ``profile`` (its ``TOP`` by self
+    time, with their self times); the counts, every op's, from both ranks' skeletons
+    (``op_counts``: an op the median rank's skeleton does not count, it does not run). None
+    where either rank has no skeleton with counts."""
+    by = {int(r["rank"]): r for r in ranks}
+    mine, theirs = by.get(int(rank)), by.get(int(median))
+    if mine is None or theirs is None:
+        return None
+    counts = [(x.get("skeleton") or {}).get("op_counts") for x in (mine, theirs)]
+    if any(c is None for c in counts):
+        return None
+    out = {}
+    for o in (mine.get("profile") or {}).get("host_ops") or []:
+        name, self_ns = str(o["name"]), float(o.get("self_ns") or 0.0)
+        c = float(counts[0].get(name, o.get("count") or 0.0))
+        m = float(counts[1].get(name, 0.0))
+        if c > m and (1.0 - m / c) * self_ns >= MIN_DIFF_NS:
+            out[name] = 1.0 - m / c
     return out

@@ -3,8 +3,8 @@
 - ``straggler at the median rank's speed``: the straggler without the host work the other
   ranks lack, what the traces say it does beyond them (``tracekit.ranks.straggler``'s op-by-op
   difference): each host op it runs more often per step than the median rank (an op the
-  others lack, or more instances of one: ``straggler.extra_host_ops`` from the profiles, every
-  op counted on both traces by ``StragglerTask``), that share of the op's self time, and its
+  others lack, or more instances of one: ``straggler.extra_op_shares``, every op counted in
+  both ranks' skeletons), that share of the op's self time, and its
   host time the trace shows the thread doing nothing the model explains (a ``time.sleep``, a
   wait outside the trace: ``tracekit.analyses.skeleton.host_asleep``) beyond the other ranks'
   median, that share of it. Taken out of the straggler's own graph (``without_host_work``),
@@ -23,8 +23,9 @@
   change). It only removes work, so it never predicts a slower step. The straggler is the graph's
   (``graph_straggler``: the rank the others wait for most over the counted steps, which the
   replay changes). The median rank: among the other ranks, the one whose own work per step
-  (``jobgraph.summarise``) is the median. Reads the straggler's trace (and the median rank's)
-  again, where the profiles or the skeletons' ``asleep_ns`` say there is something to take out.
+  (``jobgraph.summarise``) is the median. Reads the straggler's trace again (its graph is
+  changed), where the skeletons' ``op_counts`` or ``asleep_ns`` say there is something to take
+  out; the median rank's trace is not read.
 - ``all-to-all balanced``: every rank doing the mean rank's work: in each phase whose GPU time
   differs across ranks (the largest rank's at least ``PHASE_IMBALANCE_MIN`` times the mean:
   what the shards' sizes decide, not the noise of equal work; communication left out), every
@@ -331,16 +332,13 @@ def _row(ident: str, title: str, ctx, changed: list[int], free, aware, note: str
 @dataclass(frozen=True)
 class StragglerTask:
     """Reduce the straggler's explain graph again without the host work the median rank lacks
-    (``without_host_work``): of the ``candidates`` ops, those it runs more often per step than
-    the median rank (``median_path``'s trace: every op counted, ``extra_ops``), and
-    ``asleep_share`` of its unexplained host time. Returns ``{"free": skeleton, "ops",
-    "ops_ns", "asleep_ns"}`` (the ``schema.Skeleton`` dict; op -> the share taken out; the host
-    time taken out per step, of the ops and of the unexplained host time) or ``Failed``."""
+    (``without_host_work``): ``ops`` (op -> the share of its self time taken out:
+    ``straggler.extra_op_shares``, from the ranks' skeletons) and ``asleep_share`` of its
+    unexplained host time. Returns ``{"free": skeleton, "ops", "ops_ns", "asleep_ns"}`` (the
+    ``schema.Skeleton`` dict; the ops taken out; the host time taken out per step, of the ops
+    and of the unexplained host time) or ``Failed``. Reads the straggler's trace alone."""
 
-    candidates: tuple = ()
-    """Op names (``tracekit.analyses.profile.op_names``) the profiles say the straggler may run
-    more often (``tracekit.ranks.straggler.extra_host_ops``)."""
-    median_path: str | None = None
+    ops: dict = field(default_factory=dict)
     asleep_share: float = 0.0
     """The share of the rank's unexplained host time taken out
     (``tracekit.analyses.skeleton.host_asleep``)."""
@@ -350,45 +348,11 @@ class StragglerTask:
 
     def __call__(self, path: str) -> dict | Failed:
         def reduce(t):
-            ops = {}
-            if self.candidates and self.median_path:
-                ops = extra_ops(t, self.median_path, self.candidates, rules_path=self.rules_path,
-                                cache_dir=self.cache_dir, use_cache=self.use_cache)
-                if isinstance(ops, Failed):
-                    return ops
-            return {**without_host_work_skeleton(t.trace, t.rules, ops, self.asleep_share),
-                    "ops": ops}
+            return {**without_host_work_skeleton(t.trace, t.rules, self.ops, self.asleep_share),
+                    "ops": dict(self.ops)}
 
         return _on_one_rank(path, reduce, rules_path=self.rules_path, cache_dir=self.cache_dir,
                             use_cache=self.use_cache)
-
-
-def extra_ops(loaded, median_path: str, candidates, *, rules_path, cache_dir,
-              use_cache: bool) -> dict[str, float] | Failed:
-    """Of ``candidates``, the ops the rank ``loaded`` runs more often per step than the rank of
-    ``median_path`` (every op of both counted: ``tracekit.analyses.profile`` with no cut):
-    op -> ``1 - its count there / its count here``, where that share of its self time is at
-    least ``straggler.MIN_DIFF_NS`` a step."""
-    from tracekit.analyses import profile
-    from tracekit.ranks.straggler import MIN_DIFF_NS
-
-    def counts(t) -> dict[str, tuple[float, float]]:
-        p = profile.compute(t.trace, t.rules, top_ops=None).host_ops
-        return {str(n): (float(x), float(c)) for n, x, c in
-                zip(p["name"], p["self_ns"], p["count"])}
-
-    mine = counts(loaded)
-    theirs = _on_one_rank(median_path, counts, rules_path=rules_path, cache_dir=cache_dir,
-                          use_cache=use_cache)
-    if isinstance(theirs, Failed):
-        return theirs
-    out = {}
-    for name in candidates:
-        self_ns, c = mine.get(str(name), (0.0, 0.0))
-        m = theirs.get(str(name), (0.0, 0.0))[1]
-        if c > m and (1.0 - m / c) * self_ns >= MIN_DIFF_NS:
-            out[str(name)] = 1.0 - m / c
-    return out
 
 
 def without_host_work_skeleton(trace, rules, ops: dict[str, float], asleep_share: float) -> dict:
@@ -520,13 +484,15 @@ def straggler_replay(ranks: list[dict], ctx, summary: dict, straggler: int, *,
     """``straggler_at_median``'s (row, the changed job's ``jobgraph.Schedule`` and
     ``JobGraph``: the unchanged ones where nothing is taken out), or None."""
     from tracekit.ranks import jobgraph
-    from tracekit.ranks.straggler import MIN_DIFF_NS, extra_host_ops, host_speeds
+    from tracekit.ranks.straggler import MIN_DIFF_NS, extra_op_shares, host_speeds
 
     med = median_rank(summary, straggler)
     by = {i.rank: i for i in ctx.inputs}
     if med is None or straggler not in by:
         return None
-    cands = tuple(extra_host_ops(ranks, straggler))
+    ops = extra_op_shares(ranks, straggler, med)
+    if ops is None:
+        return None
     mine = by[straggler].skeleton.get("asleep_ns")
     others = [by[r].skeleton.get("asleep_ns") for r in by if r != straggler]
     share = 0.0
@@ -538,23 +504,18 @@ def straggler_replay(ranks: list[dict], ctx, summary: dict, straggler: int, *,
              "lacks)")
     nothing = (f"rank {straggler} runs no host op more often than rank {med} and is no longer "
                "idle on the host than the median rank: nothing to take out")
-    if not cands and share <= 0:
+    if not ops and share <= 0:
         return (_row(STRAGGLER, title, ctx, [straggler], ctx.schedule.step_ns, None, nothing,
                      removes_only=True), ctx.schedule, ctx.graph)
-    paths = {int(r["rank"]): readable_path(r) for r in ranks}
-    if paths.get(straggler) is None or (cands and paths.get(med) is None):
+    path = next((readable_path(r) for r in ranks if int(r["rank"]) == straggler), None)
+    if path is None:
         return None
-    got = executors.run(replace(task, candidates=cands, median_path=paths.get(med),
-                                asleep_share=share), [paths[straggler]],
+    got = executors.run(replace(task, ops=ops, asleep_share=share), [path],
                         workers=workers, scheduler=scheduler,
                         connect_timeout_s=connect_timeout_s)
     if not got or isinstance(got[0], Failed):
         return None
     res = got[0]
-    ops = res["ops"]
-    if not ops and share <= 0:
-        return (_row(STRAGGLER, title, ctx, [straggler], ctx.schedule.step_ns, None, nothing,
-                     removes_only=True), ctx.schedule, ctx.graph)
     speeds = {k: f for k, f in host_speeds(ranks, straggler).items() if k in by and f > 1.0}
     others = {k: jobgraph.with_host_speed(by[k], f) for k, f in speeds.items()}
     sc, jg = jobgraph.predict(ctx.inputs, {

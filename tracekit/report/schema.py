@@ -734,7 +734,8 @@ class Skeleton(TypedDict):
     replay); per step window: ``steps``, ``done`` (its completion); ``pin_done`` the pinned
     first step's completion; ``asleep_ns`` the host time per step in which the trace shows
     its main thread doing nothing the model explains (a sleep, a wait outside the trace:
-    ``tracekit.analyses.skeleton.host_asleep``)."""
+    ``tracekit.analyses.skeleton.host_asleep``); ``op_counts`` every host op's count per step
+    (``tracekit.analyses.profile.op_counts``)."""
 
     view: Literal["untraced", "traced"]
     kernels: list[int]
@@ -745,6 +746,7 @@ class Skeleton(TypedDict):
     done: list[int]
     pin_done: int
     asleep_ns: float
+    op_counts: dict[str, float]
     terms: SkeletonTerms
 
 

@@ -46,3 +46,22 @@ def test_too_few_ops_or_no_profile():
     few = {n: BASE[n] for n in list(BASE)[:4]}
     assert host_speeds([_rank(0, few), _rank(1, few)], 0) == {}
     assert host_speeds([{"rank": 0}, _rank(1, BASE)], 0) == {}
+
+
+def _with_counts(rank: int, ops: dict[str, tuple[float, float]], counts: dict[str, float]):
+    return {**_rank(rank, ops), "skeleton": {"op_counts": counts}}
+
+
+def test_extra_op_shares_from_every_ops_count():
+    """The median rank's profile lists only its largest ops: an op below its list is counted
+    in its skeleton (``op_counts``) and is not taken for one it lacks."""
+    from tracekit.ranks.straggler import extra_op_shares
+
+    mine = _with_counts(1, {"aten::addmm": (100_000, 7), "## delay ##": (2_000_000, 1),
+                            "aten::index": (60_000, 4)},
+                        {"aten::addmm": 7, "## delay ##": 1, "aten::index": 4, "aten::add": 9})
+    median = _with_counts(0, {"aten::addmm": (90_000, 7)},
+                          {"aten::addmm": 7, "aten::index": 1, "aten::add": 9})
+    got = extra_op_shares([median, mine], 1, 0)
+    assert got == {"## delay ##": 1.0, "aten::index": pytest.approx(0.75)}
+    assert extra_op_shares([_rank(0, BASE), mine], 1, 0) is None  # no counts: not known

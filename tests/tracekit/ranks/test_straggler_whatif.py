@@ -98,3 +98,21 @@ def test_a_faster_waiting_rank_keeps_its_speed(tmp_path):
                 work_ops=WORK_OPS)
     assert w["taken_out"]["others_host_speed"] == {}
     assert 1_900_000 <= w["saving_ns"] <= 2_100_000, w
+
+
+def test_the_median_ranks_trace_is_not_read_again(tmp_path):
+    """Which ops the straggler runs more often comes from the ranks' skeletons (every op's
+    count per step, ``op_counts``), not from reading the median rank's trace again: with rank
+    0's file gone after the job's analysis, the what-if still takes the planted op out."""
+    from tracekit.ranks import whatif
+
+    rep, w = _row(tmp_path, host_us={0: 1000, 1: 1000}, sleep_us={1: 2000}, planted=(1,))
+    assert w["taken_out"]["ops"] == {"## planted_host_delay ##": 1.0}
+    counts = [r["skeleton"]["op_counts"] for r in sorted(rep.ranks, key=lambda r: r["rank"])]
+    assert counts[1]["## planted_host_delay ##"] == pytest.approx(1.0)
+    assert "## planted_host_delay ##" not in counts[0]
+    assert counts[0]["aten::host_work"] == counts[1]["aten::host_work"] == pytest.approx(1.0)
+    (tmp_path / "job" / "trace_rank0.json.gz").unlink()
+    again = whatif.straggler_row(rep.ranks, rep.job, rep.graph, task=whatif.StragglerTask(
+        cache_dir=str(tmp_path / "cache")), workers=1)
+    assert again is not None and again["saving_ns"] == w["saving_ns"]
