@@ -5,7 +5,9 @@ of its own (its time and peak memory are its own), on a trace the first round's 
 (``tests/damage.py``, ``test_wild_property.mutation``) damaged.
 
 On every case: exit 0 or 2; at most 3 lines on stderr; no traceback; exit 2 is exactly one
-``tracekit: error:`` line; at most 10 s and 1 GB (cases of at most 10 k events); every input
+``tracekit: error:`` line; at most 10 s of CPU (the process and its children: the wall time of a
+busy machine says nothing of tracekit; a hang is caught by a 60 s wall limit) and 1 GB (cases of
+at most 10 k events); every input
 byte-identical afterwards (the traces, the rules file, the other files of the directory); and
 with exit 0, no figure outside its physical range (a negative duration, size or busy time; a
 step longer than the trace) without a warning.
@@ -35,10 +37,13 @@ from tests.tracekit.test_wild_property import SOURCES, _doc, mutation
 
 EXAMPLES = int(os.environ.get("TRACEKIT_FUZZ_EXAMPLES", "12"))
 MAX_SECONDS = 10.0
+"""CPU seconds of one case (its process and its children)."""
+MAX_WALL_SECONDS = 60.0
+"""Wall seconds of one case: a hang, whatever the machine's load."""
 MAX_RSS_KB = 1 << 20  # 1 GB
 
 _DRIVER = textwrap.dedent("""
-    import sys, time
+    import resource, sys, time
     t = time.perf_counter()
     from tracekit.cli import main
     code = 0
@@ -48,20 +53,24 @@ _DRIVER = textwrap.dedent("""
         code = e.code
     finally:  # VmHWM: this process's own peak
         peak = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
+        cpu = sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                    resource.getrusage(resource.RUSAGE_CHILDREN)))
         with open(sys.argv[1], "w") as f:
-            f.write(f"{peak} {time.perf_counter() - t}")
+            f.write(f"{peak} {cpu} {time.perf_counter() - t}")
     sys.exit(code)
 """)
 
 
 def _cli(tmp: Path, *args) -> tuple[int, str, list[str], int, float]:
-    """(exit code, stdout, stderr lines, peak RSS KB, seconds inside main) of one CLI run."""
+    """(exit code, stdout, stderr lines, peak RSS KB, CPU seconds inside main) of one CLI run;
+    its wall time inside main at most ``MAX_WALL_SECONDS``."""
     probe = tmp / "probe"
     r = subprocess.run([sys.executable, "-c", _DRIVER, str(probe), *map(str, args)],
                        capture_output=True, text=True, timeout=120,
                        env={**os.environ, "TRACEKIT_CACHE_DIR": str(tmp / "cache")})
-    rss, took = probe.read_text().split()
-    return r.returncode, r.stdout, r.stderr.splitlines(), int(rss), float(took)
+    rss, cpu, wall = probe.read_text().split()
+    assert float(wall) <= MAX_WALL_SECONDS, (args, wall)
+    return r.returncode, r.stdout, r.stderr.splitlines(), int(rss), float(cpu)
 
 
 def _digests(paths) -> dict:
