@@ -156,22 +156,25 @@ def prepare(run: Run) -> None:
         setattr(run, name, {t: float(tot[i]) for i, t in enumerate(oh.TERMS)})
 
 
-def model_of(costs: dict, source: str = ""):
+def model_of(costs: dict, source: str = "", slow_host_by: str | None = None):
     """The model of ``costs`` ({term: ns}, and ``launch_ref``: the fitted host's launch call,
-    ns; 0 or absent: no host-speed scaling)."""
+    ns; 0 or absent: no host-speed scaling); ``slow_host_by``: the option under which a slow
+    host is the profiler's (``OverheadModel.slow_host_by``; None: the default model's, none
+    without a host speed)."""
     from tracekit.graph import overhead as oh
 
+    ref = float(costs.get("launch_ref", 0.0))
+    rule = oh.DEFAULT_MODEL.slow_host_by if slow_host_by is None else slow_host_by
     return oh.OverheadModel(**{f"{t}_ns": float(costs.get(t, 0.0)) for t in oh.TERMS},
-                            launch_ref_ns=float(costs.get("launch_ref", 0.0)),
-                            shapes_slow_host=bool(costs.get("launch_ref", 0.0)), source=source)
+                            launch_ref_ns=ref, slow_host_by=rule if ref else "", source=source)
 
 
-def estimate_ms(run: Run, costs: dict) -> float:
+def estimate_ms(run: Run, costs: dict, slow_host_by: str | None = None) -> float:
     """The estimated untraced step (ms, the counted steps' mean), as explain reports it."""
     from tracekit.graph import overhead as oh
     from tracekit.graph import whatif as wi
 
-    model = model_of(costs)
+    model = model_of(costs, slow_host_by=slow_host_by)
     cost = oh.host_cost(None, run.graph, model, run.counts)
     _, rep = oh.untraced_steps(run.graph, cost, run.windows,
                                host_factor=oh.host_factor(run.counts, model))
@@ -189,12 +192,12 @@ def job_folders(runs: list[Run]) -> dict[str, list[Run]]:
     return {d: rs for d, rs in by.items() if len({r.rank for r in rs}) == rs[0].gpus}
 
 
-def joined_ms(folder: str, costs: dict) -> dict[int, float]:
+def joined_ms(folder: str, costs: dict, slow_host_by: str | None = None) -> dict[int, float]:
     """Per rank of the job in ``folder``: its estimated untraced step with every rank's overhead
     taken out, the ranks joined at their collectives (``bench.common.joined``), ms."""
     from bench.common.joined import joined_ms as joined
 
-    return joined(folder, model_of(costs))
+    return joined(folder, model_of(costs, slow_host_by=slow_host_by))
 
 
 def _golden(f, lo: float, hi: float, iters: int = 22) -> float:

@@ -42,13 +42,16 @@ same process is slower or faster in another run (the runtime's ``multitask_p0`` 
 6.5 us a launch traced, 45.0 ms untraced steps, against 4.3 us and 32.3 ms in the same preset's
 other runs); so is a process beside others on its host (the 2- and 4-GPU jobs: 5-9 us).
 
-Where the trace recorded every op's inputs (``record_shapes``) a slow traced host is the
-profiler's doing, not the process's: the runs that record them ran their untraced steps at the
-fitted host's pace (the runtime's ``multitask_p0`` with shapes: launches 6.7 us traced, untraced
-steps 32.4 ms as in the preset's other runs; TorchRec's benchmark, which records them, on 1, 2
-and 4 GPUs), so the rest of the host's work is made as much faster (``host_factor``), on top of
-the costs taken out. Without recorded inputs no such factor: a slow host there was as slow
-untraced (``multitask_p0`` SparseDist, default options: 45.0 ms untraced).
+Where the trace was taken with ``with_modules`` or ``with_flops`` (TorchRec's benchmark: with
+``record_shapes`` too) a slow traced host is the profiler's doing, not the process's: those runs
+ran their untraced steps at the fitted host's pace, so the rest of the host's work is made as
+much faster (``host_factor``), on top of the costs taken out. The profiler costs TorchRec's host
+more than its recorded events account for: 3.7 us per recorded op or call, the runtime's 2.1
+(its host does 6.5 us of work per recorded op or call untraced, the runtime's 4.2: more Python
+between the ops). Without those options no such factor: a slow host there was as slow untraced
+(the runtime's ``multitask_p0`` SparseDist, default options: 45.0 ms untraced). Recorded inputs
+alone (``record_shapes``, the rule before 2026-11-28) do not tell it: the runtime's runs with
+them alone were slow untraced too (``bench/NOTES-explain.md``).
 
 The coefficients are fitted on the runtime's traced and untraced runs (``bench/overhead_fit.py``
 says on which, and judges them on runs it was not fitted on); ``DEFAULT_MODEL`` holds the current
@@ -121,10 +124,14 @@ class OverheadModel:
     """The traced duration of a launch call (``SPEED_CALLS``: its 25th percentile) on the host
     the costs were fitted on: a trace whose launches take ``k`` times as long has its costs
     scaled by ``k`` (``host_speed``; within ``SPEED_RANGE``). 0: no scaling."""
-    shapes_slow_host: bool = True
-    """With recorded inputs (``record_shapes``) a slow host (``host_speed`` above 1) is the
-    profiler's doing: the rest of the host's work is taken as that much faster untraced too
-    (``host_factor``). Without them the same slowness is the process's, traced or not."""
+    slow_host_by: str = "modules_flops"
+    """The profiler options under which a slow host (``host_speed`` above 1) is the profiler's
+    doing, so that the rest of the host's work is taken as that much faster untraced too
+    (``host_factor``): ``"modules_flops"`` (``with_modules`` or ``with_flops``: what TorchRec's
+    benchmark records beyond inputs; every trace judged has both or neither, so which of the two
+    slows the host is not told apart), ``"shapes"`` (``record_shapes``: the rule before
+    2026-11-28, which over-corrected the runtime's runs with recorded inputs alone) or ``""``
+    (never). Without them the same slowness is the process's, traced or not."""
     source: str = ""
     """Where the coefficients come from (the fit's runs, or what the user gave)."""
 
@@ -145,11 +152,14 @@ class OverheadModel:
 
 DEFAULT_MODEL = OverheadModel(
     cpu_op_ns=982.0, runtime_ns=1833.0, memory_ns=513.0, sync_call_ns=339.0, python_ns=1325.0,
-    shapes_ns=312.0, modules_ns=126.0, launch_ref_ns=4338.0,
+    shapes_ns=312.0, modules_ns=126.0, launch_ref_ns=4338.0, slow_host_by="modules_flops",
     source="the per-term ratios fitted on the runtime's 1-GPU multitask_b32k and multitask_b4k "
            "runs under six profiler option sets (bench/results/overhead-fit-20261127-1025.json), "
            "scaled 1.108 and a host speed read on the runtime's 1-GPU runs of every preset, "
-           "default options, H200 (bench/results/overhead-fit-20261127-1735.json)")
+           "default options, H200 (bench/results/overhead-fit-20261127-1735.json); the slow-host "
+           "rule keyed on with_modules/with_flops, judged leave one set out on the released "
+           "held-out sets 3-6 (bench/results/overhead-loso-20261128.md), where a refit of the "
+           "costs on them did not hold")
 """The current fit (``bench/overhead_fit.py``; its runs and figures in docs/explain.md)."""
 
 
@@ -173,6 +183,8 @@ class Counts:
     launch_ns: float | None = None
     """The trace's launch calls' traced duration (``launch_duration``), None where too few
     launches are read."""
+    flops_recorded: bool = False
+    """Whether the file says ``with_flops``."""
 
 
 @dataclass(frozen=True)
@@ -271,11 +283,18 @@ def host_speed(counts: "Counts", model: "OverheadModel") -> float:
     return float(min(max(counts.launch_ns / model.launch_ref_ns, lo), hi))
 
 
+SLOW_HOST_OPTIONS = ("modules_flops", "shapes", "")
+"""The values of ``OverheadModel.slow_host_by``."""
+
+
 def host_factor(counts: "Counts", model: "OverheadModel") -> float:
     """How many times faster than traced the rest of the host runs untraced (module docstring):
-    the host's speed factor where the trace recorded inputs (``record_shapes``) and the model
-    says so (``OverheadModel.shapes_slow_host``), never below 1; else 1.0."""
-    if not (model.shapes_slow_host and counts.shapes_recorded):
+    the host's speed factor where the trace was taken with the options
+    ``OverheadModel.slow_host_by`` names (``with_modules`` or ``with_flops``, by default), never
+    below 1; else 1.0."""
+    on = {"modules_flops": counts.modules_recorded or counts.flops_recorded,
+          "shapes": counts.shapes_recorded}.get(model.slow_host_by, False)
+    if not on:
         return 1.0
     return max(host_speed(counts, model), 1.0)
 
@@ -294,12 +313,13 @@ def count(trace: Trace, g: Graph) -> Counts:
     shapes = _shapes_recorded(trace)
     sync_on = bool((e_kind == int(Kind.SYNC)).any())
     modules = bool(_flag(trace, "with_modules"))
+    flops = bool(_flag(trace, "with_flops"))
     # per CPU node: its trace span (a call: the event's own ts/dur; a marker: its time)
     host = g.kind != NodeKind.GPU
     ids = np.flatnonzero(host)
     launch_ns = launch_duration(g)
     if not ids.size:
-        return Counts(before, in_call, totals, shapes, sync_on, modules, launch_ns)
+        return Counts(before, in_call, totals, shapes, sync_on, modules, launch_ns, flops)
     rows = g.row[ids]
     t0 = np.where(rows >= 0, e_ts[np.maximum(rows, 0)], g.start[ids])
     t1 = np.where(rows >= 0, e_end[np.maximum(rows, 0)], g.start[ids])
@@ -344,7 +364,7 @@ def count(trace: Trace, g: Graph) -> Counts:
     m = trace.memory
     if m is not None and len(m):
         points(2, column(m, "tid", np.int64), column(m, "ts", np.int64), np.ones(len(m)))
-    return Counts(before, in_call, totals, shapes, sync_on, modules, launch_ns)
+    return Counts(before, in_call, totals, shapes, sync_on, modules, launch_ns, flops)
 
 
 # ---- the host cost (the seam) -----------------------------------------------------------------
@@ -481,7 +501,9 @@ def estimate(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL, *,
         pace = (f"; the costs x {speed:.2f} for this host's speed (its launch calls "
                 f"{c.launch_ns / 1e3:.2f} us, {model.launch_ref_ns / 1e3:.2f} on the fitted runs)")
     if slowed > 1.0:
-        pace += (f"; with recorded inputs (record_shapes) that slowness is the profiler's: the "
+        opt = {"modules_flops": "with_modules or with_flops",
+               "shapes": "recorded inputs (record_shapes)"}[model.slow_host_by]
+        pace += (f"; with {opt} that slowness is the profiler's: the "
                  f"rest of the host {slowed:.2f}x faster untraced")
     rests = (f"per step {terms}: {taken / 1e6:,.3f} ms of host time taken out and the graph "
              f"replayed (costs: {model.source}{pace})")
