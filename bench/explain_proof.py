@@ -446,16 +446,11 @@ def main(argv=None) -> int:
     text = render(doc)
     print(text)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
+        from bench.common import write_pair
         from bench.common.proof_manifest import device_slug
 
-        stem = os.path.join(args.out, f"explain-proof-{device_slug(doc['device'])}-"
-                                      f"{doc['date'].replace('-', '')}{args.suffix}")
-        with open(stem + ".md", "w") as f:
-            f.write(text)
-        with open(stem + ".json", "w") as f:
-            json.dump(doc, f, indent=1)
-        print(f"wrote {stem}.md and .json", file=sys.stderr)
+        write_pair(args.out, f"explain-proof-{device_slug(doc['device'])}-"
+                             f"{doc['date'].replace('-', '')}{args.suffix}", text, doc)
     return 0
 
 

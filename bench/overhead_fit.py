@@ -45,6 +45,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from bench.common import write_pair
+
 TARGET = 0.10
 """The estimated untraced step within +-10 % of the measured one (issue 24)."""
 MAX_COST_NS = 20_000.0
@@ -396,13 +398,7 @@ def main(argv=None) -> int:
     text = render(doc)
     print(text)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        stem = os.path.join(args.out, f"overhead-fit-{now:%Y%m%d-%H%M}{args.tag}")
-        with open(stem + ".md", "w") as f:
-            f.write(text)
-        with open(stem + ".json", "w") as f:
-            json.dump(doc, f, indent=1)
-        print(f"wrote {stem}.md and .json", file=sys.stderr)
+        write_pair(args.out, f"overhead-fit-{now:%Y%m%d-%H%M}{args.tag}", text, doc)
     return 0
 
 

@@ -46,6 +46,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from bench import overhead_fit as of
+from bench.common import write_pair
 
 TARGET = of.TARGET
 BEFORE = {"cpu_op": 982.0, "runtime": 1833.0, "memory": 513.0, "sync_call": 339.0,
@@ -271,13 +272,7 @@ def main(argv=None) -> int:
     text = render(doc)
     print(text)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        stem = os.path.join(args.out, f"overhead-loso-{now:%Y%m%d-%H%M}{args.tag}")
-        with open(stem + ".md", "w") as f:
-            f.write(text)
-        with open(stem + ".json", "w") as f:
-            json.dump(doc, f, indent=1)
-        print(f"wrote {stem}.md and .json", file=sys.stderr)
+        write_pair(args.out, f"overhead-loso-{now:%Y%m%d-%H%M}{args.tag}", text, doc)
     return 0
 
 

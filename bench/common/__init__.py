@@ -29,6 +29,19 @@ def repo_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def write_pair(out_dir: str, stem: str, text: str, doc: dict) -> str:
+    """Write ``OUT_DIR/STEM.md`` (``text``) and ``.json`` (``doc``), creating ``out_dir``, and say
+    so on stderr; returns the path without its suffix (the runners that name their own stems)."""
+    os.makedirs(out_dir, exist_ok=True)
+    base = os.path.join(out_dir, stem)
+    with open(base + ".md", "w") as fh:
+        fh.write(text)
+    with open(base + ".json", "w") as fh:
+        json.dump(doc, fh, indent=1)
+    print(f"wrote {base}.md and .json", file=sys.stderr)
+    return base
+
+
 def write_result(out_dir: str, prefix: str, text: str, doc: dict, *, command: str, seconds: float) -> str:
     """Write a runner's table and its figures as ``OUT_DIR/PREFIX-YYYYMMDD-HHMM.md`` (``text``) and
     ``.json`` (``doc`` after ``command``, ``seconds`` and ``host``: this machine's name), the stamp in
