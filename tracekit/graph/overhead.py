@@ -158,7 +158,7 @@ DEFAULT_MODEL = OverheadModel(
            "scaled 1.108 and a host speed read on the runtime's 1-GPU runs of every preset, "
            "default options, H200 (bench/results/overhead-fit-20261127-1735.json); the slow-host "
            "rule keyed on with_modules/with_flops, judged leave one set out on the released "
-           "held-out sets 3-6 (bench/results/overhead-loso-20261128.md), where a refit of the "
+           "held-out sets 3-6 (bench/results/overhead-loso-20261128-0606.md), where a refit of the "
            "costs on them did not hold")
 """The current fit (``bench/overhead_fit.py``; its runs and figures in docs/explain.md)."""
 
