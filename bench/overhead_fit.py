@@ -36,7 +36,6 @@ import argparse
 import glob
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -45,7 +44,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from bench.common import write_pair
+from bench.common import run_stamp, write_pair
 
 TARGET = 0.10
 """The estimated untraced step within +-10 % of the measured one (issue 24)."""
@@ -391,10 +390,7 @@ def main(argv=None) -> int:
            "judge_max_abs_error": max([abs(x["error"]) for x in judged_rows]) if judged_rows else None,
            "judge_within_target": sum(abs(x["error"]) <= TARGET for x in judged_rows),
            "ablation": ablation, "contrasts": contrasts(runs), "rows": rows,
-           "command": "python -m bench.overhead_fit " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "machine": f"{platform.node()} ({os.cpu_count()} cores)",
-           "date_utc": now.isoformat(timespec="seconds"),
-           "seconds": round(time.perf_counter() - t0, 1)}
+           **run_stamp("bench.overhead_fit", argv, t0, now)}
     text = render(doc)
     print(text)
     if args.out:

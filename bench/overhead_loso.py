@@ -37,7 +37,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -46,7 +45,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from bench import overhead_fit as of
-from bench.common import write_pair
+from bench.common import run_stamp, write_pair
 
 TARGET = of.TARGET
 BEFORE = {"cpu_op": 982.0, "runtime": 1833.0, "memory": 513.0, "sync_call": 339.0,
@@ -265,10 +264,7 @@ def main(argv=None) -> int:
                        "varied": costs["_varied"], "fitted_runs": len(fitted_runs(runs))}
     doc["rows"] = rows
     now = datetime.now(timezone.utc)
-    doc |= {"command": "python -m bench.overhead_loso " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "machine": f"{platform.node()} ({os.cpu_count()} cores)",
-            "date_utc": now.isoformat(timespec="seconds"),
-            "seconds": round(time.perf_counter() - t0, 1)}
+    doc |= run_stamp("bench.overhead_loso", argv, t0, now)
     text = render(doc)
     print(text)
     if args.out:

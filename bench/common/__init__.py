@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,6 +28,16 @@ def repo_env(env: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
     return env
+
+
+def run_stamp(module: str, argv: list[str] | None, t0: float, now: datetime) -> dict:
+    """What a runner's results say of the run that wrote them: its ``command`` (``python -m
+    module`` and ``argv``, default this process's arguments), the ``machine`` (name and cores),
+    ``date_utc`` (``now``) and the ``seconds`` since ``t0`` (``time.perf_counter()``)."""
+    return {"command": f"python -m {module} " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "machine": f"{platform.node()} ({os.cpu_count()} cores)",
+            "date_utc": now.isoformat(timespec="seconds"),
+            "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def write_pair(out_dir: str, stem: str, text: str, doc: dict) -> str:
