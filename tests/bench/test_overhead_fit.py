@@ -14,12 +14,14 @@ TRUE = {"cpu_op": 3000.0, "runtime": 1000.0, "memory": 2000.0, "sync_call": 0.0,
         "shapes": 0.0, "modules": 0.0}
 
 
-def _run(folder, *, ops: int, memory: bool, preset: str, option: str | None = None) -> None:
-    """Three host-bound steps: ``ops`` CPU ops around launches, a [memory] event each."""
+def host_bound_run(folder, *, ops: int, memory: bool, preset: str, step_us: int = 1000) -> dict:
+    """Three host-bound steps of ``step_us`` each: ``ops`` CPU ops around launches (and a
+    [memory] event each), written as ``folder``'s trace with a ``metrics.json`` (an untraced
+    step of 1 ms, for the caller to replace); returns that metrics document."""
     b = TraceBuilder()
     for i in range(3):
-        t0 = 1000 * i
-        b.profiler_step(i + 1, t0, 1000)
+        t0 = step_us * i
+        b.profiler_step(i + 1, t0, step_us)
         for j in range(ops):
             t = t0 + 10 + j * 30
             b.cpu_op("aten::add", t, 20)
@@ -31,14 +33,15 @@ def _run(folder, *, ops: int, memory: bool, preset: str, option: str | None = No
     doc = {"preset": preset, "variant": "sparse", "world_size": 1,
            "trace_run": {"step_ms": [1.0]}}
     (folder / "metrics.json").write_text(json.dumps(doc))
+    return doc
 
 
 def test_fit_finds_the_costs_and_judges_the_others(tmp_path, monkeypatch):
     root = tmp_path / "sample_traces"
-    _run(root / "pipelines_1gpu" / "a", ops=20, memory=True, preset="fitme")
-    _run(root / "profiler_1gpu" / "fitme" / "sparse" / "no_memory", ops=20, memory=False,
+    host_bound_run(root / "pipelines_1gpu" / "a", ops=20, memory=True, preset="fitme")
+    host_bound_run(root / "profiler_1gpu" / "fitme" / "sparse" / "no_memory", ops=20, memory=False,
          preset="fitme")
-    _run(root / "pipelines_1gpu" / "b", ops=30, memory=True, preset="other")
+    host_bound_run(root / "pipelines_1gpu" / "b", ops=30, memory=True, preset="other")
     runs = overhead_fit.find_runs([str(root)])
     assert sorted((r.preset, r.option) for r in runs) == [
         ("fitme", "default"), ("fitme", "no_memory"), ("other", "default")]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from bench import overhead_fit, overhead_loso
-from tests.tracegen import TraceBuilder
+from tests.bench.test_overhead_fit import host_bound_run
 
 TRUE = {"cpu_op": 3000.0, "runtime": 1000.0, "memory": 2500.0, "sync_call": 0.0, "python": 0.0,
         "shapes": 0.0, "modules": 0.0}
@@ -17,21 +17,7 @@ TRUE = {"cpu_op": 3000.0, "runtime": 1000.0, "memory": 2500.0, "sync_call": 0.0,
 def _run(folder, *, ops: int, memory: bool, preset: str) -> None:
     """Three host-bound steps of ``ops`` CPU ops around launches (and a [memory] event each),
     with the untraced step ``TRUE`` gives written beside the trace."""
-    b = TraceBuilder()
-    for i in range(3):
-        t0 = 2000 * i
-        b.profiler_step(i + 1, t0, 2000)
-        for j in range(ops):
-            t = t0 + 10 + j * 30
-            b.cpu_op("aten::add", t, 20)
-            b.kernel("k", t + 12, 2, launched_by=b.runtime("cudaLaunchKernel", t + 5, 5))
-            if memory:
-                b.memory(t + 15, 1024, total_allocated=1024, total_reserved=2048)
-    folder.mkdir(parents=True)
-    b.write(folder / "trace_rank0.json.gz")
-    doc = {"preset": preset, "variant": "sparse", "world_size": 1,
-           "trace_run": {"step_ms": [1.0]}}
-    (folder / "metrics.json").write_text(json.dumps(doc))
+    doc = host_bound_run(folder, ops=ops, memory=memory, preset=preset, step_us=2000)
     run = overhead_fit.find_runs([str(folder)])[0]
     overhead_fit.prepare(run)
     doc["trace_run"]["step_ms"] = [overhead_fit.estimate_ms(run, TRUE, "")]
