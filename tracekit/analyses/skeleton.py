@@ -90,6 +90,7 @@ def compute(trace: Trace, rules: Rules, *, config=None) -> SkeletonResult | None
     (``tracekit.analyses.explain.ExplainConfig``), whose graph it reduces."""
     from tracekit.analyses import collectives
     from tracekit.analyses.explain import ExplainConfig, view_graph
+    from tracekit.analyses.profile import op_counts
 
     config = ExplainConfig() if config is None else config
     events = collectives.kernel_events(trace, rules)
@@ -105,7 +106,5 @@ def compute(trace: Trace, rules: Rules, *, config=None) -> SkeletonResult | None
     nodes, which = nodes[o], which[o]
     s = sk.reduce(g, nodes)
     view = "untraced" if est is not None and config.untraced else "traced"
-    from tracekit.analyses.profile import op_counts
-
     return SkeletonResult(view=view, kernels=which, skeleton=s, asleep_ns=asleep_per_step(g),
                           op_counts=op_counts(trace, rules))
