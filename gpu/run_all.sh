@@ -63,6 +63,10 @@
 # model changes): bench.pipelines on 1 GPU (multitask_b24k, multitask_h80_b14k, dense_b20k; options default,
 # shapes, stack; <= 270 s) and 2 GPUs (the same presets, default; <= 250 s); gpu/ranks_jobs.py with jobs_flat
 # on 2 ranks (rank 0 +3 ms) and 4 ranks (rank 3 +2 ms), each with 10 rounds after the traces (<= 230 / 260 s).
+# holdout8a / holdout8b / jobs2t / jobs4t (held out, 2026-11-28 session 8, collected before that session's
+# model changes): bench.pipelines on 1 GPU (multitask_b28k, multitask_h112_b16k, dense_b16k; options default,
+# shapes, stack; <= 270 s) and 2 GPUs (the same presets, default; <= 250 s); gpu/ranks_jobs.py with jobs_slim
+# on 2 ranks (rank 1 +2.5 ms) and 4 ranks (rank 2 +1.5 ms), each with 10 rounds after the traces (<= 230 / 260 s).
 # cudagraph (gpu/cuda_graph_trace.py: a small MLP's step captured in a CUDA graph and replayed,
 # and the same eagerly, each traced; for explain's CUDA-graph check on a real trace; <= 1 min).
 # Each part runs with its own time limit and its own output folder; one failing part does not
@@ -193,6 +197,15 @@ for p in "${parts[@]}"; do
                   --profile-options default --out "$OUT"' ;;
     jobs2s) part jobs2s 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_flat --delay-rank 0 --delay-ms 3 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
     jobs4s) part jobs4s 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_flat --delay-rank 3 --delay-ms 2 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
+    holdout8a) part holdout8a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
+                  --plan multitask_b28k:sparse+fused,multitask_h112_b16k:sparse+fused,dense_b16k:sparse+fused \
+                  --profile-options default,shapes,stack --window-variants sparse \
+                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
+    holdout8b) part holdout8b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
+                  --plan multitask_b28k:sparse+fused,multitask_h112_b16k:sparse+fused,dense_b16k:sparse+fused \
+                  --profile-options default --out "$OUT"' ;;
+    jobs2t) part jobs2t 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_slim --delay-rank 1 --delay-ms 2.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
+    jobs4t) part jobs4t 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_slim --delay-rank 2 --delay-ms 1.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
     jobs4) part jobs4 250 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --budget-s 190 --out "$OUT"' ;;
     torchrec) part torchrec 340 bash -c 'set -e; fb=${FBPARTS:-/tmp/fbparts}; ls -l "$fb";
                   t=$SECONDS; bash "$fb/install.sh" "$fb" /tmp/site;

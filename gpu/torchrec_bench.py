@@ -125,6 +125,18 @@ PLAN: dict[str, tuple[int, str, int, int, int]] = {
     "2gpu_sparse_b3072_r2": (2, "sparse", 3072, 8, 1),
     "1gpu_fused_b6144_r2": (1, "fused", 6144, 8, 2),
     "1gpu_sparse_b6144_r2": (1, "sparse", 6144, 8, 2),
+    # held out (2026-11-28, session 8): batch sizes never run, collected before that session's model
+    # changes, each pair twice in mirrored order
+    "1gpu_sparse_b3072": (1, "sparse", 3072, 8, 2),
+    "1gpu_fused_b3072": (1, "fused", 3072, 8, 2),
+    "1gpu_sparse_b14336": (1, "sparse", 14336, 8, 2),
+    "1gpu_fused_b14336": (1, "fused", 14336, 8, 2),
+    "2gpu_sparse_b5120": (2, "sparse", 5120, 8, 1),
+    "2gpu_fused_b5120": (2, "fused", 5120, 8, 1),
+    "2gpu_fused_b5120_r2": (2, "fused", 5120, 8, 1),
+    "2gpu_sparse_b5120_r2": (2, "sparse", 5120, 8, 1),
+    "1gpu_fused_b3072_r2": (1, "fused", 3072, 8, 2),
+    "1gpu_sparse_b3072_r2": (1, "sparse", 3072, 8, 2),
 }
 
 
