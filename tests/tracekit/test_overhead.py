@@ -447,3 +447,59 @@ def test_a_rank_joined_to_its_job(tmp_path):
     assert joined[0] == pytest.approx(e1.untraced_step_ns, rel=0.05)
     r0 = explain.compute(t0, RULES)
     assert any(w.startswith("this rank is one of a job of 2 ranks") for w in r0.warnings)
+
+
+def many_ops(tmp_path, gpu_us=5):
+    """Three steps of 100 us host work, 20 recorded ops a step (40 us of the default model's
+    cost, 20 us of ``ONE``'s... per op 2 us here): the profiler's cost decides the step."""
+    b = TraceBuilder()
+    for i in range(3):
+        t0 = 100 * i
+        b.profiler_step(i + 1, t0, 100)
+        for j in range(20):
+            b.cpu_op("aten::add", t0 + 2 + 4 * j, 3)
+        b.kernel("k", t0 + 90, gpu_us, launched_by=b.runtime("cudaLaunchKernel", t0 + 84, 5))
+        b.runtime("cudaEventRecord", t0 + 95, 3)
+    return load_built(b, tmp_path)
+
+
+def test_a_host_bound_estimate_comes_with_its_range(tmp_path):
+    """Where the estimate is at least HOST_DECIDES under the traced step, it carries the range
+    the untraced step was found in on such runs (UNTRACED_BAND), and explain warns; where the
+    GPU decides, neither; a given step has no range."""
+    t = many_ops(tmp_path)
+    g = build_graph(t, RULES)
+    e = oh.estimate(t, g, ONE)
+    assert e.untraced_step_ns < (1 - oh.HOST_DECIDES) * e.traced_step_ns
+    lo, hi = e.range_ns
+    b0, b1 = oh.UNTRACED_BAND
+    assert lo == pytest.approx(e.untraced_step_ns / (1 + b1))
+    assert hi == pytest.approx(e.untraced_step_ns / (1 + b0))
+    assert lo < e.untraced_step_ns < hi
+    r = explain.compute(t, RULES, config=explain.ExplainConfig(overhead=ONE))
+    assert r.overhead["range_ns"] == [lo, hi]
+    warned = [w for w in r.warnings if "decided by the profiler's cost" in w]
+    assert len(warned) == 1 and f"{lo / 1e6:,.3f}" in warned[0]
+    assert oh.estimate(t, g, ONE, step_ms=0.080).range_ns is None
+    gb = many_ops(tmp_path / "gpu", gpu_us=400)  # the GPU decides: the overhead hides
+    gg = build_graph(gb, RULES)
+    assert oh.estimate(gb, gg, ONE).range_ns is None
+    assert not [w for w in explain.compute(gb, RULES, config=explain.ExplainConfig(overhead=ONE)
+                                           ).warnings if "decided by the profiler's cost" in w]
+
+
+def test_a_rank_of_a_job_brought_to_its_jobs_pace(tmp_path):
+    """``OverheadModel.job_launch_ref_ns`` (tried, not in the default model): a trace of a job
+    of n ranks recorded with with_modules has its host_factor read against the entry of the
+    largest world size at most n; a single process against ``launch_ref_ns``."""
+    from dataclasses import replace
+
+    c = oh.Counts(np.zeros((0, len(oh.TERMS))), np.zeros((0, len(oh.TERMS))), {}, False,
+                  modules_recorded=True, launch_ns=8000.0)
+    ref = oh.OverheadModel(launch_ref_ns=4000.0, job_launch_ref_ns=((2, 5000.0), (4, 8000.0)))
+    assert oh.host_factor(c, ref) == 2.0
+    assert oh.host_factor(replace(c, world_size=1), ref) == 2.0
+    assert oh.host_factor(replace(c, world_size=2), ref) == pytest.approx(1.6)
+    assert oh.host_factor(replace(c, world_size=3), ref) == pytest.approx(1.6)
+    assert oh.host_factor(replace(c, world_size=8), ref) == 1.0
+    assert oh.host_factor(replace(c, world_size=2), oh.OverheadModel(launch_ref_ns=4000.0)) == 2.0

@@ -46,6 +46,9 @@ def _text_view(e: dict) -> str:
     traced, untraced = o.get("traced_step_ns"), o.get("untraced_step_ns")
     out = (f"  step: traced {ms(traced)} ms, estimated untraced {ms(untraced)} ms "
            f"({pct((untraced / traced - 1) if traced and untraced else None)})")
+    if o.get("range_ns"):
+        lo, hi = o["range_ns"]
+        out += f", 8 times in 10 between {ms(lo)} and {ms(hi)} ms (warnings)"
     if o.get("scale") == "given":
         out += f"; untraced step given: {ms(o.get('given_step_ns'))} ms ({o.get('source') or '-'})"
     out += "\n"

@@ -1,0 +1,140 @@
+"""The range of the estimated untraced step where the profiler's cost decides it
+(``tracekit.graph.overhead.UNTRACED_BAND``). Question: on the runs where the estimate is well
+under the traced step (the host bounds the traced step and the model's correction sets the
+estimate), how far off is it, and does a band read on some sets of runs hold on another?
+
+Reads result files, not traces: the rows of ``bench.overhead_loso`` (``--loso``: each run of
+the sets it left out, with the model's estimate, ``--column``: ``rule_only``, the model of
+2026-11-28) and of ``bench.overhead_fit`` (``--fit SET=FILE``: its judged rows, the raw
+estimate). A run counts where its estimate is at least ``HOST_DECIDES`` under its traced step.
+The band: the 10th and 90th percentile of the error (estimate / measured - 1) over every set;
+judged leave one set out (each set's band from the others, the share of its runs inside).
+
+    python -m bench.untraced_band --loso bench/results/overhead-loso-20261128-0606.json \\
+        --fit h7=bench/results/overhead-fit-20261128-0629-holdout7.json [--out bench/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import datetime, timezone
+
+from bench.common import run_stamp, write_pair
+
+QUANTILES = (0.10, 0.90)
+
+
+def quantile(xs: list[float], q: float) -> float:
+    """The ``q`` quantile of ``xs`` (the sorted value at ``int(q * n)``, clipped)."""
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def rows_from(loso: dict | None, fits: dict[str, dict], column: str) -> list[dict]:
+    """``{set, run, traced_ms, measured_ms, estimate_ms}`` per judged run of the files."""
+    out = []
+    for r in (loso or {}).get("rows", []):
+        out.append({"set": r["left_out"], "run": f"{r['run']} rank {r['rank']}",
+                    "traced_ms": r["traced_ms"], "measured_ms": r["measured_untraced_ms"],
+                    "estimate_ms": r[f"{column}_ms"]})
+    for name, doc in fits.items():
+        for r in doc.get("rows", []):
+            if r.get("set") != "judge":
+                continue
+            out.append({"set": name, "run": f"{r['run']} rank {r['rank']}",
+                        "traced_ms": r["traced_ms"], "measured_ms": r["measured_untraced_ms"],
+                        "estimate_ms": r["raw_estimated_untraced_ms"]})
+    return out
+
+
+def band(rows: list[dict], decides: float) -> dict:
+    """The runs the profiler's cost decides, their errors' band, and leave one set out."""
+    for r in rows:
+        r["error"] = r["estimate_ms"] / r["measured_ms"] - 1
+        r["decided"] = r["estimate_ms"] <= (1 - decides) * r["traced_ms"]
+    on = [r for r in rows if r["decided"]]
+    sets = list(dict.fromkeys(r["set"] for r in rows))
+    doc = {"runs": len(rows), "decided": len(on),
+           "band": [quantile([r["error"] for r in on], q) for q in QUANTILES] if on else None,
+           "within_10_decided": sum(abs(r["error"]) <= 0.10 for r in on),
+           "within_10_rest": sum(abs(r["error"]) <= 0.10 for r in rows if not r["decided"]),
+           "left_out": {}}
+    for s in sets:
+        train = [r["error"] for r in on if r["set"] != s]
+        test = [r for r in on if r["set"] == s]
+        if not train or not test:
+            continue
+        lo, hi = (quantile(train, q) for q in QUANTILES)
+        doc["left_out"][s] = {"band": [lo, hi], "runs": len(test),
+                              "inside": sum(lo <= r["error"] <= hi for r in test),
+                              "within_10": sum(abs(r["error"]) <= 0.10 for r in test)}
+    return doc
+
+
+def render(doc: dict) -> str:
+    b = doc["band"]
+    out = [f"# The estimated untraced step where the profiler's cost decides it ({doc['date_utc']})",
+           "", f"Command: `{doc['command']}` ({doc['seconds']} s on {doc['machine']}).", "",
+           f"{doc['runs']} judged traces and ranks; {doc['decided']} with the estimate at least "
+           f"{100 * doc['decides']:.0f} % under the traced step (the profiler's cost decides it): "
+           f"{doc['within_10_decided']} of them within +-10 % of the measured untraced step "
+           f"(the rest: {doc['within_10_rest']} of {doc['runs'] - doc['decided']}).", ""]
+    if b:
+        out.append(f"Their error (estimate / measured - 1), 10th and 90th percentile over every "
+                   f"set: {100 * b[0]:+.1f} % and {100 * b[1]:+.1f} %.")
+    out += ["", "Leave one set out (the band from the other sets, the left-out set's runs inside it):",
+            "", "| left out | band | inside | within +-10 % |", "|---|---|---|---|"]
+    tot = [0, 0]
+    for s, d in doc["left_out"].items():
+        out.append(f"| {s} | {100 * d['band'][0]:+.1f} % .. {100 * d['band'][1]:+.1f} % | "
+                   f"{d['inside']} of {d['runs']} | {d['within_10']} of {d['runs']} |")
+        tot[0] += d["inside"]
+        tot[1] += d["runs"]
+    out += ["", f"In all: {tot[0]} of {tot[1]} inside the band read on the other sets."]
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    from tracekit.graph import overhead as oh
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--loso", default=None, help="a bench.overhead_loso result (.json)")
+    ap.add_argument("--column", default="rule_only", choices=("before", "rule_only", "after"),
+                    help="which of its estimates: rule_only is the model of 2026-11-28")
+    ap.add_argument("--fit", action="append", default=[], metavar="SET=FILE",
+                    help="a bench.overhead_fit result (.json) of a held-out set")
+    ap.add_argument("--decides", type=float, default=oh.HOST_DECIDES)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        loso = json.load(open(args.loso)) if args.loso else None
+        fits = {}
+        for f in args.fit:
+            name, _, path = f.partition("=")
+            fits[name] = json.load(open(path))
+        rows = rows_from(loso, fits, args.column)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"untraced_band: cannot read the result files ({type(e).__name__}: {e})",
+              file=sys.stderr)
+        return 2
+    if not rows:
+        print("untraced_band: no judged runs in the files given", file=sys.stderr)
+        return 2
+    doc = {"question": "the estimate's error where the profiler's cost decides it",
+           "decides": args.decides, "column": args.column, **band(rows, args.decides)}
+    doc["rows"] = rows
+    now = datetime.now(timezone.utc)
+    doc |= run_stamp("bench.untraced_band", argv, t0, now)
+    text = render(doc)
+    print(text)
+    if args.out:
+        write_pair(args.out, f"untraced-band-{now:%Y%m%d-%H%M}", text, doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

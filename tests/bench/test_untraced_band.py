@@ -1,0 +1,58 @@
+"""bench.untraced_band: the estimate's error where the profiler's cost decides it, its band and
+the band read on the other sets judged on each set left out (result files in, no traces)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import untraced_band as ub
+
+
+def loso_rows(errors_by_set: dict[str, list[float]], traced=100.0, measured=50.0) -> dict:
+    rows = []
+    for s, errs in errors_by_set.items():
+        for i, e in enumerate(errs):
+            rows.append({"left_out": s, "run": f"r{i}", "rank": 0, "traced_ms": traced,
+                         "measured_untraced_ms": measured, "rule_only_ms": measured * (1 + e)})
+    return {"rows": rows}
+
+
+def test_band_and_leave_one_set_out(tmp_path):
+    errs = {"a": [-0.2, -0.1, 0.0, 0.1, 0.3], "b": [-0.1, 0.0, 0.05, 0.2, 0.4]}
+    doc = loso_rows(errs)
+    # a GPU-bound run (estimate = traced): not counted in the band
+    doc["rows"].append({"left_out": "a", "run": "gpu", "rank": 0, "traced_ms": 50.0,
+                        "measured_untraced_ms": 50.0, "rule_only_ms": 50.0})
+    fit = {"rows": [{"set": "judge", "run": "c0", "rank": 0, "traced_ms": 100.0,
+                     "measured_untraced_ms": 50.0, "raw_estimated_untraced_ms": 80.0},
+                    {"set": "fit", "run": "c1", "rank": 0, "traced_ms": 100.0,
+                     "measured_untraced_ms": 50.0, "raw_estimated_untraced_ms": 50.0}]}
+    rows = ub.rows_from(doc, {"c": fit}, "rule_only")
+    assert len(rows) == 12  # the fitted row of the fit file left out
+    out = ub.band(rows, 0.15)
+    assert out["decided"] == 11 and out["within_10_rest"] == 1
+    every = sorted(errs["a"] + errs["b"] + [0.6])
+    assert out["band"] == pytest.approx([every[1], every[9]])
+    # left out "a": the band of b's and c's errors
+    other = sorted(errs["b"] + [0.6])
+    lo, hi = other[0], other[5]
+    assert out["left_out"]["a"]["band"] == pytest.approx([lo, hi])
+    assert out["left_out"]["a"]["inside"] == sum(lo <= e <= hi for e in errs["a"])
+
+
+def test_cli_writes_and_refuses_bad_input(tmp_path, capsys):
+    f = tmp_path / "loso.json"
+    f.write_text(json.dumps(loso_rows({"a": [0.0, 0.1], "b": [-0.1, 0.2]})))
+    assert ub.main(["--loso", str(f), "--out", str(tmp_path)]) == 0
+    assert list(tmp_path.glob("untraced-band-*.md")) and list(tmp_path.glob("untraced-band-*.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    capsys.readouterr()
+    assert ub.main(["--loso", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot read" in err
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"rows": []}))
+    assert ub.main(["--loso", str(empty)]) == 2
