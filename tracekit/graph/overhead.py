@@ -149,7 +149,9 @@ class OverheadModel:
     ranks), the pace a slowed rank's host is brought to untraced (``host_factor``) instead of
     ``launch_ref_ns``: a rank of a job shares its host with the other ranks' processes and runs
     slower than a process alone, traced or not. A trace of a job of ``n`` ranks takes the entry of
-    the largest world size at most ``n``; () or a single process: ``launch_ref_ns``."""
+    the largest world size at most ``n``; () or a single process: ``launch_ref_ns``. Tried on
+    TorchRec's jobs, not kept (empty in ``DEFAULT_MODEL``): the released sets want opposite paces
+    (``bench/overhead_job_pace.py``, docs/explain.md)."""
     source: str = ""
     """Where the coefficients come from (the fit's runs, or what the user gave)."""
 
