@@ -41,3 +41,29 @@ def test_a_row_reads_the_traced_runs_and_the_rounds_after_the_traces(tmp_path):
     row = jobs_proof.job_case("balanced", alone, str(tmp_path / "cache"))
     assert row["reference_trace_run_untraced_ms"] is None and "after_traces" not in row
     assert jobs_proof.table([row]).splitlines()[-1].endswith("| - | - |")
+
+
+def test_a_pair_row_holds_its_calibrated_prediction_and_each_ranks_share(tmp_path):
+    """A fix on every rank (the tree's 2-GPU FusedSparseDist pair): beside the raw prediction,
+    the one with the job's hosts calibrated on the traced run's own untraced step (every rank's
+    host F times faster, the model's "before" step then that step) and, per rank, its own work,
+    wait and what the fix saves the job on that rank alone."""
+    pair = SAMPLE_TRACES / "pipelines_2gpu"
+    row = jobs_proof.pair_case("fused_sparse_dist", pair / "sparse", pair / "fused",
+                               str(tmp_path / "cache"))
+    c = row["calibrated"]
+    untraced = row["trace_run_untraced_ms"]
+    assert c["trace_run_untraced_ms"] == untraced and c["host_speed"] > 1.0
+    assert c["step_ms"] == pytest.approx(untraced, rel=0.002)
+    assert c["tolerance_ms"] == row["tolerance_ms"]
+    assert c["within"] == (abs(c["predicted_saving_ms"] - row["measured_saving_ms"])
+                           <= c["tolerance_ms"])
+    j = row["joined"]
+    assert set(j["ranks"]) == {"0", "1"} and j["bound_rank"] in (0, 1)
+    bound = j["ranks"][str(j["bound_rank"])]
+    assert bound["host_slower_than_bound"] is None
+    assert max(r["own_ms"] for r in j["ranks"].values()) == bound["own_ms"]
+    assert all(r["fix_alone_saving_ms"] is not None for r in j["ranks"].values())
+    line = jobs_proof.table([row]).splitlines()[-1]
+    assert line.endswith(f"| host /{c['host_speed']:.3f}: {c['predicted_saving_ms']:.3f}, "
+                         + ("yes" if c["within"] else "NO") + " |")

@@ -708,6 +708,39 @@ def with_host_speed(ri: RankInput, factor: float) -> RankInput:
                      transfer=ri.transfer, received=ri.received)
 
 
+def at_host_speed(inputs: list[RankInput], factor: float) -> list[RankInput]:
+    """Every rank of ``inputs`` with its host work ``factor`` times faster (``with_host_speed``;
+    ``inputs`` themselves where ``factor`` is 1)."""
+    if float(factor) == 1.0:
+        return list(inputs)
+    return [with_host_speed(ri, factor) for ri in inputs]
+
+
+def host_speed_for_step(inputs: list[RankInput], step_ns: float, *, tolerance: float = 0.001,
+                        largest: float = 4.0) -> float | None:
+    """The factor by which every rank's host work, made that many times faster
+    (``at_host_speed``), brings the job step to ``step_ns`` (within ``tolerance`` of it, by
+    bisection: the step only shrinks as the hosts get faster): the job's analogue of explain's
+    calibration by a given untraced step (``tracekit.graph.overhead``: "the untraced step given
+    sets the scale"). 1.0 where the job step is already at most ``step_ns``; None where even
+    ``largest`` times faster leaves it longer (the job is bound by other than its hosts)."""
+    def step(f: float) -> float:
+        return schedule(build(at_host_speed(inputs, f))).step_ns
+
+    if step(1.0) <= step_ns:
+        return 1.0
+    if step(largest) > step_ns * (1.0 + tolerance):
+        return None
+    lo, hi = 1.0, float(largest)
+    for _ in range(40):
+        mid = (lo + hi) / 2.0
+        got = step(mid)
+        if abs(got - step_ns) <= tolerance * step_ns:
+            return mid
+        lo, hi = (mid, hi) if got > step_ns else (lo, mid)
+    return hi
+
+
 def scaled_transfers(ri: RankInput, factor: dict[int, float]) -> RankInput:
     """``ri`` with the transfers of the instances in ``factor`` (instance -> factor) scaled."""
     if isinstance(ri.transfer, KernelMap):

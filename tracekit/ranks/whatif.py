@@ -564,15 +564,24 @@ def straggler_row(ranks: list[dict], job: dict, ctx, *, task: StragglerTask,
 
 def with_skeletons(ctx, ident: str, title: str, skeletons: dict[int, dict],
                    transfer: dict[int, float] | None = None, *,
-                   removes_only: bool = False) -> dict:
+                   removes_only: bool = False, host_speed: float = 1.0) -> dict:
     """The job's graph with ranks' skeletons replaced (``skeletons``: rank -> ``{"free",
     "contention"}`` from ``RankSkeletonTask``; each collective's transfer moved with its
     kernel's duration, ``jobgraph.with_skeleton``) and all-to-all transfers scaled
     (``transfer``: instance -> factor), replayed twice (contention-free, contention-aware).
     The row's prediction is the contention-aware one where a rank's change moves GPU work
     beside other work (``shares_gpu``), as explain's on one rank. ``removes_only``: the
-    skeletons only take work out (a phase N times faster, N >= 1; ``_row``)."""
+    skeletons only take work out (a phase N times faster, N >= 1; ``_row``). ``host_speed``:
+    every rank's host work that many times faster before and after the change
+    (``jobgraph.at_host_speed``; the row's ``step_ns`` is then that job's step): the change
+    at a host speed given from outside, e.g. calibrated on a measured untraced step
+    (``jobgraph.host_speed_for_step``)."""
     from tracekit.ranks import jobgraph
+
+    if float(host_speed) != 1.0:
+        inputs = jobgraph.at_host_speed(ctx.inputs, host_speed)
+        sc = jobgraph.schedule(jobgraph.build(inputs))
+        ctx = replace(ctx, inputs=inputs, schedule=sc)
 
     def changed(which: str) -> dict:
         out = {}
@@ -580,6 +589,8 @@ def with_skeletons(ctx, ident: str, title: str, skeletons: dict[int, dict],
             new = ri
             if ri.rank in skeletons:
                 new = jobgraph.with_skeleton(ri, skeletons[ri.rank][which])
+                if float(host_speed) != 1.0:
+                    new = jobgraph.with_host_speed(new, host_speed)
             if transfer:
                 new = jobgraph.scaled_transfers(new, transfer)
             if new is not ri:
@@ -588,9 +599,12 @@ def with_skeletons(ctx, ident: str, title: str, skeletons: dict[int, dict],
 
     free, _ = jobgraph.predict(ctx.inputs, changed("free"))
     aware, _ = jobgraph.predict(ctx.inputs, changed("contention"))
-    return _row(ident, title, ctx, list(skeletons), free, aware,
-                shares_gpu=any(bool(v.get("shares_gpu")) for v in skeletons.values()),
-                removes_only=removes_only)
+    row = _row(ident, title, ctx, list(skeletons), free, aware,
+               shares_gpu=any(bool(v.get("shares_gpu")) for v in skeletons.values()),
+               removes_only=removes_only)
+    if float(host_speed) != 1.0:
+        row["host_speed"] = float(host_speed)
+    return row
 
 
 def balanced(ranks: list[dict], job: dict, ctx, config, *, task: RankSkeletonTask,
@@ -761,10 +775,12 @@ def on_ranks(ranks: list[dict], ctx, wanted: dict[int, list[str]], *, task: Rank
 
 
 def with_fix(ranks: list[dict], ctx, fix: str, *, task: RankSkeletonTask,
-             workers: int | None = None) -> dict | None:
+             workers: int | None = None, host_speeds: tuple[float, ...] = ()) -> dict | None:
     """A fix (``tracekit.graph.fixes``, by id) applied to every rank's graph, the ranks reduced
     again and the job's graph replayed: what the fix saves the job (None when no rank's trace
-    can be read again)."""
+    can be read again). ``host_speeds``: the same fix replayed again with every rank's host
+    that many times faster, before and after (``with_skeletons``' ``host_speed``), each row in
+    the returned row's ``at_host_speed`` (the ranks reduced once)."""
     joined = {ri.rank for ri in ctx.inputs}
     paths = {int(r["rank"]): source_path(r) for r in ranks if int(r["rank"]) in joined}
     order = sorted(k for k, p in paths.items() if p)
@@ -777,4 +793,8 @@ def with_fix(ranks: list[dict], ctx, fix: str, *, task: RankSkeletonTask,
     row = with_skeletons(ctx, f"fix:{fix}", f"{fix} on every rank", skeletons)
     row["note"] = ", ".join(f"rank {k}: {'applies' if v.get('applies') else 'does not apply'}"
                             for k, v in sorted(skeletons.items()))
+    if host_speeds:
+        row["at_host_speed"] = [with_skeletons(ctx, f"fix:{fix}", f"{fix} on every rank, every "
+                                               f"rank's host {f:g}x faster", skeletons,
+                                               host_speed=f) for f in host_speeds]
     return row
