@@ -547,7 +547,9 @@ def straggler_row(ranks: list[dict], job: dict, ctx, *, task: StragglerTask,
                   workers: int | None = None, scheduler: str | None = None,
                   connect_timeout_s: float | None = None) -> dict | None:
     """The job's ``straggler_at_median`` row for the graph's straggler (``graph_straggler``),
-    saying so where it is not the job's straggler over every instance; None without one."""
+    saying so where it is not the job's straggler over every instance; where that rank has
+    nothing to take out, its note names the rank with the most host work the others lack
+    (``extra_work_rank``), if any, without replaying it; None without one."""
     straggler_rank = (job.get("stragglers") or {}).get("rank")
     on_graph = graph_straggler(job["graph"], straggler_rank)
     if on_graph is None:
@@ -559,7 +561,88 @@ def straggler_row(ranks: list[dict], job: dict, ctx, *, task: StragglerTask,
             got.get("note"), f"over the counted steps the ranks wait most for rank "
             f"{on_graph}; the job's straggler over every instance is rank "
             f"{straggler_rank}") if x)
+    if got is not None and "taken_out" not in got:
+        other = extra_work_rank(ranks, ctx, job["graph"], exclude=on_graph)
+        if other is not None:
+            ns, ops = removable_host(ranks, ctx, job["graph"], other)
+            what = ", ".join(sorted(ops, key=lambda n: -ops[n])[:3]) or "idle host time"
+            got["note"] = "; ".join(x for x in (got.get("note"), (
+                f"rank {other} does host work the other ranks lack ({what}: {ns / 1e6:.3f} ms "
+                f"a step), hidden behind its waits as traced; not replayed: the ranks wait "
+                f"for rank {on_graph} as traced")) if x)
     return got
+
+
+def removable_host(ranks: list[dict], ctx, summary: dict, rank: int) -> tuple[float, dict]:
+    """(per step, the host work of rank ``rank`` that ``straggler_at_median`` would take out;
+    the ops of it, op -> ns a step), read from the ranks' summaries alone (no trace): the self
+    time (its ``profile``) of the ops it runs more often than the median rank, that share of
+    each (``extra_op_shares``), or its idle host time beyond the other ranks' median (the
+    skeletons' ``asleep_ns``) where that is more (a sleep inside such an op is both; the what-if
+    takes the larger out of an edge where both take from it, ``without_host_work``). (0, {})
+    where there is none or no median rank."""
+    med = median_rank(summary, rank)
+    by = {int(r["rank"]): r for r in ranks}
+    sk = {ri.rank: ri.skeleton for ri in ctx.inputs}
+    if med is None or rank not in sk or rank not in by or med not in by:
+        return 0.0, {}
+    others = [v.get("asleep_ns") for k, v in sk.items() if k != rank]
+    asleep = (float(np.median(np.asarray(others, np.float64))) if others and
+              all(v is not None for v in others) else None)
+    return _removable(by[rank], by[med], sk[rank].get("asleep_ns"), asleep)
+
+
+def _removable(mine: dict, median: dict, mine_asleep, others_asleep: float | None
+               ) -> tuple[float, dict]:
+    """``removable_host`` of the rank object ``mine`` against the median rank's object
+    ``median``, its idle host time ``mine_asleep`` and the other ranks' median of it."""
+    from tracekit.ranks.straggler import MIN_DIFF_NS, extra_op_shares
+
+    shares = extra_op_shares([mine, median], int(mine["rank"]), int(median["rank"])) or {}
+    prof = mine.get("profile") or {}
+    self_ns = {str(o["name"]): float(o.get("self_ns") or 0.0) for o in prof.get("host_ops") or []}
+    ops = {n: sh * self_ns.get(n, 0.0) for n, sh in shares.items()}
+    total = sum(ops.values())
+    if mine_asleep is not None and others_asleep is not None:
+        extra = float(mine_asleep) - others_asleep
+        if extra >= MIN_DIFF_NS:  # a sleep inside such an op is both: counted once
+            total = max(total, extra)
+    return total, ops
+
+
+def extra_work_rank(ranks: list[dict], ctx, summary: dict, *, exclude: int | None) -> int | None:
+    """The rank other than ``exclude`` with the most host work the other ranks lack
+    (``removable_host``; the lowest rank on a tie), None where no rank has any. The straggler
+    row names it where the graph's straggler has nothing to take out: a delay planted on a rank
+    that is not the traced job's straggler (``ranks_4gpu_flat_delay``: rank 3's 2-ms
+    ``## planted_host_delay ##``, another rank's slower traced host bounding the job) is work
+    the others lack, which the what-if does not replay (``bench/NOTES-ranks.md``: replayed at
+    its host speed, the two counted steps' period does not show it). Each rank's median rank
+    and the others' median idle time from one ordering of the ranks (``median_rank``'s, the
+    rank itself left out by its position)."""
+    rows = sorted(summary.get("ranks") or [], key=lambda x: (x["own_ns"], x["rank"]))
+    pos = {x["rank"]: i for i, x in enumerate(rows)}
+    mid = (len(rows) - 2) // 2  # the median's index among the other ranks (n - 1 of them)
+    by = {int(r["rank"]): r for r in ranks}
+    asleep = [ri.skeleton.get("asleep_ns") for ri in ctx.inputs]
+    srt = (np.sort(np.asarray(asleep, np.float64))
+           if len(asleep) >= 2 and all(v is not None for v in asleep) else None)
+    best, top = None, 0.0
+    for ri in sorted(ctx.inputs, key=lambda x: x.rank):
+        if ri.rank == exclude or ri.rank not in pos or ri.rank not in by or len(rows) < 2:
+            continue
+        i = pos[ri.rank]
+        med = rows[mid + 1 if i <= mid else mid]["rank"]
+        if med not in by:
+            continue
+        others = None
+        if srt is not None:  # the median of the sorted values less this rank's
+            j = int(np.searchsorted(srt, float(ri.skeleton["asleep_ns"])))
+            others = float(np.median(np.delete(srt, j)))
+        v, _ = _removable(by[ri.rank], by[med], ri.skeleton.get("asleep_ns"), others)
+        if v > top:
+            best, top = ri.rank, v
+    return best
 
 
 def with_skeletons(ctx, ident: str, title: str, skeletons: dict[int, dict],

@@ -72,6 +72,31 @@ def test_nothing_to_take_out_saves_nothing(tmp_path):
     assert "taken_out" not in w
 
 
+def test_a_delay_on_a_rank_that_is_not_the_straggler_is_named(tmp_path):
+    """Session 7's ``ranks_4gpu_flat_delay`` in small: rank 1's host runs the same work 1.6x
+    slower and every rank waits for it; rank 2 sleeps 0.3 ms a step inside ``##
+    planted_host_delay ##``, hidden behind its wait. The what-if on rank 1 has nothing to take
+    out (no saving, as before); its note now names rank 2's host work the others lack, read from
+    the summaries alone (before: only "nothing to take out")."""
+    rep, w = _row(tmp_path, host_us={0: 1000, 1: 1600, 2: 1000}, sleep_us={2: 300},
+                  planted=(2,))
+    assert w["ranks_changed"] == [1] and w["saving_ns"] == 0 and "taken_out" not in w
+    assert "nothing to take out" in w["note"]
+    assert "rank 2 does host work the other ranks lack (## planted_host_delay ##: 0.3" in w["note"]
+    assert "not replayed: the ranks wait for rank 1 as traced" in w["note"]
+    from tracekit.ranks import whatif
+
+    ns, ops = whatif.removable_host(rep.ranks, rep.graph, rep.job["graph"], 2)
+    assert set(ops) == {"## planted_host_delay ##"} and 250_000 <= ns <= 350_000
+    assert whatif.removable_host(rep.ranks, rep.graph, rep.job["graph"], 0) == (0.0, {})
+    assert whatif.extra_work_rank(rep.ranks, rep.graph, rep.job["graph"], exclude=1) == 2
+    # the one ordering of the ranks gives each rank's own reading (its median rank, the others'
+    # idle time) as removable_host does rank by rank
+    for r in (0, 1):
+        assert whatif.removable_host(rep.ranks, rep.graph, rep.job["graph"], r)[0] == 0
+    assert whatif.extra_work_rank(rep.ranks, rep.graph, rep.job["graph"], exclude=2) is None
+
+
 WORK_OPS = ("aten::addmm", "aten::cat", "aten::relu", "aten::mm", "aten::bmm", "aten::add")
 
 
