@@ -6,7 +6,7 @@ beside other streams' kernels (``CONTENTION_MODEL = "overlap"``); the block-leve
 (``"blocks"``, ``tracekit.graph.blocks``) charges it the longer of that and the wait for SMs a
 kernel of another stream holds (each kernel's blocks and waves from the trace's launch
 configuration and ``deviceProperties``), with the streams' priorities honoured or not
-(``blocks.HONOUR_PRIORITIES``). For each FusedSparseDist pair of the manifests, raw (no untraced
+(``blocks.HONOUR_PRIORITIES``), or the sum of the two (``"blocks+overlap"``). For each FusedSparseDist pair of the manifests, raw (no untraced
 input), as ``bench.explain_proof`` predicts it: a pair whose "before" folder holds every rank of
 its job on the job's graph (the fix on every rank, ``bench/common/joined.py``), any other from
 its trace alone (explain's finding); against the measured saving and the proof's tolerance
@@ -33,7 +33,7 @@ import time
 from bench.common import model_table, write_result
 
 MODELS = (("overlap", "overlap", True), ("blocks", "blocks", False),
-          ("blocks+priorities", "blocks", True))
+          ("blocks+priorities", "blocks", True), ("blocks+overlap", "blocks+overlap", False))
 """(label, ``whatif.CONTENTION_MODEL``, ``blocks.HONOUR_PRIORITIES``) of each model judged."""
 
 

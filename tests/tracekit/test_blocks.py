@@ -81,6 +81,20 @@ def test_a_kernel_waits_for_the_holders_blocks(tmp_path, monkeypatch, honour):
     assert sch.end[k["k2"]] == (ns(32) if honour else ns(75))
 
 
+def test_blocks_plus_overlap_charges_both(tmp_path, monkeypatch):
+    """``"blocks+overlap"`` (tried, not used): k2 charged its 53-us wait and its 10 us of overlap
+    (12..85), where the block-level model charges the longer (12..75): in this hand-worked case
+    the sum counts twice the overlap its wait already holds (k2 runs after k1's last wave)."""
+    g = build_graph(holder_trace(tmp_path), RULES)
+    k = _kernels(g)
+    ch = wi.Change(move=g.name == "k2")
+    monkeypatch.setattr(wi, "CONTENTION_MODEL", "blocks+overlap")
+    assert wi.uses_blocks(g)
+    sch = wi.schedule(g, ch, contention=True)
+    assert (sch.start[k["k2"]], sch.end[k["k2"]]) == (ns(12), ns(85))
+    assert sch.end[k["k1"]] == ns(80)
+
+
 def test_without_launch_configurations_the_overlap_model(tmp_path, monkeypatch):
     """No ``numSms`` in deviceProperties: no shape, the overlap model's figures."""
     monkeypatch.setattr(wi, "CONTENTION_MODEL", "blocks")

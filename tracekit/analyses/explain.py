@@ -371,7 +371,7 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         fixes.append(allocator_polls_fix(trace, g0, gw, counted_view))
     covered_syncs = any(f.applies and f.id in ("async_delta_copy", "precomputed_writeback")
                         for f in fixes)
-    if wi.CONTENTION_MODEL == "blocks" and not wi.has_shapes(gw) and any(
+    if wi.CONTENTION_MODEL in wi.BLOCK_MODELS and not wi.has_shapes(gw) and any(
             f.applies and f.change is not None and f.change.shares_gpu for f in fixes):
         # a prediction that rests on the contention between streams, without the block-level model
         warnings.append(SHAPE_WARNING)

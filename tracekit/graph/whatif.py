@@ -73,7 +73,15 @@ CONTENTION_MODEL = "blocks"
 """The contention-aware replay's model: ``"blocks"``, the block-level model (``tracekit.graph.
 blocks``: each kernel's blocks and waves from the trace's launch configurations, the streams'
 priorities; where a trace lacks them, the overlap model below), or ``"overlap"``: every kernel
-charged ``CONTENTION_SHARE`` of the overlap it gains."""
+charged ``CONTENTION_SHARE`` of the overlap it gains. ``"blocks+overlap"``, tried and not used:
+the block-level model charging a kernel its wait for SMs *and* the overlap it gains (their sum,
+not the longer): the dense FusedSparseDist traces pay both (set 7's 1-GPU ``dense_b20k``: its main
+stream's kernels 2.34 ms a step late behind the side stream's, the kernels 1.37 ms longer, against
+2.08 ms the model charges), but for one kernel that waits for a holder's last wave the sum counts
+the overlap its wait already holds (``tests/tracekit/test_blocks.py``); judged with
+``bench.contention_model`` (``bench/NOTES-explain.md``)."""
+BLOCK_MODELS = ("blocks", "blocks+overlap")
+"""The values of ``CONTENTION_MODEL`` that use the block-level model."""
 
 
 class WhatIfError(TracekitError):
@@ -385,7 +393,7 @@ def uses_blocks(g: Graph) -> bool:
     """Whether the contention-aware replay of ``g`` uses the block-level model
     (``CONTENTION_MODEL`` and the trace's launch configurations: ``blocks.KNOWN_SHARE`` of the
     kernel time with a shape); else the overlap model."""
-    return CONTENTION_MODEL == "blocks" and has_shapes(g)
+    return CONTENTION_MODEL in BLOCK_MODELS and has_shapes(g)
 
 
 def has_shapes(g: Graph) -> bool:
@@ -489,7 +497,8 @@ def _contention_durations(g: Graph, p: Plan, start, end, base: "Schedule | None"
         gained[cmp] = (CONTENTION_SHARE * np.maximum(ca - cb, 0) +
                        COMMUNICATION_SHARE * beside_comm).astype(np.int64)
     if waits is not None:  # the block-level model: the longer of its wait and its overlap
-        gained = np.maximum(gained, waits)
+        gained = gained + waits if CONTENTION_MODEL == "blocks+overlap" else \
+            np.maximum(gained, waits)
     if not gained.any():
         return None
     dur = p.dur + gained.astype(np.int64)
