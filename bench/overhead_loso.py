@@ -28,7 +28,10 @@ runtime's 1-GPU runs of every preset, default options, H200), whose pace a host 
 not slow keeps; ``--ref median`` takes the fitted runs' median instead (slow processes and H100
 hosts among them), which makes a slow host's ``host_factor`` under ``with_modules`` smaller.
 
-    python -m bench.overhead_loso --set h3=/work/.heldout3/tree/sample_traces ... --set tree=sample_traces [--out bench/results]
+    python -m bench.overhead_loso --set h3=/work/.heldout3/tree/sample_traces ... --set tree=sample_traces [--no-refit] [--out bench/results]
+
+``--no-refit``: the refit column is the model's own costs (the model now with ``--rule``'s
+default), no fit run: a new set judged in minutes, not hours.
 """
 
 from __future__ import annotations
@@ -181,6 +184,10 @@ def main(argv=None) -> int:
     ap.add_argument("--fits", default=None,
                     help="an earlier run's JSON: its costs per left-out set and on every set are "
                          "judged again, not refitted (the same sets and rule)")
+    ap.add_argument("--no-refit", action="store_true",
+                    help="no fit: the refit column is the model's own costs (BEFORE's, with "
+                         "--rule: the model now), so that a new set is judged without the "
+                         "hours the refits take")
     ap.add_argument("--no-join", action="store_true")
     ap.add_argument("--out", default=None)
     ap.add_argument("--tag", default="")
@@ -210,7 +217,7 @@ def main(argv=None) -> int:
     doc = {"question": "the overhead model fitted on every set but one, judged on the set left "
                        "out (estimated untraced step vs measured)", "target": TARGET,
            "sets": {n: root for n, root in specs}, "rule": args.rule, "ref": args.ref,
-           "fits_from": args.fits,
+           "fits_from": args.fits, "refit": not args.no_refit,
            "before": {"costs_ns": BEFORE, "rule": BEFORE_RULE},
            "runs_per_set": {n: sum(r.set == n for r in runs) for n in names}, "left_out": {}}
     rows = []
@@ -222,6 +229,8 @@ def main(argv=None) -> int:
         if given:
             g = given["left_out"][left]
             costs = dict(g["costs_ns"], _loss=g["fit_loss"])
+        elif args.no_refit:
+            costs = dict(BEFORE, _loss=None)
         else:
             costs = fit(train, prior, args.rule, ref=ref)
         before = judge(test, BEFORE, BEFORE_RULE, join=not args.no_join)
@@ -257,6 +266,8 @@ def main(argv=None) -> int:
     if given:
         a = given["all_sets"]
         costs = dict(a["costs_ns"], _loss=a["fit_loss"], _scale=a["scale"], _varied=a["varied"])
+    elif args.no_refit:
+        costs = dict(BEFORE, _loss=None, _scale=1.0, _varied=[])
     else:
         costs = fit(fitted_runs(runs), prior, args.rule, ref=ref)
     doc["all_sets"] = {"costs_ns": {k: v for k, v in costs.items() if not k.startswith("_")},
@@ -270,6 +281,10 @@ def main(argv=None) -> int:
     if args.out:
         write_pair(args.out, f"overhead-loso-{now:%Y%m%d-%H%M}{args.tag}", text, doc)
     return 0
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f} %"
 
 
 def _cell(x: dict | None) -> str:
@@ -303,11 +318,11 @@ def render(doc: dict) -> str:
     for left, d in doc["left_out"].items():
         out.append(f"| {left} | " + " | ".join(f"{d['costs_ns'].get(k, 0):,.0f}"
                                                for k in doc["before"]["costs_ns"])
-                   + f" | {100 * d['fit_loss']:.1f} % |")
+                   + f" | {_pct(d['fit_loss'])} |")
     a = doc["all_sets"]
     out.append("| (every set) | " + " | ".join(f"{a['costs_ns'].get(k, 0):,.0f}"
                                              for k in doc["before"]["costs_ns"])
-               + f" | {100 * a['fit_loss']:.1f} % |")
+               + f" | {_pct(a['fit_loss'])} |")
     out += ["", "What holds out of the fit: on each left-out set's 1-GPU runs, the fitted costs with "
             "one term left out (cost 0, no refit) or another slow-host rule; |error| median / "
             "worst / within:", "", "| variant | " + " | ".join(doc["left_out"]) + " |",

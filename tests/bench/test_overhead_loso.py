@@ -62,6 +62,13 @@ def test_each_set_left_out_is_found_again(tmp_path, capsys):
     assert redo["fits_from"] == str(first)
     assert overhead_loso.main(argv[:-1] + [str(again), "--fits", str(tmp_path / "none.json")]) == 2
     assert "not an overhead_loso result" in capsys.readouterr().err
+    # no refit: the model's own costs in the refit column, the same estimates as "rule only"
+    plain = tmp_path / "plain"
+    assert overhead_loso.main(argv[:-1] + [str(plain), "--no-refit"]) == 0
+    nofit = json.loads(next(plain.glob("overhead-loso-*.json")).read_text())
+    assert nofit["refit"] is False
+    assert [r["after_ms"] for r in nofit["rows"]] == [r["rule_only_ms"] for r in nofit["rows"]]
+    assert all(d["costs_ns"] == overhead_loso.BEFORE for d in nofit["left_out"].values())
 
 
 def test_a_bad_set_is_refused(tmp_path, capsys):
