@@ -299,8 +299,11 @@ def render(doc: dict) -> str:
            "Runs per set: " + ", ".join(f"{k} {v}" for k, v in doc["runs_per_set"].items()) + ".",
            "", f"Before: the model of 2a8e677 (slow-host rule `{doc['before']['rule']}`), the same "
            f"on every set. Rule only: its costs with the slow-host rule `{doc['rule']}`. Refit: "
-           f"fitted on the 1-GPU runs of the other sets (rule `{doc['rule']}`, host speed "
-           f"reference {doc['ref']}), judged on the set left out. All raw (no untraced input). "
+           + (f"fitted on the 1-GPU runs of the other sets (rule `{doc['rule']}`, host speed "
+              f"reference {doc['ref']}), judged on the set left out. " if doc.get("refit", True)
+              else "none (`--no-refit`): the model's own costs, as rule only (the 'fitted on' "
+                   "column names the other sets, not used). ")
+           + f"All raw (no untraced input). "
            f"|error| median / worst / within +-{100 * doc['target']:.0f} %:", "",
            "| left out | fitted on (runs) | kind | before | rule only | refit |",
            "|---|---|---|---|---|---|"]
