@@ -66,6 +66,44 @@ def of_rows(data: list, columns: list[str] | tuple[str, ...]) -> pd.DataFrame:
                                      verify_integrity=False)
 
 
+class Later:
+    """A table built when first read: ``build(*args)`` (a module-level function, so that a
+    result holding one pickles). Held by a ``BuiltWhenRead`` result's field."""
+
+    __slots__ = ("build", "args")
+
+    def __init__(self, build, *args) -> None:
+        self.build, self.args = build, args
+
+    @property
+    def rows(self) -> list | None:
+        """The rows of a table of rows (``Later(of_rows, rows, columns)``), else None: what a
+        writer that needs only some of its values can read without building it."""
+        return self.args[0] if self.build is of_rows else None
+
+
+class BuiltWhenRead:
+    """A (frozen) dataclass some of whose fields may hold a ``Later``: reading such a field
+    builds its table once and keeps it, so every reader (``dataclasses.fields``, ``replace``,
+    ``==``, a copy, pickling) sees the table; ``unbuilt(name)`` is the ``Later`` while it is
+    not built yet (else None). A rank of a job whose worker writes only part of a result
+    (``tracekit.report.to_dict(keys=...)``) never builds the tables nobody reads."""
+
+    def __getattribute__(self, name: str):
+        value = object.__getattribute__(self, name)
+        if type(value) is Later:
+            value = value.build(*value.args)
+            object.__setattr__(self, name, value)
+        return value
+
+    def unbuilt(self, name: str) -> Later | None:
+        value = object.__getattribute__(self, name)
+        return value if type(value) is Later else None
+
+    def __getstate__(self) -> dict:
+        return {k: getattr(self, k) for k in object.__getattribute__(self, "__dict__")}
+
+
 try:  # pandas' own conversion of a column given to its constructor (not public API)
     from pandas.core.construction import sanitize_array as _SANITIZE
 except ImportError:  # a pandas without it: such tables take pandas' whole path, slower
@@ -136,4 +174,4 @@ def categorical(df: pd.DataFrame, name: str) -> pd.Categorical | None:
     return a if type(a) is pd.Categorical else None
 
 
-__all__ = ["SMALL_ROWS", "categorical", "column", "frame", "of_rows"]
+__all__ = ["SMALL_ROWS", "BuiltWhenRead", "Later", "categorical", "column", "frame", "of_rows"]

@@ -118,3 +118,26 @@ def test_the_random_traces_have_something_to_compare(tmp_path, seed):
     r = json.loads(_reports(_random_trace(seed).write(tmp_path / "t.json"), fast=True))[0]
     assert r["headline"]["steps"] >= 1 and r["explain"]["steps"]
     assert r["overlap"]["streams"] and r["explain"]["bound"] is not None
+
+
+def test_explain_tables_built_when_read_are_the_same(tmp_path):
+    """``ExplainResult``'s tables are built when first read (``frames.BuiltWhenRead``): the
+    brief explain a job reads is the same from their rows as from the built tables, and a
+    result pickles with its tables built."""
+    import pickle
+
+    from tracekit.analyses.explain import ExplainResult
+    from tracekit.report.serialise import explain_dict
+
+    for path in _cases(tmp_path)[:8] + [_cases(tmp_path)[-1]]:
+        with loading(str(path), use_cache=False, progress=False) as traces:
+            e = traces[0].explain()
+            assert isinstance(e, ExplainResult) and e.unbuilt("steps") is not None
+            from_rows = explain_dict(e, brief=True)
+            assert e.unbuilt("steps") is not None  # the brief built no table
+            e.steps, e.breakdown  # noqa: B018 (built)
+            assert e.unbuilt("steps") is None and e.unbuilt("breakdown") is None
+            assert json.dumps(explain_dict(e, brief=True)) == json.dumps(from_rows), path
+            clone = pickle.loads(pickle.dumps(e))  # every table built, in both
+            assert clone.unbuilt("what_ifs") is None and e.unbuilt("lanes") is None
+            assert json.dumps(explain_dict(clone)) == json.dumps(explain_dict(e)), path

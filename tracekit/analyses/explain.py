@@ -46,7 +46,7 @@ from tracekit.graph.model import (
 )
 from tracekit.phases import Rules, derived
 from tracekit.trace.model import Trace
-from tracekit.frames import column, of_rows
+from tracekit.frames import BuiltWhenRead, Later, column, of_rows
 
 HOST_FINDING_SHARE = 0.10
 """A host-twice-as-fast finding when host time is at least this share of the critical path."""
@@ -98,8 +98,10 @@ class ExplainConfig:
 
 
 @dataclass(frozen=True)
-class ExplainResult:
-    """Critical path, bound and findings of one rank (see the module docstring)."""
+class ExplainResult(BuiltWhenRead):
+    """Critical path, bound and findings of one rank (see the module docstring). Its tables
+    ``steps``, ``breakdown``, ``what_ifs`` and ``lanes`` are built when first read
+    (``tracekit.frames.BuiltWhenRead``)."""
 
     bound: str | None
     """The class with the largest share of the critical path over all steps (``BOUNDS``)."""
@@ -410,17 +412,17 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         b, share = _verdict(*cr.bound_of(bd, dur), unknown, not_host_all or st in not_host_steps)
         rows.append((st, b0, e0, dur, b, np.nan if share is None else share, bd,
                      tops.get(st, []), int(rp), er, int(bd.get(UNEXPLAINED, 0))))
-    steps = of_rows(rows, ["step", "start_ns", "end_ns", "duration_ns", "bound", "bound_share",
-                           "breakdown", "top", "replayed_ns", "replay_error", "unexplained_ns"])
+    # the tables: built when first read (a job's worker reads the steps' and the breakdown's
+    # rows, and neither the what-ifs nor the lanes)
+    steps = Later(of_rows, rows, STEP_COLUMNS)
     bound, bound_share = _verdict(*cr.bound_of(total_bd, total), unknown, not_host_all)
-    bd_t = of_rows([(k, v, v / total if total else None) for k, v in
-                    sorted(total_bd.items(), key=lambda kv: -kv[1])], ["category", "ns", "share"])
+    bd_t = Later(of_rows, [(k, v, v / total if total else None) for k, v in
+                           sorted(total_bd.items(), key=lambda kv: -kv[1])],
+                 ["category", "ns", "share"])
     lane_ids, lane_ns = _sums_by(column(path, "lane", np.int64), column(path, "dur", np.int64))
     o = _descending(lane_ns)
     lane_ids, lane_ns = lane_ids[o], lane_ns[o]
-    lanes_t = pd.DataFrame({"lane": [_label(g, int(x)) for x in lane_ids.tolist()],
-                            "ns": lane_ns,
-                            "share": lane_ns.astype(np.float64) / total if total else np.nan})
+    lanes_t = Later(_lanes_table, [_label(g, int(x)) for x in lane_ids.tolist()], lane_ns, total)
 
     findings: list[dict] = []
     wrows: list[tuple] = []
@@ -471,7 +473,7 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         d["helps"] = d["kind"] == "memory" or (d["saving_fraction"] is not None
                                                and d["saving_fraction"] >= NO_HELP_FRACTION)
     findings.sort(key=lambda d: finding_order(d, d["id"] in nfix))
-    what_ifs = of_rows(wrows, [
+    what_ifs = Later(of_rows, wrows, [
         "id", "title", "applies", "evidence", "observed_step_ns", "replayed_step_ns",
         "predicted_step_ns", "predicted_contention_step_ns", "saving_ns", "saving_fraction",
         "saving_contention_ns"])
@@ -501,6 +503,18 @@ def _untraced_spread(est) -> str | None:
             f"{hi / 1e6:,.3f} ms (the estimate {b0:+.0%} to {b1:+.0%} off): one preset's processes "
             f"ran their untraced steps up to 40 % apart, which nothing in the trace records; "
             f"--step-ms N (the untraced step, measured) sets the scale")
+
+
+STEP_COLUMNS = ["step", "start_ns", "end_ns", "duration_ns", "bound", "bound_share", "breakdown",
+                "top", "replayed_ns", "replay_error", "unexplained_ns"]
+"""``ExplainResult.steps``' columns, in order."""
+
+
+def _lanes_table(labels: list[str], ns: np.ndarray, total: int) -> pd.DataFrame:
+    """``ExplainResult.lanes``: time on the critical path per lane (labels, ns) and its share
+    of ``total``."""
+    return pd.DataFrame({"lane": labels, "ns": ns,
+                         "share": ns.astype(np.float64) / total if total else np.nan})
 
 
 def _alone_in_job(trace: Trace, g: Graph, est, config: ExplainConfig, total_bd: dict,

@@ -194,14 +194,25 @@ def explain_dict(e: Any, *, brief: bool = False) -> dict | None:
     if e is None:
         return None
     if brief:
-        t = e.steps
-        cols = [t[c].tolist() for c in BRIEF_EXPLAIN_STEP_KEYS] if len(t) else []
+        # from the rows the tables are built of, while they are not built (the same values:
+        # ``tests/tracekit/test_fast_tables.py``)
+        rows = _unbuilt_rows(e, "steps")
+        if rows is not None:
+            at = [rows[1].index(k) for k in BRIEF_EXPLAIN_STEP_KEYS]
+            cols = [[r[i] for r in rows[0]] for i in at] if rows[0] else []
+        else:
+            t = e.steps
+            cols = [t[c].tolist() for c in BRIEF_EXPLAIN_STEP_KEYS] if len(t) else []
+        bd = _unbuilt_rows(e, "breakdown")  # (category, ns, share) rows
         return {
             "bound": e.bound, "bound_share": e.bound_share,
             "steps": [{"step": int(step), "bound": bound if isinstance(bound, str) else None,
                        "bound_share": None if share is None or share != share else float(share),
                        "duration_ns": int(dur)} for step, bound, share, dur in zip(*cols)],
-            "breakdown": jsonable(e.breakdown), "findings": jsonable(e.findings)}
+            "breakdown": jsonable(e.breakdown) if bd is None else [
+                {"category": str(c), "ns": int(ns), "share": None if s is None else float(s)}
+                for c, ns, s in bd[0]],
+            "findings": jsonable(e.findings)}
     steps = []
     t = e.steps  # its columns as lists (``itertuples`` costs ~0.5 ms a call, rows or not)
     cols = [t[c].tolist() for c in ("step", "start_ns", "end_ns", "duration_ns", "bound",
@@ -229,6 +240,14 @@ def explain_dict(e: Any, *, brief: bool = False) -> dict | None:
         "what_ifs": jsonable(e.what_ifs), "lanes": jsonable(e.lanes),
         "graph": jsonable(e.graph), "replay": jsonable(e.replay), "warnings": list(e.warnings),
     }
+
+
+def _unbuilt_rows(e: Any, name: str) -> tuple[list, list] | None:
+    """(rows, column names) that ``e``'s table ``name`` is built of, while it is not built
+    yet (a ``tracekit.frames.BuiltWhenRead`` result's ``Later`` of rows), else None."""
+    unbuilt = getattr(e, "unbuilt", None)
+    later = unbuilt(name) if unbuilt is not None else None
+    return None if later is None or later.rows is None else (later.rows, list(later.args[1]))
 
 
 def path_rows(path: Any) -> list[dict]:
