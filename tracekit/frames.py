@@ -55,15 +55,24 @@ def frame(data: Mapping[str, object], *, copy: bool = True) -> pd.DataFrame:
 
 
 def of_rows(data: list, columns: list[str] | tuple[str, ...]) -> pd.DataFrame:
-    """``pd.DataFrame(data, columns=columns)`` (``data``: a list of rows, each a tuple of the
-    columns' values): of no rows (most of a small trace's tables of rows: ~0.3 ms each through
-    pandas), a table of empty object columns built here, as pandas builds it; else pandas'."""
-    if data or not FAST:
+    """``pd.DataFrame(data, columns=columns)`` (``data``: a list of rows, each a tuple or list
+    of the columns' values): of no rows (most of a small trace's tables of rows: ~0.3 ms each
+    through pandas), a table of empty object columns built here, as pandas builds it; of a few
+    rows, the columns pandas infers from the rows (its own ``to_arrays``, ~60 us) handed to
+    ``frame`` (pandas' per-column checks and its columns' Index cost ~0.1 ms more); else, or
+    with repeated column names, pandas'."""
+    if not FAST:
         return pd.DataFrame(data, columns=columns)
     names = tuple(columns)
-    return pd.DataFrame._from_arrays([np.empty(0, dtype=object) for _ in names],
-                                     columns=_columns(names), index=pd.RangeIndex(0),
-                                     verify_integrity=False)
+    if not data:
+        return pd.DataFrame._from_arrays([np.empty(0, dtype=object) for _ in names],
+                                         columns=_columns(names), index=pd.RangeIndex(0),
+                                         verify_integrity=False)
+    if _TO_ARRAYS is None or type(data) is not list or len(data) > SMALL_ROWS or \
+            type(data[0]) not in (tuple, list) or len(set(names)) != len(names):
+        return pd.DataFrame(data, columns=columns)
+    arrays, _ = _TO_ARRAYS(data, _columns(names))  # what pandas' constructor does with rows
+    return frame(dict(zip(names, arrays)), copy=False)
 
 
 class Later:
@@ -108,6 +117,11 @@ try:  # pandas' own conversion of a column given to its constructor (not public 
     from pandas.core.construction import sanitize_array as _SANITIZE
 except ImportError:  # a pandas without it: such tables take pandas' whole path, slower
     _SANITIZE = None
+
+try:  # pandas' own conversion of rows given to its constructor into columns (not public API)
+    from pandas.core.internals.construction import to_arrays as _TO_ARRAYS
+except ImportError:  # a pandas without it: tables of rows take pandas' whole path, slower
+    _TO_ARRAYS = None
 
 
 _COLUMNS: dict[tuple, pd.Index] = {}

@@ -68,6 +68,34 @@ def test_of_rows_is_pandas_frame(data, names):
     assert type(got.index) is type(want.index) and got.columns.dtype == want.columns.dtype
 
 
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.integers(-5, 5),
+                   st.floats(allow_nan=True), st.text(max_size=3), st.sampled_from(
+                       [np.int64(3), np.float64(0.5), np.nan, {}, {"a": 1}, [1], (2,), b"x"]))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.integers(1, 5).flatmap(lambda width: st.tuples(
+    st.lists(st.one_of(st.tuples(*[VALUES] * width), st.lists(VALUES, min_size=width,
+                                                              max_size=width)),
+             min_size=1, max_size=9),
+    st.lists(st.text(max_size=3), min_size=width, max_size=width))))
+def test_of_rows_of_any_values_is_pandas_frame(case):
+    """Rows of every kind of value (ints beyond int64, bools, numpy scalars, strings, None, NaN,
+    objects; tuples or lists; repeated column names): ``of_rows`` gives pandas' table, or
+    pandas' error."""
+    data, names = case
+    try:
+        want = pd.DataFrame(data, columns=names)
+    except Exception as exc:  # noqa: BLE001 (whatever pandas raises, of_rows must raise)
+        with pytest.raises(type(exc)):
+            of_rows(data, names)
+        return
+    got = of_rows(data, names)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert type(got.index) is type(want.index) and got.columns.dtype == want.columns.dtype
+    assert [str(t) for t in got.dtypes] == [str(t) for t in want.dtypes]
+
+
 def test_frames_do_not_share_their_columns_name():
     a = frame({"x": np.arange(2)})
     a.columns.name = "changed"
