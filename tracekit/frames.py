@@ -158,21 +158,39 @@ lacks it, ``column`` and ``categorical`` read through ``df[name]``, the same arr
 def column(df: pd.DataFrame, name: str, dtype: object = None) -> np.ndarray:
     """``df[name].to_numpy(dtype)``, the same array, without the Series pandas builds for it
     (~15 us a read whatever the rows; a rank of a job reads its small tables' columns some 250
-    times). A numeric or bool numpy column in its own dtype (or ``dtype`` None) is a read-only view of the
-    table's, as pandas gives it; in another ``dtype`` a fresh, writable copy. Anything else (a
-    Categorical, strings, datetimes, repeated column names, not a DataFrame) is read through
+    times): what pandas' ``to_numpy`` does, on the array the table stores. A numpy column
+    (numbers, bools, objects) converted to ``dtype`` (None: its own) is a read-only view of
+    the table's where the conversion copied nothing, as pandas gives it, else a fresh,
+    writable array; an extension array (a Categorical, strings) gives its own ``to_numpy``.
+    Anything else (repeated column names, datetimes, not a DataFrame) is read through
     pandas."""
     if FAST and type(df) is pd.DataFrame and _COLUMN_ARRAY is not None:
         loc = df.columns.get_loc(name)
         if type(loc) is int:
             a = _COLUMN_ARRAY(df, loc)
-            if type(a) is np.ndarray and a.ndim == 1 and a.dtype.kind in "biuf":
+            if type(a) is np.ndarray and a.ndim == 1 and a.dtype.kind in "biufO":
                 if dtype is None or a.dtype == np.dtype(dtype):
                     a = a.view()
                     a.flags.writeable = False
                     return a
-                return a.astype(dtype)
+                if a.dtype.kind != "O":
+                    return a.astype(dtype)
+                # pandas' ``IndexOpsMixin.to_numpy`` (no na_value, no copy asked)
+                got = np.asarray(a, dtype=dtype)
+                if got is a or np.shares_memory(a[:2], got[:2]):
+                    got = got.view()
+                    got.flags.writeable = False
+                return got
+            if type(a) in _EXTENSION_ARRAYS:  # ``Series.to_numpy`` of an extension dtype
+                return a.to_numpy(dtype)
     return df[name].to_numpy() if dtype is None else df[name].to_numpy(dtype)
+
+
+_EXTENSION_ARRAYS = frozenset(t for t in (pd.Categorical, getattr(pd.arrays, "StringArray", None),
+                                            getattr(pd.arrays, "ArrowStringArray", None))
+                               if isinstance(t, type))
+"""The extension arrays a tracekit table stores (categoricals, strings), whose own
+``to_numpy`` is what a Series of them gives."""
 
 
 def categorical(df: pd.DataFrame, name: str) -> pd.Categorical | None:

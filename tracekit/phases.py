@@ -472,7 +472,7 @@ def annotation_index(trace: Trace, rules: Rules) -> AnnotationIndex:
     batch = column(table, "batch", np.int64).copy()
     # per thread (ascending), its rows by (ts, end descending), stably: by numpy, as a pandas
     # group-by and sort cost ~1 ms a trace whatever its size
-    t_tid, t_ts, t_end = (table[c].to_numpy(np.int64) for c in ("tid", "ts", "end"))
+    t_tid, t_ts, t_end = (column(table, c, np.int64) for c in ("tid", "ts", "end"))
     for t in np.unique(t_tid).tolist():
         rows = np.flatnonzero(t_tid == t)
         ids = rows[np.lexsort((-t_end[rows], t_ts[rows]))].astype(np.int64)
@@ -549,7 +549,7 @@ def assign_activities(
         k, linked = np.zeros(n, np.int64), np.zeros(n, bool)
 
     def launch(name: str) -> np.ndarray:  # the linked launch's column, -1 where none
-        return np.where(linked, launches[name].to_numpy(np.int64)[k], -1) if lc.size \
+        return np.where(linked, column(launches, name, np.int64)[k], -1) if lc.size \
             else np.full(n, -1, np.int64)
 
     launch_ts, launch_end, launch_tid = launch("ts"), launch("end"), launch("tid")

@@ -165,7 +165,7 @@ def _tops(g, path: pd.DataFrame) -> dict[int, list[dict]]:
             per_node, uniq = pd.factorize(column(path, "name", object)[once])
             codes = per_node[node]
         else:
-            codes, uniq = pd.factorize(path[col].to_numpy())
+            codes, uniq = pd.factorize(column(path, col))
         key = key * len(uniq) + codes
     group, _ = pd.factorize(key)
     o = np.argsort(group, kind="stable")

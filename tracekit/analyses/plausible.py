@@ -59,7 +59,7 @@ def check(trace: Trace, steps: StepsResult, overlap: OverlapResult) -> tuple[str
     st = steps.steps
     if len(st):
         for col, what in (("step_ns", "step time"), ("cpu_ns", "CPU span"), ("gpu_ns", "GPU span")):
-            v = st[col].to_numpy(np.int64)
+            v = column(st, col, np.int64)
             bad = np.flatnonzero((v > length) | ((v < 0) & (col == "step_ns" or v != -1)))
             if bad.size:
                 i = int(bad[np.argmax(np.abs(v[bad]))])

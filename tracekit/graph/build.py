@@ -755,7 +755,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         "end_node": m_id[n_st:] if n_st else np.zeros(0, np.int64),
     })
     shape = kernel_shape(ev, np.where(kind == NodeKind.GPU, row, -1),
-                         lanes["device"].to_numpy(np.int64)[lane], trace.metadata)
+                         column(lanes, "device", np.int64)[lane], trace.metadata)
     return Graph(kind=kind, lane=lane, start=start, dur=dur, row=row, step=step,
                  category=category, name=name, phase=phase, batch=batch, lanes=lanes,
                  src=src, dst=dst, edge_kind=ekind, lag=nom, binding=binding, steps=steps_t,

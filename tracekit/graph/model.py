@@ -75,6 +75,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from tracekit.frames import column
+
 if TYPE_CHECKING:  # pragma: no cover
     from tracekit.graph.blocks import KernelShape
 
@@ -339,7 +341,7 @@ def main_lanes(g: Graph) -> np.ndarray:
         first = np.flatnonzero(np.r_[True, by_lane[1:] != by_lane[:-1]])
         lanes = by_lane[first]
         busy = np.add.reduceat(g.dur[gpu].astype(np.int64)[order], first)
-        dev = g.lanes["device"].to_numpy(np.int64)[lanes]
+        dev = column(g.lanes, "device", np.int64)[lanes]
         by = np.lexsort((busy, dev))
         out[lanes[by[np.r_[dev[by][1:] != dev[by][:-1], True]]]] = True
     return out

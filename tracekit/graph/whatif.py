@@ -41,6 +41,7 @@ import pandas as pd
 from tracekit import _objarrays as objarrays
 from tracekit import intervals, patterns
 from tracekit.errors import TracekitError
+from tracekit.frames import column
 from tracekit.graph.build import lane_positions
 from tracekit.graph.critical import step_windows
 from tracekit.graph import blocks as blocks_mod
@@ -165,7 +166,7 @@ def plan(g: Graph, change: Change, *, pin: int = -1) -> Plan:
     lag = g.lag if change.lag is None else change.lag
     src, dst, kind, lag = g.src[keep], g.dst[keep], g.edge_kind[keep], lag[keep]
     lane = g.lane.astype(np.int64)
-    lane_is_cpu = g.lanes["type"].to_numpy(object) == "cpu"
+    lane_is_cpu = column(g.lanes, "type", object) == "cpu"
     if change.move is not None and change.move.any():
         src, dst, kind, lag, lane, lane_is_cpu = _move(g, change.move, src, dst, kind, lag,
                                                        lane, lane_is_cpu)
@@ -384,8 +385,8 @@ def counted_steps(windows) -> np.ndarray:
 
 def aligned(obs, w) -> np.ndarray:
     """Each observed step's length in windows ``w`` (0 for a step ``w`` lacks)."""
-    d = w["end"].to_numpy(np.int64) - w["start"].to_numpy(np.int64)
-    at = pd.Index(w["step"].to_numpy(np.int64)).get_indexer(obs["step"].to_numpy(np.int64))
+    d = column(w, "end", np.int64) - column(w, "start", np.int64)
+    at = pd.Index(column(w, "step", np.int64)).get_indexer(column(obs, "step", np.int64))
     return np.where(at >= 0, d[np.maximum(at, 0)] if d.size else 0, 0).astype(np.int64)
 
 
@@ -414,11 +415,11 @@ def has_shapes(g: Graph) -> bool:
 def _lane_devices(g: Graph, p: Plan) -> np.ndarray:
     lanes = g.lanes
     dev = np.full(p.lane_is_cpu.size, -1, np.int64)
-    dev[: len(lanes)] = lanes["device"].to_numpy(np.int64)
+    dev[: len(lanes)] = column(lanes, "device", np.int64)
     # a side lane inherits its device from its nodes
     moved = p.lane != g.lane
     if moved.any():
-        dev[p.lane[moved]] = lanes["device"].to_numpy(np.int64)[g.lane[moved]]
+        dev[p.lane[moved]] = column(lanes, "device", np.int64)[g.lane[moved]]
     return dev
 
 
