@@ -135,3 +135,24 @@ def test_main_lane_of_a_device_ties_to_the_highest_lane():
         dur = np.array([10, 4, 6, 1, 1, 99], np.int64)
 
     assert main_lanes(G()).tolist() == [False, True, True, False]
+
+
+def test_a_kept_results_frames_are_copied_when_read(traces):
+    """A kept result's frames are copied when its holder first reads them (a job's worker reads
+    none of the syncs' tables): each read sees its own copy, built once; a pickled result
+    carries them built."""
+    import pickle
+
+    rules = default_rules()
+    emptyresult.forget()
+    syncs.compute(traces["tiny"], rules)
+    got = syncs.compute(traces["tiny"], rules)
+    assert got.unbuilt("stalls") is not None and got.unbuilt("by_step") is not None
+    assert got.count == 0 and got.unbuilt("stalls") is not None  # a scalar copies no frame
+    stalls = got.stalls
+    assert got.unbuilt("stalls") is None and got.stalls is stalls
+    assert stalls is not syncs.compute(traces["tiny"], rules).stalls
+    clone = pickle.loads(pickle.dumps(syncs.compute(traces["tiny"], rules)))
+    assert clone.unbuilt("by_phase") is None
+    _same(clone, got)
+    emptyresult.forget()

@@ -14,7 +14,7 @@ started is not seen, so it is a lower bound), and reserved is unknown (``reconst
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -23,7 +23,7 @@ from tracekit import phases
 from tracekit.emptyresult import kept
 from tracekit.phases import Rules
 from tracekit.trace.model import Trace
-from tracekit.frames import column
+from tracekit.frames import BuiltWhenRead, column
 
 CUDA = 1  # c10::DeviceType::CUDA
 HIP = 6  # c10::DeviceType::HIP: ROCm traces' device [memory] events
@@ -35,7 +35,7 @@ it, sums over even 2**11 events stay inside int64."""
 
 
 @dataclass(frozen=True)
-class AllocatorResult:
+class AllocatorResult(BuiltWhenRead):
     """Allocator figures in bytes; timestamps in ns."""
 
     series: pd.DataFrame
@@ -88,7 +88,7 @@ def compute(trace: Trace, rules: Rules) -> AllocatorResult:
     if not gpu.any():
         # no GPU [memory] event: empty tables, the same for every such trace but for the note
         # (tracekit.emptyresult)
-        return replace(kept("allocator", lambda: _result(trace, rules, gpu)), note=(
+        return kept("allocator", lambda: _result(trace, rules, gpu), note=(
             "no [memory] events (profile with profile_memory=True)" if trace.memory.empty
             else "no GPU (CUDA or HIP) [memory] events (host memory only)"))
     return _result(trace, rules, gpu)

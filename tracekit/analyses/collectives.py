@@ -41,7 +41,7 @@ from tracekit import intervals, phases
 from tracekit.emptyresult import kept
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
-from tracekit.frames import column
+from tracekit.frames import BuiltWhenRead, column
 
 DTYPE_BYTES = {
     "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2,
@@ -66,7 +66,7 @@ record_function and its ``c10d::<name>_`` dispatcher op."""
 
 
 @dataclass(frozen=True)
-class CollectivesResult:
+class CollectivesResult(BuiltWhenRead):
     """This rank's collective kernels (times in ns on the rank's own clock)."""
 
     kernels: pd.DataFrame

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -58,7 +58,7 @@ from tracekit.emptyresult import kept
 from tracekit.hardware import GpuPeak, device_names, peak_hbm
 from tracekit.phases import Rules
 from tracekit.trace.model import SHAPE_NAME, Kind, Trace
-from tracekit.frames import column
+from tracekit.frames import BuiltWhenRead, column
 
 
 @dataclass(frozen=True)
@@ -479,7 +479,7 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class EmbeddingBwResult:
+class EmbeddingBwResult(BuiltWhenRead):
     """Every embedding call with its bandwidth, and totals."""
 
     calls: pd.DataFrame
@@ -627,8 +627,8 @@ def compute(trace: Trace, rules: Rules, config: EmbeddingBwConfig | None = None)
         # no modelled op and no embedding kernel: empty tables, the same for every such trace
         # but for the GPU (tracekit.emptyresult)
         name, gpu, source = _peak(trace, rules, _main_device(column(acts, "device", np.int64)))
-        return replace(kept(("embedding_bw", config), lambda: _compute(trace, rules, config)),
-                       device=name, peak_gbps=gpu.hbm_gbps if gpu else None, peak_source=source)
+        return kept(("embedding_bw", config), lambda: _compute(trace, rules, config),
+                    device=name, peak_gbps=gpu.hbm_gbps if gpu else None, peak_source=source)
     return _compute(trace, rules, config)
 
 

@@ -39,7 +39,7 @@ sync event it is linked to, else that of the last activity its thread launched b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import pandas as pd
@@ -53,7 +53,7 @@ from tracekit.calls import (  # noqa: F401 (also named here, as always)
 from tracekit.emptyresult import kept
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
-from tracekit.frames import column
+from tracekit.frames import BuiltWhenRead, column
 
 STALL_COLUMNS = ["ts", "end", "dur_ns", "name", "tid", "device", "op_chain", "call_site",
                  "phase", "step", "idle_after_ns", "source"]
@@ -66,7 +66,7 @@ def _empty(columns) -> pd.DataFrame:
 
 
 @dataclass(frozen=True)
-class SyncsResult:
+class SyncsResult(BuiltWhenRead):
     """Every stall and its totals (ns)."""
 
     stalls: pd.DataFrame
@@ -193,10 +193,9 @@ def compute(trace: Trace, rules: Rules) -> SyncsResult:
     if not blocking.any() and not len(alone) and not poll.any():
         # no stall and no poll: empty tables, the same for every such trace
         # (tracekit.emptyresult)
-        return replace(kept("syncs", lambda: _result(trace, rules, acts, index, rt, rcodes,
-                                                     rcats, rcorr, blocking, source, sy, scorr,
-                                                     alone, poll)),
-                       allocator_known=allocations_recorded(trace))
+        return kept("syncs", lambda: _result(trace, rules, acts, index, rt, rcodes, rcats, rcorr,
+                                             blocking, source, sy, scorr, alone, poll),
+                    allocator_known=allocations_recorded(trace))
     return _result(trace, rules, acts, index, rt, rcodes, rcats, rcorr, blocking, source, sy,
                    scorr, alone, poll)
 
