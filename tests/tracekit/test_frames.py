@@ -20,7 +20,7 @@ def columns(draw) -> dict:
     out = {}
     for i in range(draw(st.integers(1, 6))):
         kind = draw(st.sampled_from(["num", "num", "cat", "obj", "str_cat", "readonly", "unicode",
-                                     "str_none", "dicts"]))
+                                     "str_none", "dicts", "text"]))
         rng = np.random.default_rng(draw(st.integers(0, 2**31)))
         if kind in ("num", "readonly"):
             a = (rng.integers(-1000, 1000, n) * draw(st.sampled_from([1, 10**12]))).astype(
@@ -37,6 +37,10 @@ def columns(draw) -> dict:
         elif kind == "str_none":  # strings and missing values (None, NaN)
             a = np.array([(None, np.nan, "a", "bb")[x] for x in rng.integers(0, 4, n)],
                          dtype=object)
+        elif kind == "text":  # any strings (dates, numbers, "nan" written as text): str too
+            words = draw(st.lists(st.one_of(st.text(max_size=6), st.sampled_from(
+                ["2020-01-01", "1.5", "nan", "None", "True", "12:00"])), min_size=1, max_size=4))
+            a = np.array([words[x % len(words)] for x in rng.integers(0, 8, n)], dtype=object)
         elif kind == "dicts":  # what no inference turns into anything but objects
             a = np.empty(n, dtype=object)
             a[:] = [{"k": int(x)} if x else [int(x)] for x in rng.integers(0, 3, n)]
