@@ -2,7 +2,7 @@
 
     python -m bench.small_ranks --baseline DIR [--ranks 1000] [--repeat 3]
         [--job64 bench/data/job64] [--trace TRACE] [--skip-small] [--label TEXT]
-        [--simultaneous]
+        [--simultaneous] [--in-process N [--blocks B]]
 
 1. ``--ranks`` rank files of 3 ProfilerSteps with one kernel each (``tests/tracegen.py``:
    ``TraceBuilder(rank=r, world_size=N)``; 9 events a rank, 9,000 for 1,000 ranks) in
@@ -26,6 +26,12 @@
    what ``/usr/bin/time`` reports), wall seconds, peak RSS, exit code, the load average before.
 3. Per case: this tree's CPU seconds over the baseline's in each round (paired), the median
    and its 95 % bootstrap interval (``bench/common/method.py``), and the figures of each run.
+4. ``--in-process N``: the CPU of one tiny rank in one process, what the lead can turn into a
+   wall time on a quiet machine (the CLI's figures carry the machine's load): one process per
+   tree runs a rank's work (``RankTask``, what a local worker runs: its collector frozen and
+   its threshold as there, ``TRACEKIT_LOAD_PARALLEL=0``) on the tiny ranks, the two taking
+   turns at ``--blocks`` blocks of N ranks (alternating which goes first), after 30 ranks of
+   warm-up; CPU ms a rank per block, the paired ratios' median and interval.
 
 Writes ``bench/results/small-ranks-<UTC date>.json`` and prints a table. Figures and method:
 ``bench/NOTES-ranks.md`` ("Many small ranks"); the limit it measures: ``docs/limits.md``.
@@ -122,6 +128,66 @@ def _result(err_file, status, ru, wall: float, load: list) -> dict:
     return out
 
 
+_RANK_WORKER = """
+import gc, glob, os, sys, time
+os.environ["TRACEKIT_LOAD_PARALLEL"] = "0"
+tree, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sys.path.insert(0, tree)
+import tracekit
+from tracekit.ranks.work import RankTask
+assert tracekit.__file__.startswith(tree), tracekit.__file__
+files = sorted(glob.glob(os.path.join(data, "rank*.json")))
+task = RankTask(use_cache=False, with_hta=False, whole=False)
+for f in files[:30]:
+    task(f)
+gc.freeze()  # as a local worker (tracekit.ranks.executors._init_worker)
+gc.set_threshold(20_000, 10, 10)
+i = 30
+for _ in sys.stdin:  # one block a line
+    t0 = time.process_time()
+    for _ in range(n):
+        task(files[i % len(files)])
+        i += 1
+    print((time.process_time() - t0) / n * 1000, flush=True)
+"""
+
+
+def in_process(trees: dict[str, Path], data: Path, n: int, blocks: int) -> dict:
+    """CPU ms of a tiny rank's work in one process per tree, the trees taking turns at
+    ``blocks`` blocks of ``n`` ranks (step 4 of the module docstring)."""
+    procs = {}
+    for who, tree in trees.items():
+        env = dict(os.environ)
+        env.pop("PYTHONPATH", None)
+        env.pop("TRACEKIT_CACHE_DIR", None)
+        procs[who] = subprocess.Popen([sys.executable, "-c", _RANK_WORKER, str(tree), str(data),
+                                       str(n)], cwd=tree, env=env, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True)
+    ms: dict[str, list[float]] = {who: [] for who in trees}
+    loads = []
+    try:
+        for k in range(blocks):
+            loads.append(round(os.getloadavg()[0], 2))
+            for who in (list(trees) if k % 2 == 0 else list(trees)[::-1]):
+                procs[who].stdin.write("go\n")
+                procs[who].stdin.flush()
+                ms[who].append(round(float(procs[who].stdout.readline()), 3))
+            print(f"block {k}: " + "  ".join(f"{w} {ms[w][-1]:.2f} ms" for w in trees)
+                  + f"  load {loads[-1]}", flush=True)
+    finally:
+        for p in procs.values():
+            p.stdin.close()
+            p.wait()
+    ratios = [t / b for t, b in zip(ms["this"], ms["baseline"])]
+    lo, hi = method.bootstrap_ci(ratios)
+    return {"ranks_per_block": n, "blocks": blocks, "load_before": loads,
+            **{f"{w}_ms_per_rank": ms[w] for w in trees},
+            **{f"{w}_ms_median": round(statistics.median(ms[w]), 3) for w in trees},
+            "cpu_ratio_median": round(statistics.median(ratios), 4),
+            "cpu_ratio_ci95": [round(lo, 4), round(hi, 4)],
+            "cpu_ratios": [round(x, 4) for x in ratios]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--baseline", required=True, help="a checkout of the commit to compare with")
@@ -135,6 +201,9 @@ def main() -> None:
     ap.add_argument("--label", default="", help="what this tree is, where it is no git checkout")
     ap.add_argument("--simultaneous", action="store_true",
                     help="run the two trees' runs of a case side by side (the same load)")
+    ap.add_argument("--in-process", type=int, default=0, metavar="N",
+                    help="also: a tiny rank's CPU in one process per tree, blocks of N ranks")
+    ap.add_argument("--blocks", type=int, default=10, help="blocks of --in-process (each tree)")
     a = ap.parse_args()
     base = Path(a.baseline).resolve()
     cases = {}
@@ -158,6 +227,10 @@ def main() -> None:
                 print(f"round {i} {case:6s} {who:8s} cpu {r['cpu_s']:8.2f} s  wall "
                       f"{r['wall_s']:7.2f} s  rss {r['peak_rss_mb']:7.1f} MB  rc {r['rc']}  "
                       f"load {r['load_before']}", flush=True)
+    per_rank = None
+    if a.in_process:
+        per_rank = in_process(trees, make_ranks(HERE / "data" / f"small{a.ranks}", a.ranks),
+                              a.in_process, a.blocks)
     summary = {}
     for case, by in runs.items():
         ratios = [t["cpu_s"] / b["cpu_s"] for t, b in zip(by["this"], by["baseline"])
@@ -177,7 +250,7 @@ def main() -> None:
     doc = {"when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
            "host": platform.node(), "cpus": os.cpu_count(), "this": head, "baseline": str(base),
            "ranks": a.ranks, "events_per_rank": 9, "simultaneous": a.simultaneous,
-           "cases": cases, "summary": summary,
+           "cases": cases, "summary": summary, "in_process": per_rank,
            "runs": runs}
     out = Path(a.out_dir) / f"small-ranks-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -187,6 +260,10 @@ def main() -> None:
     for case, s in summary.items():
         print(f"{case:6s} {s['cpu_ratio_median']:>10} [{s['cpu_ratio_ci95'][0]}, "
               f"{s['cpu_ratio_ci95'][1]}]  {s['this_cpu_s']}  {s['baseline_cpu_s']}")
+    if per_rank:
+        print(f"in one process: {per_rank['this_ms_median']} ms of CPU a tiny rank against "
+              f"{per_rank['baseline_ms_median']}, {per_rank['cpu_ratio_median']} "
+              f"{per_rank['cpu_ratio_ci95']}")
     print(f"wrote {out}")
 
 
