@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from bench import overhead_fit as of
-from bench.common import run_stamp, write_pair
+from bench.common import named_dirs, run_stamp, write_pair
 
 FIGURES = ("launch_us", "launch_p50_us", "leaf_op_us", "threads", "gap_us", "calls")
 
@@ -120,13 +120,9 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", required=True, metavar="NAME=DIR")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    specs = []
-    for s in args.set:
-        name, _, root = s.partition("=")
-        if not root or not os.path.isdir(root):
-            print(f"--set {s}: not NAME=DIR with DIR a folder", file=sys.stderr)
-            return 2
-        specs.append((name, root))
+    specs = named_dirs(args.set)
+    if specs is None:
+        return 2
     t0 = time.perf_counter()
     model = {**{t: oh.DEFAULT_MODEL.cost(t) for t in oh.TERMS},
              "launch_ref": oh.DEFAULT_MODEL.launch_ref_ns}

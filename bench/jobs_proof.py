@@ -319,7 +319,6 @@ def table(rows: list[dict]) -> str:
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p = r.get("predicted_saving_ms")
-        pa = r.get("predicted_contention_saving_ms")
         lo, hi = r["measured_interval_ms"]
         out.append(
             f"| {r['case']} | {r['what_if']} | {r['measured_step_ms']:.3f} | "

@@ -19,7 +19,6 @@ tie), judged on the set left out, against K = 1 (the model now).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -27,7 +26,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 from bench import overhead_fit as of
-from bench.common import run_stamp, write_pair
+from bench.common import named_dirs, run_stamp, write_pair
 
 TARGET = of.TARGET
 
@@ -82,13 +81,9 @@ def main(argv=None) -> int:
     except ValueError:
         print(f"--k {args.k}: not numbers separated by commas", file=sys.stderr)
         return 2
-    specs = []
-    for s in args.set:
-        name, _, root = s.partition("=")
-        if not root or not os.path.isdir(root):
-            print(f"--set {s}: not NAME=DIR with DIR a folder", file=sys.stderr)
-            return 2
-        specs.append((name, root))
+    specs = named_dirs(args.set)
+    if specs is None:
+        return 2
     t0 = time.perf_counter()
     res: dict[str, dict[float, list]] = {}
     for name, root in specs:

@@ -48,7 +48,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from bench import overhead_fit as of
-from bench.common import run_stamp, write_pair
+from bench.common import named_dirs, run_stamp, write_pair
 
 TARGET = of.TARGET
 BEFORE = {"cpu_op": 982.0, "runtime": 1833.0, "memory": 513.0, "sync_call": 339.0,
@@ -192,13 +192,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--tag", default="")
     args = ap.parse_args(argv)
-    specs = []
-    for s in args.set:
-        name, _, root = s.partition("=")
-        if not root or not os.path.isdir(root):
-            print(f"--set {s}: not NAME=DIR with DIR a folder", file=sys.stderr)
-            return 2
-        specs.append((name, root))
+    specs = named_dirs(args.set)
+    if specs is None:
+        return 2
     given = None
     if args.fits:
         try:

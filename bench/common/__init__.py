@@ -40,6 +40,19 @@ def run_stamp(module: str, argv: list[str] | None, t0: float, now: datetime) -> 
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
+def named_dirs(values: list[str]) -> list[tuple[str, str]] | None:
+    """``NAME=DIR`` arguments (the runners' repeated ``--set``) as ``(name, dir)`` pairs, in order;
+    ``None`` after one line on stderr where one is not a name and an existing folder."""
+    out = []
+    for s in values:
+        name, _, root = s.partition("=")
+        if not root or not os.path.isdir(root):
+            print(f"--set {s}: not NAME=DIR with DIR a folder", file=sys.stderr)
+            return None
+        out.append((name, root))
+    return out
+
+
 def write_pair(out_dir: str, stem: str, text: str, doc: dict) -> str:
     """Write ``OUT_DIR/STEM.md`` (``text``) and ``.json`` (``doc``), creating ``out_dir``, and say
     so on stderr; returns the path without its suffix (the runners that name their own stems)."""
