@@ -503,3 +503,72 @@ def test_a_rank_of_a_job_brought_to_its_jobs_pace(tmp_path):
     assert oh.host_factor(replace(c, world_size=3), ref) == pytest.approx(1.6)
     assert oh.host_factor(replace(c, world_size=8), ref) == 1.0
     assert oh.host_factor(replace(c, world_size=2), oh.OverheadModel(launch_ref_ns=4000.0)) == 2.0
+
+
+def late_kernel(tmp_path, late_us):
+    """Three steps of 100 us: a kernel launched at the step's start, 20 recorded ops, then a
+    device sync that waits for the kernel; the kernel starts ``late_us`` after its launch for
+    no reason the trace records (time the model does not explain when it is late)."""
+    b = TraceBuilder()
+    for i in range(3):
+        t0 = 100 * i
+        b.profiler_step(i + 1, t0, 100)
+        b.kernel("k", t0 + 2 + late_us, 5, launched_by=b.runtime("cudaLaunchKernel", t0 + 1, 1))
+        for j in range(20):
+            b.cpu_op("aten::add", t0 + 3 + 4 * j, 3)
+        b.runtime("cudaDeviceSynchronize", t0 + 85, max(late_us - 76, 3))
+    return load_built(b, tmp_path)
+
+
+def kept_warnings(r) -> list[str]:
+    return [w for w in r.warnings if "did not follow" in w]
+
+
+def test_an_estimate_resting_on_unexplained_time_is_warned(tmp_path):
+    """The kernel 85 us late: the sync's wait is unexplained time on the estimated step's path,
+    kept whole, so the estimate stays near the traced step although 20 ops' cost came out:
+    explain warns (text and JSON); the same trace with the kernel on time shrinks and does not."""
+    r = explain.compute(late_kernel(tmp_path / "late", 85), RULES,
+                        config=explain.ExplainConfig(overhead=ONE))
+    o = r.overhead
+    taken = sum(o["host_ns_per_step"].values())
+    assert taken >= oh.TAKEN_MATTERS * o["traced_step_ns"]
+    assert o["traced_step_ns"] - o["untraced_step_ns"] < oh.FOLLOWED * taken
+    assert r.breakdown.set_index("category")["share"]["unexplained"] >= oh.UNEXPLAINED_KEPT
+    warned = kept_warnings(r)
+    assert len(warned) == 1 and "does not explain" in warned[0]
+    assert f"{o['untraced_step_ns'] / 1e6:,.3f} ms" in warned[0]
+    assert warned[0] in explain_dict(r)["warnings"]
+    # a given step sets the scale: no such warning
+    assert not kept_warnings(explain.compute(late_kernel(tmp_path / "given", 85), RULES,
+                                             config=explain.ExplainConfig(overhead=ONE,
+                                                                          step_ms=0.06)))
+    on_time = explain.compute(late_kernel(tmp_path / "on_time", 0), RULES,
+                              config=explain.ExplainConfig(overhead=ONE))
+    assert on_time.overhead["untraced_step_ns"] < 0.7 * on_time.overhead["traced_step_ns"]
+    assert not kept_warnings(on_time)
+
+
+def test_a_gpu_bound_estimate_whose_host_time_hides_is_not_warned(tmp_path):
+    """The GPU decides the step (400 us kernels): the host time taken out hides under it, the
+    estimate stays at the traced step, and that is right: no warning."""
+    t = many_ops(tmp_path, gpu_us=400)
+    r = explain.compute(t, RULES, config=explain.ExplainConfig(overhead=ONE))
+    o = r.overhead
+    taken = sum(o["host_ns_per_step"].values())
+    assert taken >= 0.4 * o["traced_step_ns"]  # 44 us of host time a step taken out, hidden
+    assert "unexplained" not in set(r.breakdown["category"])
+    assert o["untraced_step_ns"] == pytest.approx(o["traced_step_ns"], rel=0.01)
+    assert not kept_warnings(r)
+
+
+def test_the_rule_of_an_estimate_resting_on_unexplained_time():
+    """``unexplained_kept`` at its edges: the figures of a 2-GPU SparseDist rank (traced 93.0 ms,
+    25.4 ms taken out, estimate 94.0, 21.9 % unexplained) and the thresholds on either side."""
+    ms = 1e6
+    assert oh.unexplained_kept(93.0 * ms, 94.0 * ms, 25.4 * ms, 0.219) == "unexplained"
+    assert oh.unexplained_kept(93.0 * ms, 94.0 * ms, 25.4 * ms, 0.0) == "above"
+    assert oh.unexplained_kept(93.0 * ms, 94.0 * ms, 2.0 * ms, 0.0) is None  # little taken out
+    assert oh.unexplained_kept(93.0 * ms, 93.0 * ms, 5.0 * ms, 0.3) is None  # < TAKEN_MATTERS
+    assert oh.unexplained_kept(93.0 * ms, 80.0 * ms, 25.4 * ms, 0.3) is None  # followed: 13/25.4
+    assert oh.unexplained_kept(93.0 * ms, 90.0 * ms, 25.4 * ms, 0.09) is None  # little unexplained

@@ -346,6 +346,9 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
     spread = _untraced_spread(est)
     if spread:
         warnings.append(spread)
+    kept = _unexplained_kept(est, path, counted_view) if config.untraced else None
+    if kept:
+        warnings.append(kept)
     src = steps_mod.compute(trace, rules).source
     if src == steps_mod.SOURCE_OPTIMIZER:
         warnings.append("no ProfilerStep in this trace: its steps run from one optimizer step's "
@@ -503,6 +506,37 @@ def _untraced_spread(est) -> str | None:
             f"{hi / 1e6:,.3f} ms (the estimate {b0:+.0%} to {b1:+.0%} off): one preset's processes "
             f"ran their untraced steps up to 40 % apart, which nothing in the trace records; "
             f"--step-ms N (the untraced step, measured) sets the scale")
+
+
+def _unexplained_kept(est, path: pd.DataFrame, counted: np.ndarray) -> str | None:
+    """The warning of an estimate that rests on time the model does not explain, kept whole in
+    the untraced replay, or that did not follow the host time taken out
+    (``tracekit.graph.overhead.unexplained_kept``; ``path``: the estimated step's critical path,
+    ``counted``: the counted steps); None otherwise, or with a given step."""
+    if est is None or est.scale != "model":
+        return None
+    on = np.isin(column(path, "step", np.int64), counted)
+    dur = column(path, "dur", np.int64)[on]
+    total = int(dur.sum())
+    unexplained = int(dur[column(path, "category", object)[on] == UNEXPLAINED].sum())
+    share = unexplained / total if total else 0.0
+    taken = float(sum(est.host_ns_per_step.values()))
+    why = oh.unexplained_kept(est.traced_step_ns, est.untraced_step_ns, taken, share)
+    if why is None:
+        return None
+    head = (f"the estimated untraced step ({est.untraced_step_ns / 1e6:,.3f} ms against the "
+            f"traced {est.traced_step_ns / 1e6:,.3f} ms) did not follow the "
+            f"{taken / 1e6:,.3f} ms of host time a step the model took out")
+    if why == "unexplained":
+        per_step = unexplained / 1e6 / max(counted.size, 1)
+        return (head + f": {share:.1%} of its critical path ({per_step:,.3f} ms a step) is "
+                "time the model does not explain (a node that started later than any modelled "
+                "dependency allows), kept whole in the untraced replay, so the "
+                "estimate rests on it, not on the profiler's cost; the untraced step may be much "
+                "shorter (--step-ms N, the untraced step measured, sets the scale)")
+    return (head + ": it is above the traced step, which taking host time out cannot make; the "
+            "model's replay, not the profiler's cost, sets it (--step-ms N, the untraced step "
+            "measured, sets the scale)")
 
 
 STEP_COLUMNS = ["step", "start_ns", "end_ns", "duration_ns", "bound", "bound_share", "breakdown",

@@ -1,0 +1,202 @@
+"""Does explain warn where its estimated untraced step rests on time the model does not explain?
+Question: the raw estimate is the trace's graph with the profiler's host cost taken out,
+replayed; time on the critical path the model does not explain (category ``unexplained``) is kept
+whole there, so such an estimate can stay at or above the traced step although many ms of host
+time came out. Which rule on what a trace alone gives (traced step, estimate, host time taken
+out, the unexplained share of the estimated critical path) flags the estimates off by more than
+10 % of the measured untraced step, and how many within 10 % does it flag falsely?
+
+For each set (``--set NAME=DIR``) every trace whose run wrote its untraced step beside it
+(``bench.overhead_fit.find_runs``), as explain reads it by default (``tracekit.analyses.explain.
+view_graph``: the default model, no step given): the figures above over the counted steps, the
+measured untraced step, the error (estimate / measured - 1), and whether the range warning
+(``overhead.HOST_DECIDES``) already comes with it. A run of a later set already in an earlier one
+(the same path from ``sample_traces/`` on and rank) is left out of the later one. The rule
+(``overhead.unexplained_kept``) is judged per set with the thresholds of the code; ``--grid``
+also tries the thresholds' grid on the sets of ``--fit`` (the choice) and reports, per setting,
+the flags on those sets (the trade-off it was chosen from).
+
+    python -m bench.unexplained_kept --set h3=/work/.heldout3/tree/sample_traces ... \\
+        --set tree=sample_traces --fit h3,h4,h5,h6 [--grid] [--out bench/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from datetime import datetime, timezone
+
+import numpy as np
+
+from bench import overhead_fit as of
+from bench.common import named_dirs, run_stamp, write_pair
+
+OFF = 0.10
+"""An estimate off by more than this share of the measured untraced step."""
+GRID = {"unexplained": (0.05, 0.10, 0.15, 0.20), "taken": (0.05, 0.10, 0.15),
+        "followed": (0.3, 0.5, 0.7), "above": (0.05, 1.0)}
+"""The thresholds tried with ``--grid`` (``above`` 1.0: the estimate-above-traced clause off)."""
+
+
+def figures(run) -> dict | None:
+    """``traced_ms, estimate_ms, taken_ms, unexplained_share, measured_ms`` of ``run`` as explain
+    reads it by default; None where it has no host calls (no estimate)."""
+    from tracekit import steps as steps_mod
+    from tracekit.analyses import explain as ex
+    from tracekit.beside import per_step
+    from tracekit.frames import column
+    from tracekit.graph import critical as cr
+    from tracekit.graph import whatif as wi
+    from tracekit.graph.model import UNEXPLAINED
+    from tracekit.phases import default_rules
+    from tracekit.trace import load
+
+    rules = default_rules()
+    ts = load(run.trace, progress=False)
+    trace = ts.rank(run.rank) if run.rank in ts.ranks else ts.traces[0]
+    measured, _ = per_step(run.found, steps_mod.compute(trace, rules).source)
+    _, g, est = ex.view_graph(trace, rules, ex.ExplainConfig())
+    if est is None:
+        return None
+    win = cr.step_windows(g)
+    path = cr.step_paths(g, windows=win)
+    counted = column(win, "step", np.int64)[wi.counted_steps(win)]
+    on = np.isin(column(path, "step", np.int64), counted)
+    dur = column(path, "dur", np.int64)[on]
+    unx = int(dur[column(path, "category", object)[on] == UNEXPLAINED].sum())
+    return {"traced_ms": est.traced_step_ns / 1e6, "estimate_ms": est.untraced_step_ns / 1e6,
+            "taken_ms": sum(est.host_ns_per_step.values()) / 1e6,
+            "unexplained_share": unx / dur.sum() if dur.sum() else 0.0, "measured_ms": measured,
+            "range_warned": est.range_ns is not None}
+
+
+def fires(r: dict, unexplained: float, taken: float, followed: float, above: float) -> bool:
+    """``overhead.unexplained_kept``'s rule with these thresholds (for the grid)."""
+    t, e, k = r["traced_ms"], r["estimate_ms"], r["taken_ms"]
+    if t <= 0 or k <= 0:
+        return False
+    kept = r["unexplained_share"] >= unexplained and k >= taken * t and (t - e) / k < followed
+    return bool(kept or (e > t and k >= above * t))
+
+
+def tally(rows: list[dict], flag) -> dict:
+    off = [r for r in rows if abs(r["error"]) > OFF]
+    ok = [r for r in rows if abs(r["error"]) <= OFF]
+    silent = [r for r in off if not r["range_warned"]]
+    return {"runs": len(rows), "off": len(off), "off_flagged": sum(map(flag, off)),
+            "silent_off": len(silent), "silent_off_flagged": sum(map(flag, silent)),
+            "within": len(ok), "within_flagged": sum(map(flag, ok))}
+
+
+def render(doc: dict) -> str:
+    out = [f"# Estimates resting on unexplained time ({doc['date_utc']})", "",
+           f"Command: `{doc['command']}` ({doc['seconds']} s on {doc['machine']}).", "",
+           "The rule (`overhead.unexplained_kept`): unexplained >= "
+           f"{doc['rule']['unexplained']:.0%} "
+           f"of the estimated critical path, host time taken out >= {doc['rule']['taken']:.0%} of "
+           f"the traced step and the estimate fell by < {doc['rule']['followed']:.0%} of it; or "
+           f"the estimate above the traced step with >= {doc['rule']['above']:.0%} taken out. "
+           f"Chosen on: {', '.join(doc['fit']) or '-'}.", "",
+           "| set | runs | off by > 10 % | flagged | of them without the range warning | flagged "
+           "| within 10 % | flagged falsely |", "|---|---|---|---|---|---|---|---|"]
+    for name, t in doc["sets"].items():
+        fit = " (fit)" if name in doc["fit"] else ""
+        out.append(f"| {name}{fit} | {t['runs']} | {t['off']} | "
+                   f"{t['off_flagged']} | {t['silent_off']} | {t['silent_off_flagged']} | "
+                   f"{t['within']} | {t['within_flagged']} |")
+    for name in ("fit", "judged"):
+        t = doc["total"].get(name)
+        if t:
+            out.append(f"| all {name} | {t['runs']} | {t['off']} | {t['off_flagged']} | "
+                       f"{t['silent_off']} | {t['silent_off_flagged']} | {t['within']} | "
+                       f"{t['within_flagged']} |")
+    out += ["", "Flagged runs:", "", "| set | run | traced ms | estimate ms | taken out ms | "
+            "unexplained | measured ms | error |", "|---|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        if r["flagged"]:
+            out.append(f"| {r['set']} | {r['run']} rank {r['rank']} | {r['traced_ms']:.3f} | "
+                       f"{r['estimate_ms']:.3f} | {r['taken_ms']:.3f} | "
+                       f"{100 * r['unexplained_share']:.1f} % | {r['measured_ms']:.3f} | "
+                       f"{100 * r['error']:+.1f} % |")
+    if doc.get("grid"):
+        out += ["", "The grid on the fit sets (flags of the estimates off / within; the Pareto "
+                "front, ties kept):", "",
+                "| unexplained | taken | followed | above | off flagged | within flagged |",
+                "|---|---|---|---|---|---|"]
+        for g in doc["grid"]:
+            out.append(f"| {g['unexplained']} | {g['taken']} | {g['followed']} | {g['above']} | "
+                       f"{g['off_flagged']} of {g['off']} | {g['within_flagged']} of "
+                       f"{g['within']} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    from tracekit.graph import overhead as oh
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=DIR", required=True)
+    ap.add_argument("--fit", default="", help="the sets the rule was chosen on, comma-separated")
+    ap.add_argument("--grid", action="store_true", help="try the thresholds' grid on --fit")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    specs = named_dirs(args.set)
+    if specs is None:
+        return 2
+    fit = [s for s in args.fit.split(",") if s]
+    t0 = time.perf_counter()
+    rule = {"unexplained": oh.UNEXPLAINED_KEPT, "taken": oh.TAKEN_MATTERS,
+            "followed": oh.FOLLOWED, "above": oh.ABOVE_TAKEN}
+    seen, rows = set(), []
+    for name, root in specs:
+        for run in of.find_runs([root]):
+            key = (run.name.split("sample_traces/")[-1], run.rank)
+            if key in seen:
+                continue
+            seen.add(key)
+            f = figures(run)
+            if f is None:
+                continue
+            f |= {"set": name, "run": run.name, "rank": run.rank,
+                  "error": f["estimate_ms"] / f["measured_ms"] - 1}
+            f["flagged"] = oh.unexplained_kept(f["traced_ms"] * 1e6, f["estimate_ms"] * 1e6,
+                                               f["taken_ms"] * 1e6, f["unexplained_share"]) \
+                is not None
+            rows.append(f)
+    if not rows:
+        print("unexplained_kept: no trace with its untraced step measured beside it",
+              file=sys.stderr)
+        return 2
+    flag = (lambda r: r["flagged"])
+    doc = {"question": "estimates resting on unexplained time", "rule": rule, "fit": fit,
+           "sets": {n: tally([r for r in rows if r["set"] == n], flag) for n, _ in specs},
+           "total": {}}
+    for part, sel in (("fit", lambda r: r["set"] in fit),
+                      ("judged", lambda r: r["set"] not in fit)):
+        if any(map(sel, rows)):
+            doc["total"][part] = tally([r for r in rows if sel(r)], flag)
+    if args.grid and fit:
+        on = [r for r in rows if r["set"] in fit]
+        tried = []
+        for u, k, fo, ab in itertools.product(*GRID.values()):
+            t = tally(on, lambda r: fires(r, u, k, fo, ab))
+            tried.append({"unexplained": u, "taken": k, "followed": fo, "above": ab, **t})
+        # the Pareto front (no other setting flags as many off with fewer within, or more off
+        # with as few), ties kept
+        doc["grid"] = [g for g in tried if not any(
+            (h["off_flagged"] >= g["off_flagged"] and h["within_flagged"] < g["within_flagged"]) or
+            (h["off_flagged"] > g["off_flagged"] and h["within_flagged"] <= g["within_flagged"])
+            for h in tried)]
+    doc["rows"] = rows
+    now = datetime.now(timezone.utc)
+    doc |= run_stamp("bench.unexplained_kept", argv, t0, now)
+    text = render(doc)
+    print(text)
+    if args.out:
+        write_pair(args.out, f"unexplained-kept-{now:%Y%m%d-%H%M}", text, doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
