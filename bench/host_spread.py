@@ -34,12 +34,11 @@ import os
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 
 import numpy as np
 
 from bench import overhead_fit as of
-from bench.common import named_dirs, run_stamp, write_pair
+from bench.common import named_dirs, stamp_and_report
 
 FIGURES = ("launch_us", "launch_p50_us", "leaf_op_us", "threads", "gap_us", "calls")
 
@@ -175,12 +174,8 @@ def main(argv=None) -> int:
     doc = {"question": "does a trace figure track the untraced speed the model misses",
            "sets": dict(specs), "runs": len(rows), "decided": len(on), "rho_error_decided": corr,
            "groups": within, "rows": rows}
-    now = datetime.now(timezone.utc)
-    doc |= run_stamp("bench.host_spread", argv, t0, now)
-    text = render(doc)
-    print(text)
-    if args.out:
-        write_pair(args.out, f"host-spread-{now:%Y%m%d-%H%M}", text, doc)
+    stamp_and_report(doc, render, module="bench.host_spread", argv=argv, t0=t0, out_dir=args.out,
+                     prefix="host-spread")
     return 0
 
 

@@ -23,10 +23,9 @@ import statistics
 import sys
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
 
 from bench import overhead_fit as of
-from bench.common import named_dirs, run_stamp, write_pair
+from bench.common import named_dirs, stamp_and_report
 
 TARGET = of.TARGET
 
@@ -106,12 +105,8 @@ def main(argv=None) -> int:
                            for k in ks} for n in names},
            "leave_one_set_out": loso,
            "rows": [r for n in names for k in ks for r in res[n][k]]}
-    now = datetime.now(timezone.utc)
-    doc |= run_stamp("bench.overhead_job_pace", argv, t0, now)
-    text = render(doc)
-    print(text)
-    if args.out:
-        write_pair(args.out, f"overhead-job-pace-{now:%Y%m%d-%H%M}", text, doc)
+    stamp_and_report(doc, render, module="bench.overhead_job_pace", argv=argv, t0=t0, out_dir=args.out,
+                     prefix="overhead-job-pace")
     return 0
 
 

@@ -43,12 +43,11 @@ import os
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 
 import numpy as np
 
 from bench import overhead_fit as of
-from bench.common import named_dirs, run_stamp, write_pair
+from bench.common import named_dirs, stamp_and_report
 
 TARGET = of.TARGET
 BEFORE = {"cpu_op": 982.0, "runtime": 1833.0, "memory": 513.0, "sync_call": 339.0,
@@ -270,12 +269,8 @@ def main(argv=None) -> int:
                        "fit_loss": costs["_loss"], "scale": costs["_scale"],
                        "varied": costs["_varied"], "fitted_runs": len(fitted_runs(runs))}
     doc["rows"] = rows
-    now = datetime.now(timezone.utc)
-    doc |= run_stamp("bench.overhead_loso", argv, t0, now)
-    text = render(doc)
-    print(text)
-    if args.out:
-        write_pair(args.out, f"overhead-loso-{now:%Y%m%d-%H%M}{args.tag}", text, doc)
+    stamp_and_report(doc, render, module="bench.overhead_loso", argv=argv, t0=t0, out_dir=args.out,
+                     prefix="overhead-loso", tag=args.tag)
     return 0
 
 

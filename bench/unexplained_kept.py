@@ -26,12 +26,11 @@ import argparse
 import itertools
 import sys
 import time
-from datetime import datetime, timezone
 
 import numpy as np
 
 from bench import overhead_fit as of
-from bench.common import named_dirs, run_stamp, write_pair
+from bench.common import named_dirs, stamp_and_report
 
 OFF = 0.10
 """An estimate off by more than this share of the measured untraced step."""
@@ -189,12 +188,8 @@ def main(argv=None) -> int:
             (h["off_flagged"] > g["off_flagged"] and h["within_flagged"] <= g["within_flagged"])
             for h in tried)]
     doc["rows"] = rows
-    now = datetime.now(timezone.utc)
-    doc |= run_stamp("bench.unexplained_kept", argv, t0, now)
-    text = render(doc)
-    print(text)
-    if args.out:
-        write_pair(args.out, f"unexplained-kept-{now:%Y%m%d-%H%M}", text, doc)
+    stamp_and_report(doc, render, module="bench.unexplained_kept", argv=argv, t0=t0, out_dir=args.out,
+                     prefix="unexplained-kept")
     return 0
 
 

@@ -20,9 +20,8 @@ import argparse
 import json
 import sys
 import time
-from datetime import datetime, timezone
 
-from bench.common import run_stamp, write_pair
+from bench.common import stamp_and_report
 
 QUANTILES = (0.10, 0.90)
 
@@ -127,12 +126,8 @@ def main(argv=None) -> int:
     doc = {"question": "the estimate's error where the profiler's cost decides it",
            "decides": args.decides, "column": args.column, **band(rows, args.decides)}
     doc["rows"] = rows
-    now = datetime.now(timezone.utc)
-    doc |= run_stamp("bench.untraced_band", argv, t0, now)
-    text = render(doc)
-    print(text)
-    if args.out:
-        write_pair(args.out, f"untraced-band-{now:%Y%m%d-%H%M}", text, doc)
+    stamp_and_report(doc, render, module="bench.untraced_band", argv=argv, t0=t0, out_dir=args.out,
+                     prefix="untraced-band")
     return 0
 
 

@@ -53,6 +53,20 @@ def named_dirs(values: list[str]) -> list[tuple[str, str]] | None:
     return out
 
 
+def stamp_and_report(doc: dict, render, *, module: str, argv: list[str] | None, t0: float,
+                     out_dir: str | None, prefix: str, tag: str = "") -> str:
+    """A runner's ending: ``doc`` stamped (``run_stamp``), rendered by ``render(doc)`` and printed,
+    and written as ``OUT_DIR/PREFIX-YYYYMMDD-HHMM[TAG].md`` / ``.json`` (``write_pair``) where
+    ``out_dir`` is given; returns the text."""
+    now = datetime.now(timezone.utc)
+    doc |= run_stamp(module, argv, t0, now)
+    text = render(doc)
+    print(text)
+    if out_dir:
+        write_pair(out_dir, f"{prefix}-{now:%Y%m%d-%H%M}{tag}", text, doc)
+    return text
+
+
 def write_pair(out_dir: str, stem: str, text: str, doc: dict) -> str:
     """Write ``OUT_DIR/STEM.md`` (``text``) and ``.json`` (``doc``), creating ``out_dir``, and say
     so on stderr; returns the path without its suffix (the runners that name their own stems)."""
