@@ -247,6 +247,15 @@ PRESETS: dict[str, dict] = {
                                 rounds=40, **_RUN),
     "dense_b16k": dict(_BIG, batch=16384, task_heads=1, adam_foreach=True, main_priority=0, est_step_ms=20,
                        rounds=32, warmup=6, timed=8),
+    # Held out (2026-11-28, session 9): presets never used to fit anything, collected before that
+    # session's model changes, to judge them on: the multitask model at 18432 samples (between the
+    # 12k and the 20k), 56 task heads at 22528 samples, and the dense_heavy model at 28672 samples
+    "multitask_b18k": dict(_BIG, batch=18432, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=46,
+                           rounds=40, **_RUN),
+    "multitask_h56_b22k": dict(_BIG, batch=22528, task_heads=56, adam_foreach=False, main_priority=-2, est_step_ms=50,
+                               rounds=40, **_RUN),
+    "dense_b28k": dict(_BIG, batch=28672, task_heads=1, adam_foreach=True, main_priority=0, est_step_ms=32,
+                       rounds=32, warmup=6, timed=8),
     # the CI-sized smoke preset (seconds on any GPU; the CPU smoke test)
     "tiny": dict(tables=8, rows=10_000, dim=32, batch=256, pooling=4.0, dense_arch=(64,), over_arch=(256, 128),
                  task_heads=4, adam_foreach=False, main_priority=-2, est_step_ms=5, rounds=10, **_RUN),
@@ -282,7 +291,8 @@ PROOF_PAIRS = (("sparse", "fused", "fused_sparse_dist", ("multitask_b32k", "mult
                                                       "multitask_b10k", "multitask_h96_b20k", "dense_b24k",
                                                       "multitask_b20k", "multitask_h48_b12k", "dense_b32k",
                                                       "multitask_b24k", "multitask_h80_b14k", "dense_b20k",
-                                                      "multitask_b28k", "multitask_h112_b16k", "dense_b16k")),)
+                                                      "multitask_b28k", "multitask_h112_b16k", "dense_b16k",
+                                                      "multitask_b18k", "multitask_h56_b22k", "dense_b28k")),)
 
 TARGETS = {"fused": (0.95, 0.97), "semi": (0.92, 0.95)}
 """Headline preset: median ratio <= first, interval's upper end <= second."""

@@ -67,6 +67,10 @@
 # model changes): bench.pipelines on 1 GPU (multitask_b28k, multitask_h112_b16k, dense_b16k; options default,
 # shapes, stack; <= 270 s) and 2 GPUs (the same presets, default; <= 250 s); gpu/ranks_jobs.py with jobs_slim
 # on 2 ranks (rank 1 +2.5 ms) and 4 ranks (rank 2 +1.5 ms), each with 10 rounds after the traces (<= 230 / 260 s).
+# holdout9a / holdout9b / jobs2u (held out, 2026-11-28 session 9, collected before that session's model
+# changes): bench.pipelines on 1 GPU (multitask_b18k, multitask_h56_b22k, dense_b28k; options default, shapes,
+# stack; <= 270 s) and 2 GPUs (the same presets, default; <= 250 s); gpu/ranks_jobs.py with jobs_lean on 2
+# ranks (rank 0 +3 ms), with 10 rounds after the traces (<= 230 s).
 # jobs4f6 (the job proof's steady state, session 8): gpu/ranks_jobs.py with jobs_flat on 4 ranks (rank 3 +2 ms),
 # as jobs4s, but 6 profiled steps (the first pinned, five counted) and 10 rounds after the traces: whether
 # the straggler what-if's saving, read past the first counted step's transient, holds where the traced job's
@@ -210,6 +214,14 @@ for p in "${parts[@]}"; do
                   --profile-options default --out "$OUT"' ;;
     jobs2t) part jobs2t 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_slim --delay-rank 1 --delay-ms 2.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
     jobs4t) part jobs4t 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_slim --delay-rank 2 --delay-ms 1.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
+    holdout9a) part holdout9a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
+                  --plan multitask_b18k:sparse+fused,multitask_h56_b22k:sparse+fused,dense_b28k:sparse+fused \
+                  --profile-options default,shapes,stack --window-variants sparse \
+                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
+    holdout9b) part holdout9b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
+                  --plan multitask_b18k:sparse+fused,multitask_h56_b22k:sparse+fused,dense_b28k:sparse+fused \
+                  --profile-options default --out "$OUT"' ;;
+    jobs2u) part jobs2u 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_lean --delay-rank 0 --delay-ms 3 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
     jobs4f6) part jobs4f6 300 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_flat --delay-rank 3 --delay-ms 2 --profile-steps 6 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
     jobs4) part jobs4 250 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --budget-s 190 --out "$OUT"' ;;
     torchrec) part torchrec 340 bash -c 'set -e; fb=${FBPARTS:-/tmp/fbparts}; ls -l "$fb";

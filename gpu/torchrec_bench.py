@@ -137,6 +137,18 @@ PLAN: dict[str, tuple[int, str, int, int, int]] = {
     "2gpu_sparse_b5120_r2": (2, "sparse", 5120, 8, 1),
     "1gpu_fused_b3072_r2": (1, "fused", 3072, 8, 2),
     "1gpu_sparse_b3072_r2": (1, "sparse", 3072, 8, 2),
+    # held out (2026-11-28, session 9): batch sizes never run, collected before that session's model
+    # changes, each pair twice in mirrored order
+    "1gpu_sparse_b2560": (1, "sparse", 2560, 8, 2),
+    "1gpu_fused_b2560": (1, "fused", 2560, 8, 2),
+    "1gpu_sparse_b7168": (1, "sparse", 7168, 8, 2),
+    "1gpu_fused_b7168": (1, "fused", 7168, 8, 2),
+    "2gpu_sparse_b7168": (2, "sparse", 7168, 8, 1),
+    "2gpu_fused_b7168": (2, "fused", 7168, 8, 1),
+    "2gpu_fused_b7168_r2": (2, "fused", 7168, 8, 1),
+    "2gpu_sparse_b7168_r2": (2, "sparse", 7168, 8, 1),
+    "1gpu_fused_b2560_r2": (1, "fused", 2560, 8, 2),
+    "1gpu_sparse_b2560_r2": (1, "sparse", 2560, 8, 2),
 }
 
 
