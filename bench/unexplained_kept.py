@@ -14,10 +14,13 @@ measured untraced step, the error (estimate / measured - 1), and whether the ran
 (the same path from ``sample_traces/`` on and rank) is left out of the later one. The rule
 (``overhead.unexplained_kept``) is judged per set with the thresholds of the code; ``--grid``
 also tries the thresholds' grid on the sets of ``--fit`` (the choice) and reports, per setting,
-the flags on those sets (the trade-off it was chosen from).
+the flags on those sets (the trade-off it was chosen from). ``--joined`` also judges every rank of a
+complete job (its folder holds all its ranks) on the job's graph, as ``tracekit explain DIR``
+reads it (``tracekit.ranks.job.joined_estimate``: the rank's step with every rank's overhead
+out, its range where the profiler's cost decides it, the rule on the job's critical path).
 
     python -m bench.unexplained_kept --set h3=/work/.heldout3/tree/sample_traces ... \\
-        --set tree=sample_traces --fit h3,h4,h5,h6 [--grid] [--out bench/results]
+        --set tree=sample_traces --fit h3,h4,h5,h6 [--grid] [--joined] [--out bench/results]
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 
 from bench import overhead_fit as of
 from bench.common import named_dirs, stamp_and_report
+from bench.common.joined import complete_job
 
 OFF = 0.10
 """An estimate off by more than this share of the measured untraced step."""
@@ -69,6 +73,38 @@ def figures(run) -> dict | None:
             "taken_ms": sum(est.host_ns_per_step.values()) / 1e6,
             "unexplained_share": unx / dur.sum() if dur.sum() else 0.0, "measured_ms": measured,
             "range_warned": est.range_ns is not None}
+
+
+def joined_figures(folder: str) -> dict[int, dict]:
+    """Per rank of the job in ``folder``: its step on the job's graph (every rank's estimated
+    untraced graph joined at the collectives, as ``tracekit explain DIR`` reads it) and what
+    warns on it (``tracekit.ranks.job.joined_estimate``): ``joined_ms, joined_range_warned,
+    joined_flagged, joined_unexplained_share``; empty without the job's graph."""
+    from tracekit.ranks import JobConfig, analyze_job
+    from tracekit.ranks.job import joined_estimate
+
+    rep = analyze_job(folder, workers=1, use_cache=False, with_hta=False, whole=False,
+                      config=JobConfig(balance_what_if=False))
+    g = (rep.job or {}).get("graph")
+    out = {}
+    for x in (g or {}).get("ranks") or []:
+        u = joined_estimate(g, int(x["rank"]), rep.ranks)
+        if u is None:
+            continue
+        out[int(x["rank"])] = {"joined_ms": u["step_ns"] / 1e6,
+                               "joined_range_warned": u["range_ns"] is not None,
+                               "joined_flagged": u["kept"] is not None,
+                               "joined_unexplained_share": u["unexplained_share"]}
+    return out
+
+
+def as_joined(r: dict) -> dict | None:
+    """A row's figures on the job's graph, as a row ``tally`` reads (None: not a rank of a
+    complete job)."""
+    if "joined_ms" not in r:
+        return None
+    return {"error": r["joined_ms"] / r["measured_ms"] - 1,
+            "range_warned": r["joined_range_warned"], "flagged": r["joined_flagged"]}
 
 
 def fires(r: dict, unexplained: float, taken: float, followed: float, above: float) -> bool:
@@ -111,9 +147,25 @@ def render(doc: dict) -> str:
             out.append(f"| all {name} | {t['runs']} | {t['off']} | {t['off_flagged']} | "
                        f"{t['silent_off']} | {t['silent_off_flagged']} | {t['within']} | "
                        f"{t['within_flagged']} |")
+    if doc.get("joined"):
+        out += ["", "On the job's graph (each rank of a complete job: its step with every rank's "
+                "overhead out, `tracekit.ranks.job.joined_estimate`; warned: its range or the "
+                "rule on the job's critical path):", "",
+                "| set | ranks | off by > 10 % | flagged | of them without the range warning | "
+                "flagged | within 10 % | flagged falsely |", "|---|---|---|---|---|---|---|---|"]
+        for name, t in doc["joined"].items():
+            out.append(f"| {name} | {t['runs']} | {t['off']} | {t['off_flagged']} | "
+                       f"{t['silent_off']} | {t['silent_off_flagged']} | {t['within']} | "
+                       f"{t['within_flagged']} |")
     out += ["", "Flagged runs:", "", "| set | run | traced ms | estimate ms | taken out ms | "
             "unexplained | measured ms | error |", "|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
+        if r.get("joined_flagged"):
+            out.append(f"| {r['set']} | {r['run']} rank {r['rank']}, on the job's graph | "
+                       f"{r['traced_ms']:.3f} | {r['joined_ms']:.3f} | {r['taken_ms']:.3f} | "
+                       f"{100 * r['joined_unexplained_share']:.1f} % (job's path) | "
+                       f"{r['measured_ms']:.3f} | "
+                       f"{100 * (r['joined_ms'] / r['measured_ms'] - 1):+.1f} % |")
         if r["flagged"]:
             out.append(f"| {r['set']} | {r['run']} rank {r['rank']} | {r['traced_ms']:.3f} | "
                        f"{r['estimate_ms']:.3f} | {r['taken_ms']:.3f} | "
@@ -138,6 +190,8 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="NAME=DIR", required=True)
     ap.add_argument("--fit", default="", help="the sets the rule was chosen on, comma-separated")
     ap.add_argument("--grid", action="store_true", help="try the thresholds' grid on --fit")
+    ap.add_argument("--joined", action="store_true",
+                    help="also judge each rank of a complete job on the job's graph")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     specs = named_dirs(args.set)
@@ -147,7 +201,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     rule = {"unexplained": oh.UNEXPLAINED_KEPT, "taken": oh.TAKEN_MATTERS,
             "followed": oh.FOLLOWED, "above": oh.ABOVE_TAKEN}
-    seen, rows = set(), []
+    seen, rows, jobs = set(), [], {}
     for name, root in specs:
         for run in of.find_runs([root]):
             key = (run.name.split("sample_traces/")[-1], run.rank)
@@ -162,6 +216,11 @@ def main(argv=None) -> int:
             f["flagged"] = oh.unexplained_kept(f["traced_ms"] * 1e6, f["estimate_ms"] * 1e6,
                                                f["taken_ms"] * 1e6, f["unexplained_share"]) \
                 is not None
+            folder = complete_job(run.trace) if run.gpus > 1 and args.joined else None
+            if folder is not None:
+                if folder not in jobs:
+                    jobs[folder] = joined_figures(folder)
+                f |= jobs[folder].get(run.rank, {})
             rows.append(f)
     if not rows:
         print("unexplained_kept: no trace with its untraced step measured beside it",
@@ -170,7 +229,14 @@ def main(argv=None) -> int:
     flag = (lambda r: r["flagged"])
     doc = {"question": "estimates resting on unexplained time", "rule": rule, "fit": fit,
            "sets": {n: tally([r for r in rows if r["set"] == n], flag) for n, _ in specs},
-           "total": {}}
+           "total": {}, "joined": {}}
+    jr = [dict(j, set=r["set"]) for r in rows if (j := as_joined(r)) is not None]
+    for n, _ in specs:
+        on = [r for r in jr if r["set"] == n]
+        if on:
+            doc["joined"][n] = tally(on, flag)
+    if jr:
+        doc["joined"]["all"] = tally(jr, flag)
     for part, sel in (("fit", lambda r: r["set"] in fit),
                       ("judged", lambda r: r["set"] not in fit)):
         if any(map(sel, rows)):

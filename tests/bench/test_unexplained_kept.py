@@ -38,3 +38,18 @@ def test_bad_input_exit_2(tmp_path, capsys):
     assert err.count("\n") == 1 and "--set" in err
     assert uk.main(["--set", f"x={tmp_path}"]) == 2  # no run with its untraced step beside it
     assert "no trace" in capsys.readouterr().err
+
+
+def test_joined_figures_of_a_job(tmp_path):
+    """``--joined``: each rank of a complete job on the job's graph, with its warnings
+    (``tracekit.ranks.job.joined_estimate``), as a row ``tally`` reads."""
+    from tests.tracekit.test_overhead import two_rank_job
+
+    two_rank_job(tmp_path)
+    got = uk.joined_figures(str(tmp_path))
+    assert sorted(got) == [0, 1]
+    assert got[0]["joined_range_warned"] and not got[0]["joined_flagged"]
+    row = {"measured_ms": got[0]["joined_ms"] / 1.2, **got[0]}
+    j = uk.as_joined(row)
+    assert j["error"] == pytest.approx(0.2) and j["range_warned"] and not j["flagged"]
+    assert uk.as_joined({"measured_ms": 1.0}) is None

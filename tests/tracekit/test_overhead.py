@@ -572,3 +572,62 @@ def test_the_rule_of_an_estimate_resting_on_unexplained_time():
     assert oh.unexplained_kept(93.0 * ms, 93.0 * ms, 5.0 * ms, 0.3) is None  # < TAKEN_MATTERS
     assert oh.unexplained_kept(93.0 * ms, 80.0 * ms, 25.4 * ms, 0.3) is None  # followed: 13/25.4
     assert oh.unexplained_kept(93.0 * ms, 90.0 * ms, 25.4 * ms, 0.09) is None  # little unexplained
+
+
+def test_a_rank_on_its_jobs_graph_is_warned(tmp_path):
+    """A rank's step on the job's graph carries the warnings of one rank's estimate
+    (``tracekit.ranks.job.joined_estimate``): rank 0 of the two-rank job, whose wait for rank
+    1's traced host comes out on the job's graph, lies far under its traced step: the range
+    where the profiler's cost decides it, in the JSON and the text of ``explain DIR``."""
+    from tracekit.ranks import JobConfig, analyze_job
+    from tracekit.ranks.job import joined_estimate, rank_context
+    from tracekit.report.explain_text import text_job
+
+    two_rank_job(tmp_path)
+    rep = analyze_job(tmp_path, workers=1, use_cache=False, whole=False,
+                      config=JobConfig(balance_what_if=False))
+    g = rep.job["graph"]
+    u = joined_estimate(g, 0, rep.ranks)
+    step0 = next(x["step_ns"] for x in g["ranks"] if x["rank"] == 0)
+    assert u["step_ns"] == step0 and u["traced_step_ns"] > step0 / (1 - oh.HOST_DECIDES)
+    assert u["range_ns"] == pytest.approx(list(oh.untraced_range(u["traced_step_ns"], step0)))
+    assert u["kept"] is None and 0 <= u["unexplained_share"] < oh.UNEXPLAINED_KEPT
+    ctx = rank_context(rep.job, 0, rep.ranks)
+    assert ctx["untraced"] == u
+    text = text_job(ctx)
+    assert "decided by the profiler's cost" in text and f"{u['range_ns'][0] / 1e6:,.3f}" in text
+    assert joined_estimate(g, 7, rep.ranks) is None  # no such rank
+
+
+def test_the_rule_on_a_jobs_graph():
+    """``joined_estimate`` judges a rank's step on the job's graph by the job's critical path:
+    its unexplained share (``path_unexplained_share``, over every counted step's path), the
+    rank's own traced step and host time taken out; a given step (scale) has no warning."""
+    from tracekit.ranks.job import joined_estimate, path_unexplained_share
+
+    ms = 1e6
+
+    def piece(rank, ns, unexplained):
+        return {"rank": rank, "ns": ns, "classes": {"host": ns - unexplained,
+                                                    "unexplained": unexplained}}
+
+    graph = {"ranks": [{"rank": 0, "step_ns": 94.0 * ms}, {"rank": 1, "step_ns": 106.7 * ms}],
+             "steps": [{"path": [piece(0, 60 * ms, 0), piece(1, 34 * ms, 30 * ms)]},
+                       {"path": [piece(0, 94 * ms, 28 * ms)]}]}
+    assert path_unexplained_share(graph) == pytest.approx(58 / 188)
+    assert path_unexplained_share({"steps": []}) == 0.0
+
+    def rank(r, traced, taken, scale="model"):
+        return {"rank": r, "explain": {"overhead": {
+            "scale": scale, "traced_step_ns": traced * ms,
+            "host_ns_per_step": {"cpu_op": taken * ms / 2, "runtime": taken * ms / 2}}}}
+
+    ranks = [rank(0, 93.0, 25.4), rank(1, 106.1, 20.0)]
+    u0 = joined_estimate(graph, 0, ranks)
+    assert u0["kept"] == "unexplained" and u0["range_ns"] is None
+    assert u0["taken_ns"] == pytest.approx(25.4 * ms)
+    assert joined_estimate(graph, 1, ranks)["kept"] == "unexplained"
+    calm = {**graph, "steps": [{"path": [piece(0, 94 * ms, 0)]}]}
+    assert joined_estimate(calm, 0, ranks)["kept"] == "above"  # 94.0 above the traced 93.0
+    assert joined_estimate(calm, 0, [rank(0, 93.0, 25.4, scale="given")]) is None
+    assert joined_estimate(calm, 0, [{"rank": 0, "explain": {}}]) is None

@@ -555,6 +555,7 @@ def rank_context(job: dict, rank: int, ranks: list[dict]) -> dict | None:
             if w["own_classes"] else None
         return {"rank": k, "class": cls, "own_ns": w["own_ns"]}
 
+    untraced = joined_estimate(g, rank, ranks)
     waited_bound = own(waited) if mine["waiting"] and waited is not None else None
     # a rank that does not wait but is (almost) off the job's critical path: the rank that
     # bounds the job paces it too
@@ -567,7 +568,45 @@ def rank_context(job: dict, rank: int, ranks: list[dict]) -> dict | None:
             "wait_share": mine["wait_share"], "waiting": mine["waiting"],
             "waits_for": mine["waits_for"][:3], "waits_at": mine["waits_at"][:3],
             "path_share": share, "waited": waited_bound, "job_bound": pacing,
-            "findings": [], "what_ifs": g["what_ifs"]}
+            "untraced": untraced, "findings": [], "what_ifs": g["what_ifs"]}
+
+
+def path_unexplained_share(graph: dict) -> float:
+    """The share of the job's critical path (its counted steps' paths, ``graph["steps"]``) that
+    is time the ranks' models do not explain (class ``unexplained``), 0.0 without a path."""
+    total = kept = 0
+    for s in graph.get("steps") or []:
+        for p in s["path"]:
+            total += p["ns"]
+            kept += (p.get("classes") or {}).get("unexplained", 0)
+    return kept / total if total > 0 else 0.0
+
+
+def joined_estimate(graph: dict, rank: int, ranks: list[dict]) -> dict | None:
+    """How far a rank's step on the job's graph (its estimated untraced step with every rank's
+    profiler overhead out) can be trusted, as explain judges one rank's estimate
+    (``tracekit.graph.overhead``): ``traced_step_ns`` and ``taken_ns`` (host time a step taken
+    out) of the rank's own estimate, ``step_ns`` on the job's graph, ``unexplained_share`` of the
+    job's critical path, ``range_ns`` (``overhead.untraced_range``: where the profiler's cost
+    decides the step) and ``kept`` (``overhead.unexplained_kept``: why the step rests on time
+    the model does not explain, or on its replay, rather than on the host time taken out).
+    None where the rank has no estimate of the model's own (no runtime calls, or a given
+    untraced step)."""
+    from tracekit.graph import overhead as oh
+
+    mine = next((x for x in graph.get("ranks") or [] if x["rank"] == rank), None)
+    obj = next((r for r in ranks if int(r.get("rank", -1)) == rank), None)
+    est = ((obj or {}).get("explain") or {}).get("overhead") or {}
+    if mine is None or est.get("scale") != "model" or not est.get("traced_step_ns"):
+        return None
+    traced = float(est["traced_step_ns"])
+    taken = float(sum((est.get("host_ns_per_step") or {}).values()))
+    step = float(mine["step_ns"])
+    share = path_unexplained_share(graph)
+    rng = oh.untraced_range(traced, step)
+    return {"traced_step_ns": traced, "step_ns": step, "taken_ns": taken,
+            "unexplained_share": share, "range_ns": None if rng is None else list(rng),
+            "kept": oh.unexplained_kept(traced, step, taken, share)}
 
 
 def finding_change(finding: dict) -> str | None:

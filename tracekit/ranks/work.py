@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tracekit.errors import TracekitError
 from tracekit.ranks.inputs import Failed
-from tracekit.report.keys import BRIEF_EXPLAIN_KEYS, BRIEF_EXPLAIN_STEP_KEYS
+from tracekit.report.keys import BRIEF_EXPLAIN_KEYS, BRIEF_EXPLAIN_STEP_KEYS, BRIEF_OVERHEAD_KEYS
 
 SUMMARY_KEYS = ("source", "rank", "schema", "platform", "warnings", "rules", "headline",
                 "steps", "collectives", "identity", "explain", "profile", "skeleton")
@@ -27,7 +27,8 @@ EXPLAIN_KEYS, EXPLAIN_STEP_KEYS = BRIEF_EXPLAIN_KEYS, BRIEF_EXPLAIN_STEP_KEYS
 
 def summary(rank: dict) -> dict:
     """A rank object without the sections the job does not read (allocator series, stalls...);
-    of ``explain``, the bound, its breakdown and findings, and per step only
+    of ``explain``, the bound, its breakdown and findings, of its untraced estimate only
+    ``BRIEF_OVERHEAD_KEYS``, and per step only
     ``EXPLAIN_STEP_KEYS``; its collective kernels and skeleton as columns
     (``tracekit.ranks.compact``: ``plain`` gives its JSON values back)."""
     from tracekit.ranks.compact import compact
@@ -35,7 +36,10 @@ def summary(rank: dict) -> dict:
     out = {k: rank[k] for k in SUMMARY_KEYS if k in rank}
     ex = out.get("explain")
     if isinstance(ex, dict):
+        o = ex.get("overhead")
         out["explain"] = {**{k: ex[k] for k in EXPLAIN_KEYS if k in ex},
+                          "overhead": {k: o[k] for k in BRIEF_OVERHEAD_KEYS if k in o}
+                          if isinstance(o, dict) else o,
                           "steps": [{k: s[k] for k in EXPLAIN_STEP_KEYS if k in s}
                                     for s in ex.get("steps") or [] if isinstance(s, dict)]}
     return compact(out)

@@ -263,12 +263,39 @@ def _alone_heading(j: dict) -> str:
         else " (of this rank alone)"
 
 
+def _text_joined(u: dict | None) -> str:
+    """The warnings on a rank's step on the job's graph (``schema.JobUntraced``), as explain
+    warns on one rank's own estimate."""
+    if not u:
+        return ""
+    out = ""
+    if u.get("range_ns"):
+        lo, hi = u["range_ns"]
+        out += (f"  warning: this rank's step on the job's graph ({ms(u['step_ns'])} ms, traced "
+                f"{ms(u['traced_step_ns'])} ms) is decided by the profiler's cost taken out: "
+                f"the untraced step lay 8 times in 10 between {ms(lo)} and {ms(hi)} ms on such "
+                "runs\n")
+    if u.get("kept") == "unexplained":
+        out += (f"  warning: this rank's step on the job's graph ({ms(u['step_ns'])} ms, traced "
+                f"{ms(u['traced_step_ns'])} ms) did not follow the {ms(u['taken_ns'])} ms of "
+                f"host time a step taken out: {pct(u['unexplained_share'])} of the job's critical "
+                "path is time the model does not explain, kept whole; the untraced step may be "
+                "much shorter (--step-ms N sets the scale)\n")
+    elif u.get("kept") == "above":
+        out += (f"  warning: this rank's step on the job's graph ({ms(u['step_ns'])} ms) is above "
+                f"its traced step ({ms(u['traced_step_ns'])} ms) with {ms(u['taken_ns'])} ms of "
+                "host time a step taken out: the replay, not the profiler's cost, sets it "
+                "(--step-ms N sets the scale)\n")
+    return out
+
+
 def text_job(j: dict) -> str:
     """A rank's place in its job (``schema.ExplainJob``)."""
     out = (f"  the job ({j['ranks']} ranks): step {ms(j['job_step_ns'])} ms on its graph (the "
            "ranks' graphs joined at their collectives); this rank per step: own work "
            f"{ms(j['own_ns'])} ms, collectives moving data {ms(j['transfer_ns'])} ms, waiting "
            f"for other ranks {ms(j['wait_ns'])} ms ({pct(j['wait_share'])})\n")
+    out += _text_joined(j.get("untraced"))
     wd = j.get("waited")
     if j["waiting"] and j["waits_for"]:
         w = j["waits_for"][0]

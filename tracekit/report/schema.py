@@ -1331,6 +1331,22 @@ class JobFinding(TypedDict):
     note: str
 
 
+class JobUntraced(TypedDict):
+    """How far a rank's step on the job's graph (every rank's profiler overhead out) can be
+    trusted (``tracekit.ranks.job.joined_estimate``): its own estimate's traced step and host
+    time taken out a step, its step on the job's graph, the share of the job's critical path the
+    ranks' models do not explain, the range where the profiler's cost decides the step
+    (``range_ns``, else null) and why it rests on unexplained time or the replay (``kept``:
+    ``unexplained`` or ``above``, else null)."""
+
+    traced_step_ns: float
+    step_ns: float
+    taken_ns: float
+    unexplained_share: float
+    range_ns: list[float] | None
+    kept: str | None
+
+
 class ExplainJob(TypedDict):
     """A rank in its job (``tracekit explain DIR``, or one rank's file beside its job's others;
     ``tracekit.ranks.job.rank_context``): its step on the job's graph (own work, transfers,
@@ -1355,6 +1371,7 @@ class ExplainJob(TypedDict):
     job_bound: WaitedRank | None
     """A rank that does not wait but holds under ``OFF_PATH_SHARE`` of the job's critical
     path: the rank that bounds the job (its findings are offered first)."""
+    untraced: JobUntraced | None
     findings: list[JobFinding]
     what_ifs: list[JobWhatIf]
 

@@ -14,8 +14,8 @@ import math
 from typing import Any
 
 from tracekit._files import display
-from tracekit.report.keys import (BRIEF_EXPLAIN_STEP_KEYS, FORMAT, HEADLINE_KEYS, SERIES_POINTS,
-                                  TEXT_KEYS)
+from tracekit.report.keys import (BRIEF_EXPLAIN_STEP_KEYS, BRIEF_OVERHEAD_KEYS, FORMAT,
+                                  HEADLINE_KEYS, SERIES_POINTS, TEXT_KEYS)
 
 
 def _scalar(v: Any) -> Any:
@@ -212,7 +212,9 @@ def explain_dict(e: Any, *, brief: bool = False) -> dict | None:
             "breakdown": jsonable(e.breakdown) if bd is None else [
                 {"category": str(c), "ns": int(ns), "share": None if s is None else float(s)}
                 for c, ns, s in bd[0]],
-            "findings": jsonable(e.findings)}
+            "findings": jsonable(e.findings),
+            "overhead": None if e.overhead is None else jsonable(
+                {k: e.overhead[k] for k in BRIEF_OVERHEAD_KEYS if k in e.overhead})}
     steps = []
     t = e.steps  # its columns as lists (``itertuples`` costs ~0.5 ms a call, rows or not)
     cols = [t[c].tolist() for c in ("step", "start_ns", "end_ns", "duration_ns", "bound",
