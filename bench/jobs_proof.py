@@ -62,9 +62,9 @@ own untraced step less the balanced case's (``gpu/ranks_jobs.py`` traces balance
 that order in one process, after the rounds: each traced run's untraced steps in the process as
 the traced runs before it left it). "After the traces": the rounds again once every case is
 traced (``ranks_jobs.py --rounds-after-traces``), where the job's metrics have them.
-"Calibrated" (a fix on every rank, not the judged prediction): every rank's host made F times
-faster, before and after the fix, where that brings the model's job step to the traced run's own
-untraced step (``tracekit.ranks.jobgraph.host_speed_for_step``): the job's analogue of explain's
+"Calibrated" (a fix on every rank or the straggler what-if; not the judged prediction): every
+rank's host made F times faster, before and after the change, where that brings the model's job
+step to the traced run's own untraced step (``tracekit.ranks.jobgraph.host_speed_for_step``): the job's analogue of explain's
 calibrated column, an untraced step given; where it holds and the raw one does not, the miss is
 the ranks' estimated untraced host (the overhead model), not the join. "GPU-bound: none": no host
 speed brings the step there.
@@ -114,7 +114,8 @@ def job_case(kind: str, d: Path, cache: str) -> dict:
     pred, aware = w["saving_ns"] / 1e6, w["saving_contention_ns"] / 1e6
     row.update(predicted_saving_ms=pred, predicted_contention_saving_ms=aware,
                predicted_step_ms=w["predicted_ns"] / 1e6, ranks_changed=w["ranks_changed"],
-               factors=w.get("factors"), **_judge(pred, meas, lo, hi, step),
+               factors=w.get("factors"), warning=w.get("warning"),
+               **_judge(pred, meas, lo, hi, step),
                contention=_judge(aware, meas, lo, hi, step))
     after = m.get("measured_after_traces") or {}
     if "saving_ms" in after:  # ranks_jobs.py --rounds-after-traces: the traces' regime
@@ -125,7 +126,31 @@ def job_case(kind: str, d: Path, cache: str) -> dict:
                                **_judge(pred, after["saving_ms"], a_lo, a_hi, a_step)}
     if WHAT_IF[kind] == "straggler_at_median":
         row["after"] = _after_straggler(rep, w["ranks_changed"][0], cache)
+        row["calibrated"] = _calibrated_straggler(rep, w, m, meas, lo, hi, step, cache)
     return row
+
+
+def _calibrated_straggler(rep, w: dict, m: dict, meas: float, lo: float, hi: float,
+                          step: float, cache: str) -> dict:
+    """The straggler what-if with the job's hosts calibrated on the traced run's own untraced
+    step (``_calibrated``, as for a pair row): every rank's host ``F`` times faster before and
+    after (``whatif.straggler_replay``'s ``host_speed``). Where it holds and the raw one does
+    not, the miss is the ranks' estimated untraced hosts; where both miss alike, the join or
+    the what-if."""
+    from tracekit.ranks import jobgraph, whatif
+
+    untraced = _trace_run_untraced(m)
+    speed = (jobgraph.host_speed_for_step(rep.graph.inputs, untraced * 1e6)
+             if untraced and rep.graph is not None else None)
+    x = w
+    if speed is not None and speed != 1.0:
+        got = whatif.straggler_replay(rep.ranks, rep.graph, rep.job["graph"],
+                                      w["ranks_changed"][0],
+                                      task=whatif.StragglerTask(cache_dir=cache),
+                                      host_speed=speed)
+        x = got[0] if got is not None else None
+    return _calibrated({"at_host_speed": [x]} if x is not None else {}, speed if x is not None
+                       else None, untraced, meas, lo, hi, step)
 
 
 def _after_straggler(rep, straggler: int, cache: str) -> dict:
@@ -309,6 +334,16 @@ def _calibrated_cell(r: dict) -> str:
             + ("yes" if c["within"] else "NO"))
 
 
+def _warned(rows: list[dict]) -> str:
+    """The rows whose what-if warns that its prediction may be wrong, and how they fared."""
+    w = [r for r in rows if r.get("warning")]
+    if not w:
+        return " No row's what-if warns."
+    return (f" {len(w)} rows' what-ifs warn that the prediction may be wrong ("
+            + ", ".join(f"{r['case']}: {'within' if r.get('within') else 'out'}" for r in w)
+            + "):\n\n" + "\n".join(f"- {r['case']}: {r['warning']}" for r in w))
+
+
 def table(rows: list[dict]) -> str:
     out = ["| case | what-if | measured job step ms (untraced) | the traced run's untraced step ms | "
            "model's job step ms | "
@@ -372,8 +407,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{doc['run_utc']}.\n\n{text}\n\n{doc['within']} of {len(rows)} within +-25 % of "
             "the measured saving or +-2 % of the measured step."
             + (f" Calibrated (not the raw prediction): {doc['calibrated_within']} of "
-               f"{doc['calibrated_rows']} pair rows whose hosts a speed calibrates."
-               if doc["calibrated_rows"] else "") + "\n\n" + METHOD)
+               f"{doc['calibrated_rows']} rows whose hosts a speed calibrates."
+               if doc["calibrated_rows"] else "") + _warned(rows) + "\n\n" + METHOD)
         print(f"wrote {out / f'jobs-proof-{tag}.json'}", file=sys.stderr)
     return 0
 

@@ -249,6 +249,8 @@ def _what_if_row(w: dict) -> str:
                     + (f", saves {ms(c)} ms" if c > 0 else "") + ")")
     if asked and w.get("note"):
         out += f" ({w['note']})"
+    if w.get("warning"):
+        out += f"\n    warning: {w['warning']}"
     return out + "\n"
 
 

@@ -134,6 +134,8 @@ def first_screen(job: dict, *, limit: int = 64) -> list[str]:
             out.append(f"    {w['title']}: {ms(w['predicted_ns'])} ms, {verdict}{aware}")
             if w.get("note") and not w["note"].startswith("skeletons only"):
                 out.append(f"      ({w['note']})")
+            if w.get("warning"):
+                out.append(f"      warning: {w['warning']}")
     if g and g["ranks"]:
         out.append("  each rank's step on the job's graph (per step): its own work, its "
                    "collectives moving data, its wait for the others")

@@ -1121,6 +1121,10 @@ class JobWhatIf(TypedDict, total=False):
     predicts no saving (``tracekit.ranks.whatif._row``)."""
     applies: bool
     """A what-if on one rank (``rank:R:SPEC``): whether the change touched that rank."""
+    warning: str
+    """Why the prediction may be wrong (the straggler at the median rank's speed saving less
+    than half the host work it takes out: what bounds the job after the change,
+    ``tracekit.ranks.whatif.capped_warning``)."""
     taken_out: dict[str, Any]
     """The straggler at the median rank's speed: what it took out of the straggler, per step
     (``ops``: host op -> the share of its self time; ``ops_ns``, ``asleep_ns``: the host time
