@@ -13,6 +13,7 @@ from tests.tracegen import US, TraceBuilder, load_built
 from tests.tracekit.test_cli_analyze import run
 from tracekit.analyses import explain
 from tracekit.beside import untraced_step
+from tracekit.frames import column
 from tracekit.graph import build_graph
 from tracekit.graph import overhead as oh
 from tracekit.graph.model import NodeKind
@@ -631,3 +632,69 @@ def test_the_rule_on_a_jobs_graph():
     assert joined_estimate(calm, 0, ranks)["kept"] == "above"  # 94.0 above the traced 93.0
     assert joined_estimate(calm, 0, [rank(0, 93.0, 25.4, scale="given")]) is None
     assert joined_estimate(calm, 0, [{"rank": 0, "explain": {}}]) is None
+
+
+def sleeper(tmp_path, wake_step=4, steps=4, sleep_in_step=False):
+    """Steps of 10 ms of host work on the main thread (500 recorded ops a step, the profiler's
+    cost with ``ONE``: 1 ms a step) each ending with a kernel; a worker thread that works at
+    1 ms, then blocks until right after one of the main thread's ops in step ``wake_step`` and
+    launches a kernel on the main stream there: woken by nothing the trace shows (a queue's
+    producer the trace does not record). ``sleep_in_step``: the main thread also sleeps 2 ms
+    inside step 2 (a planted delay: nothing else runs meanwhile)."""
+    b = TraceBuilder()
+    step_us = 10_000.0
+    for i in range(steps):
+        t0 = i * step_us
+        b.profiler_step(i + 1, t0, step_us)
+        n = 400 if (sleep_in_step and i == 1) else 500
+        for j in range(n):
+            b.cpu_op("aten::add", t0 + 20 * j, 15)
+        if sleep_in_step and i == 1:
+            b.annotation("## planted_host_delay ##", t0 + 8_000, 1_900)
+        b.kernel("k", t0 + 9_990, 5,
+                 launched_by=b.runtime("cudaLaunchKernel", t0 + 9_982, 6))
+    b.cpu_op("worker::fetch", 1_000, 10, tid=2)
+    t_w = (wake_step - 1) * step_us + 20 * 490 + 16
+    b.kernel("late", t_w + 10, 5, launched_by=b.runtime("cudaLaunchKernel", t_w, 6, tid=2))
+    return load_built(b, tmp_path)
+
+
+def test_a_wake_nothing_explains_follows_the_process(tmp_path, monkeypatch):
+    """The worker's wake, 38.8 ms after its block with nothing in the trace waking it, is kept
+    that long after its block in the untraced replay while the main thread's steps shrink by
+    the profiler's cost: its kernel lands after the last step's own work and that step grows.
+    Anchored to the process's progress (``overhead.anchored_wakes``: the main thread's op it
+    followed by 1 us) it keeps its place in the step: every step shrinks alike."""
+    t = sleeper(tmp_path)
+    g = build_graph(t, RULES)
+    edge, anchor, wake, span, share = oh.anchored_wakes(g)
+    assert wake.size == 1 and g.name[wake[0]] == "thread wakes"
+    assert g.unexplained[wake[0]] > 30e6
+    assert g.lane[anchor[0]] != g.lane[wake[0]] and g.src[edge[0]] < wake[0]
+    # the wake lay 98 % of the way along the main thread's step-4 host time after its anchor
+    assert g.src[span[0]] == anchor[0] and 0.95 < share[0] < 1.0
+    monkeypatch.setattr(oh, "ANCHOR_WAKES", False)
+    kept = oh.estimate(t, g, ONE).steps.set_index("step")["untraced_ns"]
+    monkeypatch.setattr(oh, "ANCHOR_WAKES", True)
+    e = oh.estimate(t, g, ONE)
+    anchored = e.steps.set_index("step")["untraced_ns"]
+    assert kept[4] > 1.2 * kept[3]  # the last step waits for the wake kept where traced
+    assert anchored[4] == pytest.approx(anchored[3], rel=0.03)
+    assert anchored[3] < 0.95 * 10e6 and anchored[4] < kept[4] - 1e6
+    # the untraced graph reads it as a handoff: the wake is not unexplained time there
+    ug = oh.untraced_graph(g, oh.host_cost(t, g, ONE))
+    assert ug.unexplained[wake[0]] < 0.1e6
+
+
+def test_a_sleep_keeps_its_length(tmp_path):
+    """A thread that blocks and wakes within one step (the main thread's planted 2 ms sleep,
+    nothing the trace shows waking it) is not anchored: a sleep or a timer keeps its length;
+    the worker woken in a later step is."""
+    t = sleeper(tmp_path, sleep_in_step=True)
+    g = build_graph(t, RULES)
+    tid = column(g.lanes, "tid", np.int64)
+    sleeps = np.flatnonzero((g.name == "thread wakes") & (tid[g.lane] != 2)
+                            & (g.unexplained >= oh.ANCHOR_MIN_NS))
+    assert sleeps.size == 1 and g.step[sleeps[0]] == 2  # the planted sleep, unexplained
+    wake = oh.anchored_wakes(g)[2]
+    assert wake.size == 1 and tid[g.lane[wake[0]]] == 2

@@ -28,6 +28,15 @@ the estimated untraced step: where the GPU decides the step the host's overhead 
 the estimate stays near the traced step; where the host decides, it shrinks by the overhead on
 its path.
 
+A thread woken by nothing the trace shows, in a later step than it blocked in, while the other
+threads of its process worked (NCCL's watchdog, which wakes every 100 ms and polls the
+collectives' events; a pipeline's worker whose producer the trace does not record) is woken, in
+the untraced replay, when the process has got as far as it had when traced
+(``anchored_wakes``): kept the traced time after its block, its wake lands after the process's
+shrunk work and holds the step's completion (the runtime's 2-GPU ``multitask_b28k`` SparseDist
+rank 0: 56.6 ms of such time in its counted step, +65 % on the job's graph; ``bench/NOTES-
+explain.md``, "A wake nothing explains").
+
 ``estimate(trace, g)`` is the pure function Trace (+ its graph) -> ``Estimate``: the counts per
 term, the host time taken out, the traced and estimated untraced step (per step and mean), and
 ``untraced_graph`` gives the corrected graph itself (times replayed, lags and bindings
@@ -448,6 +457,77 @@ def host_cost(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL,
                     before_ns=np.round(d_gap).astype(np.int64))
 
 
+ANCHOR_MIN_NS = 1_000_000
+"""A thread's wake that nothing in the trace explains by at least this much may be anchored to
+its process's progress (``anchored_wakes``)."""
+ANCHOR_WAKES = True
+"""Whether the untraced replay anchors such wakes (False: kept the traced time after their
+block, the rule before 2026-11-28 11:30; for comparisons)."""
+
+
+def anchored_wakes(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                       np.ndarray]:
+    """The wakes of threads woken by nothing the trace shows while the rest of the process went
+    on: ``(edge, anchor, wake, span, share)``. Such a wake is a ``thread wakes`` point whose
+    binding edge is the program edge (``edge``) from its own thread's block point in an earlier
+    step (no other thread handed it the baton, no GPU work it waited for, not a sleep within a
+    step) with at least ``ANCHOR_MIN_NS`` unexplained, while another thread of its process (not
+    a polling one) did CPU work after the block: a pipeline's worker or a queue's consumer whose
+    producer the trace does not show, woken when the process got that far, not a fixed time
+    after its block. ``anchor``: the last CPU node of another thread of the process that ended
+    before the wake; the wake lay ``share`` of the way along the program edge out of it
+    (``span``, -1 where the anchor's next node started before the wake: then ``share`` is the
+    traced gap in ns). The untraced replay (``untraced_change``) keeps ``edge``'s modelled lag
+    only and makes the wake follow the anchor by that share of the span's untraced lag."""
+    z = np.zeros(0, np.int64)
+    none = (z, z, z, z, np.zeros(0))
+    if not g.n or not g.src.size:
+        return none
+    if g.unexplained.size != g.n:
+        return none
+    wakes = np.flatnonzero((g.kind == NodeKind.POINT) & (g.unexplained >= ANCHOR_MIN_NS)
+                           & (g.binding >= 0))
+    wakes = wakes[g.name[wakes] == "thread wakes"]
+    if not wakes.size:
+        return none
+    b = g.binding[wakes]
+    src = g.src[b]
+    own = ((g.edge_kind[b] == int(EdgeKind.PROGRAM)) & (g.lane[src] == g.lane[wakes])
+           & (g.step[src] != g.step[wakes]))
+    wakes, b, src = wakes[own], b[own], src[own]
+    if not wakes.size:
+        return none
+    pid = column(g.lanes, "pid", np.int64)
+    polling = np.zeros(len(g.lanes), bool)
+    polling[np.asarray(g.polling_lanes, np.int64)] = True
+    cpu = np.flatnonzero((g.kind != NodeKind.GPU) & ~polling[g.lane])
+    end = g.start + g.dur
+    o = cpu[np.argsort(end[cpu], kind="stable")]
+    e_sorted = end[o]
+    prog = np.flatnonzero(g.edge_kind == int(EdgeKind.PROGRAM))
+    out_of = np.full(g.n, -1, np.int64)  # each CPU node's program edge to its lane's next
+    out_of[g.src[prog]] = prog
+    out = ([], [], [], [], [])
+    for w, edge, blk in zip(wakes.tolist(), b.tolist(), src.tolist()):
+        k = int(np.searchsorted(e_sorted, g.start[w], side="right")) - 1
+        while k >= 0 and e_sorted[k] > end[blk]:
+            a = int(o[k])
+            if g.lane[a] != g.lane[w] and pid[g.lane[a]] == pid[g.lane[w]]:
+                gap = int(g.start[w] - end[a])
+                sp = int(out_of[a])
+                span = int(g.start[g.dst[sp]] - end[a]) if sp >= 0 else -1
+                if sp >= 0 and g.start[g.dst[sp]] >= g.start[w] and span > 0:
+                    share = gap / span
+                else:
+                    sp, share = -1, float(gap)
+                for lst, v in zip(out, (edge, a, w, sp, share)):
+                    lst.append(v)
+                break
+            k -= 1
+    return (np.array(out[0], np.int64), np.array(out[1], np.int64),
+            np.array(out[2], np.int64), np.array(out[3], np.int64), np.array(out[4], float))
+
+
 def untraced_change(g: Graph, cost: HostCost, *, change=None, host_factor: float = 1.0):
     """A ``tracekit.graph.whatif.Change``: the graph less ``cost`` (``Graph.with_host_cost``, on
     top of ``change``), then the rest of the host ``host_factor`` times faster (1: the cost
@@ -460,9 +540,20 @@ def untraced_change(g: Graph, cost: HostCost, *, change=None, host_factor: float
     change = wi.Change() if change is None else change
     lag = observed_lags(g) if change.lag is None else change.lag
     dur = g.dur if change.dur is None else change.dur
+    add_src, add_dst, add_lag = change.add_src, change.add_dst, change.add_lag
+    edge, anchor, wake, span, share = anchored_wakes(g) if ANCHOR_WAKES else (np.zeros(0),) * 5
+    if edge.size:
+        lag = lag.copy()
+        lag[edge] = np.minimum(lag[edge], g.lag[edge])
     less = replace(g, dur=dur, lag=lag).with_host_cost(cost)
-    out = wi.Change(dur=less.dur, drop=change.drop, lag=less.lag, add_src=change.add_src,
-                    add_dst=change.add_dst, add_lag=change.add_lag, move=change.move)
+    if edge.size:
+        # the wake as far along its anchor's (untraced) program lag as it was traced
+        on = span >= 0
+        follow = np.where(on, share * less.lag[np.maximum(span, 0)], share)
+        add_src, add_dst = np.r_[anchor, add_src], np.r_[wake, add_dst]
+        add_lag = np.r_[np.round(follow).astype(np.int64), add_lag].astype(np.int64)
+    out = wi.Change(dur=less.dur, drop=change.drop, lag=less.lag, add_src=add_src,
+                    add_dst=add_dst, add_lag=add_lag, move=change.move)
     return wi.with_host(g, out, host_factor) if host_factor != 1.0 else out
 
 
@@ -615,6 +706,13 @@ def untraced_graph(g: Graph, cost: HostCost, *, host_factor: float = 1.0) -> Gra
 
     ch = untraced_change(g, cost, host_factor=host_factor)
     p = wi.plan(g, ch)
+    # the wakes anchored to the process's progress (``anchored_wakes``, the first edges added):
+    # a thread woken by another, as the graph's handoffs
+    n_anchor = anchored_wakes(g)[0].size if ANCHOR_WAKES else 0
+    if n_anchor:
+        kind = p.kind.copy()
+        kind[g.src.size:g.src.size + n_anchor] = int(EdgeKind.HANDOFF)
+        p = replace(p, kind=kind)
     a, c = wi.queue_pairs(g, p.lane)
     s, e = replay(p)
     added = np.zeros(a.size, bool)
@@ -636,6 +734,8 @@ def untraced_graph(g: Graph, cost: HostCost, *, host_factor: float = 1.0) -> Gra
     model_lag = untraced_change(g, cost, change=wi.Change(lag=g.lag),
                                 host_factor=host_factor).lag
     lag_all = np.r_[model_lag, np.zeros(p.src.size - model_lag.size, np.int64)]
+    if n_anchor:  # an anchored wake follows its anchor by the process's untraced host time
+        lag_all[g.src.size:g.src.size + n_anchor] = ch.add_lag[:n_anchor]
     o = np.argsort(p.dst * max(g.n, 1) + p.src, kind="stable")
     src, dst, kind, lag = p.src[o], p.dst[o], p.kind[o].astype(np.int8), lag_all[o]
     binding, unexplained = _bind(src, dst, kind, lag, s, e)
@@ -656,6 +756,7 @@ def untraced_graph(g: Graph, cost: HostCost, *, host_factor: float = 1.0) -> Gra
 
 
 __all__ = ["DEFAULT_MODEL", "Counts", "Estimate", "OverheadModel", "TERMS", "count", "estimate",
-           "host_cost", "host_factor", "host_speed", "launch_duration", "untraced_change",
+           "anchored_wakes", "ANCHOR_MIN_NS", "ANCHOR_WAKES", "host_cost", "host_factor", "host_speed", "launch_duration",
+           "untraced_change",
            "unexplained_kept", "untraced_graph", "untraced_range", "untraced_steps", "ABOVE_TAKEN",
            "FOLLOWED", "HOST_DECIDES", "TAKEN_MATTERS", "UNEXPLAINED_KEPT", "UNTRACED_BAND"]
