@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field
 from functools import cached_property, lru_cache
@@ -60,6 +61,8 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit import _objarrays as objarrays
@@ -342,11 +345,43 @@ def name_strings(codes: np.ndarray, cats: pd.Index) -> np.ndarray:
 
 def name_matches(codes: np.ndarray, cats: pd.Index, rx) -> np.ndarray:
     """Whether each row's name (``codes`` into ``cats``) matches ``rx`` (searched for once per
-    distinct name that the rows use). ``rx``: a pattern string (a rule's, a user's: compiled by
-    ``tracekit.patterns``, linear in the name) or a compiled pattern."""
+    distinct name that the rows use, and once per process for a name of at most
+    ``MATCH_MEMO_NAME`` characters: ``_MATCHED``). ``rx``: a pattern string (a rule's, a user's:
+    compiled by ``tracekit.patterns``, linear in the name) or a compiled pattern."""
     found = patterns.searcher(rx)
-    return per_used_name(
-        codes, cats, lambda n: np.array([found(str(x)) for x in n.tolist()], bool), False)
+    key = ("str", rx) if isinstance(rx, str) else \
+        ("re", rx.pattern, rx.flags) if type(rx) is re.Pattern else None
+    if key is None:
+        return per_used_name(
+            codes, cats, lambda n: np.array([found(str(x)) for x in n.tolist()], bool), False)
+
+    def matched(names: pd.Index) -> np.ndarray:
+        out = []
+        for x in names.tolist():
+            s = str(x)
+            hit = _MATCHED.get((key, s))
+            if hit is None:
+                hit = found(s)
+                if len(s) <= MATCH_MEMO_NAME:
+                    if len(_MATCHED) >= MATCH_MEMO_SIZE:
+                        _MATCHED.clear()
+                    _MATCHED[key, s] = hit
+            out.append(hit)
+        return np.array(out, bool)
+
+    return per_used_name(codes, cats, matched, False)
+
+
+MATCH_MEMO_SIZE = 16384
+"""``name_matches`` keeps at most this many answers (pattern, name) (then forgets them all)..."""
+MATCH_MEMO_NAME = 1024
+"""... each of a name of at most this many characters (a longer one is searched for each time):
+~16 MB at most."""
+_MATCHED: dict[tuple, bool] = {}
+"""(pattern, name) -> whether the pattern is found in the name: the same answer for every trace
+of a process, so that a job's worker searches each name of its ranks once (a job's ranks share
+most of their names; a tiny rank's sixteen look-ups searched its few names ~80 times, ~7 us each
+through re2)."""
 
 
 def _first_match(names: pd.Index, rules: tuple[PhaseRule, ...]) -> np.ndarray:
@@ -576,7 +611,7 @@ def assign_activities(
         refine = np.zeros(n, bool)
         for i, r in enumerate(rules.kernels):
             if r.refines:
-                refine |= (kr == i) & has_ann & np.isin(phase, list(r.refines))
+                refine |= (kr == i) & has_ann & fnp.isin(phase, list(r.refines))
         take = hit & (~has_ann | refine)
         phase[take] = kphase[kr[take]]
         source[take & ~has_ann] = "kernel name"

@@ -32,6 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit import phases
@@ -139,11 +141,11 @@ def _compute(trace: Trace, rules: Rules) -> StepsResult:
             linked_step = step[linked]
             order = np.argsort(linked_step, kind="stable")
             by_step = linked_step[order]
-            first = np.flatnonzero(np.r_[True, by_step[1:] != by_step[:-1]])
+            first = np.flatnonzero(fnp.r_(True, by_step[1:] != by_step[:-1]))
             pos = pd.Index(spans["step"]).get_indexer(by_step[first])
             gpu_start[pos] = np.minimum.reduceat(column(acts, "ts", np.int64)[linked][order], first)
             gpu_end[pos] = np.maximum.reduceat(column(acts, "end", np.int64)[linked][order], first)
-            count[pos] = np.diff(np.r_[first, by_step.size])
+            count[pos] = np.diff(fnp.r_(first, by_step.size))
     cpu_start = column(spans, "ts", np.int64)
     cpu_end = column(spans, "end", np.int64)
     gpu_ns = np.where(count > 0, gpu_end - gpu_start, -1)
@@ -178,16 +180,16 @@ def main_streams(acts: pd.DataFrame) -> np.ndarray:
     # cost ~3 ms a call whatever the trace's size)
     order = np.lexsort((stream, device))
     d, s = device[order], stream[order]
-    first = np.flatnonzero(np.r_[True, (d[1:] != d[:-1]) | (s[1:] != s[:-1])])
+    first = np.flatnonzero(fnp.r_(True, (d[1:] != d[:-1]) | (s[1:] != s[:-1])))
     busy = np.add.reduceat(dur[order], first)
     pair_dev = d[first]
     # per device the pair that ends its run sorted by busy time (stable: a tie keeps the stream
     # order, the last is the highest stream)
     by = np.lexsort((busy, pair_dev))
-    last = by[np.r_[pair_dev[by][1:] != pair_dev[by][:-1], True]]
+    last = by[fnp.r_(pair_dev[by][1:] != pair_dev[by][:-1], True)]
     main = np.zeros(first.size, bool)
     main[last] = True
-    pair = np.repeat(np.arange(first.size), np.diff(np.r_[first, order.size]))
+    pair = np.repeat(np.arange(first.size), np.diff(fnp.r_(first, order.size)))
     out = np.empty(order.size, bool)
     out[order] = main[pair]
     return out
@@ -205,11 +207,11 @@ def windows(spans: pd.DataFrame, acts: pd.DataFrame) -> tuple[np.ndarray, np.nda
         if sel.any():  # the last end of each step's activities on the main streams
             order = np.argsort(st[sel], kind="stable")
             by_step = st[sel][order]
-            first = np.flatnonzero(np.r_[True, by_step[1:] != by_step[:-1]])
+            first = np.flatnonzero(fnp.r_(True, by_step[1:] != by_step[:-1]))
             last = np.maximum.reduceat(column(acts, "end", np.int64)[sel][order], first)
             pos = pd.Index(column(spans, "step", np.int64)).get_indexer(by_step[first])
             ok = pos >= 0
             end[pos[ok]] = np.maximum(end[pos[ok]], last[ok])
     end = np.maximum.accumulate(end) if n else end  # never before the step before it
-    start = np.r_[column(spans, "ts", np.int64)[:1], end[:-1]] if n else end
+    start = fnp.r_(column(spans, "ts", np.int64)[:1], end[:-1]) if n else end
     return start.astype(np.int64), end.astype(np.int64)

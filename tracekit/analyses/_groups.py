@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracekit import _fastnp as fnp
+
 
 def codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``values`` as integer codes and the distinct values they index (first seen first)."""
@@ -70,7 +72,7 @@ def mode(gid: np.ndarray, n: int, code: np.ndarray, weights: np.ndarray | None =
     w = np.bincount(pid, weights=None if weights is None else np.asarray(weights, np.float64)[keep])
     pg, pc = pair // width, pair % width
     order = np.lexsort((pc, -w, pg))  # per group: the largest weight first, then the smallest code
-    first = order[np.r_[True, pg[order][1:] != pg[order][:-1]]]
+    first = order[fnp.r_(True, pg[order][1:] != pg[order][:-1])]
     out[pg[first]] = pc[first]
     return out
 

@@ -50,6 +50,8 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit import intervals, phases
@@ -682,8 +684,8 @@ def _compute(trace: Trace, rules: Rules, config: EmbeddingBwConfig) -> Embedding
     if (owner >= 0).any():
         order = np.argsort(owner, kind="stable")
         o = owner[order]
-        cut = np.flatnonzero(np.r_[True, o[1:] != o[:-1]])
-        for c0, c1 in zip(cut, np.r_[cut[1:], o.size]):
+        cut = np.flatnonzero(fnp.r_(True, o[1:] != o[:-1]))
+        for c0, c1 in zip(cut, fnp.r_(cut[1:], o.size)):
             if o[c0] >= 0:
                 by_owner[int(o[c0])] = order[c0:c1]
 

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit import _objarrays as objarrays
@@ -169,15 +171,15 @@ def _tops(g, path: pd.DataFrame) -> dict[int, list[dict]]:
         key = key * len(uniq) + codes
     group, _ = pd.factorize(key)
     o = np.argsort(group, kind="stable")
-    cut = np.flatnonzero(np.r_[True, group[o][1:] != group[o][:-1]])
+    cut = np.flatnonzero(fnp.r_(True, group[o][1:] != group[o][:-1]))
     first = o[cut]  # each group's first row
     ns = np.add.reduceat(column(path, "dur", np.int64)[o], cut)
-    count = np.diff(np.r_[cut, len(path)])
+    count = np.diff(fnp.r_(cut, len(path)))
     step = column(path, "step", np.int64)[first]
     # per step (ascending), the largest first (a tie: in order of appearance), TOP_ITEMS of them
     rank = np.lexsort((-ns, step))
     step, ns, count, first = step[rank], ns[rank], count[rank], first[rank]
-    new = np.r_[True, step[1:] != step[:-1]]
+    new = fnp.r_(True, step[1:] != step[:-1])
     pos = np.arange(step.size) - np.maximum.accumulate(np.where(new, np.arange(step.size), 0))
     keep = pos < TOP_ITEMS
     lane = column(path, "lane", np.int64)[first[keep]]
@@ -515,7 +517,7 @@ def _unexplained_kept(est, path: pd.DataFrame, counted: np.ndarray) -> str | Non
     ``counted``: the counted steps); None otherwise, or with a given step."""
     if est is None or est.scale != "model":
         return None
-    on = np.isin(column(path, "step", np.int64), counted)
+    on = fnp.isin(column(path, "step", np.int64), counted)
     dur = column(path, "dur", np.int64)[on]
     total = int(dur.sum())
     unexplained = int(dur[column(path, "category", object)[on] == UNEXPLAINED].sum())
@@ -619,7 +621,7 @@ def _replay_warning(g, path: pd.DataFrame, win: pd.DataFrame, counted: np.ndarra
     parts = []
     if len(path):
         sel = (column(path, "category", object) == UNEXPLAINED) & \
-            np.isin(column(path, "step", np.int64), counted_steps)
+            fnp.isin(column(path, "step", np.int64), counted_steps)
         node = column(path, "node", np.int64)[sel]
         dur = column(path, "dur", np.int64)[sel]
         lane = column(path, "lane", np.int64)[sel]

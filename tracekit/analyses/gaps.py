@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit import intervals
@@ -97,7 +99,7 @@ def _device_gaps(d: pd.DataFrame, rules: Rules, steps: pd.DataFrame) -> tuple[li
     else:
         # lookup occurrences: runs of lookup activities launched one after another; an
         # optimizer occurrence: all optimizer activities launched between two lookup runs
-        run = np.cumsum(np.r_[True, np.diff(look.index.to_numpy()) != 1]) if len(look) else \
+        run = np.cumsum(fnp.r_(True, np.diff(look.index.to_numpy()) != 1)) if len(look) else \
             np.zeros(0, np.int64)
         lk = _occurrences(look, run)
         m = np.searchsorted(column(lk, "launch"), column(opt, "launch_ts"), side="right")

@@ -78,6 +78,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit.phases import Rules
@@ -464,10 +466,10 @@ def _rank_frame(trace: Trace) -> tuple[pd.DataFrame, list[str], pd.Index]:
     stream = ev["stream"].to_numpy(np.int64)[keep]
     # HTA keeps args.stream wherever it is written: GPU-side events, and a cpu_op that names
     # one (the loader reads it for cpu_ops only: Triton's launchers)
-    stream = np.where(np.isin(kind, [int(k) for k in (*_STREAM_KINDS, Kind.CPU_OP)]), stream, -1)
+    stream = np.where(fnp.isin(kind, [int(k) for k in (*_STREAM_KINDS, Kind.CPU_OP)]), stream, -1)
     ext = ev["external_id"].to_numpy(np.int64)[keep]
     if legacy:
-        ext = np.where(np.isin(kind, [int(k) for k in _LEGACY_EXTERNAL_ID_KINDS]), ext, -1)
+        ext = np.where(fnp.isin(kind, [int(k) for k in _LEGACY_EXTERNAL_ID_KINDS]), ext, -1)
     ts, dur = _hta_times(trace, keep)
     n = int(keep.sum())
     index = np.flatnonzero(keep).astype(np.int64) + 1  # row in trace.events + 1 (HTA: > 0)
@@ -508,7 +510,7 @@ def _add_iteration(df: pd.DataFrame, symbols) -> None:
     table = symbols.get_sym_table()
     step_ids = {i: s for i, s in enumerate(table) if s.startswith("ProfilerStep")}
     name = df["name"].to_numpy()
-    is_step = np.isin(name, list(step_ids)) if step_ids else np.zeros(len(df), bool)
+    is_step = fnp.isin(name, list(step_ids)) if step_ids else np.zeros(len(df), bool)
     step_iter = {}
     for i, s in step_ids.items():
         m = _STEP_NUMBER.match(s)

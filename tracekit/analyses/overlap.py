@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit import intervals
@@ -80,14 +82,14 @@ def compute(trace: Trace, rules: Rules) -> OverlapResult:
     device, stream = column(acts, "device", np.int64), column(acts, "stream", np.int64)
     order = np.lexsort((stream, device))
     dv, sv = device[order], stream[order]
-    dev_cut = np.flatnonzero(np.r_[True, dv[1:] != dv[:-1]]) if order.size else order
-    for lo, hi in zip(dev_cut.tolist(), np.r_[dev_cut[1:], order.size].astype(int).tolist()):
+    dev_cut = np.flatnonzero(fnp.r_(True, dv[1:] != dv[:-1])) if order.size else order
+    for lo, hi in zip(dev_cut.tolist(), fnp.r_(dev_cut[1:], order.size).astype(int).tolist()):
         dev = int(dv[lo])
         rows = order[lo:hi]
         unions, busy_of = {}, {}
         st = sv[lo:hi]
-        st_cut = np.flatnonzero(np.r_[True, st[1:] != st[:-1]])
-        for a, b in zip(st_cut.tolist(), np.r_[st_cut[1:], st.size].astype(int).tolist()):
+        st_cut = np.flatnonzero(fnp.r_(True, st[1:] != st[:-1]))
+        for a, b in zip(st_cut.tolist(), fnp.r_(st_cut[1:], st.size).astype(int).tolist()):
             g = rows[a:b]
             s_id = int(st[a])
             u = intervals.union(ts[g], end[g])

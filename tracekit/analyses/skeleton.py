@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tracekit import _fastnp as fnp
+
 from tracekit.graph import skeleton as sk
 from tracekit.phases import Rules
 from tracekit.trace.model import Trace
@@ -69,7 +71,7 @@ def asleep_per_step(g) -> float:
     if not steps.size:
         return 0.0
     v = host_asleep(g)
-    v = v[np.isin(g.step[v], steps)]
+    v = v[fnp.isin(g.step[v], steps)]
     return float(g.unexplained[v].sum()) / steps.size
 
 

@@ -42,6 +42,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit import _objarrays as objarrays
@@ -204,17 +206,17 @@ def _result(trace, rules, acts, index, rt, rcodes, rcats, rcorr, blocking, sourc
             alone, poll) -> SyncsResult:
     """``compute``'s stalls and polls, attributed, with their totals."""
     b = rt[blocking]
-    ts = np.r_[column(b, "ts", np.int64), column(alone, "ts", np.int64)]
-    dur = np.r_[column(b, "dur", np.int64), column(alone, "dur", np.int64)]
+    ts = fnp.r_(column(b, "ts", np.int64), column(alone, "ts", np.int64))
+    dur = fnp.r_(column(b, "dur", np.int64), column(alone, "dur", np.int64))
     end = ts + dur
-    tid = np.r_[column(b, "tid", np.int64), np.full(len(alone), -1, np.int64)]
-    name = np.r_[np.asarray(rcats.astype(str), dtype=object)[rcodes[blocking]],
-                 alone["name"].astype(str).to_numpy(object)]
-    src = np.r_[source[blocking], objarrays.full(len(alone), "cuda_sync")]
-    corr = np.r_[rcorr[blocking], np.full(len(alone), -1, np.int64)]
+    tid = fnp.r_(column(b, "tid", np.int64), np.full(len(alone), -1, np.int64))
+    name = fnp.r_(np.asarray(rcats.astype(str), dtype=object)[rcodes[blocking]],
+                 alone["name"].astype(str).to_numpy(object))
+    src = fnp.r_(source[blocking], objarrays.full(len(alone), "cuda_sync"))
+    corr = fnp.r_(rcorr[blocking], np.full(len(alone), -1, np.int64))
 
     # device: linked activity / sync event, else the thread's last launch before the call
-    device = np.r_[np.full(len(b), -1, np.int64), column(alone, "device", np.int64)]
+    device = fnp.r_(np.full(len(b), -1, np.int64), column(alone, "device", np.int64))
     link = pd.concat([
         pd.DataFrame({"c": column(acts, "correlation", np.int64), "d": column(acts, "device")}),
         pd.DataFrame({"c": scorr, "d": column(sy, "device", np.int64)}),
@@ -282,7 +284,7 @@ def _allocations(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     m = trace.memory
     if m is None or not len(m):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    sel = (column(m, "bytes", np.int64) > 0) & np.isin(column(m, "device_type"), (1, 6))
+    sel = (column(m, "bytes", np.int64) > 0) & fnp.isin(column(m, "device_type"), (1, 6))
     return column(m, "tid", np.int64)[sel], column(m, "ts", np.int64)[sel]
 
 

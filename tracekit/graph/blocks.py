@@ -50,6 +50,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 DEFAULT_STREAM = 7
@@ -269,8 +271,8 @@ def carried(wait: np.ndarray, lane: np.ndarray, gpu: np.ndarray, start: np.ndarr
     order = np.lexsort((start[ids], lane[ids]))
     v = ids[order]
     ln = lane[v]
-    new = np.r_[True, ln[1:] != ln[:-1]]
-    idle = np.r_[0.0, np.maximum(start[v][1:] - end[v][:-1], 0).astype(np.float64)]
+    new = fnp.r_(True, ln[1:] != ln[:-1])
+    idle = fnp.r_(0.0, np.maximum(start[v][1:] - end[v][:-1], 0).astype(np.float64))
     idle[new] = 0.0
     grp = np.cumsum(new) - 1
     s_cum = np.cumsum(idle)
@@ -280,7 +282,7 @@ def carried(wait: np.ndarray, lane: np.ndarray, gpu: np.ndarray, start: np.ndarr
     big = float(np.abs(u).max() + s_cum.max() + 1.0) * 4
     um = np.maximum.accumulate(u + grp * big) - grp * big
     shift = np.maximum(um - s_cum, 0.0)
-    prev = np.r_[0.0, shift[:-1]]
+    prev = fnp.r_(0.0, shift[:-1])
     carry = np.where(new, 0.0, np.maximum(prev - idle, 0.0))
     out[v] = np.maximum(shift - carry, 0.0)
     return out

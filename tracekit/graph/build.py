@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit import _objarrays as objarrays
@@ -129,8 +131,8 @@ def lane_positions(lane: np.ndarray) -> np.ndarray:
     """Each node's position in its lane (node id order)."""
     order = lane_order(lane)
     ln = lane[order]
-    start = np.r_[0, np.flatnonzero(ln[1:] != ln[:-1]) + 1]
-    first = np.repeat(start, np.diff(np.r_[start, ln.size]))
+    start = fnp.r_(0, np.flatnonzero(ln[1:] != ln[:-1]) + 1)
+    first = np.repeat(start, np.diff(fnp.r_(start, ln.size)))
     pos = np.empty(lane.size, np.int64)
     pos[order] = np.arange(lane.size) - first
     return pos
@@ -158,7 +160,7 @@ def _sorted_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     index among them."""
     order = np.lexsort((b, a))
     a_s, b_s = a[order], b[order]
-    new = np.r_[True, (a_s[1:] != a_s[:-1]) | (b_s[1:] != b_s[:-1])] if order.size else \
+    new = fnp.r_(True, (a_s[1:] != a_s[:-1]) | (b_s[1:] != b_s[:-1])) if order.size else \
         np.zeros(0, bool)
     inv = np.empty(order.size, np.int64)
     inv[order] = np.cumsum(new) - 1
@@ -191,18 +193,18 @@ def _calls(trace: Trace) -> pd.DataFrame:
     n = rows.size
     outer = np.arange(n)
     if n:
-        same = np.r_[False, (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1])]
+        same = fnp.r_(False, (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1]))
         # reach of the thread so far (reset at each new thread; a trace has few threads)
         first = np.flatnonzero(~same)
         reach = np.empty_like(end)
-        for a, b in zip(first.tolist(), np.r_[first[1:], n].tolist()):
+        for a, b in zip(first.tolist(), fnp.r_(first[1:], n).tolist()):
             reach[a:b] = np.maximum.accumulate(end[a:b])
-        nested = same & (ts < np.r_[0, reach[:-1]])
+        nested = same & (ts < fnp.r_(0, reach[:-1]))
         top = ~nested
         outer = np.maximum.accumulate(np.where(top, np.arange(n), 0))
         # each outer call's end covers its nested calls' (the calls of one are consecutive)
         cut = np.flatnonzero(top)
-        end = np.repeat(np.maximum.reduceat(end, cut), np.diff(np.r_[cut, n]))
+        end = np.repeat(np.maximum.reduceat(end, cut), np.diff(fnp.r_(cut, n)))
     return frame({"row": rows, "ts": ts, "end": end, "pid": pid, "tid": tid,
                   "outer": outer, "corr": trace.column("correlation", np.int64)[rows]},
                  copy=False)
@@ -260,20 +262,20 @@ def _host_points(trace: Trace, cl: pd.DataFrame, base: int, main_lane: int,
             continue
         a = is_ann[sel]
         s_b, e_b = ts[sel][~a], end[sel][~a]
-        pts = np.r_[ts[sel][a], end[sel][a]]
-        s = np.r_[s_b, pts]
-        e = np.r_[e_b, pts]
+        pts = fnp.r_(ts[sel][a], end[sel][a])
+        s = fnp.r_(s_b, pts)
+        e = fnp.r_(e_b, pts)
         o = np.argsort(s, kind="stable")
         s, e = s[o], e[o]
         reach = np.maximum.accumulate(e)
         idle = np.flatnonzero(s[1:] - reach[:-1] >= config.idle_ns)
         blocks, wakes = reach[idle], s[idle + 1]
         if ln != main_lane:  # a thread of its own: it starts, and ends
-            wakes = np.r_[s[0], wakes]
-            blocks = np.r_[blocks, reach[-1]]
+            wakes = fnp.r_(s[0], wakes)
+            blocks = fnp.r_(blocks, reach[-1])
         lanes_l += [np.full(blocks.size + wakes.size, ln, np.int64)]
-        time_l += [np.r_[blocks, wakes]]
-        wake_l += [np.r_[np.zeros(blocks.size, bool), np.ones(wakes.size, bool)]]
+        time_l += [fnp.r_(blocks, wakes)]
+        wake_l += [fnp.r_(np.zeros(blocks.size, bool), np.ones(wakes.size, bool))]
     if not lanes_l:
         z = np.zeros(0, np.int64)
         return _Points(z, z, np.zeros(0, bool), z, np.array(polling, np.int64))
@@ -281,7 +283,7 @@ def _host_points(trace: Trace, cl: pd.DataFrame, base: int, main_lane: int,
     time = np.concatenate(time_l)
     wake = np.concatenate(wake_l)
     trigger = np.full(lane.size, -1, np.int64)
-    can = np.flatnonzero(~wake & ~np.isin(lane, polling))
+    can = np.flatnonzero(~wake & ~fnp.isin(lane, polling))
     can = can[np.argsort(time[can], kind="stable")]
     for ln in np.setdiff1d(np.unique(lane[wake]), polling):  # per thread (a trace has a few)
         w = np.flatnonzero(wake & (lane == ln))
@@ -317,7 +319,7 @@ def _poll_loops(calls, lane, ev_ts, end, is_poll, polling, is_gpu, config: Graph
         q = is_poll[c]
         if q.sum() < 3:
             continue
-        edges = np.diff(np.r_[0, q.astype(np.int8), 0])
+        edges = np.diff(fnp.r_(0, q.astype(np.int8), 0))
         for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)):
             run = c[a:b]
             if run.size < 3 or end[run[-1]] - ev_ts[run[0]] < config.poll_loop_ns:
@@ -373,9 +375,9 @@ NONE = np.iinfo(np.int64).min // 2
 def stream_prev_end(a_start, a_end, a_lane) -> np.ndarray:
     """Per activity: the end of the one before it on its stream (``NONE`` for the first)."""
     order = np.lexsort((a_start, a_lane))
-    same = np.r_[False, a_lane[order][1:] == a_lane[order][:-1]]
+    same = fnp.r_(False, a_lane[order][1:] == a_lane[order][:-1])
     out = np.full(a_start.size, NONE, np.int64)
-    out[order] = np.where(same, np.r_[0, a_end[order][:-1]], NONE)
+    out[order] = np.where(same, fnp.r_(0, a_end[order][:-1]), NONE)
     return out
 
 
@@ -443,10 +445,10 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     lanes = frame({
         "lane": np.arange(n_gl + n_cl),
         "type": np.array(types, dtype=object) if types else types,
-        "device": np.r_[g_dev, np.full(n_cl, -1)],
-        "stream": np.r_[g_stream, np.full(n_cl, -1)],
-        "pid": np.r_[np.full(n_gl, -1), c_pid],
-        "tid": np.r_[np.full(n_gl, -1), c_tid],
+        "device": fnp.r_(g_dev, np.full(n_cl, -1)),
+        "stream": fnp.r_(g_stream, np.full(n_cl, -1)),
+        "pid": fnp.r_(np.full(n_gl, -1), c_pid),
+        "tid": fnp.r_(np.full(n_gl, -1), c_tid),
     })
     is_kept = column(calls, "outer") == np.arange(len(calls))
     kept = calls[is_kept]
@@ -485,7 +487,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     c_node_of_call = kept_pos[c_outer]  # kept index of each call's outer call
     c_corr = column(calls, "corr", np.int64)
     async_copy = phases.name_matches(ncodes[column(calls, "row", np.int64)], ncats, ASYNC_COPY)
-    pc = np.isin(c_corr, a_corr[pageable]) & async_copy & (c_corr >= 0)
+    pc = fnp.isin(c_corr, a_corr[pageable]) & async_copy & (c_corr >= 0)
     blocking[np.unique(c_node_of_call[pc])] = True
     # calls Kineto saw block the host (cuda_sync Stream/Event/Context Sync linked to them)
     sy = _event_rows(trace, (Kind.SYNC,))
@@ -494,7 +496,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         scorr = trace.column("correlation", np.int64)[sy[host]]
         # a poll (cudaEventQuery/cudaStreamQuery) returns at once, whatever Kineto calls it
         poll = phases.name_matches(ncodes[column(calls, "row", np.int64)], ncats, POLL)
-        hit = np.isin(c_corr, scorr[scorr >= 0]) & (c_corr >= 0) & ~poll
+        hit = fnp.isin(c_corr, scorr[scorr >= 0]) & (c_corr >= 0) & ~poll
         blocking[np.unique(c_node_of_call[hit])] = True
     k_poll = phases.name_matches(ncodes[k_rows], ncats, POLL)
     # which activity each (kept) call launched: the correlation ids
@@ -534,8 +536,8 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     if own.size:
         a = call_act[own]
         ok = (a_end[a] <= k_end[own]) & (a_end[a] > k_ts[own])
-        hw_src = np.r_[hw_src, a[ok]].astype(np.int64)
-        hw_dst = np.r_[hw_dst, own[ok]].astype(np.int64)
+        hw_src = fnp.r_(hw_src, a[ok]).astype(np.int64)
+        hw_dst = fnp.r_(hw_dst, own[ok]).astype(np.int64)
     # graph start of a call: after the GPU work it waited for
     c_start = k_ts.copy()
     if hw_dst.size:
@@ -555,9 +557,9 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
 
     # ---- step markers -----------------------------------------------------------------------
     n_st = len(st) if main_lane >= 0 else 0
-    m_time = np.r_[column(st, "cpu_start", np.int64), column(st, "cpu_end", np.int64)][
+    m_time = fnp.r_(column(st, "cpu_start", np.int64), column(st, "cpu_end", np.int64))[
         :2 * n_st] if n_st else np.zeros(0, np.int64)
-    m_step = np.r_[column(st, "step", np.int64), column(st, "step", np.int64)] if n_st \
+    m_step = fnp.r_(column(st, "step", np.int64), column(st, "step", np.int64)) if n_st \
         else np.zeros(0, np.int64)
     m_name = np.array([f"step {s} start" for s in st["step"]] + [f"step {s} end" for s in st["step"]],
                       dtype=object) if n_st else np.zeros(0, object)
@@ -570,29 +572,29 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
 
     # ---- all nodes, in topological order ---------------------------------------------------
     na, nc, nm = len(acts), len(kept), m_time.size
-    kind = np.r_[np.full(na, NodeKind.GPU), np.full(nc, NodeKind.CALL), np.full(nm, NodeKind.MARK),
-                 np.full(n_pt, NodeKind.POINT)]
-    start = np.r_[a_start, c_start, m_time, pts.time]
-    dur = np.r_[a_end - a_start, k_end - c_start, np.zeros(nm + n_pt, np.int64)]
+    kind = fnp.r_(np.full(na, NodeKind.GPU), np.full(nc, NodeKind.CALL), np.full(nm, NodeKind.MARK),
+                 np.full(n_pt, NodeKind.POINT))
+    start = fnp.r_(a_start, c_start, m_time, pts.time)
+    dur = fnp.r_(a_end - a_start, k_end - c_start, np.zeros(nm + n_pt, np.int64))
     # at one time: a wake first, then markers, calls, GPU activities, a block last
-    tie = np.r_[np.full(na, 2), np.full(nc, 1), np.zeros(nm, np.int64),
-                np.where(pts.wake, -1, 3)]
+    tie = fnp.r_(np.full(na, 2), np.full(nc, 1), np.zeros(nm, np.int64),
+                np.where(pts.wake, -1, 3))
     order = np.lexsort((tie, start))
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
     kind = kind[order].astype(np.int8)
-    lane = np.r_[a_lane, c_lane, np.full(nm, main_lane), pts.lane][order].astype(np.int32)
+    lane = fnp.r_(a_lane, c_lane, np.full(nm, main_lane), pts.lane)[order].astype(np.int32)
     start, dur = start[order], dur[order]
-    row = np.r_[grow, k_rows, np.full(nm + n_pt, -1)][order].astype(np.int64)
-    ev_ts = np.r_[a_start, k_ts, m_time, pts.time][order]  # the event's own start (calls: before waiting)
-    wait = np.r_[np.zeros(na, np.int64), c_wait, np.zeros(nm + n_pt, np.int64)][order]
+    row = fnp.r_(grow, k_rows, np.full(nm + n_pt, -1))[order].astype(np.int64)
+    ev_ts = fnp.r_(a_start, k_ts, m_time, pts.time)[order]  # the event's own start (calls: before waiting)
+    wait = fnp.r_(np.zeros(na, np.int64), c_wait, np.zeros(nm + n_pt, np.int64))[order]
     spans = st if n_st else st.iloc[:0]
     spans = frame({"step": column(spans, "step", np.int64),
                    "ts": column(spans, "cpu_start", np.int64),
                    "end": column(spans, "cpu_end", np.int64)})
     a_step = phases.step_of(spans, np.where(a_launch >= 0, a_launch, a_start))
     c_step = phases.step_of(spans, k_ts)
-    step = np.r_[a_step, c_step, m_step, phases.step_of(spans, pts.time)][order]
+    step = fnp.r_(a_step, c_step, m_step, phases.step_of(spans, pts.time))[order]
     c_cat = objarrays.where(blocking, SYNC, HOST)
     # graph launches whose kernels the trace does not hold, and the blocking calls of their
     # thread that waited for nothing the trace shows after them: waits on the graph's kernels
@@ -603,11 +605,11 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         waited_for[hw_dst] = True
         c_cat[_after_dark(dark, blocking & ~waited_for, c_lane, k_ts)] = \
             COMPUTE + UNTRACED_GRAPH_PHASE
-    category = np.r_[a_cat, c_cat, objarrays.full(nm + n_pt, HOST)][order]
-    name = np.r_[column(acts, "name", object), phases.name_strings(ncodes[k_rows], ncats)
-                 if nc else np.zeros(0, object), m_name, pt_name][order]
-    phase = np.r_[a_phase, c_phase, objarrays.full(nm + n_pt, phases.OTHER)][order]
-    batch = np.r_[column(acts, "batch", np.int64), c_batch, np.full(nm + n_pt, -1)][order]
+    category = fnp.r_(a_cat, c_cat, objarrays.full(nm + n_pt, HOST))[order]
+    name = fnp.r_(column(acts, "name", object), phases.name_strings(ncodes[k_rows], ncats)
+                 if nc else np.zeros(0, object), m_name, pt_name)[order]
+    phase = fnp.r_(a_phase, c_phase, objarrays.full(nm + n_pt, phases.OTHER))[order]
+    batch = fnp.r_(column(acts, "batch", np.int64), c_batch, np.full(nm + n_pt, -1))[order]
     a_id = rank[:na]
     c_id = rank[na:na + nc]
     m_id = rank[na + nc:na + nc + nm]
@@ -691,7 +693,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         w_src, w_dst = _inferred_waits(a_start, a_end, a_lane, column(acts, "device", np.int64),
                                        launch_end, lat, config, hint, warnings, limits)
         add(a_id[w_src], a_id[w_dst], EdgeKind.WAIT_INFERRED, gap)
-    wait_consumers = np.unique(a_id[np.r_[rec_d, rec_cons].astype(np.int64)])
+    wait_consumers = np.unique(a_id[fnp.r_(rec_d, rec_cons).astype(np.int64)])
     # handoffs between CPU threads: a thread stopped, another resumed right after
     trig = np.flatnonzero(pts.trigger >= 0)
     h_src, h_dst = p_id[pts.trigger[trig]], p_id[trig]
@@ -706,13 +708,13 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     if loops is not None:
         first, mid, mid_first, last, src_l, lag_l = loops
         n_loops = int(last.size)
-        inner = np.isin(p_next, np.r_[mid, last])
+        inner = fnp.isin(p_next, fnp.r_(mid, last))
         p_prev, p_next, p_nom = p_prev[~inner], p_next[~inner], p_nom[~inner]
         add(mid_first, mid, EdgeKind.PROGRAM, 0)
         add(first, last, EdgeKind.PROGRAM, 0)
         ok = src_l >= 0
         add(src_l[ok], last[ok], EdgeKind.HOST_WAIT, lag_l[ok])
-        category[np.r_[first, mid, last]] = SYNC
+        category[fnp.r_(first, mid, last)] = SYNC
     add(p_prev, p_next, EdgeKind.PROGRAM, p_nom)
     add(h_src, h_dst, EdgeKind.HANDOFF, handoff)
 
@@ -733,9 +735,9 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
                                  a_lane, column(acts, "device", np.int64),
                                  unexplained[a_id], config)
     if e_src.size:
-        src, dst = np.r_[src, e_src], np.r_[dst, e_dst]
-        ekind = np.r_[ekind, np.full(e_src.size, int(EdgeKind.ENGINE), np.int8)]
-        nom = np.r_[nom, np.full(e_src.size, gap, np.int64)]
+        src, dst = fnp.r_(src, e_src), fnp.r_(dst, e_dst)
+        ekind = fnp.r_(ekind, np.full(e_src.size, int(EdgeKind.ENGINE), np.int8))
+        nom = fnp.r_(nom, np.full(e_src.size, gap, np.int64))
         o = np.argsort(dst.astype(np.int64) * max(kind.size, 1) + src, kind="stable")
         src, dst, ekind, nom = src[o], dst[o], ekind[o], nom[o]
         binding, unexplained = _bind(src, dst, ekind, nom, start, end)
@@ -822,15 +824,15 @@ def _bind(src, dst, ekind, nom, start, end) -> tuple[np.ndarray, np.ndarray]:
         # edges by destination (as the graph keeps them): per destination, the edge with the
         # latest candidate start, then the highest priority, then the last: what the sort
         # below picks, without sorting
-        first = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]])
-        group = np.cumsum(np.r_[True, dst[1:] != dst[:-1]]) - 1
+        first = np.flatnonzero(fnp.r_(True, dst[1:] != dst[:-1]))
+        group = np.cumsum(fnp.r_(True, dst[1:] != dst[:-1])) - 1
         best = cand == np.maximum.reduceat(cand, first)[group]
         prio = np.where(best, edge_priority(ekind), -1)
         best &= prio == np.maximum.reduceat(prio, first)[group]
         binding[dst[first]] = np.maximum.reduceat(np.where(best, np.arange(src.size), -1), first)
     elif src.size:
         o = np.lexsort((edge_priority(ekind), cand, dst))
-        last = np.r_[dst[o][1:] != dst[o][:-1], True]
+        last = fnp.r_(dst[o][1:] != dst[o][:-1], True)
         binding[dst[o][last]] = o[last]
     unexplained = np.zeros(start.size, np.int64)
     b = np.flatnonzero(binding >= 0)
@@ -919,8 +921,8 @@ def _prev_in_group(t, group, valid, missing) -> np.ndarray:
     out = np.full(t.size, missing, np.int64)
     idx = np.flatnonzero(valid)
     o = idx[np.lexsort((t[idx], group[idx]))]
-    same = np.r_[False, group[o][1:] == group[o][:-1]]
-    out[o] = np.where(same, np.r_[missing, t[o][:-1]], missing)
+    same = fnp.r_(False, group[o][1:] == group[o][:-1])
+    out[o] = np.where(same, fnp.r_(missing, t[o][:-1]), missing)
     return out
 
 
@@ -982,7 +984,7 @@ def _inferred_waits(a_start, a_end, a_lane, a_dev, launch_end, lat, config: Grap
             pick = hi - 1  # the latest end
             # several streams ended near it: the one this stream waited on when only one did
             lo = np.maximum(lo, np.searchsorted(e, e[pick] - config.wait_match_ns, side="left"))
-            changes = np.r_[0, np.cumsum(a_lane[other][1:] != a_lane[other][:-1])]
+            changes = fnp.r_(0, np.cumsum(a_lane[other][1:] != a_lane[other][:-1]))
             one = changes[hi - 1] == changes[lo]
             if not one.all():
                 f_lane, f_n = np.unique(a_lane[other[pick[one]]], return_counts=True)
@@ -1022,7 +1024,7 @@ def _recorded_waits(trace, acts, calls, ev):
     nm = np.asarray(ev["name"].array[sy]).astype(str)
     sy = sy[nm == STREAM_WAIT_EVENT]
     a = args.set_index("event")
-    sy = sy[np.isin(sy, a.index.to_numpy())]
+    sy = sy[fnp.isin(sy, a.index.to_numpy())]
     if not sy.size:
         return e, e, e
     wstream = a.loc[sy, "wait_stream"].to_numpy(np.int64)
@@ -1055,7 +1057,7 @@ def _recorded_waits(trace, acts, calls, ev):
     if order.size:
         key_d, key_s = dev[order], st[order]
         cut = np.flatnonzero((key_d[1:] != key_d[:-1]) | (key_s[1:] != key_s[:-1])) + 1
-        starts, ends = np.r_[0, cut], np.r_[cut, order.size]
+        starts, ends = fnp.r_(0, cut), fnp.r_(cut, order.size)
         blocks = {(int(key_d[b0]), int(key_s[b0])): (int(b0), int(b1))
                   for b0, b1 in zip(starts.tolist(), ends.tolist())}
     sorted_launch = launch[order]
@@ -1115,9 +1117,9 @@ def host_spans(g: Graph, trace: Trace) -> pd.DataFrame:
         end[has] = ts[has] + trace.column("dur", np.int64)[row[has]]
     lane = g.lane[cpu].astype(np.int64)
     order = np.lexsort((cpu, lane))  # node order within each lane
-    same = np.r_[False, lane[order][1:] == lane[order][:-1]]
+    same = fnp.r_(False, lane[order][1:] == lane[order][:-1])
     gap = ts.copy()
-    prev_end = np.r_[0, end[order][:-1]]
+    prev_end = fnp.r_(0, end[order][:-1])
     gap[order] = np.where(same, np.minimum(prev_end, ts[order]), ts[order])
     lanes = g.lanes
     return frame({"node": cpu, "pid": column(lanes, "pid", np.int64)[lane],

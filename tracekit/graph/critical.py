@@ -18,6 +18,8 @@ cut where the next segment begins. So the breakdown of a step sums exactly to it
 from __future__ import annotations
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit import _objarrays as objarrays
@@ -73,7 +75,7 @@ def _step_windows(g: Graph, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:
     # per step, its completing node that ends last (the highest id among those)
     o = np.lexsort((ids, end[ids], g.step[ids]))
     by_step = g.step[ids][o]
-    last = np.r_[by_step[1:] != by_step[:-1], True] if o.size else np.zeros(0, bool)
+    last = fnp.r_(by_step[1:] != by_step[:-1], True) if o.size else np.zeros(0, bool)
     b_step, b_end, b_id = by_step[last], end[ids][o][last], ids[o][last]
     at = np.minimum(np.searchsorted(b_step, steps), max(b_step.size - 1, 0))
     ok = b_step[at] == steps if b_step.size else np.zeros(steps.size, bool)
@@ -90,7 +92,7 @@ def _step_windows(g: Graph, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:
     # the first step's start node (its row of g.steps, one per step)
     at_first = np.flatnonzero(column(g.steps, "step", np.int64) == steps[0])[0]
     first = int(column(g.steps, "start_node", np.int64)[at_first])
-    begin = np.r_[start[first], comp[:-1]].astype(np.int64)
+    begin = fnp.r_(start[first], comp[:-1]).astype(np.int64)
     # one int64 block: the same frame as from a dict of four columns, at a sixth of the cost
     # (explain asks for a rank's windows four to six times)
     return pd.DataFrame(np.vstack([steps.astype(np.int64), begin, comp, sink]).T,

@@ -34,6 +34,8 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit import intervals, phases
@@ -153,7 +155,7 @@ def _runs(g: Graph, mask: np.ndarray) -> list[np.ndarray]:
     for ln in np.unique(g.lane[mask]):
         ids = np.flatnonzero(g.lane == ln)
         m = mask[ids]
-        edges = np.diff(np.r_[0, m.astype(np.int8), 0])
+        edges = np.diff(fnp.r_(0, m.astype(np.int8), 0))
         starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
         out += [ids[a:b] for a, b in zip(starts, stops)]
     return out
@@ -196,7 +198,7 @@ def same_top_op(trace: Trace, g: Graph, seeds: np.ndarray) -> np.ndarray:
         tops = np.unique(k[(k >= 0) & (u_e[np.maximum(k, 0)] > s_ts[s_tid == t])])
         mine = c_tid == t
         j = np.searchsorted(u_s, c_ts[mine], side="right") - 1
-        inside = (j >= 0) & np.isin(j, tops) & (u_e[np.maximum(j, 0)] > c_ts[mine])
+        inside = (j >= 0) & fnp.isin(j, tops) & (u_e[np.maximum(j, 0)] > c_ts[mine])
         out[launch_dst[mine][inside]] = True
     return out
 
@@ -220,8 +222,8 @@ def detect_fused(trace: Trace, g: Graph, rules: Rules, cfg: FixConfig) -> Fix:
                    f"no GPU activity in phase {rules.optimizer_phase!r} or no lookup/embedding "
                    "backward to move")
     opt_lanes = np.unique(g.lane[opt])
-    move = (emb | look) & np.isin(g.lane, opt_lanes)
-    wait = np.isin(g.edge_kind, [int(EdgeKind.WAIT_RECORDED), int(EdgeKind.WAIT_INFERRED)])
+    move = (emb | look) & fnp.isin(g.lane, opt_lanes)
+    wait = fnp.isin(g.edge_kind, [int(EdgeKind.WAIT_RECORDED), int(EdgeKind.WAIT_INFERRED)])
     waits_on_opt = wait & opt[g.src] & look[g.dst]
     if not move.any() and not waits_on_opt.any():
         return Fix("fused_sparse_dist", title, fix, False,
@@ -303,7 +305,7 @@ def _lookup_issued_early(g: Graph, look: np.ndarray, rules: Rules):
     if not look.any():
         return early, srcs, dsts, lags, dur, lag
     has = g.launcher >= 0
-    wait = np.isin(g.edge_kind, [int(EdgeKind.WAIT_RECORDED), int(EdgeKind.WAIT_INFERRED)])
+    wait = fnp.isin(g.edge_kind, [int(EdgeKind.WAIT_RECORDED), int(EdgeKind.WAIT_INFERRED)])
     comm = (g.kind == NodeKind.GPU) & (g.category == COMMUNICATION)
     out_edges = np.flatnonzero(wait & look[g.src] & comm[g.dst])  # the output dist's waits
     program = np.flatnonzero(g.edge_kind == int(EdgeKind.PROGRAM))
@@ -314,8 +316,8 @@ def _lookup_issued_early(g: Graph, look: np.ndarray, rules: Rules):
     # point where the thread stopped and resumed in between does not start another)
     calls_all = np.flatnonzero(g.kind == NodeKind.CALL)
     calls_all = calls_all[np.argsort(g.lane[calls_all], kind="stable")]
-    same = np.r_[False, g.lane[calls_all][1:] == g.lane[calls_all][:-1]]
-    prev_opt = np.r_[False, in_opt[calls_all][:-1]] & same
+    same = fnp.r_(False, g.lane[calls_all][1:] == g.lane[calls_all][:-1])
+    prev_opt = fnp.r_(False, in_opt[calls_all][:-1]) & same
     starts = np.sort(calls_all[in_opt[calls_all] & ~prev_opt])
     starts = starts[into[starts] >= 0]
     lanes = g.lane.astype(np.int64)
@@ -323,8 +325,8 @@ def _lookup_issued_early(g: Graph, look: np.ndarray, rules: Rules):
     lane_at = np.searchsorted(lanes[by_lane], np.arange(int(lanes.max()) + 2))
     last_prev = -1
     for run in _runs(g, look):
-        out = np.unique(g.dst[out_edges[np.isin(g.src[out_edges], run)]])
-        ids = np.r_[run, out] if out.size else run
+        out = np.unique(g.dst[out_edges[fnp.isin(g.src[out_edges], run)]])
+        ids = fnp.r_(run, out) if out.size else run
         ids = ids[has[ids]]
         if not ids.size:
             continue
@@ -513,7 +515,7 @@ def detect_allocator_polls(g: Graph, polls: np.ndarray, sites: np.ndarray,
     if not sel.any():
         return Fix(fid, title, fix, False, "no poll of the caching allocator (a cudaEventQuery "
                    "right before a GPU allocation)")
-    mine = sel & np.isin(g.step, counted)
+    mine = sel & fnp.isin(g.step, counted)
     if not mine.any():
         return Fix(fid, title, fix, False, f"{int(sel.sum())} polls of the caching allocator, "
                    "none in the counted steps")
@@ -527,7 +529,7 @@ def detect_allocator_polls(g: Graph, polls: np.ndarray, sites: np.ndarray,
     top = [{"call_site": str(k), "per_step": float(r.n) / n, "ns_per_step": float(r.ns) / n,
             "traced_ns_per_step": float(r.traced) / n} for k, r in t.iterrows()]
     every = polls if all_polls is None else all_polls
-    facts = {"polls_per_step": float((every & np.isin(g.step, counted)).sum()) / n,
+    facts = {"polls_per_step": float((every & fnp.isin(g.step, counted)).sum()) / n,
              "allocator_polls_per_step": ids.size / n,
              "allocator_poll_ns_per_step": float(view.sum()) / n,
              "allocator_poll_traced_ns_per_step": float(traced.sum()) / n,

@@ -73,6 +73,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit.frames import column
@@ -338,12 +340,12 @@ def main_lanes(g: Graph) -> np.ndarray:
         lane = g.lane[gpu].astype(np.int64)
         order = np.argsort(lane, kind="stable")
         by_lane = lane[order]
-        first = np.flatnonzero(np.r_[True, by_lane[1:] != by_lane[:-1]])
+        first = np.flatnonzero(fnp.r_(True, by_lane[1:] != by_lane[:-1]))
         lanes = by_lane[first]
         busy = np.add.reduceat(g.dur[gpu].astype(np.int64)[order], first)
         dev = column(g.lanes, "device", np.int64)[lanes]
         by = np.lexsort((busy, dev))
-        out[lanes[by[np.r_[dev[by][1:] != dev[by][:-1], True]]]] = True
+        out[lanes[by[fnp.r_(dev[by][1:] != dev[by][:-1], True)]]] = True
     return out
 
 

@@ -72,6 +72,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit.frames import column, frame
@@ -325,7 +327,7 @@ def launch_duration(g: Graph) -> float | None:
     calls = np.flatnonzero((g.kind == NodeKind.CALL) & (g.launched >= 0))
     if calls.size < SPEED_MIN_CALLS:
         return None
-    calls = calls[np.isin(g.name[calls].astype(str), SPEED_CALLS)]
+    calls = calls[fnp.isin(g.name[calls].astype(str), SPEED_CALLS)]
     lag = g.start[g.launched[calls]] - (g.start[calls] + g.dur[calls])
     calls = calls[lag <= SPEED_IDLE_NS]
     if calls.size < SPEED_MIN_CALLS:
@@ -409,15 +411,15 @@ def count(trace: Trace, g: Graph) -> Counts:
             gap = ~inside & (nxt < o.size)
             np.add.at(before[:, term], ids[o[nxt[gap]]], ww[gap])
 
-    ops = np.isin(e_kind, (int(Kind.CPU_OP), int(Kind.ANNOTATION)))
+    ops = fnp.isin(e_kind, (int(Kind.CPU_OP), int(Kind.ANNOTATION)))
     half = np.full(int(ops.sum()), 0.5)
-    points(0, np.r_[e_tid[ops], e_tid[ops]], np.r_[e_ts[ops], e_end[ops]], np.r_[half, half])
+    points(0, fnp.r_(e_tid[ops], e_tid[ops]), fnp.r_(e_ts[ops], e_end[ops]), fnp.r_(half, half))
     cops = e_kind == int(Kind.CPU_OP)
     if shapes:
         points(5, e_tid[cops], e_ts[cops], np.ones(int(cops.sum())))
     if modules:
         points(6, e_tid[cops], e_ts[cops], np.ones(int(cops.sum())))
-    rt = np.isin(e_kind, (int(Kind.RUNTIME), int(Kind.DRIVER)))
+    rt = fnp.isin(e_kind, (int(Kind.RUNTIME), int(Kind.DRIVER)))
     # the call's own cost sits inside it: counted at its midpoint
     points(1, e_tid[rt], (e_ts[rt] + e_end[rt]) // 2, np.ones(int(rt.sum())))
     if sync_on:
@@ -425,7 +427,7 @@ def count(trace: Trace, g: Graph) -> Counts:
     py = e_kind == int(Kind.PYTHON)
     if py.any():
         hp = np.full(int(py.sum()), 0.5)
-        points(4, np.r_[e_tid[py], e_tid[py]], np.r_[e_ts[py], e_end[py]], np.r_[hp, hp])
+        points(4, fnp.r_(e_tid[py], e_tid[py]), fnp.r_(e_ts[py], e_end[py]), fnp.r_(hp, hp))
     m = trace.memory
     if m is not None and len(m):
         points(2, column(m, "tid", np.int64), column(m, "ts", np.int64), np.ones(len(m)))
@@ -629,7 +631,7 @@ def estimate(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL, *,
         scale = "given"
     # per counted step: counts and host time on the steps' host nodes
     counted = column(win, "step", np.int64)[keep] if len(win) else np.zeros(0, np.int64)
-    in_steps = np.isin(g.step, counted) & (g.kind != NodeKind.GPU)
+    in_steps = fnp.isin(g.step, counted) & (g.kind != NodeKind.GPU)
     nsteps = max(counted.size, 1)
     speed = host_speed(c, model)
     cost = model.costs(speed)
@@ -723,9 +725,9 @@ def untraced_graph(g: Graph, cost: HostCost, *, host_factor: float = 1.0) -> Gra
         added |= broke
         k = int(broke.sum())
         p = Plan(start=p.start, dur=p.dur, lane=p.lane, lane_is_cpu=p.lane_is_cpu,
-                 src=np.r_[p.src, a[broke]], dst=np.r_[p.dst, c[broke]],
-                 kind=np.r_[p.kind, np.full(k, int(EdgeKind.QUEUE), np.int8)],
-                 lag=np.r_[p.lag, np.zeros(k, np.int64)])
+                 src=fnp.r_(p.src, a[broke]), dst=fnp.r_(p.dst, c[broke]),
+                 kind=fnp.r_(p.kind, np.full(k, int(EdgeKind.QUEUE), np.int8)),
+                 lag=fnp.r_(p.lag, np.zeros(k, np.int64)))
         s, e = replay(p)
     # edges sorted by destination, as the graph keeps them; nodes keep their ids (a node's
     # replayed start never moves before an edge's source: the order stays topological). Their
@@ -733,7 +735,7 @@ def untraced_graph(g: Graph, cost: HostCost, *, host_factor: float = 1.0) -> Gra
     # unexplained time in the untraced graph too
     model_lag = untraced_change(g, cost, change=wi.Change(lag=g.lag),
                                 host_factor=host_factor).lag
-    lag_all = np.r_[model_lag, np.zeros(p.src.size - model_lag.size, np.int64)]
+    lag_all = fnp.r_(model_lag, np.zeros(p.src.size - model_lag.size, np.int64))
     if n_anchor:  # an anchored wake follows its anchor by the process's untraced host time
         lag_all[g.src.size:g.src.size + n_anchor] = ch.add_lag[:n_anchor]
     o = np.argsort(p.dst * max(g.n, 1) + p.src, kind="stable")

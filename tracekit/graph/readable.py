@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit.graph.model import Graph, NodeKind
@@ -92,7 +94,7 @@ def linking(g: Graph) -> Limit | None:
 
 
 def gpu_late(g: Graph, steps: np.ndarray) -> Limit | None:
-    gpu = np.flatnonzero((g.kind == NodeKind.GPU) & np.isin(g.step, steps))
+    gpu = np.flatnonzero((g.kind == NodeKind.GPU) & fnp.isin(g.step, steps))
     if not gpu.size:
         return None
     thr = max(LATE_NS, LATE_LATENCIES * g.launch_latency_ns)
@@ -108,7 +110,7 @@ def gpu_late(g: Graph, steps: np.ndarray) -> Limit | None:
 
 
 def gpu_behind(g: Graph, steps: np.ndarray) -> Limit | None:
-    gpu = np.flatnonzero((g.kind == NodeKind.GPU) & (g.launcher >= 0) & np.isin(g.step, steps))
+    gpu = np.flatnonzero((g.kind == NodeKind.GPU) & (g.launcher >= 0) & fnp.isin(g.step, steps))
     if not gpu.size:
         return None
     lag = g.start[gpu] - g.end[g.launcher[gpu]]
@@ -117,8 +119,8 @@ def gpu_behind(g: Graph, steps: np.ndarray) -> Limit | None:
     step = g.step[gpu]
     o = np.lexsort((lag, step))
     s_sorted, l_sorted = step[o], lag[o].astype(np.float64)
-    cut = np.flatnonzero(np.r_[True, s_sorted[1:] != s_sorted[:-1]])
-    size = np.diff(np.r_[cut, s_sorted.size])
+    cut = np.flatnonzero(fnp.r_(True, s_sorted[1:] != s_sorted[:-1]))
+    size = np.diff(fnp.r_(cut, s_sorted.size))
     lo = cut + (size - 1) // 2
     med = (l_sorted[lo] + l_sorted[cut + size // 2]) / 2
     thr = max(LATE_NS, LATE_LATENCIES * g.launch_latency_ns)

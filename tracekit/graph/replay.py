@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tracekit import _fastnp as fnp
+
 from tracekit.graph.model import EdgeKind, Graph, lane_order
 
 try:  # setup.py builds it; optional: the numpy blocks below give the same times
@@ -76,10 +78,10 @@ def replay(p: Plan) -> tuple[np.ndarray, np.ndarray]:
     # lane order: position of each node in its lane, its lane predecessor
     order = lane_order(lane)
     ln = lane[order]
-    first = np.r_[True, ln[1:] != ln[:-1]]
+    first = fnp.r_(True, ln[1:] != ln[:-1])
     lane_prev = np.full(n, -1, np.int64)
     lane_prev[order[~first]] = order[np.flatnonzero(~first) - 1]
-    in_lane = np.isin(kind, [int(EdgeKind.PROGRAM), int(EdgeKind.STREAM)]) & \
+    in_lane = fnp.isin(kind, [int(EdgeKind.PROGRAM), int(EdgeKind.STREAM)]) & \
         (lane_prev[dst] == src)
     # in-lane lag per node (NEG: no lane predecessor edge)
     ilag = np.full(n, NEG, np.int64)
@@ -98,7 +100,7 @@ def replay(p: Plan) -> tuple[np.ndarray, np.ndarray]:
         start = np.empty(n, np.int64)
         end = np.empty(n, np.int64)
         i64 = np.int64
-        ptr = np.r_[0, np.cumsum(np.bincount(cd, minlength=n))].astype(i64)  # cd's start per node
+        ptr = fnp.r_(0, np.cumsum(np.bincount(cd, minlength=n))).astype(i64)  # cd's start per node
         _core.run(np.ascontiguousarray(release, i64), np.ascontiguousarray(p.dur, i64), lane_prev,
                   has_pred.view(np.uint8), ilag, ptr, np.ascontiguousarray(cs, i64),
                   np.ascontiguousarray(cl, i64), start, end)
@@ -107,10 +109,10 @@ def replay(p: Plan) -> tuple[np.ndarray, np.ndarray]:
     cpu_src = p.lane_is_cpu[lane[cs]]
     cpu_dst = p.lane_is_cpu[lane[cd]]
     rare = ~(cpu_src & ~cpu_dst)
-    bounds = np.unique(np.r_[0, cd[rare], n])
+    bounds = np.unique(fnp.r_(0, cd[rare], n))
     # per lane: its nodes in order, and where each block starts in them
     cut = np.flatnonzero(first)
-    lanes = {int(ln[c]): order[c:e] for c, e in zip(cut, np.r_[cut[1:], n])}
+    lanes = {int(ln[c]): order[c:e] for c, e in zip(cut, fnp.r_(cut[1:], n))}
     cpu_lanes = [k for k in lanes if p.lane_is_cpu[k]]
     gpu_lanes = [k for k in lanes if not p.lane_is_cpu[k]]
     at = {k: np.searchsorted(ids, bounds).tolist() for k, ids in lanes.items()}
@@ -176,10 +178,10 @@ def _scan(v, x, ilag, has_pred, dur, prev_end, start, end) -> None:
         inc[1:] = step
     if (inc[1:] == NEG).any():
         # chains broken inside the lane: scan each piece on its own
-        brk = np.r_[0, np.flatnonzero(inc == NEG), v.size]
+        brk = fnp.r_(0, np.flatnonzero(inc == NEG), v.size)
         brk = np.unique(brk)
         for a, b in zip(brk[:-1], brk[1:]):
-            c = np.cumsum(np.r_[0, inc[a + 1:b]])
+            c = np.cumsum(fnp.r_(0, inc[a + 1:b]))
             s = c + np.maximum.accumulate(y[a:b] - c)
             start[v[a:b]] = s
     else:
@@ -197,7 +199,7 @@ def rebind(p: Plan, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     if p.src.size:
         cand = end[p.src] + p.lag
         o = np.lexsort((edge_priority(p.kind), cand, p.dst))
-        last = np.r_[p.dst[o][1:] != p.dst[o][:-1], True]
+        last = fnp.r_(p.dst[o][1:] != p.dst[o][:-1], True)
         sel = o[last]
         ok = cand[sel] >= start[p.dst[sel]]  # it decided the start (not a released node)
         binding[p.dst[sel][ok]] = sel[ok]
@@ -229,6 +231,6 @@ def replay_points(release: np.ndarray, src: np.ndarray, dst: np.ndarray,
     end = np.empty(n, i64)
     _core.run(np.where(counts > 0, NEG, release).astype(i64), np.zeros(n, i64),
               np.full(n, -1, i64), np.zeros(n, np.uint8), np.full(n, NEG, i64),
-              np.r_[0, np.cumsum(counts)].astype(i64), np.ascontiguousarray(src, i64),
+              fnp.r_(0, np.cumsum(counts)).astype(i64), np.ascontiguousarray(src, i64),
               np.ascontiguousarray(lag, i64), start, end)
     return start

@@ -40,6 +40,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from tracekit import _fastnp as fnp
+
 from tracekit.graph import whatif as wi
 from tracekit.graph.critical import OWN, _walks, step_windows
 from tracekit.graph.model import (
@@ -133,7 +135,7 @@ def reduce(g: Graph, cuts: np.ndarray, change: wi.Change | None = None, *,
     d = p.dur if dur is None else dur
     # per plan edge: its model lag (the rest of its lag is unexplained time)
     keep_e = np.ones(g.src.size, bool) if change.drop is None else ~change.drop
-    nominal = np.r_[model_lag[keep_e], p.lag[int(keep_e.sum()):]]
+    nominal = fnp.r_(model_lag[keep_e], p.lag[int(keep_e.sum()):])
     if nominal.size != p.lag.size or (change.move is not None and change.move.any()):
         nominal = p.lag  # edges rebuilt by a move: no split of their time
     o = np.argsort(p.dst, kind="stable")
@@ -162,7 +164,7 @@ def reduce(g: Graph, cuts: np.ndarray, change: wi.Change | None = None, *,
     # completing nodes per step (their end is a completion term)
     comp = g.completing
     step_idx = {int(st): j for j, st in enumerate(steps)}
-    comp_ids = np.flatnonzero(comp & np.isin(g.step, steps))
+    comp_ids = np.flatnonzero(comp & fnp.isin(g.step, steps))
     comp_step = np.array([step_idx[int(x)] for x in g.step[comp_ids]], np.int64)
     # a collective kernel that completes its step: the completion follows its end (a variable
     # of the job), not its traced duration
@@ -216,7 +218,7 @@ def reduce(g: Graph, cuts: np.ndarray, change: wi.Change | None = None, *,
         dR = np.full(steps.size, NEG, np.int64)
         whoR = np.full(steps.size, -1, np.int64)
         o = np.lexsort((eR[comp_ids], comp_step))
-        last = np.r_[comp_step[o][1:] != comp_step[o][:-1], True]
+        last = fnp.r_(comp_step[o][1:] != comp_step[o][:-1], True)
         dR[comp_step[o][last]] = eR[comp_ids][o][last]
         whoR[comp_step[o][last]] = comp_ids[o][last]
         ok = dR > UNREACHED
@@ -279,14 +281,14 @@ def reduce(g: Graph, cuts: np.ndarray, change: wi.Change | None = None, *,
             st = comp_step[in_reach]
             v = e[ids]
             o = np.lexsort((v, st))
-            last = np.r_[st[o][1:] != st[o][:-1], True]
+            last = fnp.r_(st[o][1:] != st[o][:-1], True)
             dT[st[o][last]] = v[o][last]
             who[st[o][last]] = ids[o][last]
         okd = dT > UNREACHED
-        targets = np.r_[targets, ncut + np.flatnonzero(okd)]
-        lags_c = np.r_[lags_c, dT[okd]]
-        cls, ph = _walk_classes(pl, s, e, np.r_[sinks_c, who[okd]],
-                                np.r_[np.zeros(sinks_c.size, bool), np.ones(int(okd.sum()), bool)],
+        targets = fnp.r_(targets, ncut + np.flatnonzero(okd))
+        lags_c = fnp.r_(lags_c, dT[okd])
+        cls, ph = _walk_classes(pl, s, e, fnp.r_(sinks_c, who[okd]),
+                                fnp.r_(np.zeros(sinks_c.size, bool), np.ones(int(okd.sum()), bool)),
                                 node_cls[c:hi + 1], lag_cls, is_compute[c:hi + 1],
                                 g.phase[c:hi + 1], en)
         add(targets, int(cut_of[c]), lags_c, cls, ph)

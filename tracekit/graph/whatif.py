@@ -36,6 +36,8 @@ import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit import _objarrays as objarrays
@@ -161,7 +163,7 @@ def plan(g: Graph, change: Change, *, pin: int = -1) -> Plan:
     observed times (``Plan.pin``)."""
     dur = g.dur if change.dur is None else change.dur
     if pin >= 0 and change.dur is not None:
-        dur = np.r_[g.dur[:pin + 1], dur[pin + 1:]]
+        dur = fnp.r_(g.dur[:pin + 1], dur[pin + 1:])
     keep = np.ones(g.src.size, bool) if change.drop is None else ~change.drop
     lag = g.lag if change.lag is None else change.lag
     src, dst, kind, lag = g.src[keep], g.dst[keep], g.edge_kind[keep], lag[keep]
@@ -172,10 +174,10 @@ def plan(g: Graph, change: Change, *, pin: int = -1) -> Plan:
                                                        lane, lane_is_cpu)
         src = _requeue(g, src, dst, kind, lane)
     if change.add_src.size:
-        src = np.r_[src, change.add_src]
-        dst = np.r_[dst, change.add_dst]
-        kind = np.r_[kind, np.full(change.add_src.size, int(EdgeKind.FIX), np.int8)]
-        lag = np.r_[lag, change.add_lag]
+        src = fnp.r_(src, change.add_src)
+        dst = fnp.r_(dst, change.add_dst)
+        kind = fnp.r_(kind, np.full(change.add_src.size, int(EdgeKind.FIX), np.int8))
+        lag = fnp.r_(lag, change.add_lag)
     return Plan(start=g.start, dur=dur, lane=lane, lane_is_cpu=lane_is_cpu, src=src, dst=dst,
                 kind=kind, lag=lag, pin=pin)
 
@@ -184,7 +186,7 @@ def _move(g, move, src, dst, kind, lag, lane, lane_is_cpu):
     """Moved nodes go to a new lane per original lane; in-lane edges are rebuilt: the nodes left
     behind follow each other with the lag that followed the removed run, the moved ones keep the
     lags between nodes that were consecutive and start a new run with none."""
-    in_lane = np.isin(kind, [int(EdgeKind.PROGRAM), int(EdgeKind.STREAM)])
+    in_lane = fnp.isin(kind, [int(EdgeKind.PROGRAM), int(EdgeKind.STREAM)])
     touched = in_lane & (move[src] | move[dst])
     # the lag into each node from its lane predecessor, as traced
     lag_in = np.full(g.n, 0, np.int64)
@@ -198,10 +200,10 @@ def _move(g, move, src, dst, kind, lag, lane, lane_is_cpu):
     base = lane_is_cpu.size
     for i, ln in enumerate(old_lanes):
         new_lane[move & (lane == ln)] = base + i
-    lane_is_cpu = np.r_[lane_is_cpu, lane_is_cpu[old_lanes]]
+    lane_is_cpu = fnp.r_(lane_is_cpu, lane_is_cpu[old_lanes])
     keep = ~touched
     s_add, d_add, k_add, l_add = [], [], [], []
-    for ln in np.unique(new_lane[np.isin(lane, old_lanes)]):
+    for ln in np.unique(new_lane[fnp.isin(lane, old_lanes)]):
         ids = np.flatnonzero(new_lane == ln)
         if ids.size < 2:
             continue
@@ -212,10 +214,10 @@ def _move(g, move, src, dst, kind, lag, lane, lane_is_cpu):
         k_add.append(ekind_in[b])
         l_add.append(np.where(consecutive | ~move[b], lag_in[b], 0))
     if s_add:
-        src = np.r_[src[keep], np.concatenate(s_add)]
-        dst = np.r_[dst[keep], np.concatenate(d_add)]
-        kind = np.r_[kind[keep], np.concatenate(k_add)].astype(np.int8)
-        lag = np.r_[lag[keep], np.concatenate(l_add)]
+        src = fnp.r_(src[keep], np.concatenate(s_add))
+        dst = fnp.r_(dst[keep], np.concatenate(d_add))
+        kind = fnp.r_(kind[keep], np.concatenate(k_add)).astype(np.int8)
+        lag = fnp.r_(lag[keep], np.concatenate(l_add))
     else:
         src, dst, kind, lag = src[keep], dst[keep], kind[keep], lag[keep]
     return src, dst, kind, lag, new_lane, lane_is_cpu
@@ -368,9 +370,9 @@ def replay_queued(g: Graph, p: Plan, queue: tuple[np.ndarray, np.ndarray] | None
         added |= broke
         n = int(broke.sum())
         p = Plan(start=p.start, dur=p.dur, lane=p.lane, lane_is_cpu=p.lane_is_cpu,
-                 src=np.r_[p.src, a[broke]], dst=np.r_[p.dst, c[broke]],
-                 kind=np.r_[p.kind, np.full(n, int(EdgeKind.QUEUE), np.int8)],
-                 lag=np.r_[p.lag, np.zeros(n, np.int64)])
+                 src=fnp.r_(p.src, a[broke]), dst=fnp.r_(p.dst, c[broke]),
+                 kind=fnp.r_(p.kind, np.full(n, int(EdgeKind.QUEUE), np.int8)),
+                 lag=fnp.r_(p.lag, np.zeros(n, np.int64)))
         s, e = replay(p)
     return s, e
 
@@ -523,14 +525,14 @@ def overlap_others(lane, s, e) -> np.ndarray:
     same = ll[1:] == ll[:-1]
     overlapping = np.unique(ll[1:][same & (ls[1:] < reach[:-1])])
     # where two or more intervals are at once: depth by a sweep (ends before starts at a tie)
-    t = np.r_[s, e]
-    step = np.r_[np.ones(s.size, np.int64), -np.ones(e.size, np.int64)]
+    t = fnp.r_(s, e)
+    step = fnp.r_(np.ones(s.size, np.int64), -np.ones(e.size, np.int64))
     o = np.lexsort((step, t))
     depth = np.cumsum(step[o])
     t = t[o]
     seg = (depth[:-1] >= 2) & (t[1:] > t[:-1])
     two = intervals.union(t[:-1][seg], t[1:][seg])
-    simple = ~np.isin(lane, overlapping)
+    simple = ~fnp.isin(lane, overlapping)
     out[simple] = intervals.covered_in_windows(two, s[simple], e[simple])
     for ln in overlapping:
         mine = lane == ln
@@ -642,7 +644,7 @@ def _host_change(g: Graph, factor: float) -> tuple[Change, int]:
     """Runtime calls and the host time between them (program and handoff lags) scaled; what it
     touches: the calls and the program and handoff edges with a lag (a CPU-only trace has no
     runtime call, only the host time between its step marks, which is what it scales)."""
-    lagged = np.isin(g.edge_kind, [int(EdgeKind.PROGRAM), int(EdgeKind.HANDOFF)]) & (g.lag > 0)
+    lagged = fnp.isin(g.edge_kind, [int(EdgeKind.PROGRAM), int(EdgeKind.HANDOFF)]) & (g.lag > 0)
     return replace(with_host(g, Change(), factor), speedup=True), \
         int((g.kind == NodeKind.CALL).sum() + lagged.sum())
 
@@ -654,7 +656,7 @@ def with_host(g: Graph, change: Change, factor: float) -> Change:
     dur = (g.dur if change.dur is None else change.dur).copy()
     dur[cpu] = np.round(dur[cpu] / factor).astype(np.int64)
     lag = (g.lag if change.lag is None else change.lag).copy()
-    prog = np.isin(g.edge_kind, [int(EdgeKind.PROGRAM), int(EdgeKind.HANDOFF)])
+    prog = fnp.isin(g.edge_kind, [int(EdgeKind.PROGRAM), int(EdgeKind.HANDOFF)])
     lag[prog] = np.round(lag[prog] / factor).astype(np.int64)
     return Change(dur=dur, drop=change.drop, lag=lag, add_src=change.add_src,
                   add_dst=change.add_dst, add_lag=change.add_lag, move=change.move)
@@ -662,7 +664,7 @@ def with_host(g: Graph, change: Change, factor: float) -> Change:
 
 def remove_syncs(g: Graph, calls: np.ndarray, *, keep_ns: int = 0) -> Change:
     """The blocking calls ``calls`` no longer wait for the GPU, and take ``keep_ns`` at most."""
-    drop = (g.edge_kind == int(EdgeKind.HOST_WAIT)) & np.isin(g.dst, calls)
+    drop = (g.edge_kind == int(EdgeKind.HOST_WAIT)) & fnp.isin(g.dst, calls)
     dur = g.dur.copy()
     dur[calls] = np.minimum(dur[calls], keep_ns)
     return Change(dur=dur, drop=drop)

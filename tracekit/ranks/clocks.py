@@ -31,6 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 
@@ -69,7 +71,7 @@ def _against(e: pd.DataFrame, center: pd.Series, ranks=None) -> pd.DataFrame:
     c = center.reindex(e["instance"]).to_numpy()
     ok = ~np.isnan(c)
     if ranks is not None:
-        ok &= np.isin(e["rank"].to_numpy(), list(ranks))
+        ok &= fnp.isin(e["rank"].to_numpy(), list(ranks))
     d = pd.Series(e["end"].to_numpy()[ok] - c[ok])
     g = d.groupby(e["rank"].to_numpy()[ok])
     return pd.DataFrame({"offset": g.median(), "n": g.size()})

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from tracekit import _fastnp as fnp
+
 KERNEL_TEXT = ("group", "collective")
 """The text columns of ``schema.CollectiveKernelRow`` (held as codes into a few names)."""
 KERNEL_INT = ("seq", "index", "step", "stream", "ts", "end", "in_bytes", "out_bytes")
@@ -242,10 +244,10 @@ def kernel_maps(rank: np.ndarray, kernel: np.ndarray, **values: np.ndarray) -> d
     kernel = np.asarray(kernel, np.int64)
     o = np.lexsort((np.arange(rank.size), kernel, rank))
     r, k = rank[o], kernel[o]
-    last = np.r_[(r[1:] != r[:-1]) | (k[1:] != k[:-1]), True] if r.size else np.zeros(0, bool)
+    last = fnp.r_((r[1:] != r[:-1]) | (k[1:] != k[:-1]), True) if r.size else np.zeros(0, bool)
     o, r, k = o[last], r[last], k[last]
-    bounds = np.flatnonzero(np.r_[True, r[1:] != r[:-1]]) if r.size else np.zeros(0, np.int64)
-    ends = np.r_[bounds[1:], r.size]
+    bounds = np.flatnonzero(fnp.r_(True, r[1:] != r[:-1])) if r.size else np.zeros(0, np.int64)
+    ends = fnp.r_(bounds[1:], r.size)
     out = {}
     for a, b in zip(bounds.tolist(), ends.tolist()):
         keys = k[a:b].copy()  # one array for the rank's maps

@@ -47,6 +47,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from tracekit import _fastnp as fnp
 import pandas as pd
 
 from tracekit.graph.replay import NEG, replay_points
@@ -158,7 +160,7 @@ def build(inputs: list[RankInput]) -> JobGraph:
         nonlocal bar
         top = int(ids.max()) + 1 if ids.size else 0
         if top > bar.size:
-            bar = np.r_[bar, np.full(top - bar.size, -1, np.int64)]
+            bar = fnp.r_(bar, np.full(top - bar.size, -1, np.int64))
         new = ids[bar[ids] < 0]
         if new.size:
             u, first = np.unique(new, return_index=True)
@@ -245,7 +247,7 @@ def build(inputs: list[RankInput]) -> JobGraph:
     if cyclic.size:
         warnings.append(f"the job's graph has a cycle through {cyclic.size} nodes (collectives "
                         "ordered differently on different ranks): their edges were dropped")
-        bad = np.isin(s, cyclic) | np.isin(d, cyclic)
+        bad = fnp.isin(s, cyclic) | fnp.isin(d, cyclic)
         s, d, lg, k_, tm = s[~bad], d[~bad], lg[~bad], k_[~bad], tm[~bad]
     new = np.empty(n, np.int64)
     new[order] = np.arange(order.size)
@@ -275,7 +277,7 @@ def _topological(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, 
         cnt = hi - lo
         if not cnt.sum():
             break
-        idx = np.repeat(lo - np.r_[0, np.cumsum(cnt)[:-1]], cnt) + np.arange(cnt.sum())
+        idx = np.repeat(lo - fnp.r_(0, np.cumsum(cnt)[:-1]), cnt) + np.arange(cnt.sum())
         nxt = d_by_src[idx]
         np.subtract.at(indeg, nxt, 1)
         cand = np.unique(nxt)
@@ -283,7 +285,7 @@ def _topological(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, 
     order = np.concatenate(out) if out else np.zeros(0, np.int64)
     if seen < n:
         rest = np.setdiff1d(np.arange(n), order)
-        return np.r_[order, rest], rest
+        return fnp.r_(order, rest), rest
     return order, np.zeros(0, np.int64)
 
 
@@ -300,7 +302,7 @@ def _binding(jg: JobGraph, t: np.ndarray, lag: np.ndarray) -> np.ndarray:
         return b
     cand = t[jg.src] + lag
     o = np.lexsort((np.arange(cand.size), cand, jg.dst))
-    last = np.r_[jg.dst[o][1:] != jg.dst[o][:-1], True]
+    last = fnp.r_(jg.dst[o][1:] != jg.dst[o][:-1], True)
     sel = o[last]
     ok = cand[sel] >= t[jg.dst[sel]]
     b[jg.dst[sel][ok]] = sel[ok]
@@ -383,8 +385,8 @@ def _windows(jg: JobGraph, t: np.ndarray) -> pd.DataFrame:
         if not d.size:
             continue
         ends = t[d]
-        starts = np.r_[ends[0], ends[:-1]] if jg.pinned_first[r] else np.r_[
-            np.nan, ends[:-1]]
+        starts = fnp.r_(ends[0], ends[:-1]) if jg.pinned_first[r] else fnp.r_(
+            np.nan, ends[:-1])
         for j in range(d.size):
             counted = (j >= 1) if jg.pinned_first[r] else True
             rows.append((r, int(st[j]), starts[j], int(ends[j]), counted))

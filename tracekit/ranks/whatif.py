@@ -63,6 +63,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from tracekit import _fastnp as fnp
+
 from tracekit.analyses.explain import NO_HELP_FRACTION
 from tracekit.errors import TracekitError
 from tracekit.ranks import executors
@@ -419,7 +421,7 @@ def without_host_work(trace, g0, g, ops: dict[str, float], asleep_share: float):
                                                          lanes["type"]) if ty == "cpu"}
         gkey = g.src * g.n + g.dst
         go = np.argsort(gkey, kind="stable")
-        prog = np.isin(g0.edge_kind, [int(EdgeKind.PROGRAM), int(EdgeKind.HANDOFF)])
+        prog = fnp.isin(g0.edge_kind, [int(EdgeKind.PROGRAM), int(EdgeKind.HANDOFF)])
         for t in np.unique(tid[sh > 0]).tolist():
             ln = cpu_lane.get(int(t))
             if ln is None:
@@ -435,8 +437,8 @@ def without_host_work(trace, g0, g, ops: dict[str, float], asleep_share: float):
                     inner = o[j0:j1]
                     inner = inner[(inner != i) & (te[inner] <= b)]
                     ns, ne = intervals.union(ts[inner], te[inner])
-                    lo.append(np.r_[a, ne])
-                    hi.append(np.r_[ns, b])
+                    lo.append(fnp.r_(a, ne))
+                    hi.append(fnp.r_(ns, b))
                 u = intervals.union(np.concatenate(lo), np.concatenate(hi))
                 # the thread's edges and calls on the traced graph, covered by the ops' self time
                 e = np.flatnonzero(prog & (g0.lane[g0.src] == ln) & (g0.lane[g0.dst] == ln))

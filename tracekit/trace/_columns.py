@@ -14,6 +14,8 @@ from operator import attrgetter, itemgetter
 import msgspec
 import numpy as np
 
+from tracekit import _fastnp as fnp
+
 from tracekit.intervals import is_nondecreasing
 from tracekit.trace._numbers import BAD, us_float_to_ns, us_text_to_ns
 from tracekit.trace._schema import (
@@ -336,20 +338,20 @@ class Columns:
         stream = np.full(n, -1, dtype=np.int64)
         device = np.full(n, -1, dtype=np.int64)
         nbytes = np.full(n, -1, dtype=np.int64)
-        sel = np.flatnonzero(~np.isin(kind, _HOST_ONLY))
+        sel = np.flatnonzero(~fnp.isin(kind, _HOST_ONLY))
         if len(sel):
             corr[sel], d_args, nb = fields(("correlation", "device", "nbytes"), sel)
             # GPU-side events: the stream is the tid and the device the pid when args do not say.
             k = kind[sel]
-            gpu = np.isin(k, _GPU_SIDE)
+            gpu = fnp.isin(k, _GPU_SIDE)
             s_args = s_all[sel]
             stream[sel] = np.where(gpu, np.where(s_args >= 0, s_args, tid[sel]), -1)
             device[sel] = np.where(gpu, np.where(d_args >= 0, d_args, pid[sel]), -1)
-            copies = np.isin(k, _COPIES)  # memcpy/memset carry bytes
+            copies = fnp.isin(k, _COPIES)  # memcpy/memset carry bytes
             nbytes[sel] = np.where(copies, nb, -1)
             # Kineto links every runtime call and GPU activity by correlation id: without one,
             # an activity's launch (so its phase) is unknown
-            unlinked = int((np.isin(k, _LINKED) & (corr[sel] == -1)).sum())
+            unlinked = int((fnp.isin(k, _LINKED) & (corr[sel] == -1)).sum())
             if unlinked:
                 self.problems["args.correlation"] += unlinked
         ops = np.flatnonzero((kind == int(Kind.CPU_OP)) & (s_all >= 0))
@@ -401,7 +403,7 @@ class Columns:
             self._wants_args = np.concatenate([self._wants_args, np.array(new, dtype=bool)])
             new = [bool(SHAPE_NAME.search(s)) for s in fresh]
             self._wants_shapes = np.concatenate([self._wants_shapes, np.array(new, dtype=bool)])
-        shapes = self._wants_shapes[name] & np.isin(kind, _HOST_SIDE)
+        shapes = self._wants_shapes[name] & fnp.isin(kind, _HOST_SIDE)
         rows = np.flatnonzero(self._wants_args[name] | (kind == int(Kind.SYNC)) | shapes)
         if not len(rows):
             return None
@@ -557,7 +559,7 @@ class Columns:
             # TorchRec give their annotations make them annotations again.
             ann = [i for i, s in enumerate(self.names.values_) if _LEGACY_ANNOTATION.match(s)]
             if ann:
-                sel = np.isin(cols["name"], ann) & (cols["kind"] == int(Kind.CPU_OP))
+                sel = fnp.isin(cols["name"], ann) & (cols["kind"] == int(Kind.CPU_OP))
                 cols["kind"] = np.where(sel, np.int8(Kind.ANNOTATION), cols["kind"]).astype(np.int8)
         cols, self._order = _sorted_by_ts(cols)
         return cols
@@ -605,7 +607,7 @@ class Columns:
         """``[pid, tid, name]`` of the host threads Kineto named (``thread_name`` metadata), in
         file order, first name of a thread only; the GPU's stream lanes (pids that are the
         device of GPU-side events) are left out."""
-        gpu = np.isin(events["kind"], _GPU_SIDE)
+        gpu = fnp.isin(events["kind"], _GPU_SIDE)
         gpu_pids = set(np.unique(events["pid"][gpu]).tolist())
         out, seen = [], set()
         for _, pid, tid, name in sorted(self._thread_names, key=lambda t: t[0]):
@@ -640,9 +642,9 @@ def _sorted_by_ts(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], n
 def platform_of(cols: dict[str, np.ndarray], names: list[str]) -> str:
     """"cpu" without any GPU activity, "rocm" when runtime/driver calls are hip*, else "cuda"."""
     kind = cols["kind"]
-    if not np.isin(kind, _GPU_ACTIVITY).any():
+    if not fnp.isin(kind, _GPU_ACTIVITY).any():
         return "cpu"
-    rt = np.unique(cols["name"][np.isin(kind, [int(Kind.RUNTIME), int(Kind.DRIVER)])])
+    rt = np.unique(cols["name"][fnp.isin(kind, [int(Kind.RUNTIME), int(Kind.DRIVER)])])
     if any(names[i].startswith("hip") for i in rt):
         return "rocm"
     return "cuda"
