@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tracekit import frames
 from tracekit.frames import SMALL_ROWS, column, frame, of_rows
 
 DTYPES = [np.int64, np.int32, np.int16, np.int8, np.uint8, np.float64, np.float32, bool]
@@ -59,6 +60,37 @@ def test_frame_is_pandas_frame(data):
         pd.testing.assert_frame_equal(got, want, check_exact=True)
         assert got.index.equals(want.index) and type(got.index) is type(want.index)
         assert got.columns.dtype == want.columns.dtype and list(got.columns) == list(want.columns)
+
+
+def _blocks(df: pd.DataFrame) -> list:
+    return [(type(b).__name__, str(b.dtype), b.mgr_locs.as_array.tolist(), b.values.shape,
+             b.values.flags.writeable if isinstance(b.values, np.ndarray) else None)
+            for b in df._mgr.blocks]
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(columns(), st.booleans())
+def test_frame_builds_pandas_blocks(data, shared_dtype):
+    """``frames._from_arrays`` (the blocks' layout kept per tuple of dtypes) builds the blocks
+    pandas' ``_from_arrays`` builds: the same block types, dtypes, columns in each, shapes."""
+    if shared_dtype:  # two categorical columns of one dtype object: pandas groups them
+        cats = [k for k, v in data.items() if isinstance(v, pd.Categorical)]
+        if cats:
+            a = data[cats[0]]
+            data = {**data, "again": pd.Categorical.from_codes(a.codes, dtype=a.dtype)}
+    for copy in (True, False):
+        got = frame(data, copy=copy)
+        old = frames._PLACEMENT
+        frames._PLACEMENT = None
+        try:
+            want = frame(data, copy=copy)
+        finally:
+            frames._PLACEMENT = old
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
+        assert _blocks(got) == _blocks(want)
+        assert got._mgr.is_consolidated() == want._mgr.is_consolidated()
+        assert got._mgr.blknos.tolist() == want._mgr.blknos.tolist()
+        assert got._mgr.blklocs.tolist() == want._mgr.blklocs.tolist()
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
