@@ -30,9 +30,12 @@ def test_chunks_cover_every_path_once_in_order(sizes, workers):
     assert len(got) >= min(len(sizes), workers * executors.CHUNKS_PER_WORKER)
 
 
-def test_a_thousand_tiny_files_go_in_chunks_of_sixteen():
-    got = executors.chunks([4000] * 1000, 2)
-    assert [len(c) for c in got] == [16] * 62 + [8]
+def test_a_thousand_tiny_files_go_in_chunks_of_sixteen_then_fewer():
+    """Chunks of sixteen, then smaller towards the end (at most half of a worker's share of
+    what is left), so that neither worker waits long for the other's last chunk."""
+    got = [len(c) for c in executors.chunks([4000] * 1000, 2)]
+    assert got == [16] * 59 + [14, 10, 8, 6, 4, 3, 2, 2] + [1] * 7
+    assert sum(got) == 1000
 
 
 @dataclass(frozen=True)
