@@ -324,14 +324,31 @@ def select(trace: Trace, *kinds: Kind, columns: tuple[str, ...]) -> pd.DataFrame
 def per_used_name(codes: np.ndarray, cats: pd.Index, f, fill) -> np.ndarray:
     """``f(names)`` evaluated once per distinct name that ``codes`` use, spread over ``codes``.
 
-    ``f`` takes a ``pd.Index`` of names and returns one value per name; ``fill`` is the value
-    for names no row uses (never looked at)."""
+    ``f`` takes a ``pd.Index`` of names and returns one value per name, each a function of its
+    name alone; ``fill`` is the value for names no row uses (never looked at). Of at most
+    ``FEW_NAMES`` names, ``f`` is given them all (finding the used ones and taking them cost
+    more than the few names they leave out: ~15 us a call, some twenty calls a trace)."""
     if codes.size == 0:
         return np.zeros(0, dtype=np.asarray(fill).dtype)
+    if len(cats) <= FEW_NAMES:
+        vals = np.asarray(f(cats))
+        if vals.dtype.kind not in "US":  # a width that the used names alone might not need
+            full = np.full(len(cats), fill, dtype=vals.dtype)
+            full[:] = vals
+            return _spread(full, codes, fill)
     used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(cats)))
     vals = f(cats.take(used))  # ``cats[used]``, at a third of its cost
     full = np.full(len(cats), fill, dtype=np.asarray(vals).dtype)
     full[used] = vals
+    return _spread(full, codes, fill)
+
+
+FEW_NAMES = 64
+"""Up to this many names (categories), ``per_used_name`` asks ``f`` about every one."""
+
+
+def _spread(full: np.ndarray, codes: np.ndarray, fill) -> np.ndarray:
+    """Each code's value in ``full``, ``fill`` for a negative code."""
     out = full[np.maximum(codes, 0)]
     if (codes < 0).any():
         out = np.where(codes < 0, fill, out)
@@ -345,65 +362,83 @@ def name_strings(codes: np.ndarray, cats: pd.Index) -> np.ndarray:
 
 def name_matches(codes: np.ndarray, cats: pd.Index, rx) -> np.ndarray:
     """Whether each row's name (``codes`` into ``cats``) matches ``rx`` (searched for once per
-    distinct name that the rows use, and once per process for a name of at most
-    ``MATCH_MEMO_NAME`` characters: ``_MATCHED``). ``rx``: a pattern string (a rule's, a user's:
-    compiled by ``tracekit.patterns``, linear in the name) or a compiled pattern."""
+    distinct name that the rows use, and once per process for a name kept by ``_kept``).
+    ``rx``: a pattern string (a rule's, a user's: compiled by ``tracekit.patterns``, linear in
+    the name) or a compiled pattern."""
     found = patterns.searcher(rx)
-    key = ("str", rx) if isinstance(rx, str) else \
+    key = ("search", rx) if isinstance(rx, str) else \
         ("re", rx.pattern, rx.flags) if type(rx) is re.Pattern else None
     if key is None:
         return per_used_name(
             codes, cats, lambda n: np.array([found(str(x)) for x in n.tolist()], bool), False)
-
-    def matched(names: pd.Index) -> np.ndarray:
-        out = []
-        for x in names.tolist():
-            s = str(x)
-            hit = _MATCHED.get((key, s))
-            if hit is None:
-                hit = found(s)
-                if len(s) <= MATCH_MEMO_NAME:
-                    if len(_MATCHED) >= MATCH_MEMO_SIZE:
-                        _MATCHED.clear()
-                    _MATCHED[key, s] = hit
-            out.append(hit)
-        return np.array(out, bool)
-
-    return per_used_name(codes, cats, matched, False)
+    return per_used_name(
+        codes, cats, lambda n: np.array(_kept(key, None, n.tolist(), found), bool), False)
 
 
-MATCH_MEMO_SIZE = 16384
-"""``name_matches`` keeps at most this many answers (pattern, name) (then forgets them all)..."""
-MATCH_MEMO_NAME = 1024
-"""... each of a name of at most this many characters (a longer one is searched for each time):
+KEPT_ANSWERS = 16384
+"""``_kept`` holds at most this many answers (then forgets them all)..."""
+KEPT_NAME = 1024
+"""... each of a name of at most this many characters (a longer one is asked each time):
 ~16 MB at most."""
-_MATCHED: dict[tuple, bool] = {}
-"""(pattern, name) -> whether the pattern is found in the name: the same answer for every trace
-of a process, so that a job's worker searches each name of its ranks once (a job's ranks share
-most of their names; a tiny rank's sixteen look-ups searched its few names ~80 times, ~7 us each
-through re2)."""
+_KEPT: dict[tuple, object] = {}
+"""(question, name) -> the answer: a pattern found in a name (``name_matches``), the first of
+some rules a name matches (``_first_match``), the number a pattern captures in it
+(``_captured_int``): the same answer for every trace of a process, so that a job's worker asks
+about each name of its ranks once (a job's ranks share most of their names; a tiny rank asked
+about its few names ~100 times, ~7 us each through re2)."""
+_HELD: dict[int, object] = {}
+"""id -> the object a question names by its id (rules), held while answers about it are kept
+(so that no other object takes its id meanwhile)."""
+
+
+def _kept(question: tuple, holder: object, names: list, answer) -> list:
+    """``[answer(str(n)) for n in names]``, each kept in ``_KEPT`` under ``question`` (which
+    names ``holder`` by its id, if any)."""
+    if holder is not None and id(holder) not in _HELD:
+        if len(_HELD) >= 256:
+            _KEPT.clear()
+            _HELD.clear()
+        _HELD[id(holder)] = holder
+    out = []
+    for x in names:
+        s = str(x)
+        got = _KEPT.get((question, s), _NONE)
+        if got is _NONE:
+            got = answer(s)
+            if len(s) <= KEPT_NAME:
+                if len(_KEPT) >= KEPT_ANSWERS:
+                    _KEPT.clear()
+                    _HELD.clear()
+                    if holder is not None:
+                        _HELD[id(holder)] = holder
+                _KEPT[question, s] = got
+        out.append(got)
+    return out
+
+
+_NONE = object()
 
 
 def _first_match(names: pd.Index, rules: tuple[PhaseRule, ...]) -> np.ndarray:
-    """Index of the first rule each name matches, -1 for none (runs each regex once per name)."""
-    out = np.full(len(names), -1, np.int64)
-    strs = [str(n) for n in names.tolist()]  # tolist: iterating the Index boxes item by item
+    """Index of the first rule each name matches, -1 for none (each name asked once per
+    process: ``_kept``)."""
+    return np.array(_kept(("first", id(rules)), rules, names.tolist(),
+                          lambda s: _first_rule(s, rules)), np.int64)
+
+
+def _first_rule(name: str, rules: tuple[PhaseRule, ...]) -> int:
     for i, rule in enumerate(rules):
-        rx = rule.regex
-        todo = np.flatnonzero(out < 0)
-        if not todo.size:
-            break
-        hit = np.fromiter((rx.search(strs[j]) is not None for j in todo), bool, todo.size)
-        out[todo[hit]] = i
-    return out
+        if rule.regex.search(name) is not None:
+            return i
+    return -1
 
 
 def _captured_int(names: pd.Index, pattern: str) -> np.ndarray:
     """Group 1 of ``pattern`` in each name as int64, -1 where it does not match (or the number
     is beyond int64: ``ProfilerStep#10000000000000000000000000`` is no step)."""
     rx = patterns.compile(pattern)
-    return np.fromiter((patterns.captured_int(rx, str(n)) for n in names.tolist()), np.int64,
-                       len(names))
+    return np.array(_kept(("int", pattern), None, names.tolist(),
+                          lambda s: patterns.captured_int(rx, s)), np.int64)
 
 
 def name_codes(events: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:

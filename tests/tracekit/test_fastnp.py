@@ -1,6 +1,6 @@
 """``tracekit._fastnp``: ``r_`` gives what ``np.r_[...]`` gives and ``isin`` what ``np.isin``
 gives (the same values, dtype and shape, or the same exception), whatever the items; and
-``phases.name_matches``' answers kept per process are the answers searched afresh."""
+the answers ``phases`` keeps per process (``_kept``) are those asked afresh."""
 
 from __future__ import annotations
 
@@ -86,20 +86,64 @@ def test_isin_takes_a_series_and_big_tables():
 def test_name_matches_kept_answers_are_searched_answers(rx):
     names = pd.Index(["gemm_kernel", "aXb", "Pageable", "X" * 2000, "other", "ab"])
     codes = np.array([0, 1, 2, 3, 4, 5, -1, 2, 0])
-    phases._MATCHED.clear()
+    phases._KEPT.clear()
     first = phases.name_matches(codes, names, rx)  # searched, the short names kept
-    assert phases._MATCHED
+    assert phases._KEPT
     again = phases.name_matches(codes, names, rx)  # from what was kept
     find = (rx if not isinstance(rx, str) else re.compile(rx)).search
     want = np.array([c >= 0 and find(names[c]) is not None for c in codes])
     assert first.tolist() == again.tolist() == want.tolist()
-    assert all(len(k[1]) <= phases.MATCH_MEMO_NAME for k in phases._MATCHED)
+    assert all(len(k[1]) <= phases.KEPT_NAME for k in phases._KEPT)
 
 
-def test_name_matches_keeps_a_bounded_number_of_answers(monkeypatch):
-    monkeypatch.setattr(phases, "MATCH_MEMO_SIZE", 3)
-    phases._MATCHED.clear()
+def test_kept_answers_are_bounded(monkeypatch):
+    monkeypatch.setattr(phases, "KEPT_ANSWERS", 3)
+    phases._KEPT.clear()
     names = pd.Index([f"k{i}" for i in range(10)])
     got = phases.name_matches(np.arange(10), names, "k[0-4]")
     assert got.tolist() == [True] * 5 + [False] * 5
-    assert len(phases._MATCHED) <= 3
+    assert len(phases._KEPT) <= 3
+
+
+def test_kept_answers_of_two_rule_sets_stay_apart():
+    """The same names against two rule sets (two tuples of rules, each named by its id and
+    held while answers about it are kept): each set's own answers."""
+    phases._KEPT.clear()
+    names = pd.Index(["aten::mm", "## forward ##", "ProfilerStep#7",
+                      "ProfilerStep#99999999999999999999"])
+    one = (phases.PhaseRule(phase="fwd", pattern="forward"),)
+    two = (phases.PhaseRule(phase="mm", pattern="mm"),
+           phases.PhaseRule(phase="fwd", pattern="forward"))
+    for _ in range(2):
+        assert phases._first_match(names, one).tolist() == [-1, 0, -1, -1]
+        assert phases._first_match(names, two).tolist() == [0, 1, -1, -1]
+        assert phases._captured_int(names, r"ProfilerStep#(\d+)").tolist() == [-1, -1, 7, -1]
+        assert phases._captured_int(names, r"(\d)").tolist() == [-1, -1, 7, 9]
+
+
+NAMES = ["gemm_kernel", "ncclDevKernel_AllReduce", "ProfilerStep#3", "## forward ##",
+         "cudaStreamSynchronize", "aten::mm", "Memcpy HtoD (Pageable -> Device)", "x" * 1500]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(NAMES), min_size=1, max_size=8, unique=True),
+       st.lists(st.integers(-1, 7), max_size=20))
+def test_per_used_name_of_few_names_is_per_used_name(names, codes):
+    """Of few names, every name asked (``FEW_NAMES``): the same values as of the used ones."""
+    cats = pd.Index(names)
+    codes = np.array([c if c < len(names) else -1 for c in codes], np.int64)
+    rules = phases.default_rules()
+    fs = [(lambda n: np.asarray(n.astype(str), dtype=object), ""),
+          (lambda n: phases._first_match(n, rules.kernels), -1),
+          (lambda n: phases._captured_int(n, rules.profiler_step), -1),
+          (lambda n: np.array([len(str(x)) > 20 for x in n.tolist()], bool), False),
+          (lambda n: np.array([str(x)[:3] for x in n.tolist()]), "")]  # a str width: not taken
+    for f, fill in fs:
+        got = _outcome(lambda: phases.per_used_name(codes, cats, f, fill))
+        old = phases.FEW_NAMES
+        phases.FEW_NAMES = 0
+        try:
+            want = _outcome(lambda: phases.per_used_name(codes, cats, f, fill))
+        finally:
+            phases.FEW_NAMES = old
+        assert _same(got, want)
