@@ -1,6 +1,6 @@
 """A job of many small rank files: what each rank costs whatever its size, against another commit.
 
-    python -m bench.small_ranks --baseline DIR [--ranks 1000] [--repeat 3]
+    python -m bench.small_ranks --baseline DIR [--ranks 1000] [--repeat 3] [--plain 500]
         [--job64 bench/data/job64] [--trace TRACE] [--skip-small] [--label TEXT]
         [--simultaneous] [--in-process N [--blocks B]]
 
@@ -14,6 +14,9 @@
    interpreter; which tree goes first alternates between rounds), each a fresh process:
    - ``small``: ``tracekit analyze DIR --no-hta --no-cache`` on the tiny ranks (the default
      local workers, one per CPU);
+   - ``plain`` (``--plain N``): the same command on N rank files of one step and one kernel
+     without ``distributedInfo`` (``bench/data/plain<N>/``; issue 29's 500: each loaded as
+     rank 0, one warning line);
    - ``job64`` (``--job64 DIR``: ``python -m bench.ranks`` makes ``bench/data/job64``): the same
      command on the 64-rank job of real 2-GPU traces, which must not get slower;
    - ``trace`` (``--trace FILE``: the ~50 MB trace, ``python -m bench.common.synthetic_trace
@@ -69,6 +72,23 @@ def make_ranks(out: Path, n: int) -> Path:
             b.profiler_step(s + 1, t, 900)
             b.kernel("gemm_kernel", t + 10, 100, launch_at=t + 5)
         b.write(out / f"rank{r}.json")
+    return out
+
+
+def make_plain(out: Path, n: int) -> Path:
+    """``n`` rank files of one ProfilerStep and one kernel each, without ``distributedInfo``
+    (issue 29's reproduction: each loaded as rank 0, one warning line for them all; kept when
+    already there)."""
+    from tests.tracegen import TraceBuilder
+
+    if out.is_dir() and len(list(out.glob("r*.json"))) == n:
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    for r in range(n):
+        b = TraceBuilder()
+        b.profiler_step(1, 0, 1000)
+        b.kernel("gemm", 100, 50, launch_at=10)
+        b.write(out / f"r{r:03d}.json")
     return out
 
 
@@ -195,6 +215,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--job64", default=None, help="a directory of rank traces (bench.ranks')")
     ap.add_argument("--trace", default=None, help="one trace file (the ~50 MB trace)")
+    ap.add_argument("--plain", type=int, default=0, metavar="N",
+                    help="also N rank files without distributedInfo (bench/data/plain<N>/)")
     ap.add_argument("--skip-small", action="store_true", help="only --job64 and --trace")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out-dir", default=str(HERE / "results"))
@@ -210,6 +232,9 @@ def main() -> None:
     if not a.skip_small:
         small = make_ranks(HERE / "data" / f"small{a.ranks}", a.ranks)
         cases["small"] = ["analyze", str(small), "--no-hta", "--no-cache"]
+    if a.plain:
+        plain = make_plain(HERE / "data" / f"plain{a.plain}", a.plain)
+        cases["plain"] = ["analyze", str(plain), "--no-hta", "--no-cache"]
     if a.job64:
         cases["job64"] = ["analyze", str(Path(a.job64).resolve()), "--no-hta", "--no-cache"]
     if a.trace:
