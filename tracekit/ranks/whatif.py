@@ -83,6 +83,11 @@ TIME_FIXES = ("fused_sparse_dist", "async_delta_copy", "precomputed_writeback")
 (``allocator_polls`` is explain's own what-if, not one of them: on every rank it would apply
 nowhere and read as "would not help")."""
 
+HOST_BOUND_SHARE = 0.7
+"""A job whose bound is a rank's host on at least this share of its critical path is host-bound
+for the balanced what-if's warning (``balanced_warning``): the 14 hot jobs above it in the result
+files all measured the balanced job slower; the four below (GPU, unexplained, a host at 0.63) did
+not (``bench/NOTES-ranks.md``)."""
 CAPPED_SHARE = 0.5
 """A straggler what-if whose saving is less than this share of the host work it takes out warns
 (``capped_warning``): of the 16 delay rows with something taken out in the result files (the
@@ -800,10 +805,33 @@ def balanced(ranks: list[dict], job: dict, ctx, config, *, task: RankSkeletonTas
                          "member's bytes", skeletons, trans)
     row["factors"] = {str(k): {ph: round(f, 4) for ph, f in v.items()} for k, v in
                       sorted(factors.items())}
+    warning = balanced_warning(row, (job.get("graph") or {}).get("bound"))
+    if warning:
+        row["warning"] = warning
     if missing:
         row["note"] = (f"ranks {', '.join(map(str, sorted(missing)))} could not be read again: "
                        "their work is left as traced")
     return row
+
+
+def balanced_warning(row: dict, bound: dict | None) -> str | None:
+    """Why a balanced what-if that would not help may be wrong (None where it helps, or where
+    the job is not host-bound): the job's bound is a rank's host on at least
+    ``HOST_BOUND_SHARE`` of the critical path (``bound``: ``jobgraph.summarise``'s), which the
+    phases balancing scales (GPU time) are not on, so the replay predicts about no change; on
+    every such job measured (the 14 host-bound hot jobs of 2 and 4 ranks in the result files of
+    the tree, sessions 2-8 and a fresh run of session 8's ``jobs_slim``: -0.115 to 0.098 ms
+    predicted) the rounds ran the balanced job slower than the hot one, by 0.015-0.407 ms a
+    step (``bench/NOTES-ranks.md``), a cost of balancing on the hosts the hot job's traces do
+    not show."""
+    if row.get("helps") or not bound or bound.get("class") != "host" or \
+            float(bound.get("share") or 0.0) < HOST_BOUND_SHARE:
+        return None
+    return (f"the job is bound by rank {bound['rank']}'s host ({bound['share']:.0%} of its "
+            "critical path), which balancing's GPU phases are not on: the replay predicts "
+            "about no change, but jobs bound so have run slower balanced than with hot tables "
+            "on one rank (14 of 14 measured, by 0.015-0.407 ms a step), a cost on the hosts "
+            "these traces do not show")
 
 
 def imbalance_gate(all_to_all: dict) -> float | None:

@@ -133,7 +133,8 @@ def waiting_job(d: Path, period: float = PERIOD) -> list[Path]:
 def sleeper_job(d: Path, *, host_us: dict[int, float], sleep_us: dict[int, float] | None = None,
                 planted: tuple[int, ...] = (), extra_us: dict[int, float] | None = None,
                 steps: int = 5, late_us: dict[int, float] | None = None,
-                work_ops: tuple[str, ...] = ("aten::host_work",)) -> list[Path]:
+                work_ops: tuple[str, ...] = ("aten::host_work",),
+                out_nelems: dict[int, int] | None = None) -> list[Path]:
     """Ranks meeting at an all-to-all once a step, each host-bound: rank r's step is
     ``aten::host_work`` of ``host_us[r]`` (a launch call of 5 us every 50 us, each launching a
     3-us kernel the GPU runs at once), then ``aten::extra_host_work`` of ``extra_us[r]`` (the
@@ -144,14 +145,15 @@ def sleeper_job(d: Path, *, host_us: dict[int, float], sleep_us: dict[int, float
     rank's, and the faster ranks wait in their synchronize. ``late_us[r]``: rank r ends its
     first step that much later (more host work after its synchronize, launch calls as above)
     and starts every later step as late. ``work_ops``: the host work as these ops one after the
-    other, each an equal share of ``host_us[r]`` (the same ops on every rank)."""
+    other, each an equal share of ``host_us[r]`` (the same ops on every rank). ``out_nelems``:
+    the elements each rank receives in the all-to-all (an imbalanced one: hot tables)."""
     sleep_us, extra_us, late_us = sleep_us or {}, extra_us or {}, late_us or {}
     world = len(host_us)
     own = {r: host_us[r] + extra_us.get(r, 0.0) + sleep_us.get(r, 0.0) for r in host_us}
     period = max(own.values()) + 40.0
     builders = {r: rank_builder(r, world, device=r, base_us=1_000_000.0) for r in host_us}
     for i in range(1, steps + 1):
-        c = Coll("0", "all_to_allv", i, {}, 0.0)
+        c = Coll("0", "all_to_allv", i, {}, 0.0, out_nelems=dict(out_nelems or {}))
         begin = {r: (i - 1) * period + (late_us.get(r, 0.0) if i > 1 else 0.0) for r in host_us}
         launch = {r: begin[r] + 2 + own[r] for r in host_us}
         last = max(launch.values()) + 5

@@ -118,3 +118,39 @@ def test_a_fix_that_shares_the_gpu_is_predicted_contention_aware(tmp_path, share
         assert row["predicted_ns"] == pytest.approx(row["step_ns"])
         assert "predicted_free_ns" not in row
     assert row["saving_ns"] == row["step_ns"] - row["predicted_ns"]
+
+
+def test_balancing_a_host_bound_job_warns(tmp_path):
+    """Two host-bound ranks (1 ms of host work a step each) whose ids' all-to-all is imbalanced
+    (rank 0 receives 6 x rank 1's): balancing scales GPU work the job's bound (a rank's host) is
+    not on, so it predicts about no change and warns that host-bound jobs have measured slower
+    balanced. A job bound otherwise (the unexplained time of ``_ids_and_embeddings``) does not
+    warn."""
+    from tests.tracekit.ranks.jobhelp import sleeper_job
+    from tracekit.report.job_text import first_screen
+
+    d = tmp_path / "job"
+    d.mkdir()
+    sleeper_job(d, host_us={0: 1000, 1: 1000}, out_nelems={0: 300_000, 1: 50_000})
+    rep = analyze_job(d, cache_dir=tmp_path / "cache", whole=False, workers=1)
+    g = rep.job["graph"]
+    assert g["bound"]["class"] == "host" and g["bound"]["share"] >= 0.7
+    w = {x["id"]: x for x in g["what_ifs"]}["all_to_all_balanced"]
+    assert not w["helps"]
+    assert w["warning"].startswith(f"the job is bound by rank {g['bound']['rank']}'s host (")
+    assert "14 of 14 measured" in w["warning"]
+    assert f"      warning: {w['warning']}" in first_screen(rep.job)
+    write_job(tmp_path / "other", _ids_and_embeddings({0: 300_000, 1: 50_000}), world=2, steps=3)
+    rep = analyze_job(tmp_path / "other", cache_dir=tmp_path / "cache", whole=False, workers=1)
+    w = {x["id"]: x for x in rep.job["graph"]["what_ifs"]}["all_to_all_balanced"]
+    assert rep.job["graph"]["bound"]["class"] == "unexplained" and "warning" not in w
+
+
+def test_the_balanced_warning_asks_a_host_bound_job_it_does_not_help():
+    row = {"helps": False}
+    host = {"rank": 1, "class": "host", "share": 0.85}
+    assert "rank 1's host (85% of its critical path)" in whatif.balanced_warning(row, host)
+    assert whatif.balanced_warning({"helps": True}, host) is None
+    assert whatif.balanced_warning(row, {**host, "share": 0.63}) is None  # 4-rank jobs_slim
+    assert whatif.balanced_warning(row, {**host, "class": "gpu"}) is None
+    assert whatif.balanced_warning(row, None) is None
