@@ -30,12 +30,12 @@ its path.
 
 A thread woken by nothing the trace shows, in a later step than it blocked in, while the other
 threads of its process worked (NCCL's watchdog, which wakes every 100 ms and polls the
-collectives' events; a pipeline's worker whose producer the trace does not record) is woken, in
-the untraced replay, when the process has got as far as it had when traced
-(``anchored_wakes``): kept the traced time after its block, its wake lands after the process's
-shrunk work and holds the step's completion (the runtime's 2-GPU ``multitask_b28k`` SparseDist
-rank 0: 56.6 ms of such time in its counted step, +65 % on the job's graph; ``bench/NOTES-
-explain.md``, "A wake nothing explains").
+collectives' events; a pipeline's worker whose producer the trace does not record) keeps its
+wake the traced time after its block: it can land after the process's shrunk work and hold the
+step's completion (the runtime's 2-GPU ``multitask_b28k`` SparseDist rank 0: 56.6 ms of such
+time in its counted step, +65 % on the job's graph; ``unexplained_kept`` warns).
+``anchored_wakes`` places it where the process had got to when traced instead (``ANCHOR_WAKES``:
+tried, not kept; ``bench/NOTES-explain.md``, "A wake nothing explains").
 
 ``estimate(trace, g)`` is the pure function Trace (+ its graph) -> ``Estimate``: the counts per
 term, the host time taken out, the traced and estimated untraced step (per step and mean), and
@@ -462,9 +462,13 @@ def host_cost(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL,
 ANCHOR_MIN_NS = 1_000_000
 """A thread's wake that nothing in the trace explains by at least this much may be anchored to
 its process's progress (``anchored_wakes``)."""
-ANCHOR_WAKES = True
-"""Whether the untraced replay anchors such wakes (False: kept the traced time after their
-block, the rule before 2026-11-28 11:30; for comparisons)."""
+ANCHOR_WAKES = False
+"""Whether the untraced replay anchors such wakes (``anchored_wakes``). Tried, not kept: on the
+released 2-GPU ``multitask_b28k`` SparseDist job it fixes the estimate at its cause (+65.2 ->
++31.1 % on the job's graph), but judged on the tree it takes TorchRec's 2-GPU ``sparse_b4096``
+job from +3.7 / +4.1 % to -14.7 / -14.4 % (``bench.overhead_fit``: TorchRec 2 GPUs 5 -> 3 of 6
+within +-10 %), whose estimate rested on the same wake (``bench/NOTES-explain.md``, "A wake
+nothing explains"). False: such a wake keeps its traced time after its block."""
 
 
 def anchored_wakes(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
