@@ -61,10 +61,9 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-
-from tracekit import _fastnp as fnp
 import pandas as pd
 
+from tracekit import _fastnp as fnp
 from tracekit import _objarrays as objarrays
 from tracekit import intervals, patterns
 from tracekit.errors import RulesError

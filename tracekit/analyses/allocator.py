@@ -17,10 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from tracekit import _fastnp as fnp
 import pandas as pd
 
+from tracekit import _fastnp as fnp
 from tracekit import phases
 from tracekit.emptyresult import kept
 from tracekit.phases import Rules

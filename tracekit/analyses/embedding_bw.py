@@ -50,10 +50,9 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from tracekit import _fastnp as fnp
 import pandas as pd
 
+from tracekit import _fastnp as fnp
 from tracekit import intervals, phases
 from tracekit import steps as steps_mod
 from tracekit.emptyresult import kept

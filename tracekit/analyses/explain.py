@@ -27,10 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from tracekit import _fastnp as fnp
 import pandas as pd
 
+from tracekit import _fastnp as fnp
 from tracekit import _objarrays as objarrays
 from tracekit.analyses import allocator, syncs
 from tracekit import steps as steps_mod

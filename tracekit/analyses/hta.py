@@ -78,10 +78,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from tracekit import _fastnp as fnp
 import pandas as pd
 
+from tracekit import _fastnp as fnp
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace, TraceSet
 

@@ -42,10 +42,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 import numpy as np
-
-from tracekit import _fastnp as fnp
 import pandas as pd
 
+from tracekit import _fastnp as fnp
 from tracekit import _objarrays as objarrays
 from tracekit import intervals
 from tracekit import phases

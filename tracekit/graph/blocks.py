@@ -50,9 +50,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from tracekit import _fastnp as fnp
-import pandas as pd
 
 DEFAULT_STREAM = 7
 """CUPTI's id of CUDA's legacy default stream (priority 0, the lowest)."""

@@ -10,10 +10,9 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-
-from tracekit import _fastnp as fnp
 import pandas as pd
 
+from tracekit import _fastnp as fnp
 from tracekit import _objarrays as objarrays
 from tracekit import intervals, phases
 from tracekit import steps as steps_mod

@@ -18,10 +18,9 @@ cut where the next segment begins. So the breakdown of a step sums exactly to it
 from __future__ import annotations
 
 import numpy as np
-
-from tracekit import _fastnp as fnp
 import pandas as pd
 
+from tracekit import _fastnp as fnp
 from tracekit import _objarrays as objarrays
 from tracekit.graph.model import (  # noqa: F401 (completes, main_lanes: named here as always)
     BOUNDS, EDGE_CATEGORY, EDGE_NAMES, UNEXPLAINED as UNEXPLAINED_CATEGORY, EdgeKind, Graph,

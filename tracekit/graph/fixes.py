@@ -34,10 +34,9 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from tracekit import _fastnp as fnp
 import pandas as pd
 
+from tracekit import _fastnp as fnp
 from tracekit import intervals, phases
 from tracekit.graph.model import COMMUNICATION, SYNC, EdgeKind, Graph, NodeKind
 from tracekit.graph.whatif import Change, remove_syncs

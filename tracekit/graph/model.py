@@ -73,10 +73,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from tracekit import _fastnp as fnp
 import pandas as pd
 
+from tracekit import _fastnp as fnp
 from tracekit.frames import column
 
 if TYPE_CHECKING:  # pragma: no cover

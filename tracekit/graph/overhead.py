@@ -72,10 +72,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
-
-from tracekit import _fastnp as fnp
 import pandas as pd
 
+from tracekit import _fastnp as fnp
 from tracekit.frames import column, frame
 from tracekit.graph.build import _bind, observed_lags
 from tracekit.graph.model import EdgeKind, Graph, HostCost, NodeKind

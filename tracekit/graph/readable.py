@@ -28,10 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from tracekit import _fastnp as fnp
 import pandas as pd
 
+from tracekit import _fastnp as fnp
 from tracekit.graph.model import Graph, NodeKind
 
 LINKED_SHARE = 0.5

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracekit import _fastnp as fnp
-
 from tracekit.graph.model import EdgeKind, Graph, lane_order
 
 try:  # setup.py builds it; optional: the numpy blocks below give the same times

@@ -36,10 +36,9 @@ import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-
-from tracekit import _fastnp as fnp
 import pandas as pd
 
+from tracekit import _fastnp as fnp
 from tracekit import _objarrays as objarrays
 from tracekit import intervals, patterns
 from tracekit.errors import TracekitError

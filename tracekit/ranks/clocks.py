@@ -31,9 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from tracekit import _fastnp as fnp
-import pandas as pd
 
 
 @dataclass(frozen=True)

@@ -47,10 +47,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from tracekit import _fastnp as fnp
 import pandas as pd
 
+from tracekit import _fastnp as fnp
 from tracekit.graph.replay import NEG, replay_points
 from tracekit.ranks.compact import KernelMap, lookup
 

@@ -15,7 +15,6 @@ import msgspec
 import numpy as np
 
 from tracekit import _fastnp as fnp
-
 from tracekit.intervals import is_nondecreasing
 from tracekit.trace._numbers import BAD, us_float_to_ns, us_text_to_ns
 from tracekit.trace._schema import (
