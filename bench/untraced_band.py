@@ -12,6 +12,11 @@ judged leave one set out (each set's band from the others, the share of its runs
 
     python -m bench.untraced_band --loso bench/results/overhead-loso-20261128-0606.json \\
         --fit h7=bench/results/overhead-fit-20261128-0629-holdout7.json [--out bench/results]
+
+``--by-options``: the runs taken with the slow-host rule's options (``with_modules`` /
+``with_flops``; every such run judged is TorchRec's benchmark's, told by its path, as the result
+rows do not carry the trace's options) and the others apart: each kind's band, judged leave one
+set out against the pooled band read the same way (``overhead.UNTRACED_BAND_SLOW_HOST``).
 """
 
 from __future__ import annotations
@@ -73,6 +78,45 @@ def band(rows: list[dict], decides: float) -> dict:
     return doc
 
 
+def slow_host_run(run: str) -> bool:
+    """Whether a result row's run was taken with the slow-host rule's options: TorchRec's
+    benchmark's traces (``torchrec_<N>gpu/...``), the only ones judged with them."""
+    return "torchrec" in run
+
+
+def by_options(rows: list[dict], decides: float) -> dict:
+    """Per kind (``slow_host``: ``slow_host_run``), its band over every set and, leaving one set
+    out, its runs inside the kind's band and inside the pooled band read on the same sets."""
+    out = {}
+    for kind in (True, False):
+        on = [r for r in rows if r["estimate_ms"] <= (1 - decides) * r["traced_ms"]
+              and slow_host_run(r["run"]) == kind]
+        if not on:
+            continue
+        errs = [r["estimate_ms"] / r["measured_ms"] - 1 for r in on]
+        d = {"runs": len(on), "band": [quantile(errs, q) for q in QUANTILES],
+             "median": quantile(errs, 0.5), "left_out": {}}
+        for s in dict.fromkeys(r["set"] for r in on):
+            test = [r["estimate_ms"] / r["measured_ms"] - 1 for r in on if r["set"] == s]
+            own = [e for r, e in zip(on, errs) if r["set"] != s]
+            pool = [r["estimate_ms"] / r["measured_ms"] - 1 for r in rows
+                    if r["set"] != s and r["estimate_ms"] <= (1 - decides) * r["traced_ms"]]
+            if not own or not pool:
+                continue
+            lo, hi = (quantile(own, q) for q in QUANTILES)
+            plo, phi = (quantile(pool, q) for q in QUANTILES)
+            ratio = quantile([1 + e for e in own], 0.5)  # the other sets' estimate / measured
+            d["left_out"][s] = {"runs": len(test), "band": [lo, hi],
+                                "inside": sum(lo <= e <= hi for e in test),
+                                "inside_pooled": sum(plo <= e <= phi for e in test),
+                                "within_10": sum(abs(e) <= 0.10 for e in test),
+                                "ratio": ratio,
+                                "within_10_divided": sum(abs((1 + e) / ratio - 1) <= 0.10
+                                                         for e in test)}
+        out["slow_host" if kind else "other"] = d
+    return out
+
+
 def render(doc: dict) -> str:
     b = doc["band"]
     out = [f"# The estimated untraced step where the profiler's cost decides it ({doc['date_utc']})",
@@ -93,6 +137,23 @@ def render(doc: dict) -> str:
         tot[0] += d["inside"]
         tot[1] += d["runs"]
     out += ["", f"In all: {tot[0]} of {tot[1]} inside the band read on the other sets."]
+    for kind, d in (doc.get("by_options") or {}).items():
+        name = ("taken with the slow-host rule's options (TorchRec's)" if kind == "slow_host"
+                else "the others")
+        out += ["", f"Runs {name}: {d['runs']}, their error's median {100 * d['median']:+.1f} %, "
+                f"band {100 * d['band'][0]:+.1f} % .. {100 * d['band'][1]:+.1f} %; leave one set "
+                "out:", "", "| left out | their band | inside it | inside the pooled band | within "
+                "+-10 % | the others' estimate / measured | within +-10 % divided by it |",
+                "|---|---|---|---|---|---|---|"]
+        t = [0, 0, 0, 0, 0]
+        for s, x in d["left_out"].items():
+            out.append(f"| {s} | {100 * x['band'][0]:+.1f} % .. {100 * x['band'][1]:+.1f} % | "
+                       f"{x['inside']} of {x['runs']} | {x['inside_pooled']} of {x['runs']} | "
+                       f"{x['within_10']} | {x['ratio']:.3f} | {x['within_10_divided']} |")
+            t = [t[0] + x["inside"], t[1] + x["inside_pooled"], t[2] + x["runs"],
+                 t[3] + x["within_10"], t[4] + x["within_10_divided"]]
+        out += ["", f"In all: {t[0]} of {t[2]} inside their own band, {t[1]} inside the pooled one; "
+                f"within +-10 % {t[3]}, divided by the other sets' median ratio {t[4]}."]
     return "\n".join(out) + "\n"
 
 
@@ -106,6 +167,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fit", action="append", default=[], metavar="SET=FILE",
                     help="a bench.overhead_fit result (.json) of a held-out set")
     ap.add_argument("--decides", type=float, default=oh.HOST_DECIDES)
+    ap.add_argument("--by-options", action="store_true",
+                    help="the slow-host rule's runs (TorchRec's) and the others apart")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -125,6 +188,8 @@ def main(argv=None) -> int:
         return 2
     doc = {"question": "the estimate's error where the profiler's cost decides it",
            "decides": args.decides, "column": args.column, **band(rows, args.decides)}
+    if args.by_options:
+        doc["by_options"] = by_options(rows, args.decides)
     doc["rows"] = rows
     stamp_and_report(doc, render, module="bench.untraced_band", argv=argv, t0=t0, out_dir=args.out,
                      prefix="untraced-band")

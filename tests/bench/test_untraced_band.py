@@ -56,3 +56,30 @@ def test_cli_writes_and_refuses_bad_input(tmp_path, capsys):
     empty = tmp_path / "empty.json"
     empty.write_text(json.dumps({"rows": []}))
     assert ub.main(["--loso", str(empty)]) == 2
+
+
+def test_by_options_reads_each_kind_apart(tmp_path):
+    """--by-options: TorchRec's runs (the slow-host rule's options) and the others apart, each
+    kind's band and, leaving one set out, its runs inside its own band and the pooled one."""
+    rows = []
+    for s, tr, other in (("a", [-0.3, -0.2, -0.1], [0.0, 0.1, 0.3]),
+                         ("b", [-0.25, -0.15, -0.05], [-0.05, 0.05, 0.2])):
+        for i, e in enumerate(tr):
+            rows.append({"set": s, "run": f"sample_traces/torchrec_1gpu/x{i}/t.json.gz rank 0",
+                         "traced_ms": 100.0, "measured_ms": 50.0, "estimate_ms": 50 * (1 + e)})
+        for i, e in enumerate(other):
+            rows.append({"set": s, "run": f"sample_traces/pipelines_1gpu/p{i} rank 0",
+                         "traced_ms": 100.0, "measured_ms": 50.0, "estimate_ms": 50 * (1 + e)})
+    out = ub.by_options(rows, 0.15)
+    assert out["slow_host"]["runs"] == 6 and out["other"]["runs"] == 6
+    assert out["slow_host"]["median"] < 0 < out["other"]["median"]
+    b = sorted([-0.25, -0.15, -0.05])  # left out a: b's TorchRec runs make the band
+    assert out["slow_host"]["left_out"]["a"]["band"] == pytest.approx([b[0], b[2]])
+    assert out["slow_host"]["left_out"]["a"]["inside"] == 2  # -0.2 and -0.1, not -0.3
+    pooled = sorted([-0.25, -0.15, -0.05, -0.05, 0.05, 0.2])
+    assert out["slow_host"]["left_out"]["a"]["inside_pooled"] == sum(
+        pooled[0] <= e <= pooled[5] for e in (-0.3, -0.2, -0.1))
+    text = ub.render({"date_utc": "d", "command": "c", "seconds": 0, "machine": "m", "runs": 12,
+                      "decided": 12, "decides": 0.15, "within_10_decided": 0, "within_10_rest": 0,
+                      "band": None, "left_out": {}, "by_options": out})
+    assert "slow-host rule's options" in text and "inside the pooled one" in text

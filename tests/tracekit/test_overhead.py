@@ -450,10 +450,12 @@ def test_a_rank_joined_to_its_job(tmp_path):
     assert any(w.startswith("this rank is one of a job of 2 ranks") for w in r0.warnings)
 
 
-def many_ops(tmp_path, gpu_us=5):
+def many_ops(tmp_path, gpu_us=5, metadata=None):
     """Three steps of 100 us host work, 20 recorded ops a step (40 us of the default model's
-    cost, 20 us of ``ONE``'s... per op 2 us here): the profiler's cost decides the step."""
+    cost, 20 us of ``ONE``'s... per op 2 us here): the profiler's cost decides the step.
+    ``metadata``: the profiler options the file states."""
     b = TraceBuilder()
+    b.extra_metadata.update(metadata or {})
     for i in range(3):
         t0 = 100 * i
         b.profiler_step(i + 1, t0, 100)
@@ -487,6 +489,40 @@ def test_a_host_bound_estimate_comes_with_its_range(tmp_path):
     assert oh.estimate(gb, gg, ONE).range_ns is None
     assert not [w for w in explain.compute(gb, RULES, config=explain.ExplainConfig(overhead=ONE)
                                            ).warnings if "decided by the profiler's cost" in w]
+
+
+def test_a_slow_host_trace_has_its_own_range(tmp_path):
+    """A trace taken with the slow-host rule's options (with_modules / with_flops: TorchRec's
+    benchmark's) whose estimate the profiler's cost decides gets the band read on such runs
+    (UNTRACED_BAND_SLOW_HOST: they fell under the measured step), the others the pooled one;
+    the flag travels with the estimate to explain's warning and to the job's brief object."""
+    found = {}
+    for name, meta in (("plain", {}), ("modules", {"with_modules": 1}),
+                       ("flops", {"with_flops": 1}), ("shapes", {"record_shapes": 1})):
+        t = many_ops(tmp_path / name, metadata=meta)
+        g = build_graph(t, RULES)
+        found[name] = oh.estimate(t, g, ONE)
+    assert [found[n].slow_host for n in ("plain", "modules", "flops", "shapes")] == \
+        [False, True, True, False]
+    for name, e in found.items():
+        assert e.untraced_step_ns < (1 - oh.HOST_DECIDES) * e.traced_step_ns
+        b0, b1 = oh.UNTRACED_BAND_SLOW_HOST if e.slow_host else oh.UNTRACED_BAND
+        lo, hi = e.range_ns
+        assert lo == pytest.approx(e.untraced_step_ns / (1 + b1))
+        assert hi == pytest.approx(e.untraced_step_ns / (1 + b0))
+        assert e.to_dict()["slow_host"] is e.slow_host
+    # the slow-host band lies higher over the estimate: such estimates fell under the measured step
+    up = {n: [x / found[n].untraced_step_ns for x in found[n].range_ns] for n in ("modules", "plain")}
+    assert up["modules"][0] > up["plain"][0] and up["modules"][1] > up["plain"][1]
+    assert oh.untraced_range(100.0, 50.0, slow_host=True) == pytest.approx(
+        (50.0 / (1 + oh.UNTRACED_BAND_SLOW_HOST[1]), 50.0 / (1 + oh.UNTRACED_BAND_SLOW_HOST[0])))
+    assert oh.untraced_range(100.0, 90.0, slow_host=True) is None  # the GPU decides
+    t = many_ops(tmp_path / "explained", metadata={"with_modules": 1})
+    r = explain.compute(t, RULES, config=explain.ExplainConfig(overhead=ONE))
+    warned = [w for w in r.warnings if "decided by the profiler's cost" in w]
+    b0, b1 = oh.UNTRACED_BAND_SLOW_HOST
+    assert len(warned) == 1 and f"{b0:+.0%} to {b1:+.0%} off" in warned[0]
+    assert r.overhead["slow_host"] is True
 
 
 def test_a_rank_of_a_job_brought_to_its_jobs_pace(tmp_path):

@@ -498,7 +498,7 @@ def _untraced_spread(est) -> str | None:
     if est is None or est.range_ns is None:
         return None
     lo, hi = est.range_ns
-    b0, b1 = oh.UNTRACED_BAND
+    b0, b1 = oh.untraced_band(est.slow_host)
     return (f"the estimated untraced step ({est.untraced_step_ns / 1e6:,.3f} ms, "
             f"{1 - est.untraced_step_ns / est.traced_step_ns:.0%} under the traced "
             f"{est.traced_step_ns / 1e6:,.3f} ms) is decided by the profiler's cost the model "

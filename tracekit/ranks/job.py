@@ -603,7 +603,7 @@ def joined_estimate(graph: dict, rank: int, ranks: list[dict]) -> dict | None:
     taken = float(sum((est.get("host_ns_per_step") or {}).values()))
     step = float(mine["step_ns"])
     share = path_unexplained_share(graph)
-    rng = oh.untraced_range(traced, step)
+    rng = oh.untraced_range(traced, step, slow_host=bool(est.get("slow_host")))
     return {"traced_step_ns": traced, "step_ns": step, "taken_ns": taken,
             "unexplained_share": share, "range_ns": None if rng is None else list(rng),
             "kept": oh.unexplained_kept(traced, step, taken, share)}

@@ -32,7 +32,7 @@ BRIEF_EXPLAIN_KEYS = ("bound", "bound_share", "breakdown", "findings", "overhead
 """What a job reads of a rank's explain section (``tracekit.ranks.work.summary``) besides its
 ``steps``: ``serialise.explain_dict(brief=True)``'s keys (of ``overhead``, only
 ``BRIEF_OVERHEAD_KEYS``)."""
-BRIEF_OVERHEAD_KEYS = ("scale", "traced_step_ns", "untraced_step_ns", "host_ns_per_step")
+BRIEF_OVERHEAD_KEYS = ("scale", "traced_step_ns", "untraced_step_ns", "host_ns_per_step", "slow_host")
 """What a job reads of a rank's untraced estimate (``tracekit.ranks.job.joined_estimate``)."""
 BRIEF_EXPLAIN_STEP_KEYS = ("step", "bound", "bound_share", "duration_ns")
 """... and of each of its steps."""
