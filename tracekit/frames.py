@@ -300,6 +300,36 @@ def column(df: pd.DataFrame, name: str, dtype: object = None) -> np.ndarray:
     return df[name].to_numpy() if dtype is None else df[name].to_numpy(dtype)
 
 
+def with_columns(df: pd.DataFrame, values: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """``df.copy()`` with each column ``name`` of ``values`` (columns ``df`` has) set to
+    ``values[name]`` (``copy[name] = values[name]``, one after the other): the same table (its
+    columns, dtypes, values and index), built at once by ``frame`` where every column of ``df``
+    and every new value is a 1-D numpy array of bools or numbers, the index a ``RangeIndex``
+    from 0 and the column names unique (a copy and two assignments through pandas: ~0.15 ms
+    whatever the rows; a rank of a job pays it once for its untraced graph's steps); else
+    pandas' way."""
+    n = len(df)
+    fast = (FAST and type(df) is pd.DataFrame and _COLUMN_ARRAY is not None and
+            n <= SMALL_ROWS and type(df.index) is pd.RangeIndex and df.index.start == 0 and
+            df.index.step == 1 and not df.attrs and df.columns.is_unique and all(
+                name in df.columns and _stored_as_is(v, n) and type(v) is np.ndarray
+                for name, v in values.items()))
+    if fast:
+        data = {}
+        for loc, name in enumerate(df.columns):
+            a = _COLUMN_ARRAY(df, loc)
+            if type(name) is not str or not _stored_as_is(a, n) or type(a) is not np.ndarray:
+                fast = False
+                break
+            data[name] = values.get(name, a)
+    if not fast:
+        out = df.copy()
+        for name, v in values.items():
+            out[name] = v
+        return out
+    return frame(data)
+
+
 _EXTENSION_ARRAYS = frozenset(t for t in (pd.Categorical, getattr(pd.arrays, "StringArray", None),
                                             getattr(pd.arrays, "ArrowStringArray", None))
                                if isinstance(t, type))
@@ -320,4 +350,5 @@ def categorical(df: pd.DataFrame, name: str) -> pd.Categorical | None:
     return a if type(a) is pd.Categorical else None
 
 
-__all__ = ["SMALL_ROWS", "BuiltWhenRead", "Later", "categorical", "column", "frame", "of_rows"]
+__all__ = ["SMALL_ROWS", "BuiltWhenRead", "Later", "categorical", "column", "frame", "of_rows",
+           "with_columns"]

@@ -529,19 +529,13 @@ def annotation_index(trace: Trace, rules: Rules) -> AnnotationIndex:
     kcodes = codes[keep]
     phases = np.array([r.phase for r in rules.annotations] or [""], dtype=object)
     ts = column(ann, "ts", np.int64)[keep]
-    table = frame({
-        "tid": column(ann, "tid", np.int64)[keep],
-        "ts": ts,
-        "end": ts + column(ann, "dur", np.int64)[keep],
-        "name": name_strings(kcodes, cats),
-        "phase": phases[rule[keep]] if keep.any() else np.zeros(0, dtype=object),
-        "batch": per_used_name(kcodes, cats, lambda n: _captured_int(n, rules.batch_index), -1),
-    })
+    t_tid = column(ann, "tid", np.int64)[keep]
+    t_ts, t_end = ts, ts + column(ann, "dur", np.int64)[keep]
+    batch = per_used_name(kcodes, cats, lambda n: _captured_int(n, rules.batch_index),
+                          -1).astype(np.int64)
     threads = {}
-    batch = column(table, "batch", np.int64).copy()
     # per thread (ascending), its rows by (ts, end descending), stably: by numpy, as a pandas
     # group-by and sort cost ~1 ms a trace whatever its size
-    t_tid, t_ts, t_end = (column(table, c, np.int64) for c in ("tid", "ts", "end"))
     for t in np.unique(t_tid).tolist():
         rows = np.flatnonzero(t_tid == t)
         ids = rows[np.lexsort((-t_end[rows], t_ts[rows]))].astype(np.int64)
@@ -559,7 +553,15 @@ def annotation_index(trace: Trace, rules: Rules) -> AnnotationIndex:
                 break
             b[todo] = b[par[todo]]
         batch[ids] = b
-    table["batch"] = batch
+    # built once its batches are known (a column assigned afterwards: ~0.1 ms a trace)
+    table = frame({
+        "tid": t_tid,
+        "ts": ts,
+        "end": t_end,
+        "name": name_strings(kcodes, cats),
+        "phase": phases[rule[keep]] if keep.any() else np.zeros(0, dtype=object),
+        "batch": batch,
+    })
     # main thread: the one holding ProfilerStep#N, else the one with most phase annotations
     main = -1
     is_step = per_used_name(codes, cats, lambda n: _captured_int(n, rules.profiler_step), -1) >= 0

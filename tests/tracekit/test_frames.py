@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit import frames
-from tracekit.frames import SMALL_ROWS, column, frame, of_rows
+from tracekit.frames import SMALL_ROWS, column, frame, of_rows, with_columns
 
 DTYPES = [np.int64, np.int32, np.int16, np.int8, np.uint8, np.float64, np.float32, bool]
 
@@ -186,3 +186,33 @@ def test_column_reads_what_pandas_reads_of_other_objects():
     np.testing.assert_array_equal(column(by_name, "a", np.float64), [1.0, 2.0])
     with pytest.raises(KeyError):
         column(frame({"a": np.zeros(1)}), "b")
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(columns(), st.data())
+def test_with_columns_is_a_copy_with_columns_assigned(data, draw):
+    """``with_columns(df, values)`` is ``df.copy()`` then ``copy[name] = value`` for each: the
+    same table (values, dtypes, columns, index), ``df`` untouched, none of its arrays shared,
+    whatever the columns (numbers built at once, anything else through pandas)."""
+    df = frame(data)
+    if draw.draw(st.booleans()) and len(df):  # an index that is not 0..n-1: pandas' way
+        df.index = pd.RangeIndex(1, len(df) + 1)
+    names = draw.draw(st.lists(st.sampled_from(list(df.columns)), unique=True, max_size=3))
+    rng = np.random.default_rng(draw.draw(st.integers(0, 2**31)))
+    values = {name: rng.integers(-5, 5, len(df)).astype(draw.draw(st.sampled_from(DTYPES)))
+              for name in names}
+    before = df.copy()
+    got = with_columns(df, values)
+    want = df.copy()
+    for name, v in values.items():
+        want[name] = v
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert got.index.equals(want.index) and type(got.index) is type(want.index)
+    assert got.columns.dtype == want.columns.dtype
+    pd.testing.assert_frame_equal(df, before, check_exact=True)
+    for name in got.columns:
+        a = column(got, name)
+        if isinstance(a, np.ndarray) and a.size:
+            assert not np.shares_memory(a, column(df, name))
+            if name in values:
+                assert not np.shares_memory(a, values[name])

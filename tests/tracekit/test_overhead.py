@@ -736,3 +736,48 @@ def test_a_sleep_keeps_its_length(tmp_path):
     assert sleeps.size == 1 and g.step[sleeps[0]] == 2  # the planted sleep, unexplained
     wake = oh.anchored_wakes(g)[2]
     assert wake.size == 1 and tid[g.lane[wake[0]]] == 2
+
+
+def _graph_fields(g) -> dict:
+    import dataclasses
+
+    import pandas as pd
+
+    out = {}
+    for f in dataclasses.fields(g):
+        v = getattr(g, f.name)
+        out[f.name] = v.to_dict("list") if isinstance(v, pd.DataFrame) else \
+            v.tolist() if isinstance(v, np.ndarray) else v
+    return out
+
+
+@pytest.mark.parametrize("step_ms", [None, 0.05])
+def test_the_untraced_graph_after_an_estimate_is_the_one_made_afresh(tmp_path, step_ms):
+    """``untraced_graph`` builds on the replay ``estimate`` made of the same graph, cost and host
+    factor (``_untraced_replay``): the graph (every field, the steps' table whole) is the one
+    made without it, the replay kept is released, and another factor or cost replays afresh."""
+    t = host_bound(tmp_path)
+    cost = oh.host_cost(t, build_graph(t, RULES), ONE)
+    fresh = build_graph(t, RULES, config=None)  # memoised: the same object
+    e = oh.estimate(t, fresh, ONE, step_ms=step_ms)
+    assert "_untraced_replay" in fresh.__dict__
+    after = oh.untraced_graph(fresh, cost, host_factor=e.host_factor)
+    assert "_untraced_replay" not in fresh.__dict__
+    alone = oh.untraced_graph(fresh, cost, host_factor=e.host_factor)
+    assert _graph_fields(after) == _graph_fields(alone)
+    pd_steps = after.steps
+    assert list(pd_steps.columns) == list(fresh.steps.columns)
+    assert pd_steps.dtypes.tolist() == fresh.steps.dtypes.tolist()
+    want = fresh.steps.copy()
+    want["cpu_start"] = after.start[column(want, "start_node", np.int64)]
+    want["cpu_end"] = after.start[column(want, "end_node", np.int64)]
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(pd_steps, want, check_exact=True)
+    # a kept replay of another factor is not taken
+    oh.estimate(t, fresh, ONE)
+    other = oh.untraced_graph(fresh, cost, host_factor=e.host_factor * 2)
+    fresh.__dict__.pop("_untraced_replay", None)
+    assert _graph_fields(other) == _graph_fields(
+        oh.untraced_graph(fresh, cost, host_factor=e.host_factor * 2))
+    assert e.host_factor * 2 != e.host_factor

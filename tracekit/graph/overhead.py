@@ -75,7 +75,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import _fastnp as fnp
-from tracekit.frames import column, frame
+from tracekit.frames import column, frame, with_columns
 from tracekit.graph.build import _bind, observed_lags
 from tracekit.graph.model import EdgeKind, Graph, HostCost, NodeKind
 from tracekit.trace.model import Kind, Trace
@@ -588,16 +588,39 @@ def untraced_steps(g: Graph, cost: HostCost, windows, *, host_factor: float = 1.
                    ) -> tuple[np.ndarray, np.ndarray]:
     """(traced, estimated untraced) length of each step of ``windows`` (``step_windows(g)``),
     ns: the replay of ``g`` less ``cost`` (``untraced_change``), what ``estimate`` reports."""
-    return _steps(g, untraced_change(g, cost, host_factor=host_factor), windows)
+    _, _, s, e = _untraced_replay(g, cost, host_factor)
+    return _steps(g, s, e, windows)
 
 
-def _steps(g: Graph, change, win) -> tuple[np.ndarray, np.ndarray]:
-    """(observed, replayed) length of each step of ``win`` with ``change`` (contention-free)."""
+def _untraced_replay(g: Graph, cost: HostCost, host_factor: float, *, release: bool = False):
+    """``(change, plan, start, end)``: ``untraced_change(g, cost, host_factor=host_factor)``,
+    its plan and that plan replayed with the launch queues held (``whatif.replay_queued_plan``),
+    the last of them kept on ``g`` (with the factor and ``ANCHOR_WAKES`` it was made with):
+    ``estimate`` replays it and ``untraced_graph`` builds on the
+    same replay (another ``HostCost`` object of the same values does: ``estimate`` computes its
+    own). The arrays kept are not modified by either. ``release``: the last use (the
+    ``untraced_graph`` that follows the estimate): nothing stays on ``g``."""
     from tracekit.graph import whatif as wi
+
+    kept = g.__dict__.pop("_untraced_replay", None) if release else \
+        g.__dict__.get("_untraced_replay")
+    if kept is not None and kept[0] == (host_factor, ANCHOR_WAKES) and (kept[1] is cost or (
+            np.array_equal(kept[1].own_ns, cost.own_ns) and
+            np.array_equal(kept[1].before_ns, cost.before_ns))):
+        return kept[2]
+    ch = untraced_change(g, cost, host_factor=host_factor)
+    p, s, e = wi.replay_queued_plan(g, wi.plan(g, ch))
+    got = (ch, p, s, e)
+    if not release:
+        g.__dict__["_untraced_replay"] = ((host_factor, ANCHOR_WAKES), cost, got)
+    return got
+
+
+def _steps(g: Graph, s: np.ndarray, e: np.ndarray, win) -> tuple[np.ndarray, np.ndarray]:
+    """(observed, replayed) length of each step of ``win`` in the schedule ``s, e`` (start and
+    end per node)."""
     from tracekit.graph.critical import step_windows
 
-    p = wi.plan(g, change)
-    s, e = wi.replay_queued(g, p)
     w = step_windows(g, s, e)
     obs = column(win, "end", np.int64) - column(win, "start", np.int64)
     d = column(w, "end", np.int64) - column(w, "start", np.int64)
@@ -736,31 +759,18 @@ def untraced_graph(g: Graph, cost: HostCost, *, host_factor: float = 1.0) -> Gra
     held), start times, bindings and waits made consistent, so that the critical path, bound
     and what-ifs (``tracekit.graph.critical``, ``whatif``) read it as a trace."""
     from tracekit.graph import whatif as wi
-    from tracekit.graph.replay import Plan, replay
 
-    ch = untraced_change(g, cost, host_factor=host_factor)
-    p = wi.plan(g, ch)
     # the wakes anchored to the process's progress (``anchored_wakes``, the first edges added):
     # a thread woken by another, as the graph's handoffs
     n_anchor = anchored_wakes(g)[0].size if ANCHOR_WAKES else 0
-    if n_anchor:
+    if not n_anchor:  # the replay ``estimate`` made (``_untraced_replay``): the same plan
+        ch, p, s, e = _untraced_replay(g, cost, host_factor, release=True)
+    else:
+        ch = untraced_change(g, cost, host_factor=host_factor)
+        p = wi.plan(g, ch)
         kind = p.kind.copy()
         kind[g.src.size:g.src.size + n_anchor] = int(EdgeKind.HANDOFF)
-        p = replace(p, kind=kind)
-    a, c = wi.queue_pairs(g, p.lane)
-    s, e = replay(p)
-    added = np.zeros(a.size, bool)
-    for _ in range(wi.QUEUE_ROUNDS):
-        broke = ~added & (s[c] < e[a]) if a.size else np.zeros(0, bool)
-        if not broke.any():
-            break
-        added |= broke
-        k = int(broke.sum())
-        p = Plan(start=p.start, dur=p.dur, lane=p.lane, lane_is_cpu=p.lane_is_cpu,
-                 src=fnp.r_(p.src, a[broke]), dst=fnp.r_(p.dst, c[broke]),
-                 kind=fnp.r_(p.kind, np.full(k, int(EdgeKind.QUEUE), np.int8)),
-                 lag=fnp.r_(p.lag, np.zeros(k, np.int64)))
-        s, e = replay(p)
+        p, s, e = wi.replay_queued_plan(g, replace(p, kind=kind))
     # edges sorted by destination, as the graph keeps them; nodes keep their ids (a node's
     # replayed start never moves before an edge's source: the order stays topological). Their
     # lags are the model's again (the corrected ones): what the model does not explain stays
@@ -779,10 +789,12 @@ def untraced_graph(g: Graph, cost: HostCost, *, host_factor: float = 1.0) -> Gra
     np.maximum.at(arrive, dst[nonwait], e[src[nonwait]] + lag[nonwait])
     wait_ns = np.where(g.wait_ns > 0, np.maximum(s - np.maximum(arrive, 0), 0), 0)
     wait_ns = np.where(arrive < 0, g.wait_ns, wait_ns)
-    steps = g.steps.copy()
+    steps = g.steps
     if len(steps):
-        steps["cpu_start"] = s[column(steps, "start_node", np.int64)]
-        steps["cpu_end"] = s[column(steps, "end_node", np.int64)]
+        steps = with_columns(steps, {"cpu_start": s[column(steps, "start_node", np.int64)],
+                                     "cpu_end": s[column(steps, "end_node", np.int64)]})
+    else:
+        steps = steps.copy()
     new = replace(g, start=s.astype(np.int64), dur=(e - s).astype(np.int64), src=src, dst=dst,
                   edge_kind=kind, lag=lag.astype(np.int64), binding=binding, steps=steps,
                   wait_ns=wait_ns.astype(np.int64), unexplained=unexplained)

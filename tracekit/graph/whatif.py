@@ -357,10 +357,30 @@ def replay_queued(g: Graph, p: Plan, queue: tuple[np.ndarray, np.ndarray] | None
     replay is repeated with an edge for every constraint it broke until none is (a launch
     pushed later can only push later launches later). ``queue``: ``queue_pairs(g, p.lane)``
     when the caller has it."""
+    return replay_queued_plan(g, p, queue)[1:]
+
+
+def replay_queued_plan(g: Graph, p: Plan, queue: tuple[np.ndarray, np.ndarray] | None = None
+                       ) -> tuple[Plan, np.ndarray, np.ndarray]:
+    """``(plan, start, end)``: ``replay_queued``'s schedule and the plan it last replayed
+    (``p`` with a ``QUEUE`` edge for every queue constraint added)."""
     s, e = replay(p)
     a, c = queue_pairs(g, p.lane) if queue is None else queue
     if not a.size:
-        return s, e
+        return p, s, e
+    added = np.zeros(a.size, bool)
+    for _ in range(QUEUE_ROUNDS):
+        broke = ~added & (s[c] < e[a])
+        if not broke.any():
+            break
+        added |= broke
+        n = int(broke.sum())
+        p = Plan(start=p.start, dur=p.dur, lane=p.lane, lane_is_cpu=p.lane_is_cpu,
+                 src=fnp.r_(p.src, a[broke]), dst=fnp.r_(p.dst, c[broke]),
+                 kind=fnp.r_(p.kind, np.full(n, int(EdgeKind.QUEUE), np.int8)),
+                 lag=fnp.r_(p.lag, np.zeros(n, np.int64)))
+        s, e = replay(p)
+    return p, s, e
     added = np.zeros(a.size, bool)
     for _ in range(QUEUE_ROUNDS):
         broke = ~added & (s[c] < e[a])
