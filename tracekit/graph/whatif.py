@@ -381,19 +381,6 @@ def replay_queued_plan(g: Graph, p: Plan, queue: tuple[np.ndarray, np.ndarray] |
                  lag=fnp.r_(p.lag, np.zeros(n, np.int64)))
         s, e = replay(p)
     return p, s, e
-    added = np.zeros(a.size, bool)
-    for _ in range(QUEUE_ROUNDS):
-        broke = ~added & (s[c] < e[a])
-        if not broke.any():
-            break
-        added |= broke
-        n = int(broke.sum())
-        p = Plan(start=p.start, dur=p.dur, lane=p.lane, lane_is_cpu=p.lane_is_cpu,
-                 src=fnp.r_(p.src, a[broke]), dst=fnp.r_(p.dst, c[broke]),
-                 kind=fnp.r_(p.kind, np.full(n, int(EdgeKind.QUEUE), np.int8)),
-                 lag=fnp.r_(p.lag, np.zeros(n, np.int64)))
-        s, e = replay(p)
-    return s, e
 
 
 def counted_steps(windows) -> np.ndarray:
