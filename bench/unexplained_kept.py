@@ -125,6 +125,12 @@ def tally(rows: list[dict], flag) -> dict:
             "within": len(ok), "within_flagged": sum(map(flag, ok))}
 
 
+def _counts_row(name: str, t: dict) -> str:
+    """One row of the counts tables (``tally``'s figures)."""
+    return (f"| {name} | {t['runs']} | {t['off']} | {t['off_flagged']} | {t['silent_off']} | "
+            f"{t['silent_off_flagged']} | {t['within']} | {t['within_flagged']} |")
+
+
 def render(doc: dict) -> str:
     out = [f"# Estimates resting on unexplained time ({doc['date_utc']})", "",
            f"Command: `{doc['command']}` ({doc['seconds']} s on {doc['machine']}).", "",
@@ -137,16 +143,11 @@ def render(doc: dict) -> str:
            "| set | runs | off by > 10 % | flagged | of them without the range warning | flagged "
            "| within 10 % | flagged falsely |", "|---|---|---|---|---|---|---|---|"]
     for name, t in doc["sets"].items():
-        fit = " (fit)" if name in doc["fit"] else ""
-        out.append(f"| {name}{fit} | {t['runs']} | {t['off']} | "
-                   f"{t['off_flagged']} | {t['silent_off']} | {t['silent_off_flagged']} | "
-                   f"{t['within']} | {t['within_flagged']} |")
+        out.append(_counts_row(name + (" (fit)" if name in doc["fit"] else ""), t))
     for name in ("fit", "judged"):
         t = doc["total"].get(name)
         if t:
-            out.append(f"| all {name} | {t['runs']} | {t['off']} | {t['off_flagged']} | "
-                       f"{t['silent_off']} | {t['silent_off_flagged']} | {t['within']} | "
-                       f"{t['within_flagged']} |")
+            out.append(_counts_row(f"all {name}", t))
     if doc.get("joined"):
         out += ["", "On the job's graph (each rank of a complete job: its step with every rank's "
                 "overhead out, `tracekit.ranks.job.joined_estimate`; warned: its range or the "
@@ -154,9 +155,7 @@ def render(doc: dict) -> str:
                 "| set | ranks | off by > 10 % | flagged | of them without the range warning | "
                 "flagged | within 10 % | flagged falsely |", "|---|---|---|---|---|---|---|---|"]
         for name, t in doc["joined"].items():
-            out.append(f"| {name} | {t['runs']} | {t['off']} | {t['off_flagged']} | "
-                       f"{t['silent_off']} | {t['silent_off_flagged']} | {t['within']} | "
-                       f"{t['within_flagged']} |")
+            out.append(_counts_row(name, t))
     out += ["", "Flagged runs:", "", "| set | run | traced ms | estimate ms | taken out ms | "
             "unexplained | measured ms | error |", "|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:

@@ -54,11 +54,17 @@ def rows_from(loso: dict | None, fits: dict[str, dict], column: str) -> list[dic
     return out
 
 
-def band(rows: list[dict], decides: float) -> dict:
-    """The runs the profiler's cost decides, their errors' band, and leave one set out."""
+def mark(rows: list[dict], decides: float) -> None:
+    """Each row's ``error`` (estimate / measured - 1) and whether the profiler's cost decides its
+    estimate (``decided``: at least ``decides`` under the traced step)."""
     for r in rows:
         r["error"] = r["estimate_ms"] / r["measured_ms"] - 1
         r["decided"] = r["estimate_ms"] <= (1 - decides) * r["traced_ms"]
+
+
+def band(rows: list[dict], decides: float) -> dict:
+    """The runs the profiler's cost decides, their errors' band, and leave one set out."""
+    mark(rows, decides)
     on = [r for r in rows if r["decided"]]
     sets = list(dict.fromkeys(r["set"] for r in rows))
     doc = {"runs": len(rows), "decided": len(on),
@@ -87,20 +93,20 @@ def slow_host_run(run: str) -> bool:
 def by_options(rows: list[dict], decides: float) -> dict:
     """Per kind (``slow_host``: ``slow_host_run``), its band over every set and, leaving one set
     out, its runs inside the kind's band and inside the pooled band read on the same sets."""
+    mark(rows, decides)
+    decided = [r for r in rows if r["decided"]]
     out = {}
     for kind in (True, False):
-        on = [r for r in rows if r["estimate_ms"] <= (1 - decides) * r["traced_ms"]
-              and slow_host_run(r["run"]) == kind]
+        on = [r for r in decided if slow_host_run(r["run"]) == kind]
         if not on:
             continue
-        errs = [r["estimate_ms"] / r["measured_ms"] - 1 for r in on]
+        errs = [r["error"] for r in on]
         d = {"runs": len(on), "band": [quantile(errs, q) for q in QUANTILES],
              "median": quantile(errs, 0.5), "left_out": {}}
         for s in dict.fromkeys(r["set"] for r in on):
-            test = [r["estimate_ms"] / r["measured_ms"] - 1 for r in on if r["set"] == s]
-            own = [e for r, e in zip(on, errs) if r["set"] != s]
-            pool = [r["estimate_ms"] / r["measured_ms"] - 1 for r in rows
-                    if r["set"] != s and r["estimate_ms"] <= (1 - decides) * r["traced_ms"]]
+            test = [r["error"] for r in on if r["set"] == s]
+            own = [r["error"] for r in on if r["set"] != s]
+            pool = [r["error"] for r in decided if r["set"] != s]
             if not own or not pool:
                 continue
             lo, hi = (quantile(own, q) for q in QUANTILES)
