@@ -71,6 +71,10 @@
 # changes): bench.pipelines on 1 GPU (multitask_b18k, multitask_h56_b22k, dense_b28k; options default, shapes,
 # stack; <= 270 s) and 2 GPUs (the same presets, default; <= 250 s); gpu/ranks_jobs.py with jobs_lean on 2
 # ranks (rank 0 +3 ms), with 10 rounds after the traces (<= 230 s).
+# holdout10a / holdout10b / jobs2v / jobs4v (held out, 2026-11-28 session 10, collected before that session's
+# model changes): bench.pipelines on 1 GPU (multitask_b14k, multitask_h40_b26k, dense_b10k; options default,
+# shapes, stack; <= 270 s) and 2 GPUs (the same presets, default; <= 250 s); gpu/ranks_jobs.py with jobs_trim
+# on 2 ranks (rank 1 +2 ms) and 4 ranks (rank 3 +2.5 ms), each with 10 rounds after the traces (<= 230 / 260 s).
 # refit8b (released presets re-collected to fit on, session 9: set 8's held-out traces did not outlive their
 # machine): bench.pipelines on 2 GPUs, multitask_b28k and multitask_b24k (the 2-GPU FusedSparseDist pairs the
 # job's graph under-predicts, the SparseDist step whose untraced estimate was +51.8 %), default options; <= 230 s.
@@ -225,6 +229,15 @@ for p in "${parts[@]}"; do
                   --plan multitask_b18k:sparse+fused,multitask_h56_b22k:sparse+fused,dense_b28k:sparse+fused \
                   --profile-options default --out "$OUT"' ;;
     jobs2u) part jobs2u 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_lean --delay-rank 0 --delay-ms 3 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
+    holdout10a) part holdout10a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
+                  --plan multitask_b14k:sparse+fused,multitask_h40_b26k:sparse+fused,dense_b10k:sparse+fused \
+                  --profile-options default,shapes,stack --window-variants sparse \
+                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
+    holdout10b) part holdout10b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
+                  --plan multitask_b14k:sparse+fused,multitask_h40_b26k:sparse+fused,dense_b10k:sparse+fused \
+                  --profile-options default --out "$OUT"' ;;
+    jobs2v) part jobs2v 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_trim --delay-rank 1 --delay-ms 2 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
+    jobs4v) part jobs4v 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_trim --delay-rank 3 --delay-ms 2.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
     refit8b) part refit8b 230 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 120 --min-rounds 6 \
                   --plan multitask_b28k:sparse+fused,multitask_b24k:sparse+fused --profile-options default --out "$OUT"' ;;
     jobs4f6) part jobs4f6 300 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_flat --delay-rank 3 --delay-ms 2 --profile-steps 6 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;

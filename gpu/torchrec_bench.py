@@ -149,6 +149,16 @@ PLAN: dict[str, tuple[int, str, int, int, int]] = {
     "2gpu_sparse_b7168_r2": (2, "sparse", 7168, 8, 1),
     "1gpu_fused_b2560_r2": (1, "fused", 2560, 8, 2),
     "1gpu_sparse_b2560_r2": (1, "sparse", 2560, 8, 2),
+    # held out (2026-11-28, session 10): batch sizes never run, collected before that session's model
+    # changes: 5120 on 1 GPU (twice, mirrored), 2560 on 2 and 6144 on 4
+    "1gpu_sparse_b5120": (1, "sparse", 5120, 8, 2),
+    "1gpu_fused_b5120": (1, "fused", 5120, 8, 2),
+    "4gpu_sparse_b6144": (4, "sparse", 6144, 8, 1),
+    "4gpu_fused_b6144": (4, "fused", 6144, 8, 1),
+    "2gpu_sparse_b2560": (2, "sparse", 2560, 8, 1),
+    "2gpu_fused_b2560": (2, "fused", 2560, 8, 1),
+    "1gpu_fused_b5120_r2": (1, "fused", 5120, 8, 2),
+    "1gpu_sparse_b5120_r2": (1, "sparse", 5120, 8, 2),
 }
 
 
