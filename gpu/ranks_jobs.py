@@ -127,9 +127,9 @@ PRESETS = {
     # in the cold), 12k samples; a 2-rank job with a delay on rank 0
     "jobs_lean": dict(tables=18, rows=1_000_000, dim=128, hot=4, hot_pooling=90.0, cold_pooling=3.0, batch=12288,
                       dense_arch=(512, 256), over_arch=(1024, 1024, 512)),
-    # held out from every fit (2026-11-28, session 10): 22 tables of which 2 hot (130 ids per sample, 4
+    # held out from every fit (2026-11-28, session 10): 24 tables of which 2 hot (130 ids per sample, 4
     # in the cold), 10k samples; a 2-rank job with a delay on rank 1, a 4-rank one with it on rank 3
-    "jobs_trim": dict(tables=22, rows=1_000_000, dim=128, hot=2, hot_pooling=130.0, cold_pooling=4.0, batch=10240,
+    "jobs_trim": dict(tables=24, rows=1_000_000, dim=128, hot=2, hot_pooling=130.0, cold_pooling=4.0, batch=10240,
                       dense_arch=(512, 256), over_arch=(1024, 1024, 512)),
     # the CPU smoke test (gloo, the reference TBE)
     "tiny": dict(tables=8, rows=2_000, dim=16, hot=2, hot_pooling=16.0, cold_pooling=2.0, batch=64,
