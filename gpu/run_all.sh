@@ -78,6 +78,9 @@
 # refit8b (released presets re-collected to fit on, session 9: set 8's held-out traces did not outlive their
 # machine): bench.pipelines on 2 GPUs, multitask_b28k and multitask_b24k (the 2-GPU FusedSparseDist pairs the
 # job's graph under-predicts, the SparseDist step whose untraced estimate was +51.8 %), default options; <= 230 s.
+# refit9b (released presets re-collected to fit on, session 10): bench.pipelines on 2 GPUs, multitask_h56_b22k and
+# multitask_b28k (2-GPU FusedSparseDist pairs the job's graph under-predicted in sets 9 and 8), default options;
+# <= 230 s.
 # jobs4f6 (the job proof's steady state, session 8): gpu/ranks_jobs.py with jobs_flat on 4 ranks (rank 3 +2 ms),
 # as jobs4s, but 6 profiled steps (the first pinned, five counted) and 10 rounds after the traces: whether
 # the straggler what-if's saving, read past the first counted step's transient, holds where the traced job's
@@ -240,6 +243,8 @@ for p in "${parts[@]}"; do
     jobs4v) part jobs4v 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_trim --delay-rank 3 --delay-ms 2.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
     refit8b) part refit8b 230 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 120 --min-rounds 6 \
                   --plan multitask_b28k:sparse+fused,multitask_b24k:sparse+fused --profile-options default --out "$OUT"' ;;
+    refit9b) part refit9b 230 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 120 --min-rounds 6 \
+                  --plan multitask_h56_b22k:sparse+fused,multitask_b28k:sparse+fused --profile-options default --out "$OUT"' ;;
     jobs4f6) part jobs4f6 300 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_flat --delay-rank 3 --delay-ms 2 --profile-steps 6 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
     jobs4) part jobs4 250 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --budget-s 190 --out "$OUT"' ;;
     torchrec) part torchrec 340 bash -c 'set -e; fb=${FBPARTS:-/tmp/fbparts}; ls -l "$fb";
