@@ -151,7 +151,20 @@ def first_screen(job: dict, *, limit: int = 64) -> list[str]:
                           for r in sorted(rows, key=lambda r: r["rank"])], indent="    "))
         if more:
             out.append("  " + more.strip())
+        note = window_note(g)
+        if note:
+            out.append(f"  ({note})")
     return out
+
+
+def window_note(g: dict) -> str | None:
+    """Why a rank's step on the job's graph can be longer than the job step: said where one is
+    (by more than 2 %), so the two figures do not read as contradicting each other."""
+    if not any(r["step_ns"] > 1.02 * g["step_ns"] for r in g["ranks"]):
+        return None
+    return (f"a rank's step is its window, from its step's start to its end; the job step, "
+            f"{ms(g['step_ns'])} ms, is the period between the job's step ends: where steps "
+            f"overlap, as in a pipeline, a window is longer than the job step")
 
 
 def render_job(job: dict, *, limit: int = 64) -> str:

@@ -154,3 +154,14 @@ def test_the_balanced_warning_asks_a_host_bound_job_it_does_not_help():
     assert whatif.balanced_warning(row, {**host, "share": 0.63}) is None  # 4-rank jobs_slim
     assert whatif.balanced_warning(row, {**host, "class": "gpu"}) is None
     assert whatif.balanced_warning(row, None) is None
+
+
+def test_a_rank_window_longer_than_the_job_step_is_explained():
+    """Pipelined steps overlap: a rank's window (its step's start to its end) can exceed the job
+    step (the period between step ends); the text says why only where one does, by > 2 %."""
+    from tracekit.report.job_text import window_note
+
+    g = {"step_ns": 16_271_000.0, "ranks": [{"step_ns": 16_462_000.0}, {"step_ns": 19_156_000.0}]}
+    note = window_note(g)
+    assert note is not None and "the job step, 16.271 ms, is the period" in note
+    assert window_note({**g, "ranks": [{"step_ns": 16_462_000.0}, {"step_ns": 16_500_000.0}]}) is None
