@@ -420,6 +420,10 @@ class Views:
         if split is not None:
             out.append(html.Div([html.H4("Each rank's step on the job's graph: its own work, transfers, wait for the others"),
                                  html_table(split, id="ranks-graph-table", text_right=True)], className="tk-section"))
+            from tracekit.report.job_text import window_note
+
+            if (why := window_note(job["graph"])):
+                out.append(note(why[0].upper() + why[1:] + "."))
         out.append(self._rank_path_links(index, job, source))
         cells = results.job_cells(job)
         if cells is not None:
