@@ -304,7 +304,8 @@ def readable_path(rank: dict) -> str | None:
 
 
 def _row(ident: str, title: str, ctx, changed: list[int], free, aware, note: str = "", *,
-         shares_gpu: bool = False, removes_only: bool = False) -> dict:
+         shares_gpu: bool = False, removes_only: bool = False,
+         at_most_ns: float | None = None) -> dict:
     """A what-if's row: its prediction is the contention-free replay's, or the contention-aware
     one's for a change that moves GPU work beside other work (``shares_gpu``: as explain
     predicts such a fix on one rank, ``tracekit.graph.whatif.Change.shares_gpu``).
@@ -317,7 +318,15 @@ def _row(ident: str, title: str, ctx, changed: list[int], free, aware, note: str
     its completion earlier than the last one's, and the period grows (``ranks_2gpu_heavy_delay``:
     the last counted completion 0.631 ms earlier, the first 0.794: -0.163 ms). That is the
     window's edge, not the change: the row predicts no saving, says so in its ``note`` and
-    keeps the period's own change as ``period_saving_ns``."""
+    keeps the period's own change as ``period_saving_ns``.
+
+    ``at_most_ns``: the work the change takes out a step (the straggler what-if's), the most
+    it can save a step: where the period falls by more, the excess is the same edge the other
+    way (the first counted step's completion held by what the traced state left queued on
+    another rank, the changed rank's next step started ahead of it: ``ranks_2gpu_wide_delay``,
+    2.688 ms a step taken out, the first counted completion 2.144 ms earlier, the last 5.245:
+    a period 3.101 shorter). The row predicts that work as its saving, says so and keeps the
+    period's own change as ``period_saving_ns``."""
     base = float(ctx.schedule.step_ns)
     p_free = float(getattr(free, "step_ns", free))
     p_aware = float(getattr(aware, "step_ns", aware)) if aware is not None else p_free
@@ -329,6 +338,14 @@ def _row(ident: str, title: str, ctx, changed: list[int], free, aware, note: str
             f"the replayed period grew by {-backwards / 1e6:.3f} ms although only work was "
             "taken out (the first counted step absorbs the ranks' skew at the pinned step): "
             "predicted as saving nothing")) if x)
+    if at_most_ns is not None and removes_only and base - min(p_free, p_aware) > at_most_ns:
+        backwards = base - min(p_free, p_aware)
+        p_free, p_aware = (max(p_free, base - at_most_ns), max(p_aware, base - at_most_ns))
+        note = "; ".join(x for x in (note, (
+            f"the replayed period fell by {backwards / 1e6:.3f} ms, more than the "
+            f"{at_most_ns / 1e6:.3f} ms a step taken out (the first counted step absorbs "
+            "the change: its completion held by another rank's traced state, the next step "
+            "started ahead of it): predicted as saving what was taken out")) if x)
     head = p_aware if shares_gpu else p_free
     row = {"id": ident, "title": title, "ranks_changed": sorted(changed),
            "step_ns": base, "predicted_ns": head, "predicted_contention_ns": p_aware,
@@ -559,7 +576,9 @@ def straggler_replay(ranks: list[dict], ctx, summary: dict, straggler: int, *,
         "the other ranks' host at its speed (" + ", ".join(
             f"rank {k} {f:.2f}x faster" for k, f in sorted(speeds.items())) + ")"
         if speeds else "", "skeletons only: the same prediction with contention") if x)
-    row = _row(STRAGGLER, title, ctx, [straggler], predicted, None, note, removes_only=True)
+    taken = float(res["ops_ns"]) + float(res["asleep_ns"])
+    row = _row(STRAGGLER, title, ctx, [straggler], predicted, None, note, removes_only=True,
+               at_most_ns=taken)
     if calibrated:
         row["host_speed"] = float(host_speed)
     row["taken_out"] = {"ops": {n: round(s, 4) for n, s in ops.items()},
@@ -567,7 +586,6 @@ def straggler_replay(ranks: list[dict], ctx, summary: dict, straggler: int, *,
                         "asleep_share": round(share, 4),
                         "others_host_speed": {str(k): round(f, 4) for k, f in
                                               sorted(speeds.items())}}
-    taken = float(res["ops_ns"]) + float(res["asleep_ns"])
     if taken > 0 and row["saving_ns"] < CAPPED_SHARE * taken:
         warning = capped_warning(summary, jobgraph.summarise(jg, sc, ctx.names), straggler,
                                  taken, row["saving_ns"])

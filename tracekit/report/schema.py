@@ -1118,7 +1118,9 @@ class JobWhatIf(TypedDict, total=False):
     period_saving_ns: float
     """A change that only takes work out whose replayed period grew (the first counted step
     absorbs the ranks' skew at the pinned step): the period's own change (negative); the row
-    predicts no saving (``tracekit.ranks.whatif._row``)."""
+    predicts no saving. Or one whose period fell by more than the work it takes out a step
+    (the straggler at the median rank's speed): the period's own change (positive); the row
+    predicts that work as its saving (``tracekit.ranks.whatif._row``)."""
     applies: bool
     """A what-if on one rank (``rank:R:SPEC``): whether the change touched that rank."""
     warning: str

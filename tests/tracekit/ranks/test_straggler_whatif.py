@@ -159,7 +159,9 @@ def test_at_a_host_speed_given_the_sleep_still_goes(tmp_path):
     assert 400_000 <= w["step_ns"] - row["step_ns"] <= 600_000, (w["step_ns"], row["step_ns"])
     assert row["saving_ns"] == pytest.approx(w["saving_ns"], abs=50_000)
     assert 1_900_000 <= row["saving_ns"] <= 2_100_000, row
-    assert sc.step_ns == pytest.approx(row["predicted_ns"], abs=1)
+    # the replay's step; the row's where the period fell by more than what was taken out
+    # (here by 0.1 us: the saving is capped at that work, ``_row``'s ``at_most_ns``)
+    assert sc.step_ns == pytest.approx(row["predicted_ns"], abs=1_000)
 
 
 def test_a_saving_another_ranks_hidden_chain_caps_warns(tmp_path):
@@ -206,3 +208,37 @@ def test_the_capped_warning_names_the_stragglers_unexplained_time():
     after = {"ranks": [rank(0, 9.1, 5.9), rank(3, 15.09, 0.0, 0.1)]}
     assert "its other paths as long" in capped_warning(before, after, 3, 2.19e6, 0.469e6)
     assert capped_warning(before, {"ranks": []}, 3, 2.19e6, 0.469e6) is None
+
+
+def test_a_saving_is_at_most_the_work_taken_out():
+    """``_row(at_most_ns=...)``: a what-if that only takes out work, whose replayed period falls
+    by more than the work it takes out a step, predicts that work (the excess is the first
+    counted step's edge) and keeps the period's own change; one that falls by less keeps it."""
+    from types import SimpleNamespace
+
+    from tracekit.ranks.whatif import _row
+
+    ctx = SimpleNamespace(schedule=SimpleNamespace(step_ns=14_353_267.0))
+    over = _row("x", "t", ctx, [1], 11_252_146.0, None, removes_only=True, at_most_ns=2_688_000.0)
+    assert over["saving_ns"] == pytest.approx(2_688_000.0)
+    assert over["period_saving_ns"] == pytest.approx(3_101_121.0)
+    assert "more than the 2.688 ms a step taken out" in over["note"]
+    under = _row("x", "t", ctx, [1], 12_000_000.0, None, removes_only=True, at_most_ns=2_688_000.0)
+    assert under["saving_ns"] == pytest.approx(2_353_267.0) and "period_saving_ns" not in under
+    free = _row("x", "t", ctx, [1], 11_252_146.0, None, at_most_ns=2_688_000.0)
+    assert free["saving_ns"] == pytest.approx(3_101_121.0)  # only for a change that removes
+
+
+def test_a_real_job_saves_at_most_its_planted_op(tmp_path):
+    """``ranks_2gpu_wide_delay`` (rank 1 sleeps 2.5 ms a step, 2.621 ms of the planted op and
+    0.068 of idle host time taken out a step): the replayed period fell by 3.101 ms, the first
+    counted step's completion held by rank 0's GPU work queued from the traced state (2.144 ms
+    earlier), the last 5.245; predicted 2.688 (measured 2.576 [2.020, 2.660])."""
+    from tests.conftest import SAMPLE_TRACES
+
+    g = analyze_job(SAMPLE_TRACES / "ranks_2gpu_wide_delay", cache_dir=tmp_path / "cache",
+                    whole=False).job["graph"]
+    w = {x["id"]: x for x in g["what_ifs"]}["straggler_at_median"]
+    t = w["taken_out"]
+    assert w["saving_ns"] == pytest.approx(t["ops_ns"] + t["asleep_ns"], rel=1e-6)
+    assert w["period_saving_ns"] > w["saving_ns"] + 300_000
