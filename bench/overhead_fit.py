@@ -161,13 +161,20 @@ def model_of(costs: dict, source: str = "", slow_host_by: str | None = None):
     """The model of ``costs`` ({term: ns}, and ``launch_ref``: the fitted host's launch call,
     ns; 0 or absent: no host-speed scaling); ``slow_host_by``: the option under which a slow
     host is the profiler's (``OverheadModel.slow_host_by``; None: the default model's, none
-    without a host speed)."""
+    without a host speed). A job's ranks' pace is the default model's
+    (``OverheadModel.job_launch_ref_ns``), scaled as ``launch_ref``."""
     from tracekit.graph import overhead as oh
 
     ref = float(costs.get("launch_ref", 0.0))
     rule = oh.DEFAULT_MODEL.slow_host_by if slow_host_by is None else slow_host_by
+    # a job's ranks' pace (``job_launch_ref_ns``): the default model's, as a multiple of its
+    # fitted host's launch call, over this model's
+    d = oh.DEFAULT_MODEL
+    jobs = tuple((n, ns / d.launch_ref_ns * ref) for n, ns in d.job_launch_ref_ns) \
+        if ref and d.launch_ref_ns else ()
     return oh.OverheadModel(**{f"{t}_ns": float(costs.get(t, 0.0)) for t in oh.TERMS},
-                            launch_ref_ns=ref, slow_host_by=rule if ref else "", source=source)
+                            launch_ref_ns=ref, slow_host_by=rule if ref else "",
+                            job_launch_ref_ns=jobs, source=source)
 
 
 def estimate_ms(run: Run, costs: dict, slow_host_by: str | None = None) -> float:

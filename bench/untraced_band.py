@@ -17,6 +17,14 @@ judged leave one set out (each set's band from the others, the share of its runs
 ``with_flops``; every such run judged is TorchRec's benchmark's, told by its path, as the result
 rows do not carry the trace's options) and the others apart: each kind's band, judged leave one
 set out against the pooled band read the same way (``overhead.UNTRACED_BAND_SLOW_HOST``).
+
+``--pace FILE`` (a ``bench.overhead_job_pace`` result): the runs it judged take its estimates
+of the model now (``DEFAULT_MODEL``): its jobs' ranks at the K the model holds
+(``job_launch_ref_ns`` over ``launch_ref_ns``), its TorchRec ranks of jobs not all in their folder
+(``--others``) their model-now estimates (nothing else moves); a run is matched by its set, its path from ``sample_traces/`` on and its rank. A rank
+of a job taken with the slow-host rule's options (``world_size`` 2 or more, TorchRec's) that the
+file does not hold is left out (its estimate under the model now is not known: its traces are
+gone), and the runner says how many.
 """
 
 from __future__ import annotations
@@ -52,6 +60,51 @@ def rows_from(loso: dict | None, fits: dict[str, dict], column: str) -> list[dic
                         "traced_ms": r["traced_ms"], "measured_ms": r["measured_untraced_ms"],
                         "estimate_ms": r["raw_estimated_untraced_ms"]})
     return out
+
+
+def _tail(run: str) -> str:
+    """A result row's run from ``sample_traces/`` on, without its rank's suffix."""
+    run = run.split(" rank ")[0]
+    i = run.find("sample_traces/")
+    return run[i:] if i >= 0 else run
+
+
+def _set_of(run: str, sets: dict[str, str]) -> str:
+    """The set of a ``bench.overhead_job_pace`` row: the folder before ``: `` in its run names
+    one of ``sets``' folders; none: the tree."""
+    head = run.split(": ")[0] if ": " in run else None
+    if head is None:
+        return "tree"
+    return next((n for n, root in sets.items() if f"/{head}/" in f"/{root}/"), head)
+
+
+def with_pace(rows: list[dict], pace: dict, k: float) -> tuple[list[dict], dict]:
+    """``rows`` with the estimates of ``pace`` (a ``bench.overhead_job_pace`` result) where it
+    judged the run (its jobs at ``k`` on the job's graph; its other runs' model-now estimates,
+    each on its own trace, for TorchRec's ranks of jobs not all in their folder only: the result
+    files judge those on their own trace too, and the job pace moves nothing else); the slow-host
+    rule's ranks of jobs it did not judge left out. Also ``{"replaced", "left_out"}``."""
+    sets = pace.get("sets") or {}
+    est = {}
+    for r in pace.get("rows", []):
+        if abs(float(r["k"]) - k) < 1e-9:
+            est[(_set_of(r["run"], sets), _tail(r["run"]), int(r["rank"]))] = r["estimate_ms"]
+    for name, d in (pace.get("others") or {}).items():
+        for r in d.get("rows", []):  # on its own trace: TorchRec's ranks of jobs not all there
+            if slow_host_run(r["run"]) and r.get("kind", "").endswith("GPUs"):
+                est[(name, _tail(r["run"]), int(r["rank"]))] = r["now_ms"]
+    out, replaced, left = [], 0, []
+    for r in rows:
+        rank = int(r["run"].rsplit(" rank ", 1)[1]) if " rank " in r["run"] else 0
+        key = (r["set"], _tail(r["run"]), rank)
+        if key in est:
+            out.append(dict(r, estimate_ms=est[key]))
+            replaced += 1
+        elif slow_host_run(r["run"]) and "torchrec_1gpu/" not in r["run"]:
+            left.append(f"{r['set']}: {key[1]} rank {rank}")
+        else:
+            out.append(r)
+    return out, {"replaced": replaced, "left_out": left}
 
 
 def mark(rows: list[dict], decides: float) -> None:
@@ -131,6 +184,12 @@ def render(doc: dict) -> str:
            f"{100 * doc['decides']:.0f} % under the traced step (the profiler's cost decides it): "
            f"{doc['within_10_decided']} of them within +-10 % of the measured untraced step "
            f"(the rest: {doc['within_10_rest']} of {doc['runs'] - doc['decided']}).", ""]
+    if doc.get("pace"):
+        p = doc["pace"]
+        out += [f"The model now's estimates from `{p['file']}` (jobs at K = {p['k']:g}): "
+                f"{p['replaced']} runs; left out, ranks of TorchRec's jobs it does not hold: "
+                f"{len(p['left_out'])}" + (f" ({', '.join(p['left_out'])})" if p["left_out"]
+                                           else "") + ".", ""]
     if b:
         out.append(f"Their error (estimate / measured - 1), 10th and 90th percentile over every "
                    f"set: {100 * b[0]:+.1f} % and {100 * b[1]:+.1f} %.")
@@ -175,6 +234,9 @@ def main(argv=None) -> int:
     ap.add_argument("--decides", type=float, default=oh.HOST_DECIDES)
     ap.add_argument("--by-options", action="store_true",
                     help="the slow-host rule's runs (TorchRec's) and the others apart")
+    ap.add_argument("--pace", default=None,
+                    help="a bench.overhead_job_pace result: its estimates of the model now "
+                         "replace the files' (module docstring)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -185,7 +247,13 @@ def main(argv=None) -> int:
             name, _, path = f.partition("=")
             fits[name] = json.load(open(path))
         rows = rows_from(loso, fits, args.column)
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        paced = None
+        if args.pace:
+            d = oh.DEFAULT_MODEL
+            k = round(d.job_ref_ns(2) / d.launch_ref_ns, 2) if d.launch_ref_ns else 1.0
+            rows, paced = with_pace(rows, json.load(open(args.pace)), k)
+            paced["k"] = k
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
         print(f"untraced_band: cannot read the result files ({type(e).__name__}: {e})",
               file=sys.stderr)
         return 2
@@ -194,6 +262,8 @@ def main(argv=None) -> int:
         return 2
     doc = {"question": "the estimate's error where the profiler's cost decides it",
            "decides": args.decides, "column": args.column, **band(rows, args.decides)}
+    if paced is not None:
+        doc["pace"] = dict(paced, file=args.pace)
     if args.by_options:
         doc["by_options"] = by_options(rows, args.decides)
     doc["rows"] = rows

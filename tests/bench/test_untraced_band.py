@@ -83,3 +83,35 @@ def test_by_options_reads_each_kind_apart(tmp_path):
                       "decided": 12, "decides": 0.15, "within_10_decided": 0, "within_10_rest": 0,
                       "band": None, "left_out": {}, "by_options": out})
     assert "slow-host rule's options" in text and "inside the pooled one" in text
+
+
+def test_the_job_pace_results_estimates_replace_the_files(tmp_path):
+    """``--pace``: the jobs' ranks a job-pace result judged take its estimate at the K the model
+    holds (matched by set, path from sample_traces/ and rank), TorchRec's ranks of incomplete
+    jobs its own-trace model-now estimate; a TorchRec job rank it does not hold is left out;
+    the rest keep their files' estimates."""
+    rows = [{"set": "h9", "run": "sample_traces/torchrec_2gpu/a/t-rank1.json.gz rank 1",
+             "traced_ms": 30.0, "measured_ms": 20.0, "estimate_ms": 15.0},
+            {"set": "h8", "run": "sample_traces/torchrec_2gpu/b/t-rank0.json.gz rank 0",
+             "traced_ms": 30.0, "measured_ms": 20.0, "estimate_ms": 15.0},
+            {"set": "tree", "run": "sample_traces/torchrec_2gpu/c/t-rank0.json.gz rank 0",
+             "traced_ms": 30.0, "measured_ms": 20.0, "estimate_ms": 16.0},
+            {"set": "tree", "run": "sample_traces/torchrec_1gpu/d/t-rank0.json.gz rank 0",
+             "traced_ms": 30.0, "measured_ms": 20.0, "estimate_ms": 17.0},
+            {"set": "tree", "run": "sample_traces/pipelines_2gpu/e/trace_rank0.json.gz rank 0",
+             "traced_ms": 30.0, "measured_ms": 20.0, "estimate_ms": 18.0}]
+    pace = {"sets": {"h9": "/work/.heldout9/tree/sample_traces", "tree": "sample_traces"},
+            "rows": [{"run": ".heldout9/tree: sample_traces/torchrec_2gpu/a/t-rank1.json.gz",
+                      "rank": 1, "k": 1.0, "estimate_ms": 15.0},
+                     {"run": ".heldout9/tree: sample_traces/torchrec_2gpu/a/t-rank1.json.gz",
+                      "rank": 1, "k": 1.42, "estimate_ms": 19.5}],
+            "others": {"tree": {"rows": [
+                {"run": "sample_traces/torchrec_2gpu/c/t-rank0.json.gz", "rank": 0,
+                 "kind": "TorchRec, 2 GPUs", "now_ms": 18.5},
+                {"run": "sample_traces/pipelines_2gpu/e/trace_rank0.json.gz", "rank": 0,
+                 "kind": "runtime, 2 GPUs", "now_ms": 99.0}]}}}
+    out, info = ub.with_pace(rows, pace, 1.42)
+    got = {(r["set"], r["run"].split("/")[2]): r["estimate_ms"] for r in out}
+    assert got == {("h9", "a"): 19.5, ("tree", "c"): 18.5, ("tree", "d"): 17.0,
+                   ("tree", "e"): 18.0}
+    assert info["replaced"] == 2 and len(info["left_out"]) == 1 and "h8" in info["left_out"][0]
