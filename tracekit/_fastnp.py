@@ -10,6 +10,13 @@ rank's ~19 ms there (py-spy, 2026-11-28).
 - ``r_(a, b, ...)`` is ``np.r_[a, b, ...]`` for items that are arrays, sequences or scalars
   (no slices, no string directives): the items' ``np.result_type`` (scalars as weak Python
   values, as ``np.r_`` takes them), each item cast to it, concatenated.
+- ``index_of(keys, values)`` is ``pd.Index(keys).get_indexer(values)`` for integer keys that
+  do not repeat (each value's position in ``keys``, -1 for none): a binary search instead of the
+  Index pandas builds and hashes (~0.1 ms a call).
+- ``factorize(values, sort=False)`` is ``pd.factorize(values, sort=sort)`` (codes, distinct
+  values): for at most ``SMALL_KEYS`` integers or Python strings, numbered by a dict (pandas'
+  hash table costs ~20-30 us a call whatever the size; explain and profile make a dozen calls
+  a trace on tables of a few rows); anything else (floats, a missing value) by pandas.
 - ``isin(values, table)`` is ``np.isin(values, table)``: where the values are integers, the
   table integers or booleans, and the table has at most ``SMALL_TABLE`` elements, one comparison per table element
   (what ``np.isin`` itself does for a small table, without choosing); else ``np.isin``.
@@ -73,4 +80,45 @@ def isin(values, table) -> np.ndarray:
     return out
 
 
-__all__ = ["SMALL_TABLE", "isin", "r_"]
+__all__ = ["SMALL_KEYS", "SMALL_TABLE", "factorize", "index_of", "isin", "r_"]
+
+
+def index_of(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``pd.Index(keys).get_indexer(values)`` for 1-D integer arrays; keys that repeat go to
+    pandas (which refuses them)."""
+    o = np.argsort(keys, kind="stable")
+    sk = keys[o]
+    if sk.size > 1 and not (sk[1:] != sk[:-1]).all():
+        import pandas as pd
+
+        return pd.Index(keys).get_indexer(values)
+    if not sk.size:
+        return np.full(np.shape(values), -1, np.intp)
+    at = np.minimum(np.searchsorted(sk, values), sk.size - 1)
+    return np.where(sk[at] == values, o[at], -1).astype(np.intp)
+
+
+SMALL_KEYS = 256
+"""Up to this many values ``factorize`` numbers them with a dict."""
+
+
+def factorize(values, *, sort: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize(values, sort=sort)`` for a 1-D array (the module docstring)."""
+    import pandas as pd
+
+    a = values if type(values) is np.ndarray else None
+    if a is None or a.ndim != 1 or a.size > SMALL_KEYS or a.dtype.kind not in "iuO":
+        return pd.factorize(values, sort=sort)
+    items = a.tolist()
+    if a.dtype.kind == "O" and not all(type(x) is str for x in items):
+        return pd.factorize(values, sort=sort)
+    first: dict = {}
+    codes = np.fromiter((first.setdefault(x, len(first)) for x in items), np.intp,
+                        count=len(items))
+    uniq = np.array(list(first), dtype=a.dtype) if first else np.zeros(0, a.dtype)
+    if sort and uniq.size > 1:
+        order = np.array(sorted(range(uniq.size), key=uniq.__getitem__), np.intp)
+        rank = np.empty(uniq.size, np.intp)
+        rank[order] = np.arange(uniq.size)
+        codes, uniq = rank[codes], uniq[order]
+    return codes, uniq

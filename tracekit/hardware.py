@@ -82,10 +82,25 @@ def peak_hbm(name: str | None, extra: tuple[GpuPeak, ...] = ()) -> GpuPeak | Non
     for an unknown GPU or no name."""
     if not name:
         return None
-    for g in (*extra, *KNOWN_GPUS):
-        if re.search(g.pattern, name, re.IGNORECASE):
-            return g
-    return None
+    key = (name, extra)
+    try:  # a device's name asked again (every rank of a job asks about the same one or two)
+        return _FOUND[key]
+    except (KeyError, TypeError):
+        pass
+    got = next((g for g in (*extra, *KNOWN_GPUS) if re.search(g.pattern, name, re.IGNORECASE)),
+               None)
+    try:
+        if len(_FOUND) >= 1024:  # bounded: names come from the traces
+            _FOUND.clear()
+        _FOUND[key] = got
+    except TypeError:  # an entry that cannot be hashed: asked afresh each time
+        pass
+    return got
+
+
+_FOUND: dict[tuple, GpuPeak | None] = {}
+"""``peak_hbm``'s answers in this process, by (name, extra): a pure function of them, whose
+~30 pattern searches cost ~30 us a call."""
 
 
 def device_names(metadata: dict) -> dict[int, str]:

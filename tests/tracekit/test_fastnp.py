@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit import phases
-from tracekit._fastnp import SMALL_TABLE, isin, r_
+from tracekit._fastnp import SMALL_KEYS, SMALL_TABLE, factorize, index_of, isin, r_
 
 DTYPES = [np.bool_, np.int8, np.uint8, np.int16, np.int32, np.int64, np.uint64, np.float32,
           np.float64, object]
@@ -147,3 +147,42 @@ def test_per_used_name_of_few_names_is_per_used_name(names, codes):
         finally:
             phases.FEW_NAMES = old
         assert _same(got, want)
+
+
+def _same_factorized(got, want) -> None:
+    assert type(got[1]) is type(want[1])
+    assert got[0].dtype == want[0].dtype and np.array_equal(got[0], want[0])
+    assert got[1].dtype == want[1].dtype and list(got[1]) == list(want[1])
+
+
+@given(arrays(max_size=12), st.booleans())
+@settings(max_examples=400, deadline=None)
+def test_factorize_is_pandas(values, sort):
+    _same_factorized(factorize(values, sort=sort), pd.factorize(values, sort=sort))
+
+
+@given(st.lists(st.sampled_from(["gemm", "b", "a", "", "ä", "a10", "a2", "Z"]), max_size=12),
+       st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_factorize_of_strings_is_pandas(names, sort):
+    values = np.array(names, dtype=object) if names else np.zeros(0, object)
+    _same_factorized(factorize(values, sort=sort), pd.factorize(values, sort=sort))
+
+
+def test_factorize_of_many_keys_is_pandas():
+    values = np.arange(3 * SMALL_KEYS, dtype=np.int64) % 7
+    _same_factorized(factorize(values, sort=True), pd.factorize(values, sort=True))
+
+
+@given(st.lists(st.integers(-5, 5), max_size=8), st.lists(st.integers(-7, 7), max_size=8))
+@settings(max_examples=400, deadline=None)
+def test_index_of_is_get_indexer(keys, values):
+    k, v = np.array(keys, np.int64), np.array(values, np.int64)
+    if len(set(keys)) < len(keys):  # pandas refuses keys that repeat; so does index_of
+        with pytest.raises(Exception) as want:
+            pd.Index(k).get_indexer(v)
+        with pytest.raises(type(want.value)):
+            index_of(k, v)
+        return
+    got, want = index_of(k, v), pd.Index(k).get_indexer(v)
+    assert got.dtype == want.dtype and np.array_equal(got, want)

@@ -148,3 +148,21 @@ def test_one_step_definition_steps_and_explain(path):
         a = a.set_index("step")[["start", "end"]]
         b = cr.step_windows(build_graph(t, RULES)).set_index("step")[["start", "end"]]
         assert len(a) == len(b) and a.reindex(b.index).equals(b)
+
+
+def test_p50_p90_is_numpys_percentile():
+    import numpy as np
+
+    from tracekit.steps import _p50_p90
+
+    rng = np.random.default_rng(29)
+    cases = [np.array([v], np.int64) for v in (0, -1, 2**63 - 1, -2**63)]
+    for n in range(1, 30):  # small values, large ones, and differences that wrap in int64
+        cases += [rng.integers(-10, 10, n), rng.integers(0, 10**12, n),
+                  rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64)]
+    cases += [np.array([1.5, 2.5, float("nan")]), np.array([3, 1], np.int32)]  # numpy's own way
+    with np.errstate(over="ignore", invalid="ignore"):
+        for x in cases:
+            want = np.array(np.percentile(x, [50, 90]).tolist())
+            assert np.array(_p50_p90(x)).tobytes() == want.tobytes(), x
+    assert _p50_p90(np.zeros(0, np.int64)) == (None, None)

@@ -1,5 +1,5 @@
 """Group-by in numpy for the per-name tables (operators, kernels): integer keys in, one row per
-group out, in time linear in the rows: keys are hashed (pandas' factorize), never sorted, and
+group out, in time linear in the rows: keys are hashed (pandas' factorize, or a dict for a few: ``_fastnp.factorize``), never sorted, and
 every figure is a ``bincount`` (pandas' groupby with several aggregations costs a second on a
 million rows; sorting them, half of that)."""
 
@@ -12,9 +12,7 @@ from tracekit import _fastnp as fnp
 
 def codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``values`` as integer codes and the distinct values they index (first seen first)."""
-    import pandas as pd
-
-    c, uniq = pd.factorize(np.asarray(values), sort=False)
+    c, uniq = fnp.factorize(np.asarray(values), sort=False)
     return c.astype(np.int64), np.asarray(uniq)
 
 

@@ -197,7 +197,9 @@ def _find_rows(trace: Trace, rules: Rules) -> tuple[np.ndarray, np.ndarray, np.n
     is_kernel = trace.column("kind") == int(Kind.KERNEL)
     args = trace.args
     arg_event = column(args, "event", np.int64)
-    with_args = is_kernel[arg_event] & (args["collective"].astype(str).to_numpy(object) != "")
+    with_args = is_kernel[arg_event]
+    if with_args.any():  # (most traces' args belong to no kernel: no Series to build)
+        with_args &= args["collective"].astype(str).to_numpy(object) != ""
     codes, cats = phases.name_codes(ev)
     comm = phases.name_matches(codes, cats, rules.communication) & is_kernel
     comm[arg_event[with_args]] = False

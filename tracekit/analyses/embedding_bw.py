@@ -516,7 +516,7 @@ def _embedding_kernels(names: np.ndarray, rules: Rules) -> np.ndarray:
     rx = [r.regex for r in rules.kernels if r.phase in (rules.lookup_phase, "emb_backward")]
     if not rx:
         return np.zeros(len(names), bool)
-    codes, uniq = pd.factorize(names)  # hashing, not sorting: a million names in ~0.1 s
+    codes, uniq = fnp.factorize(names)  # hashing, not sorting: a million names in ~0.1 s
     hit = np.array([any(r.search(str(u)) for r in rx) for u in uniq], bool)
     return hit[codes] if len(uniq) else np.zeros(len(names), bool)
 

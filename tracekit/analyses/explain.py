@@ -161,14 +161,14 @@ def _tops(g, path: pd.DataFrame) -> dict[int, list[dict]]:
     key = np.zeros(len(path), np.int64)
     for col in ("step", "lane", "name", "category"):
         if col == "name":  # a node's name: hashed once per node (long kernel names are slow)
-            node, _ = pd.factorize(column(path, "node", np.int64))
+            node, _ = fnp.factorize(column(path, "node", np.int64))
             once = np.unique(node, return_index=True)[1]
-            per_node, uniq = pd.factorize(column(path, "name", object)[once])
+            per_node, uniq = fnp.factorize(column(path, "name", object)[once])
             codes = per_node[node]
         else:
-            codes, uniq = pd.factorize(column(path, col))
+            codes, uniq = fnp.factorize(column(path, col))
         key = key * len(uniq) + codes
-    group, _ = pd.factorize(key)
+    group, _ = fnp.factorize(key)
     o = np.argsort(group, kind="stable")
     cut = np.flatnonzero(fnp.r_(True, group[o][1:] != group[o][:-1]))
     first = o[cut]  # each group's first row
@@ -199,7 +199,7 @@ def _breakdowns(path: pd.DataFrame) -> dict[int, dict[str, int]]:
         return {}
     step = column(path, "step", np.int64)
     cats = column(path, "category", object)
-    cat_code, cat_names = pd.factorize(cats)
+    cat_code, cat_names = fnp.factorize(cats)
     dur = column(path, "dur", np.int64)
     if (cat_code < 0).any():  # a missing category: left out, as a pandas group-by drops it
         keep = cat_code >= 0
@@ -207,8 +207,8 @@ def _breakdowns(path: pd.DataFrame) -> dict[int, dict[str, int]]:
     # the (step, category) groups in order of first appearance, their sums, then sorted by step
     # and largest first, stably: what a pandas group-by and sort gave (numpy: those cost ~1.5 ms
     # a call whatever the path's size, most of it on a trace of a few events)
-    step_code, step_vals = pd.factorize(step)
-    group, _ = pd.factorize(step_code * len(cat_names) + cat_code)
+    step_code, step_vals = fnp.factorize(step)
+    group, _ = fnp.factorize(step_code * len(cat_names) + cat_code)
     first = np.unique(group, return_index=True)[1]
     ns = np.zeros(first.size, np.int64)
     np.add.at(ns, group, dur)
@@ -322,8 +322,7 @@ def compute(trace: Trace, rules: Rules, *, snapshot: object | None = None,
         if path0 is None:
             path0 = cr.step_paths(g0, windows=win0)
         warnings.append(_replay_warning(g0, path0, win0, counted, replay))
-    at = pd.Index(column(win0, "step", np.int64))
-    k = at.get_indexer(column(win, "step", np.int64))
+    k = fnp.index_of(column(win0, "step", np.int64), column(win, "step", np.int64))
     replayed = np.where(k >= 0, rep0[np.maximum(k, 0)], 0) if k.size else rep0[:0]
     err = np.where(k >= 0, err0[np.maximum(k, 0)], np.nan) if k.size else err0[:0]
     if len(win):

@@ -67,9 +67,10 @@ MAX_PAIR_STREAMS = 64
 def compute(trace: Trace, rules: Rules) -> OverlapResult:
     """Stream and class overlaps (see the module docstring)."""
     acts, _ = phases.activities(trace, rules)
-    inv, uniq = pd.factorize(acts["name"])
+    # the names as codes (a dict for a few: ``_fastnp.factorize``; no Series, no Index)
+    inv, uniq = fnp.factorize(column(acts, "name", object))
     kernel = column(acts, "kind") == int(Kind.KERNEL)
-    comm = kernel & phases.name_matches(inv, pd.Index(uniq), rules.communication)
+    comm = kernel & phases.name_matches(inv, uniq, rules.communication)
     compute_ = kernel & ~comm
     mem = ~kernel
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tracekit import _fastnp as fnp
 from tracekit import intervals, phases
 from tracekit import steps as steps_mod
 from tracekit.phases import Rules
@@ -70,7 +71,7 @@ def _sums(keys: np.ndarray, values: np.ndarray, *, sort: bool
     """(distinct keys, int64 sum of ``values`` per key, count per key): the keys sorted
     (``sort``) or in the order they first appear; numpy, as a pandas group-by costs ~1 ms a call
     whatever the number of rows."""
-    codes, uniq = pd.factorize(keys, sort=sort)
+    codes, uniq = fnp.factorize(np.asarray(keys), sort=sort)
     known = codes >= 0  # a missing key (None) is in no group, as a group-by drops it
     total = np.zeros(len(uniq), np.int64)
     np.add.at(total, codes[known], np.asarray(values, np.int64)[known])
@@ -134,8 +135,8 @@ def compute(trace: Trace, rules: Rules, *, steps: steps_mod.StepsResult | None =
     st = steps_mod.compute(trace, rules) if steps is None else steps
     n = len(st.steps)
     if n:
-        lo = int(st.steps["cpu_start"].min())
-        hi = int(st.steps["cpu_end"].max())
+        lo = int(column(st.steps, "cpu_start", np.int64).min())
+        hi = int(column(st.steps, "cpu_end", np.int64).max())
     else:
         lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
     per = max(n, 1)

@@ -173,11 +173,14 @@ def compute(trace: Trace, rules: Rules) -> SyncsResult:
     rcodes, rcats = phases.name_codes(rt)
     rcorr = column(rt, "correlation", np.int64)
     blocking = phases.name_matches(rcodes, rcats, BLOCKING)
-    # async copies whose memcpy is pageable
-    inv, uniq = pd.factorize(acts["name"])
-    pageable = np.array(["Pageable" in str(n) for n in uniq], bool)
-    pageable_corr = column(acts, "correlation", np.int64)[
-        (column(acts, "kind") == int(Kind.MEMCPY)) & (pageable[inv] if len(acts) else False)]
+    # async copies whose memcpy is pageable (names looked at only where there is a copy)
+    is_copy = column(acts, "kind") == int(Kind.MEMCPY)
+    if is_copy.any():
+        inv, uniq = pd.factorize(acts["name"])
+        pageable = np.array(["Pageable" in str(n) for n in uniq], bool)
+        pageable_corr = column(acts, "correlation", np.int64)[is_copy & pageable[inv]]
+    else:
+        pageable_corr = column(acts, "correlation", np.int64)[is_copy]
     blocking |= phases.name_matches(rcodes, rcats, ASYNC_COPY) & _member(rcorr, pageable_corr)
     source = objarrays.full(len(rt), "runtime")
     # cuda_sync events: through their runtime call, or on their own

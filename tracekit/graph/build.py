@@ -297,7 +297,7 @@ def _host_points(trace: Trace, cl: pd.DataFrame, base: int, main_lane: int,
 
 def _polls(name: np.ndarray) -> np.ndarray:
     """bool per node: a poll (``syncs.POLL``), the regex run once per distinct name."""
-    codes, uniq = pd.factorize(name)
+    codes, uniq = fnp.factorize(name)
     hit = np.array([POLL.search(str(u)) is not None for u in uniq], bool)
     return hit[codes] if codes.size else np.zeros(0, bool)
 
@@ -363,7 +363,13 @@ def _main_thread(trace: Trace, rules: Rules, calls: pd.DataFrame) -> tuple[int, 
         pt = calls.groupby(["pid", "tid"]).size().idxmax()
         return int(pt[0]), int(pt[1])
     mine = trace.column("pid", np.int64)[trace.column("tid", np.int64) == tid]
-    pid = int(pd.Series(mine).mode().iloc[0]) if mine.size else -1
+    # the most frequent pid, the smallest of a tie (pandas' ``Series.mode().iloc[0]``, without
+    # its Series and sort: ~0.15 ms a trace)
+    if mine.size:
+        pids, counts = np.unique(mine, return_counts=True)
+        pid = int(pids[np.argmax(counts)])
+    else:
+        pid = -1
     return pid, int(tid)
 
 
@@ -465,7 +471,7 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
     comm = phases.name_matches(a_codes, ncats, rules.communication)
     a_kind = column(acts, "kind")
     a_phase = column(acts, "phase", object)
-    ph_code, ph_uniq = pd.factorize(a_phase)  # phases are strings, a few distinct ones
+    ph_code, ph_uniq = fnp.factorize(a_phase)  # phases are strings, a few distinct ones
     a_cat = np.array([COMPUTE + str(p) for p in ph_uniq] + [""], dtype=object)[ph_code]
     a_cat[comm] = COMMUNICATION
     a_cat[a_kind != int(Kind.KERNEL)] = MEMCPY
@@ -560,7 +566,8 @@ def _build(trace: Trace, rules: Rules, config: GraphConfig) -> Graph:  # noqa: C
         :2 * n_st] if n_st else np.zeros(0, np.int64)
     m_step = fnp.r_(column(st, "step", np.int64), column(st, "step", np.int64)) if n_st \
         else np.zeros(0, np.int64)
-    m_name = np.array([f"step {s} start" for s in st["step"]] + [f"step {s} end" for s in st["step"]],
+    m_steps = column(st, "step", np.int64).tolist() if n_st else []
+    m_name = np.array([f"step {s} start" for s in m_steps] + [f"step {s} end" for s in m_steps],
                       dtype=object) if n_st else np.zeros(0, object)
 
     # ---- where threads stopped and resumed ----------------------------------------------------

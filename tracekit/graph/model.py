@@ -259,7 +259,7 @@ class Graph:
     def kernels(self) -> np.ndarray:
         """bool per node: a GPU kernel (compute or communication; not a copy), computed once:
         every contention-aware replay asks for it."""
-        inv, uniq = pd.factorize(self.category)  # per distinct category (a few), not per node
+        inv, uniq = fnp.factorize(self.category)  # per distinct category (a few), not per node
         is_kernel = np.array([str(c) == COMMUNICATION or str(c).startswith(COMPUTE) for c in uniq],
                              bool)
         return (self.kind == NodeKind.GPU) & is_kernel[inv]
@@ -289,10 +289,12 @@ class Graph:
         return {EDGE_NAMES[k]: int(c[int(k)]) for k in EdgeKind}
 
     def lane_label(self, lane: int) -> str:
-        r = self.lanes.iloc[int(lane)]
-        if r["type"] == "gpu":
-            return f"GPU {int(r['device'])} stream {int(r['stream'])}"
-        return f"CPU {int(r['pid'])}/{int(r['tid'])}"
+        # the lane's columns read as arrays: a row of the table (``iloc``) is a Series of
+        # objects built for four values (~60 us; explain labels a few lanes a trace)
+        lanes, i = self.lanes, int(lane)
+        if column(lanes, "type", object)[i] == "gpu":
+            return f"GPU {int(column(lanes, 'device')[i])} stream {int(column(lanes, 'stream')[i])}"
+        return f"CPU {int(column(lanes, 'pid')[i])}/{int(column(lanes, 'tid')[i])}"
 
 
 @dataclass(frozen=True)

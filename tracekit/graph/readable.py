@@ -28,7 +28,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from tracekit import _fastnp as fnp
 from tracekit.graph.model import Graph, NodeKind
@@ -64,7 +63,7 @@ def _names_match(names: np.ndarray, f) -> np.ndarray:
     """bool per name: ``f(name)``, asked once per distinct name."""
     if not names.size:
         return np.zeros(0, bool)
-    codes, uniq = pd.factorize(names)
+    codes, uniq = fnp.factorize(names)
     return np.array([bool(f(str(u))) for u in uniq], bool)[codes]
 
 

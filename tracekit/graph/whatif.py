@@ -230,7 +230,7 @@ def pin_of(g: Graph, windows) -> int:
     keep = counted_steps(windows)
     if keep.size < 2:
         return -1
-    return int(windows["sink"].iloc[0])
+    return int(column(windows, "sink", np.int64)[0])
 
 
 @dataclass(frozen=True)
@@ -394,7 +394,7 @@ def counted_steps(windows) -> np.ndarray:
 def aligned(obs, w) -> np.ndarray:
     """Each observed step's length in windows ``w`` (0 for a step ``w`` lacks)."""
     d = column(w, "end", np.int64) - column(w, "start", np.int64)
-    at = pd.Index(column(w, "step", np.int64)).get_indexer(column(obs, "step", np.int64))
+    at = fnp.index_of(column(w, "step", np.int64), column(obs, "step", np.int64))
     return np.where(at >= 0, d[np.maximum(at, 0)] if d.size else 0, 0).astype(np.int64)
 
 
