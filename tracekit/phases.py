@@ -356,7 +356,16 @@ def _spread(full: np.ndarray, codes: np.ndarray, fill) -> np.ndarray:
 
 def name_strings(codes: np.ndarray, cats: pd.Index) -> np.ndarray:
     """Each row's name as a Python str (object array), converted once per used name."""
-    return per_used_name(codes, cats, lambda n: np.asarray(n.astype(str), dtype=object), "")
+    return per_used_name(codes, cats, _as_strings, "")
+
+
+def _as_strings(names) -> np.ndarray:
+    """``np.asarray(names.astype(str), dtype=object)``: names that are all Python strings
+    already (a trace's) as they are, without the Index pandas builds for the conversion."""
+    items = names.tolist()
+    if all(type(x) is str for x in items):
+        return np.array(items, dtype=object) if items else np.zeros(0, object)
+    return np.asarray(names.astype(str), dtype=object)
 
 
 def name_matches(codes: np.ndarray, cats: pd.Index, rx) -> np.ndarray:
