@@ -27,7 +27,7 @@ What holds (no replay involved): per preset and GPU count, each option set's hos
 the events the option adds or removes: a per-event cost measured directly, to set beside the
 fitted one. And the judged runs' error with each term left out.
 
-    python -m bench.overhead_fit [--runs DIR ...] [--fit-preset P ...] [--mode terms|scale] [--out bench/results]
+    python -m bench.overhead_fit [--runs DIR ...] [--fit-preset P ...] [--mode terms|scale] [--anchor-wakes on|off] [--out bench/results]
 """
 
 from __future__ import annotations
@@ -328,9 +328,25 @@ def main(argv=None) -> int:
                     help="fit without the host-speed scaling (OverheadModel.launch_ref_ns = 0)")
     ap.add_argument("--no-join", action="store_true",
                     help="judge every rank of a job on its own estimate only")
+    ap.add_argument("--anchor-wakes", choices=("model", "on", "off"), default="model",
+                    help="the untraced replay's anchored wakes (overhead.ANCHOR_WAKES): the "
+                         "model's setting, or on / off for this run")
     ap.add_argument("--out", default=None, help="write overhead-fit-<date>.{md,json} here")
     ap.add_argument("--tag", default="")
     args = ap.parse_args(argv)
+    kept = oh.ANCHOR_WAKES
+    if args.anchor_wakes != "model":
+        oh.ANCHOR_WAKES = args.anchor_wakes == "on"
+    try:
+        return _run(args, argv)
+    finally:
+        oh.ANCHOR_WAKES = kept
+
+
+def _run(args, argv) -> int:
+    """``main`` after its arguments (``overhead.ANCHOR_WAKES`` as ``--anchor-wakes`` says)."""
+    from tracekit.graph import overhead as oh
+
     prior = json.loads(args.prior) if args.prior else \
         {t: oh.DEFAULT_MODEL.cost(t) for t in oh.TERMS} | \
         {"launch_ref": oh.DEFAULT_MODEL.launch_ref_ns}
@@ -386,7 +402,7 @@ def main(argv=None) -> int:
     now = datetime.now(timezone.utc)
     doc = {"question": "estimated untraced step (from the trace alone) vs the untraced step the "
                        "same process measured; which terms hold", "target": TARGET,
-           "mode": args.mode, "fit_presets": sorted(fit_presets),
+           "mode": args.mode, "anchor_wakes": oh.ANCHOR_WAKES, "fit_presets": sorted(fit_presets),
            "fit_options": sorted(fit_options), "runs_from": args.runs,
            "prior_ns": prior, "costs_ns": costs, "fitted_terms": told, "fitted_alone": free,
            "fit_runs": len(fitted), "judged_runs": len(judged),

@@ -60,3 +60,26 @@ def test_fit_finds_the_costs_and_judges_the_others(tmp_path, monkeypatch):
     c = overhead_fit.contrasts(runs)
     assert [(x["option"], x["term"], round(x["events_per_step"])) for x in c] == [
         ("no_memory", "memory", -20)]
+
+
+def test_anchor_wakes_for_one_run_only(tmp_path, monkeypatch):
+    """``--anchor-wakes on|off`` sets the untraced replay's anchored wakes for that run (the
+    result says which) and leaves the model's setting as it was."""
+    from tracekit.graph import overhead as oh
+
+    root = tmp_path / "sample_traces"
+    host_bound_run(root / "pipelines_1gpu" / "a", ops=5, memory=False, preset="fitme")
+    seen = []
+    real = overhead_fit.estimate_ms
+    monkeypatch.setattr(overhead_fit, "estimate_ms",
+                        lambda *a, **k: seen.append(oh.ANCHOR_WAKES) or real(*a, **k))
+    before = oh.ANCHOR_WAKES
+    for flag, want in (("on", True), ("off", False)):
+        seen.clear()
+        out = tmp_path / flag
+        assert overhead_fit.main(["--runs", str(root), "--mode", "scale", "--anchor-wakes", flag,
+                                  "--out", str(out)]) == 0
+        assert seen and set(seen) == {want}
+        doc = json.loads(next(out.glob("*.json")).read_text())
+        assert doc["anchor_wakes"] is want
+        assert oh.ANCHOR_WAKES is before
