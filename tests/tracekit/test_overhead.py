@@ -584,6 +584,8 @@ def test_the_default_model_brings_a_jobs_rank_to_a_slower_pace(tmp_path):
     assert got["alone"].host_factor == got["one"].host_factor == 2.0
     assert got["job"].host_factor == got["job4"].host_factor == pytest.approx(2.0 / 1.42,
                                                                                rel=1e-3)
+    assert "to a job's pace (2 ranks" in got["job"].rests_on
+    assert "job's pace" not in got["alone"].rests_on and "job's pace" not in got["one"].rests_on
     # less of the host taken away: the job's rank's estimate is the longer one
     assert got["job"].untraced_step_ns > got["alone"].untraced_step_ns
     assert got["one"].untraced_step_ns == got["alone"].untraced_step_ns

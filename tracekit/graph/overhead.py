@@ -719,6 +719,10 @@ def estimate(trace: Trace, g: Graph, model: OverheadModel = DEFAULT_MODEL, *,
                "shapes": "recorded inputs (record_shapes)"}[model.slow_host_by]
         pace += (f"; with {opt} that slowness is the profiler's: the "
                  f"rest of the host {slowed:.2f}x faster untraced")
+        job_ref = model.job_ref_ns(c.world_size)
+        if job_ref != model.launch_ref_ns:
+            pace += (f", to a job's pace ({c.world_size} ranks: a launch call of "
+                     f"{job_ref / 1e3:.2f} us untraced)")
     rests = (f"per step {terms}: {taken / 1e6:,.3f} ms of host time taken out and the graph "
              f"replayed (costs: {model.source}{pace})")
     if given_cost:
