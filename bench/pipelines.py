@@ -245,8 +245,8 @@ PRESETS: dict[str, dict] = {
                            rounds=36, **_RUN),
     "multitask_h112_b16k": dict(_BIG, batch=16384, task_heads=112, adam_foreach=False, main_priority=-2, est_step_ms=46,
                                 rounds=40, **_RUN),
-    "dense_b16k": dict(_BIG, batch=16384, task_heads=1, adam_foreach=True, main_priority=0, est_step_ms=20,
-                       rounds=32, warmup=6, timed=8),
+    # (set 8's third preset, dense_b16k, is the one defined above, with the same values: it had been
+    # run before, sample_traces/pipelines_2gpu/dense_b16k, so it was not new to the models in set 8)
     # Held out (2026-11-28, session 9): presets never used to fit anything, collected before that
     # session's model changes, to judge them on: the multitask model at 18432 samples (between the
     # 12k and the 20k), 56 task heads at 22528 samples, and the dense_heavy model at 28672 samples
@@ -942,7 +942,6 @@ def write_commit(bench: Bench) -> None:
     # the repository to the GPU machine (an indented file is ~40 % larger)
     (res / f"pipelines-{bench.tag}.json").write_text(json.dumps(doc, separators=(",", ":"), default=str) + "\n")
     (res / f"pipelines-{bench.tag}.md").write_text("\n".join(markdown(doc)) + "\n")
-    head = next((p for p in doc["presets"] if p["headline"]), None)
     samples = c / bench.samples_dir
     samples.mkdir(parents=True, exist_ok=True)
     lines = [f"# Pipeline traces, {doc['world_size']} x {doc['device']}", "",
@@ -983,7 +982,7 @@ def write_commit(bench: Bench) -> None:
         for p in doc["presets"]:
             if p["preset"] not in presets or before not in p["traces"] or after not in p["traces"]:
                 continue
-            pairs.append(proof_manifest.pipeline_pair(p, before, after, fix=fix, trace_file=f"trace_rank0.json.gz"))
+            pairs.append(proof_manifest.pipeline_pair(p, before, after, fix=fix, trace_file="trace_rank0.json.gz"))
     if pairs:
         proof_manifest.write(res / f"proof-pipelines-{bench.tag}.json", pairs, repo=c, device=doc["device"],
                              date_utc=doc["date_utc"], source=f"bench/results/pipelines-{bench.tag}.json", versions=doc["versions"])

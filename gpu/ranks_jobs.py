@@ -56,7 +56,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import gzip
 import json
 import os
 import platform
