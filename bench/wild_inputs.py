@@ -472,7 +472,7 @@ CASES = [
 
 # ---- running one ---------------------------------------------------------------------------------
 
-def _server(reply: bytes | None):
+def local_server(reply: bytes | None):
     """A local TCP server that accepts and says nothing (``reply`` None) or answers each
     connection's first bytes with ``reply``; its port, and a function that stops it."""
     sock = socket.socket()
@@ -594,7 +594,7 @@ def run_case(case: Case, timeout: float) -> dict:
         args, events = _build(case, d)
         close = None
         if case.needs_server is not False:
-            port, close = _server(case.needs_server)
+            port, close = local_server(case.needs_server)
             args = [a.replace("{port}", str(port)) for a in args]
         before = _state(d)
         env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -339,14 +339,7 @@ def test_modules_or_flops_make_a_slow_host_the_profilers(tmp_path):
     for name, meta in (("plain", {}), ("shapes", {"record_shapes": 1}),
                        ("flops", {"with_flops": 1}),
                        ("torchrec", {"record_shapes": 1, "with_modules": 1, "with_flops": 1})):
-        b = TraceBuilder()
-        b.extra_metadata.update(meta)
-        for i in range(80):
-            t0 = 100 * i
-            b.profiler_step(i + 1, t0, 100)
-            b.cpu_op("aten::add", t0 + 10, 20)
-            b.kernel("k", t0 + 30, 5, launched_by=b.runtime("cudaLaunchKernel", t0 + 20, 8))
-        t = load_built(b, tmp_path / name)
+        t = slow_host_trace(tmp_path / name, meta)
         g = build_graph(t, RULES)
         c = oh.count(t, g)
         assert c.launch_ns == 8 * US and oh.host_speed(c, ref) == 2.0

@@ -8,16 +8,15 @@ from __future__ import annotations
 import json
 import os
 import stat
-import socket
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from bench.wild_inputs import local_server
 from tests.tracegen import TraceBuilder, load_built
 from tracekit import patterns, phases
 from tracekit.analyses import allocator, collectives, overlap
@@ -319,42 +318,7 @@ def test_a_what_if_factor_below_one_is_refused(tmp_path, capsys, spec):
 # ---- --scheduler -------------------------------------------------------------------------------
 
 
-def _server(reply: bytes | None):
-    """A local TCP server that accepts and says nothing (``reply`` None) or answers each
-    connection's first bytes with ``reply``; its port, and a stop function."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
-    sock.settimeout(0.2)
-    stop = threading.Event()
-    held = []
-
-    def serve():
-        while not stop.is_set():
-            try:
-                c, _ = sock.accept()
-            except (socket.timeout, OSError):
-                continue
-            held.append(c)
-            if reply is not None:
-                c.settimeout(1)
-                try:
-                    c.recv(1000)
-                except OSError:
-                    pass
-                c.sendall(reply)
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-
-    def close():
-        stop.set()
-        t.join()
-        for c in held:
-            c.close()
-        sock.close()
-
-    return sock.getsockname()[1], close
+_server = local_server  # the runner's (bench/wild_inputs.py): one fake scheduler for both
 
 
 @pytest.mark.parametrize("reply,words", [
