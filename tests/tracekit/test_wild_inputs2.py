@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.wild_inputs import local_server
+from bench.wild_inputs import local_server, same_correlation
 from tests.tracegen import TraceBuilder, load_built
 from tracekit import patterns, phases
 from tracekit.analyses import allocator, collectives, overlap
@@ -214,17 +214,8 @@ def test_a_negative_ts_is_left_out_and_said(tmp_path, capsys):
 
 
 def test_one_correlation_id_for_every_call_is_said(tmp_path, capsys):
-    b = TraceBuilder()
-    b.profiler_step(1, 0, 1000)
-    for i in range(3):
-        b.kernel("gemm", 100 + 100 * i, 50, launch_at=10 + 10 * i)
-    doc = b.to_dict()
-    for e in doc["traceEvents"]:
-        if "correlation" in e.get("args", {}):
-            e["args"]["correlation"] = 7
-    p = tmp_path / "c.json"
-    p.write_text(json.dumps(doc))
-    code, _, err = analyze_json(p, capsys)
+    same_correlation(tmp_path)  # the runner's reproduction: three launches, correlation id 7
+    code, _, err = analyze_json(tmp_path / "c.json", capsys)
     assert code == 0 and len(err) == 1
     assert "3 runtime calls share a correlation id with another (id 7: 3 calls)" in err[0]
 
