@@ -159,6 +159,16 @@ PLAN: dict[str, tuple[int, str, int, int, int]] = {
     "2gpu_fused_b2560": (2, "fused", 2560, 8, 1),
     "1gpu_fused_b5120_r2": (1, "fused", 5120, 8, 2),
     "1gpu_sparse_b5120_r2": (1, "sparse", 5120, 8, 2),
+    # held out (2026-11-28, session 11): batch sizes never run, collected before that session's model
+    # changes: 9216 on 1 GPU (twice, mirrored), 3584 on 2 and 4096 on 4
+    "1gpu_sparse_b9216": (1, "sparse", 9216, 8, 2),
+    "1gpu_fused_b9216": (1, "fused", 9216, 8, 2),
+    "4gpu_sparse_b4096": (4, "sparse", 4096, 8, 1),
+    "4gpu_fused_b4096": (4, "fused", 4096, 8, 1),
+    "2gpu_sparse_b3584": (2, "sparse", 3584, 8, 1),
+    "2gpu_fused_b3584": (2, "fused", 3584, 8, 1),
+    "1gpu_fused_b9216_r2": (1, "fused", 9216, 8, 2),
+    "1gpu_sparse_b9216_r2": (1, "sparse", 9216, 8, 2),
 }
 
 
