@@ -229,6 +229,7 @@ def run_pair(pair: dict, base: str) -> dict:
     own_pred, own_cpred = pred, cpred
     if job_fix is not None:  # every rank is here: the fix on every rank, on the job's graph
         pred, cpred = job_fix["saving_ms"], job_fix["saving_contention_ms"]
+        row.update(job_warning=job_fix.get("warning"), job_at_band=job_fix.get("at_band") or [])
     fc = _finding(bs["calibrated"], pair["fix"]) if bs["calibrated"] is not None else None
     kal, kcal = _saving(fc)
     ok, tol = judge_time(pred, meas, before_ms)
@@ -356,12 +357,15 @@ def render(doc: dict) -> str:
                     "the ranks joined at their collectives); rank 0's own trace alone predicts "
                     "(its collectives keep the time they waited for the other ranks, and a fix that "
                     "moves them moves those waits with them):", "",
-                    "| pair | raw on the job's graph | rank 0 alone | within? job / rank 0 alone |",
-                    "|---|---|---|---|"]
+                    "| pair | raw on the job's graph | rank 0 alone | within? job / rank 0 alone | "
+                    "the job's: step ms, saving ms at the ends of its untraced step's band |",
+                    "|---|---|---|---|---|"]
             for r in j:
+                band = "; ".join(f"{s_:.3f}, {v:.3f}" for s_, v in r.get("job_at_band") or []) or "-"
                 out.append(f"| {r['name']} | {_fmt(r['predicted_saving_ms'])} | "
                            f"{_fmt(r['predicted_own_saving_ms'])} | {_yes(r['ok'])} / "
-                           f"{_yes(r.get('ok_own'))} |")
+                           f"{_yes(r.get('ok_own'))} | {band} |")
+            out += [f"- {r['name']}: warning: {r['job_warning']}" for r in j if r.get("job_warning")]
         out += ["", "The estimated untraced \"before\" step (raw: from the traces alone) against "
                 "the untraced step its own run measured (the same process: `metrics.json` beside "
                 "the trace, TorchRec's timing per batch) and against the benchmark's timed "

@@ -245,6 +245,9 @@ def pair_case(fix: str, before: Path, after: Path, cache: str) -> dict:
                predicted_free_saving_ms=free, judged="contention-aware" if
                "predicted_free_ns" in w else "contention-free",
                predicted_step_ms=w["predicted_ns"] / 1e6, note=w.get("note"),
+               warning=w.get("warning"),
+               at_band=[{"step_ms": a["step_ns"] / 1e6, "host_speed": a["host_speed"],
+                         "saving_ms": a["saving_ns"] / 1e6} for a in w.get("at_band") or []],
                **_judge(pred, meas, lo, hi, step), contention=_judge(aware, meas, lo, hi, step))
     row["calibrated"] = _calibrated(w, speed, untraced, meas, lo, hi, step)
     row["joined"] = _joined_ranks(rep, fix, cache)

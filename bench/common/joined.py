@@ -59,8 +59,10 @@ def joined_fix(folder: str, fix: str) -> dict | None:
     """A fix (``tracekit.graph.fixes``, by id) applied to every rank of the job in ``folder``
     and the job's graph replayed (``tracekit.ranks.whatif.with_fix``), each rank's graph the
     estimated untraced one (no untraced input): ``{"saving_ms", "saving_contention_ms",
-    "saving_free_ms", "step_ms", "note"}`` (the saving as explain predicts it: contention-aware
-    for a fix that moves GPU work beside other work), None when the job's graph cannot be built.
+    "saving_free_ms", "step_ms", "note", "warning", "at_band"}`` (the saving as explain predicts it: contention-aware
+    for a fix that moves GPU work beside other work; ``at_band``: (job step, saving) ms at the
+    ends of the band of the job's estimated untraced step, ``tracekit.ranks.border``), None when
+    the job's graph cannot be built.
 
     One rank's graph keeps, as its collectives' durations, the time it waited at them for the
     other ranks; a what-if on that rank alone moves those waits with the collectives, as if the
@@ -82,4 +84,6 @@ def joined_fix(folder: str, fix: str) -> dict | None:
         return None
     free = (w["step_ns"] - w["predicted_free_ns"]) if "predicted_free_ns" in w else w["saving_ns"]
     return {"saving_ms": w["saving_ns"] / 1e6, "saving_contention_ms": w["saving_contention_ns"] / 1e6,
-            "saving_free_ms": free / 1e6, "step_ms": w["step_ns"] / 1e6, "note": w.get("note")}
+            "saving_free_ms": free / 1e6, "step_ms": w["step_ns"] / 1e6, "note": w.get("note"),
+            "warning": w.get("warning"),
+            "at_band": [(a["step_ns"] / 1e6, a["saving_ns"] / 1e6) for a in w.get("at_band") or []]}

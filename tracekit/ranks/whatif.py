@@ -67,7 +67,7 @@ from tracekit import _fastnp as fnp
 
 from tracekit.analyses.explain import NO_HELP_FRACTION
 from tracekit.errors import TracekitError
-from tracekit.ranks import executors
+from tracekit.ranks import border, executors
 from tracekit.ranks.inputs import Failed
 
 BALANCE_TOLERANCE = 0.05
@@ -996,6 +996,14 @@ def with_fix(ranks: list[dict], ctx, fix: str, *, task: RankSkeletonTask,
     row = with_skeletons(ctx, f"fix:{fix}", f"{fix} on every rank", skeletons)
     row["note"] = ", ".join(f"rank {k}: {'applies' if v.get('applies') else 'does not apply'}"
                             for k, v in sorted(skeletons.items()))
+    band = border.job_band(ranks, row["step_ns"])
+    if band is not None:  # the saving at the ends of the job step's band (``tracekit.ranks.border``)
+        at = border.at_band(ctx, band, lambda f: with_skeletons(
+            ctx, f"fix:{fix}", f"{fix} on every rank", skeletons, host_speed=f))
+        row["at_band"] = at
+        warning = border.border_warning(row, at)
+        if warning:
+            row["warning"] = warning
     if host_speeds:
         row["at_host_speed"] = [with_skeletons(ctx, f"fix:{fix}", f"{fix} on every rank, every "
                                                f"rank's host {f:g}x faster", skeletons,
