@@ -1126,7 +1126,14 @@ class JobWhatIf(TypedDict, total=False):
     warning: str
     """Why the prediction may be wrong (the straggler at the median rank's speed saving less
     than half the host work it takes out: what bounds the job after the change,
-    ``tracekit.ranks.whatif.capped_warning``)."""
+    ``tracekit.ranks.whatif.capped_warning``; a fix on every rank whose saving at an end of the
+    band of the job's estimated untraced step is outside the target's tolerance of it,
+    ``tracekit.ranks.border``)."""
+    at_band: list[dict[str, float]]
+    """A fix on every rank where the job's estimated untraced step rests on the profiler's cost:
+    per end of its band reached (``tracekit.ranks.border.at_band``), ``step_ns`` (the job step
+    every rank's host was brought to), ``host_speed`` (x faster; below 1 slower) and
+    ``saving_ns`` (the fix's saving there)."""
     taken_out: dict[str, Any]
     """The straggler at the median rank's speed: what it took out of the straggler, per step
     (``ops``: host op -> the share of its self time; ``ops_ns``, ``asleep_ns``: the host time
