@@ -115,10 +115,12 @@ def cited_names(line: str, names: set[str], stems: dict[str, list[str]]) -> set[
                 continue
             if last_stem and tok.startswith("-") and re.match(r"-\w", tok):  # ``-0428.json`` after a full name
                 suffix, dot, ext = tok.rpartition(".") if tok.rsplit(".", 1)[-1] in EXTS else (tok, "", "")
-                cut = len(suffix)
-                cand = last_stem[:len(last_stem) - cut] + suffix if len(last_stem) > cut else None
-                if cand and cand in stems:
-                    got |= {n for n in stems[cand] if not ext or n.endswith("." + ext)}
+                parts = last_stem.split("-")
+                for k in range(1, len(parts)):  # ``-0428`` and ``-2059-main-01dee2c`` alike
+                    cand = "-".join(parts[:-k]) + suffix
+                    if cand in stems:
+                        got |= {n for n in stems[cand] if not ext or n.endswith("." + ext)}
+                        break
         # ``NAME.md/.json``: the other extension after a slash
         if "/." in raw:
             stem = raw.split("/")[-2].rsplit(".", 1)[0] if raw.count("/") >= 1 else ""
