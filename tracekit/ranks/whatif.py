@@ -33,7 +33,12 @@
   above the mean gets its kernels of that phase faster, one below slower), and
   each all-to-all instance's transfers scaled by the mean over the members of the bytes they
   received over the largest (the busiest member decides how long the data takes to move). A rank
-  whose every factor lies within ``BALANCE_TOLERANCE`` of 1 keeps its skeleton.
+  whose every factor lies within ``BALANCE_TOLERANCE`` of 1 keeps its skeleton. Where a rank's
+  input dist does not permute its features by owner (the hot layout: each rank's tables a run of
+  the features), every rank also gets the permutation the balanced layout needs
+  (``permutation_change``: the pooled embeddings gathered into feature order and scattered back,
+  priced on the rank's own copy of them): the cost that made the host-bound hot jobs of
+  ``gpu/ranks_jobs.py`` measure slower balanced (``bench/NOTES-ranks.md``).
 - ``rank:R:SPEC``: one rank changed by a what-if of explain's (``tracekit.graph.whatif``:
   ``phase:NAME=N``, ``kernel:REGEX=N``, ``host=N``, ``sync:REGEX``) or a known fix
   (``fix:ID``, ``tracekit.graph.fixes``), the other ranks as they are (``on_ranks``): the CLI's
@@ -106,6 +111,9 @@ class RankSkeletonTask:
     skeleton}`` (``schema.Skeleton`` dicts) or ``Failed``."""
 
     factors: dict = field(default_factory=dict)
+    permute: bool = False
+    """Also add the permutation a balanced layout's input dist needs (``permutation_change``)
+    where the rank's trace shows none (the balanced what-if)."""
     fix: str | None = None
     """A fix of ``tracekit.graph.fixes`` by id (``fused_sparse_dist``...) applied to every rank
     instead of the factors: its what-if on each rank's graph."""
@@ -115,7 +123,7 @@ class RankSkeletonTask:
 
     def __call__(self, path: str) -> dict | Failed:
         return _on_one_rank(path, lambda t: changed_skeletons(t.trace, t.rules, self.factors.get(path, {}),
-                                                              fix=self.fix),
+                                                              fix=self.fix, permute=self.permute),
                             rules_path=self.rules_path, cache_dir=self.cache_dir, use_cache=self.use_cache)
 
 
@@ -169,7 +177,7 @@ def change_keywords(change: str) -> dict:
 
 
 def changed_skeletons(trace, rules, factors: dict[str, float], *, fix: str | None = None,
-                      spec: str | None = None) -> dict:
+                      spec: str | None = None, permute: bool = False) -> dict:
     """The rank's skeleton with the GPU activities of each phase in ``factors`` that many times
     faster (or with the fix ``fix`` applied: ``tracekit.graph.fixes``; or the what-if ``spec``,
     ``tracekit.graph.whatif.parse_spec``, its collective kernels left as they are),
@@ -198,6 +206,11 @@ def changed_skeletons(trace, rules, factors: dict[str, float], *, fix: str | Non
         faster &= f >= 1
     change = wi.Change(dur=dur, speedup=bool(faster))
     applies = True
+    permuted = None
+    if permute:
+        permuted = permutation_change(g, dur, cuts)
+        if permuted is not None:
+            change = wi.Change(dur=permuted["dur"], lag=permuted["lag"], speedup=False)
     if fix is not None:
         from tracekit.analyses.explain import ExplainConfig, detect_fixes
 
@@ -217,9 +230,85 @@ def changed_skeletons(trace, rules, factors: dict[str, float], *, fix: str | Non
     free = sk.reduce(g, nodes, change)
     contended = wi.schedule(g, change, contention=True).plan.dur
     aware = sk.reduce(g, nodes, change, dur=contended)
-    return {"free": SkeletonResult(view, which, free).to_dict(),
-            "contention": SkeletonResult(view, which, aware).to_dict(), "applies": applies,
-            "shares_gpu": bool(change.shares_gpu)}
+    out = {"free": SkeletonResult(view, which, free).to_dict(),
+           "contention": SkeletonResult(view, which, aware).to_dict(), "applies": applies,
+           "shares_gpu": bool(change.shares_gpu)}
+    if permuted is not None:
+        out["permutation_ns"] = permuted["added"]
+    return out
+
+
+PERMUTE_PATTERN = r"(?i)index_?select|permute"
+"""A GPU activity of the input dist whose name matches: the trace's input dist already permutes
+its features by owner (TorchRec's ``permute_2D_sparse_data``, the runtime's ``index_select``):
+balancing adds no permutation."""
+COPY_PATTERN = r"(?i)cat|copy"
+"""The pooled embeddings' copy the permutation is priced on: each step's longest GPU activity
+of this name in the forward (the output dist's ``torch.cat`` of the ranks' chunks, [B, F, D])
+and in the backward (its gradient's)."""
+PERMUTE_COPY_RATIO = 2.35
+"""The balanced layout's gather of the pooled embeddings (forward ``index_select`` along the
+features, backward its ``index_add``) over the output dist's copy of the same tensor, read on
+the GPU in the 2-rank ``mid``, ``lite`` and ``heavy`` delay traces (the balanced layout, in the
+tree): 154-163 / 65-73 us (mid), 117-121 / 48-56 (lite), 301-309 / 114-146 (heavy) forward,
+the backward 2.4-2.5x its copy (``bench/NOTES-ranks.md``)."""
+
+
+def permutation_change(g, dur: np.ndarray, cuts: np.ndarray) -> dict | None:
+    """The work a balanced layout adds to a rank whose trace's input dist does not permute its
+    features by owner (no GPU activity of ``input_dist`` matching ``PERMUTE_PATTERN``): with the
+    hot tables one per rank the ranks' tables are no longer runs of the features in order, so the
+    input dist regroups the ids by owner and the pooled embeddings come back in owner order and
+    are gathered into feature order (forward) and scattered back (backward). Priced on the
+    rank's own work: in each step's forward and backward, the longest copy (``COPY_PATTERN``)
+    lengthened by ``PERMUTE_COPY_RATIO`` times itself on the GPU, and its launch's host time
+    (the call and the host time before it) once more. ``dur``: the durations to start from.
+    Returns ``{"dur", "lag", "added": GPU ns per step}`` or None where the trace already
+    permutes or shows no copy to price on."""
+    from tracekit import patterns
+    from tracekit.graph.model import EdgeKind, NodeKind
+
+    gpu = (g.kind == NodeKind.GPU) & ~cuts
+    names = g.name.astype(str)
+    perm_rx, copy_rx = patterns.compile(PERMUTE_PATTERN), patterns.compile(COPY_PATTERN)
+    dist = np.flatnonzero(gpu & (g.phase == "input_dist"))
+    if any(perm_rx.search(names[i]) for i in dist):
+        return None
+    copies = np.array([bool(copy_rx.search(n)) for n in names], bool) & gpu
+    dur = dur.copy()
+    lag = g.lag.copy()
+    prog = np.flatnonzero(g.edge_kind == int(EdgeKind.PROGRAM))
+    into = {int(d): int(e) for e, d in zip(prog.tolist(), g.dst[prog].tolist())}
+    lookups = np.flatnonzero(gpu & (g.phase == "lookup"))
+    added, steps = 0, set()
+    for ph in ("forward", "backward"):
+        sel = np.flatnonzero(copies & (g.phase == ph))
+        for s in np.unique(g.step[sel]).tolist():
+            here = sel[g.step[sel] == s]
+            if ph == "forward":  # the first copy after the step's lookups, on their stream
+                lk = lookups[g.step[lookups] == s]
+                if not lk.size:
+                    continue
+                last = lk[np.argmax(g.start[lk])]
+                here = here[(g.lane[here] == g.lane[last]) & (g.start[here] > g.start[last])]
+                if not here.size:
+                    continue
+                k = int(here[np.argmin(g.start[here])])
+            else:
+                k = int(here[np.argmax(g.dur[here])])
+            extra = int(round(PERMUTE_COPY_RATIO * float(g.dur[k])))
+            dur[k] += extra
+            added += extra
+            steps.add(s)
+            c = int(g.launcher[k]) if g.launcher.size else -1
+            if c >= 0:
+                e = into.get(c)
+                lag_before = int(g.lag[e]) if e is not None else 0
+                if e is not None:
+                    lag[e] += int(g.dur[c]) + lag_before
+    if not steps:
+        return None
+    return {"dur": dur, "lag": lag, "added": int(added / len(steps))}
 
 
 def balance_factors(ranks: list[dict]) -> dict[int, dict[str, float]]:
@@ -804,12 +893,13 @@ def balanced(ranks: list[dict], job: dict, ctx, config, *, task: RankSkeletonTas
     trans = transfer_factors(arrivals, inst) if arrivals is not None else {}
     joined = {ri.rank for ri in ctx.inputs}
     paths = {int(r["rank"]): source_path(r) for r in ranks if int(r["rank"]) in joined}
-    todo = {k: v for k, v in factors.items() if k in paths and paths[k]}
-    missing = sorted(k for k in factors if k in joined and not paths.get(k))
+    # every rank read again: the layout's permutation (``permutation_change``) is every rank's
+    todo = {k: factors.get(k, {}) for k in paths if paths[k]}
+    missing = sorted(k for k in joined if not paths.get(k))
     if not todo and not trans:
         return None
     order = sorted(todo)
-    task = replace(task, factors={paths[k]: todo[k] for k in order})
+    task = replace(task, factors={paths[k]: todo[k] for k in order}, permute=True)
     got = executors.run(task, [paths[k] for k in order], workers=workers, scheduler=scheduler,
                         connect_timeout_s=connect_timeout_s) if order else []
     skeletons = {}
@@ -820,9 +910,14 @@ def balanced(ranks: list[dict], job: dict, ctx, config, *, task: RankSkeletonTas
             skeletons[k] = res
     row = with_skeletons(ctx, BALANCED, "the all-to-all balanced: every rank's GPU time per "
                          "phase at the mean rank's, each all-to-all's transfer at its mean "
-                         "member's bytes", skeletons, trans)
+                         "member's bytes, the features permuted by owner where the traces do not",
+                         skeletons, trans)
     row["factors"] = {str(k): {ph: round(f, 4) for ph, f in v.items()} for k, v in
                       sorted(factors.items())}
+    perm = {str(k): int(v["permutation_ns"]) for k, v in sorted(skeletons.items())
+            if v.get("permutation_ns") is not None}
+    if perm:
+        row["permutation_ns"] = perm
     warning = balanced_warning(row, (job.get("graph") or {}).get("bound"))
     if warning:
         row["warning"] = warning
@@ -841,10 +936,25 @@ def balanced_warning(row: dict, bound: dict | None) -> str | None:
     the tree, sessions 2-8 and a fresh run of session 8's ``jobs_slim``: -0.115 to 0.098 ms
     predicted) the rounds ran the balanced job slower than the hot one, by 0.015-0.407 ms a
     step (``bench/NOTES-ranks.md``), a cost of balancing on the hosts the hot job's traces do
-    not show."""
+    not show. Where the replay added the balanced layout's permutation (``permutation_change``:
+    the row's ``permutation_ns``), that cost is the prediction and the warning says what it
+    leaves out and how far such predictions were from the measured saving (the tree's 5
+    host-bound hot jobs: -0.235 to -0.095 ms predicted, -0.304 to -0.015 measured)."""
     if row.get("helps") or not bound or bound.get("class") != "host" or \
             float(bound.get("share") or 0.0) < HOST_BOUND_SHARE:
         return None
+    perm = row.get("permutation_ns") or {}
+    if perm:
+        lo, hi = min(perm.values()) / 1e6, max(perm.values()) / 1e6
+        each = f"{lo:.3f}" if round(lo, 3) == round(hi, 3) else f"{lo:.3f}-{hi:.3f}"
+        return (f"the job is bound by rank {bound['rank']}'s host ({bound['share']:.0%} of its "
+                "critical path), which balancing's GPU phases are not on: the prediction is "
+                "the cost of the permutation the balanced layout adds where it reaches that "
+                f"bound ({each} ms a step of GPU work on each rank, the pooled embeddings "
+                "gathered into feature order and scattered back); the input dist's regrouping "
+                "of the ids on the host is not in it. On the 5 host-bound hot jobs of the "
+                "tree the measured saving was 0.21 ms below to 0.17 ms above such a "
+                "prediction")
     return (f"the job is bound by rank {bound['rank']}'s host ({bound['share']:.0%} of its "
             "critical path), which balancing's GPU phases are not on: the replay predicts "
             "about no change, but jobs bound so have run slower balanced than with hot tables "
