@@ -238,10 +238,11 @@ def changed_skeletons(trace, rules, factors: dict[str, float], *, fix: str | Non
     return out
 
 
-PERMUTE_PATTERN = r"(?i)index_?select|permute"
+PERMUTE_PATTERN = r"(?i)index_?select|permute|gather"
 """A GPU activity of the input dist whose name matches: the trace's input dist already permutes
-its features by owner (TorchRec's ``permute_2D_sparse_data``, the runtime's ``index_select``):
-balancing adds no permutation."""
+its features by owner (TorchRec's ``permute_2D_sparse_data``, the runtime's ``index_select``, or
+the ``gather`` newer torch runs it as: the 2026-11-28 ``jobs_trim`` balanced traces): balancing
+adds no permutation."""
 COPY_PATTERN = r"(?i)cat|copy"
 """The pooled embeddings' copy the permutation is priced on: each step's longest GPU activity
 of this name in the forward (the output dist's ``torch.cat`` of the ranks' chunks, [B, F, D])

@@ -34,7 +34,8 @@ def _rank(tmp_path, *, permutes: bool):
         b.annotation(f"## start_sparse_data_dist {i} ##", t0 + 5, 60)
         k("Memcpy HtoD (Pinned -> Device)", t0 + 10, 5, stream=30)
         if permutes:
-            k("void at::native::(anonymous namespace)::indexSelectSmallIndex<long>", t0 + 30, 8, stream=30)
+            k(permutes if isinstance(permutes, str) else
+              "void at::native::(anonymous namespace)::indexSelectSmallIndex<long>", t0 + 30, 8, stream=30)
         b.annotation(f"## forward {i} ##", t0 + 100, 400)
         k(COPY, t0 + 105, 60)
         k(LOOKUP, t0 + 180, 50)
@@ -78,9 +79,12 @@ def test_the_permutation_lengthens_the_pooled_copies_by_the_ratio(tmp_path):
         assert got["lag"][e] - g.lag[e] == g.dur[c] + g.lag[e]
 
 
-def test_a_trace_that_already_permutes_gets_nothing(tmp_path):
-    """An ``index_select`` in the input dist: the layout already permutes, balancing adds none."""
-    _, got = _change(_rank(tmp_path, permutes=True))
+@pytest.mark.parametrize("kernel", [True, "void at::native::vectorized_gather_kernel<16, long>",
+                                    "void fbgemm_gpu::permute_2D_data_kernel<int, long>"])
+def test_a_trace_that_already_permutes_gets_nothing(tmp_path, kernel):
+    """An ``index_select`` (or a gather, TorchRec's permute) in the input dist: the layout already
+    permutes, balancing adds none."""
+    _, got = _change(_rank(tmp_path, permutes=kernel))
     assert got is None
 
 
