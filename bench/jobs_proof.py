@@ -251,7 +251,48 @@ def pair_case(fix: str, before: Path, after: Path, cache: str) -> dict:
                **_judge(pred, meas, lo, hi, step), contention=_judge(aware, meas, lo, hi, step))
     row["calibrated"] = _calibrated(w, speed, untraced, meas, lo, hi, step)
     row["joined"] = _joined_ranks(rep, fix, cache)
+    row["after_graph"] = after_graph(after, ma, w["predicted_ns"] / 1e6, cache)
     return row
+
+
+def after_graph(after: Path, ma: dict, predicted_step: float, cache: str) -> dict | None:
+    """The "after" traces' own job graph against the what-if's (a diagnostic; nothing is judged
+    on it): the job step the fix's replay of the "before" traces predicts, the job step the
+    "after" traces' joined graph gives (their estimated untraced steps, as the "before" ones'),
+    the "after" traced run's own untraced step and the rounds' "after" step, ms. A miss splits
+    into the what-if against the after traces (``what_if_vs_after_graph_ms``: the replay) and
+    the after traces' graph against the rounds (``after_graph_vs_measured_ms``: their estimated
+    untraced step, or a traced run in another regime than the rounds'). None when the after
+    traces' job graph cannot be built."""
+    from tracekit.ranks import analyze_job
+
+    got = (analyze_job(after, cache_dir=cache, whole=False).job or {}).get("graph")
+    if not got:
+        return None
+    model = got["step_ns"] / 1e6
+    measured = ma["measured_summary"]["step"]["median"]
+    return {"predicted_step_ms": predicted_step, "model_step_ms": model,
+            "trace_run_untraced_ms": _trace_run_untraced(ma), "measured_step_ms": measured,
+            "what_if_vs_after_graph_ms": predicted_step - model,
+            "after_graph_vs_measured_ms": model - measured}
+
+
+def after_table(rows: list[dict]) -> str:
+    """The pair rows' ``after_graph``: the what-if's "after" job step against the after traces'
+    own job graph, their traced run and the rounds (empty without pair rows)."""
+    rows = [r for r in rows if r.get("after_graph")]
+    if not rows:
+        return ""
+    out = ["| pair | what-if's after step ms | the after traces' job step ms | what-if - after traces "
+           "| the after traced run's untraced step ms | measured after step ms | after traces - "
+           "measured |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        a = r["after_graph"]
+        tr = a["trace_run_untraced_ms"]
+        out.append(f"| {r['case']} | {a['predicted_step_ms']:.3f} | {a['model_step_ms']:.3f} | "
+                   f"{a['what_if_vs_after_graph_ms']:+.3f} | " + ("-" if tr is None else f"{tr:.3f}")
+                   + f" | {a['measured_step_ms']:.3f} | {a['after_graph_vs_measured_ms']:+.3f} |")
+    return "\n".join(out)
 
 
 def _calibrated(w: dict, speed: float | None, untraced: float | None, meas: float, lo: float,
@@ -387,6 +428,10 @@ def main(argv: list[str] | None = None) -> int:
         fix, before, after = p.split(":", 2)
         rows.append(pair_case(fix, Path(before), Path(after), cache))
     text = table(rows)
+    after = after_table(rows)
+    if after:
+        text += "\n\nThe fix's \"after\" job: the what-if against the after traces' own job graph " \
+                "and the rounds (``after_graph``, a diagnostic):\n\n" + after
     print(text)
     device = next((r["device"] for r in rows if r.get("device")), "gpu")
     date = next((r["date_utc"] for r in rows if r.get("date_utc")), None)

@@ -67,3 +67,22 @@ def test_a_pair_row_holds_its_calibrated_prediction_and_each_ranks_share(tmp_pat
     line = jobs_proof.table([row]).splitlines()[-1]
     assert line.endswith(f"| host /{c['host_speed']:.3f}: {c['predicted_saving_ms']:.3f}, "
                          + ("yes" if c["within"] else "NO") + " |")
+    # the "after" job: the what-if's step against the after traces' own job graph and the rounds
+    a = row["after_graph"]
+    after = json.loads((pair / "fused" / "metrics.json").read_text())
+    assert a["predicted_step_ms"] == pytest.approx(row["predicted_step_ms"])
+    assert a["measured_step_ms"] == after["measured_summary"]["step"]["median"]
+    assert a["trace_run_untraced_ms"] == pytest.approx(after["trace_run"]["step_ms_median"])
+    assert a["model_step_ms"] > 0
+    assert a["what_if_vs_after_graph_ms"] == pytest.approx(a["predicted_step_ms"] - a["model_step_ms"])
+    assert a["after_graph_vs_measured_ms"] == pytest.approx(a["model_step_ms"] - a["measured_step_ms"])
+    last = jobs_proof.after_table([row]).splitlines()[-1]
+    assert last.startswith(f"| {row['case']} | {a['predicted_step_ms']:.3f} | {a['model_step_ms']:.3f} | ")
+    assert jobs_proof.after_table([dict(row, after_graph=None)]) == ""
+
+
+def test_the_after_graph_of_one_rank_is_none(tmp_path):
+    """After traces that hold no job (one rank): no job graph, no diagnostic."""
+    one = SAMPLE_TRACES / "pipelines_1gpu" / "fused"
+    ma = {"measured_summary": {"step": {"median": 10.0}}}
+    assert jobs_proof.after_graph(one, ma, 9.0, str(tmp_path / "cache")) is None
