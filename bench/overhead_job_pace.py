@@ -12,7 +12,8 @@ every rank of such a job; for each K of ``--k`` the ranks' estimates on the job'
 ``job_launch_ref_ns = ((2, ref x K), (4, ref x K))``, against each rank's measured untraced step.
 Leave one set out: K chosen on the other sets (the most ranks within +-10 %, the smallest K on a
 tie), judged on the set left out, against K = 1 (no job pace: every rank brought to the fitted
-host's pace, the model before 2026-11-28 14:00).
+host's pace, the model before 2026-11-28 14:00). Also every set's and all sets' ranks together
+per K: within, median |error| and the median signed error (the K a set wants where it crosses 0).
 
 ``--earlier FILE``: an earlier result of this runner whose sets' traces are no longer on this
 machine (the released held-out sets 5-7 did not outlive their machines): its rows for the sets
@@ -133,6 +134,16 @@ def median_abs(rows: list[dict]) -> float | None:
     return statistics.median([abs(r["error"]) for r in rows]) if rows else None
 
 
+def median_signed(rows: list[dict]) -> float | None:
+    """The median error (signed): which way, and how far, a set's ranks miss at a K."""
+    return statistics.median([r["error"] for r in rows]) if rows else None
+
+
+def summary(rows: list[dict]) -> dict:
+    return {"runs": len(rows), "within": within(rows), "median": median_abs(rows),
+            "signed": median_signed(rows)}
+
+
 def earlier_rows(path: str, ks: list[float], res: dict) -> tuple[dict, dict] | None:
     """``(per set: {k: rows}, the sets' folders)`` of an earlier result at the K values of
     ``ks`` it has, for the sets ``res`` does not hold; None (after one line on stderr) where the
@@ -221,9 +232,8 @@ def main(argv=None) -> int:
                       "chosen_median": median_abs(res[left][best])}
     doc = {"question": "a job's ranks' untraced host pace for host_factor (job_launch_ref_ns)",
            "target": TARGET, "k": ks, "sets": sets, "earlier": args.earlier,
-           "per_set": {n: {str(k): {"runs": len(res[n][k]), "within": within(res[n][k]),
-                                    "median": median_abs(res[n][k])}
-                           for k in ks} for n in names},
+           "per_set": {n: {str(k): summary(res[n][k]) for k in ks} for n in names},
+           "all_sets": {str(k): summary([r for n in names for r in res[n][k]]) for k in ks},
            "leave_one_set_out": loso, "model_now_job_launch_ref_ns": [
                list(x) for x in _default_job_pace()],
            "others": {n: {"pace_us": d["pace_us"], "kinds": other_kinds(d["rows"]),
@@ -270,6 +280,18 @@ def render(doc: dict) -> str:
         out.append(f"| {n} | " + " | ".join(
             f"{d[str(k)]['within']} of {d[str(k)]['runs']} ({100 * d[str(k)]['median']:.1f} %)"
             for k in ks) + " |")
+    if doc.get("all_sets"):
+        a = doc["all_sets"]
+        out.append("| all sets | " + " | ".join(
+            f"{a[str(k)]['within']} of {a[str(k)]['runs']} ({100 * a[str(k)]['median']:.1f} %)"
+            for k in ks) + " |")
+        out += ["", "Their median error (signed: under is negative), the K each set wants where it "
+                "crosses 0:", "", "| set | " + " | ".join(f"K = {k:g}" for k in ks) + " |",
+                "|---|" + "---|" * len(ks)]
+        for n, d in list(doc["per_set"].items()) + [("all sets", a)]:
+            out.append(f"| {n} | " + " | ".join(
+                "-" if d[str(k)].get("signed") is None else f"{100 * d[str(k)]['signed']:+.1f} %"
+                for k in ks) + " |")
     out += ["", "Leave one set out (K chosen on the other sets: the most ranks within, the smallest "
             "K on a tie):", "", "| left out | K chosen | within (median |error|), K = 1 | within "
             "(median |error|), K chosen |", "|---|---|---|---|"]

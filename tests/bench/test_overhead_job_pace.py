@@ -60,3 +60,9 @@ def test_other_runs_per_kind():
                                    "k1_median": 0.125, "now_median": 0.125, "moved": 0}
     assert k["TorchRec, 2 GPUs"]["k1_within"] == 0 and k["TorchRec, 2 GPUs"]["now_within"] == 1
     assert k["TorchRec, 2 GPUs"]["moved"] == 1
+
+
+def test_a_sets_summary_says_which_way_it_misses():
+    rows = [row("a", 0, 1.0, e) for e in (-0.3, -0.05, 0.02)]
+    assert jp.summary(rows) == {"runs": 3, "within": 2, "median": 0.05, "signed": -0.05}
+    assert jp.summary([]) == {"runs": 0, "within": 0, "median": None, "signed": None}

@@ -552,12 +552,12 @@ def slow_host_trace(tmp_path, meta, rank=None, world_size=None):
 
 def test_the_default_model_brings_a_jobs_rank_to_a_slower_pace(tmp_path):
     """The default model: a rank of a job of 2 or more ranks recorded with with_modules /
-    with_flops is made faster untraced only down to a pace 1.42x the fitted host's (its host
-    shared, and slower than the fitted one on most sets judged: TorchRec's jobs fell 15-34 %
-    under); a process alone still to the fitted host's; without those options the world size
+    with_flops is made faster untraced only down to a pace 1.18x the fitted host's (its host
+    shared; brought to the fitted host's pace, TorchRec's jobs fell up to 34 % under on the slow
+    hosts); a process alone still to the fitted host's; without those options the world size
     changes nothing."""
     d = oh.DEFAULT_MODEL
-    assert d.job_ref_ns(2) == d.job_ref_ns(4) == pytest.approx(1.42 * d.launch_ref_ns, rel=1e-3)
+    assert d.job_ref_ns(2) == d.job_ref_ns(4) == pytest.approx(1.18 * d.launch_ref_ns, rel=1e-3)
     assert d.job_ref_ns(1) == d.job_ref_ns(None) == d.launch_ref_ns
     model = oh.OverheadModel(**{**ONE.as_dict(), "launch_ref_ns": 4 * US,
                                 "job_launch_ref_ns": d.job_launch_ref_ns and tuple(
@@ -575,7 +575,7 @@ def test_the_default_model_brings_a_jobs_rank_to_a_slower_pace(tmp_path):
         assert c.launch_ns == 8 * US and c.world_size == ws
         got[name] = oh.estimate(t, g, model, counts=c)
     assert got["alone"].host_factor == got["one"].host_factor == 2.0
-    assert got["job"].host_factor == got["job4"].host_factor == pytest.approx(2.0 / 1.42,
+    assert got["job"].host_factor == got["job4"].host_factor == pytest.approx(2.0 / 1.18,
                                                                                rel=1e-3)
     assert "to a job's pace (2 ranks" in got["job"].rests_on
     assert "job's pace" not in got["alone"].rests_on and "job's pace" not in got["one"].rests_on
