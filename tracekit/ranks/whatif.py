@@ -270,12 +270,12 @@ def permutation_change(g, dur: np.ndarray, cuts: np.ndarray) -> dict | None:
     from tracekit.graph.model import EdgeKind, NodeKind
 
     gpu = (g.kind == NodeKind.GPU) & ~cuts
-    names = g.name.astype(str)
     perm_rx, copy_rx = patterns.compile(PERMUTE_PATTERN), patterns.compile(COPY_PATTERN)
     dist = np.flatnonzero(gpu & (g.phase == "input_dist"))
-    if any(perm_rx.search(names[i]) for i in dist):
+    if any(perm_rx.search(str(g.name[i])) for i in dist):
         return None
-    copies = np.array([bool(copy_rx.search(n)) for n in names], bool) & gpu
+    codes, uniq = fnp.factorize(g.name)  # the copy pattern asked once per distinct name
+    copies = np.array([bool(copy_rx.search(str(u))) for u in uniq], bool)[codes] & gpu
     dur = dur.copy()
     lag = g.lag.copy()
     prog = np.flatnonzero(g.edge_kind == int(EdgeKind.PROGRAM))
