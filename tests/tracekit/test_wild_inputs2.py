@@ -100,18 +100,14 @@ def test_thousands_of_streams_cost_thousands_of_pairs(tmp_path, capsys):
 def test_recorded_stream_waits_cost_linear_time(tmp_path):
     """30 k recorded ``Stream Wait Event``s took 6.6 s, 120 k 94 s (a pass over every activity
     per wait); each wait still joins its producer to its consumer."""
+    from bench.wild_inputs import waits as recorded_waits
     from tracekit.graph import build_graph
     from tracekit.graph.model import EdgeKind
+    from tracekit.trace import load
 
     n = 3000
-    b = TraceBuilder()
-    b.profiler_step(1, 0, 10 * n + 100)
-    for i in range(n):
-        b.kernel("a", 10 * i + 1, 2, stream=7, launch_at=10 * i)
-        b.stream_wait(record_at=10 * i + 1, wait_at=10 * i + 2, on_stream=7, stream=8,
-                      gpu_at=10 * i + 4)
-        b.kernel("b", 10 * i + 5, 2, stream=8, launch_at=10 * i + 3)
-    trace = load_built(b, tmp_path)
+    recorded_waits(n)(tmp_path)  # the runner's reproduction: n "a" on stream 7, each waited on by a "b" on 8
+    trace = load(tmp_path / "waits.json", use_cache=False, progress=False).traces[0]
     t0 = time.perf_counter()
     g = build_graph(trace, default_rules())
     assert time.perf_counter() - t0 < 20
