@@ -274,6 +274,15 @@ PRESETS: dict[str, dict] = {
                                rounds=36, **_RUN),
     "dense_b6k": dict(_BIG, batch=6144, task_heads=1, adam_foreach=True, main_priority=0, est_step_ms=10,
                       rounds=32, warmup=6, timed=8),
+    # Held out (2026-11-28, session 12): presets never used to fit anything, collected before that
+    # session's model changes, to judge them on: the multitask model at 26624 samples (between the
+    # 24k and the 28k), 72 task heads at 18432 samples, and the dense_heavy model at 14336 samples
+    "multitask_b26k": dict(_BIG, batch=26624, task_heads=128, adam_foreach=False, main_priority=-2, est_step_ms=57,
+                           rounds=38, **_RUN),
+    "multitask_h72_b18k": dict(_BIG, batch=18432, task_heads=72, adam_foreach=False, main_priority=-2, est_step_ms=44,
+                               rounds=40, **_RUN),
+    "dense_b14k": dict(_BIG, batch=14336, task_heads=1, adam_foreach=True, main_priority=0, est_step_ms=18,
+                       rounds=32, warmup=6, timed=8),
     # the CI-sized smoke preset (seconds on any GPU; the CPU smoke test)
     "tiny": dict(tables=8, rows=10_000, dim=32, batch=256, pooling=4.0, dense_arch=(64,), over_arch=(256, 128),
                  task_heads=4, adam_foreach=False, main_priority=-2, est_step_ms=5, rounds=10, **_RUN),
@@ -312,7 +321,8 @@ PROOF_PAIRS = (("sparse", "fused", "fused_sparse_dist", ("multitask_b32k", "mult
                                                       "multitask_b28k", "multitask_h112_b16k", "dense_b16k",
                                                       "multitask_b18k", "multitask_h56_b22k", "dense_b28k",
                                                       "multitask_b14k", "multitask_h40_b26k", "dense_b10k",
-                                                      "multitask_b22k", "multitask_h24_b30k", "dense_b6k")),)
+                                                      "multitask_b22k", "multitask_h24_b30k", "dense_b6k",
+                                                      "multitask_b26k", "multitask_h72_b18k", "dense_b14k")),)
 
 TARGETS = {"fused": (0.95, 0.97), "semi": (0.92, 0.95)}
 """Headline preset: median ratio <= first, interval's upper end <= second."""

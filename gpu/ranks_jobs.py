@@ -34,7 +34,7 @@ Writes (rank 0) ``DIR/results.json`` and ``DIR/results.md`` (updated after every
 ``DIR/commit/`` laid out as the repository:
 
 - ``sample_traces/ranks_<W>gpu_<case>/trace_rank<r>.json.gz`` (every rank; preset ``jobs_hot``:
-  ``ranks_<W>gpu_heavy_<case>``, ``jobs_mid``: ``ranks_<W>gpu_mid_<case>``, ``jobs_lite``: ``ranks_<W>gpu_lite_<case>``, ``jobs_wide``: ``ranks_<W>gpu_wide_<case>``, ``jobs_deep``: ``ranks_<W>gpu_deep_<case>``, ``jobs_tall``: ``ranks_<W>gpu_tall_<case>``, ``jobs_flat``: ``ranks_<W>gpu_flat_<case>``, ``jobs_slim``: ``ranks_<W>gpu_slim_<case>``, ``jobs_lean``: ``ranks_<W>gpu_lean_<case>``, ``jobs_trim``: ``ranks_<W>gpu_trim_<case>``, ``jobs_keen``: ``ranks_<W>gpu_keen_<case>``, apart from preset ``jobs``' traces), ``metrics.json`` and
+  ``ranks_<W>gpu_heavy_<case>``, ``jobs_mid``: ``ranks_<W>gpu_mid_<case>``, ``jobs_lite``: ``ranks_<W>gpu_lite_<case>``, ``jobs_wide``: ``ranks_<W>gpu_wide_<case>``, ``jobs_deep``: ``ranks_<W>gpu_deep_<case>``, ``jobs_tall``: ``ranks_<W>gpu_tall_<case>``, ``jobs_flat``: ``ranks_<W>gpu_flat_<case>``, ``jobs_slim``: ``ranks_<W>gpu_slim_<case>``, ``jobs_lean``: ``ranks_<W>gpu_lean_<case>``, ``jobs_trim``: ``ranks_<W>gpu_trim_<case>``, ``jobs_keen``: ``ranks_<W>gpu_keen_<case>``, ``jobs_bold``: ``ranks_<W>gpu_bold_<case>``, apart from preset ``jobs``' traces), ``metrics.json`` and
   ``README.md`` (the case, the plan, the measured untraced job step);
 - ``bench/results/jobs-<W>gpu-<gpu>-<date>-<HHMM>.json`` / ``.md``.
 
@@ -133,6 +133,10 @@ PRESETS = {
     # held out from every fit (2026-11-28, session 11): 20 tables of which 4 hot (140 ids per sample, 2
     # in the cold), 8k samples; a 2-rank job with a delay on rank 0, a 4-rank one with it on rank 1
     "jobs_keen": dict(tables=20, rows=1_000_000, dim=128, hot=4, hot_pooling=140.0, cold_pooling=2.0, batch=8192,
+                      dense_arch=(512, 256), over_arch=(1024, 1024, 512)),
+    # held out from every fit (2026-11-28, session 12): 28 tables of which 3 hot (120 ids per sample, 3
+    # in the cold), 12k samples; a 2-rank job with a delay on rank 1, a 4-rank one with it on rank 2
+    "jobs_bold": dict(tables=28, rows=1_000_000, dim=128, hot=3, hot_pooling=120.0, cold_pooling=3.0, batch=12288,
                       dense_arch=(512, 256), over_arch=(1024, 1024, 512)),
     # the CPU smoke test (gloo, the reference TBE)
     "tiny": dict(tables=8, rows=2_000, dim=16, hot=2, hot_pooling=16.0, cold_pooling=2.0, batch=64,
@@ -377,7 +381,7 @@ class Jobs:
         for case in CASES:
             # the presets' traces apart: ranks_4gpu_<case> (jobs), ranks_4gpu_heavy_<case> (jobs_hot),
             # ranks_2gpu_mid_<case> (jobs_mid), ranks_<W>gpu_lite_<case> (jobs_lite)
-            kind = {"jobs_hot": "heavy_", "jobs_mid": "mid_", "jobs_lite": "lite_", "jobs_wide": "wide_", "jobs_deep": "deep_", "jobs_tall": "tall_", "jobs_flat": "flat_", "jobs_slim": "slim_", "jobs_lean": "lean_", "jobs_trim": "trim_", "jobs_keen": "keen_"}.get(a.preset, "")
+            kind = {"jobs_hot": "heavy_", "jobs_mid": "mid_", "jobs_lite": "lite_", "jobs_wide": "wide_", "jobs_deep": "deep_", "jobs_tall": "tall_", "jobs_flat": "flat_", "jobs_slim": "slim_", "jobs_lean": "lean_", "jobs_trim": "trim_", "jobs_keen": "keen_", "jobs_bold": "bold_"}.get(a.preset, "")
             folder = self.out / "commit" / "sample_traces" / f"ranks_{self.world}gpu_{kind}{case}"
             cfg = dataclasses.replace(self.cfg, profile_steps=a.profile_steps, out=str(folder))
             seg = self.run(case, cfg)

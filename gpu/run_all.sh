@@ -82,6 +82,10 @@
 # refit10b (released presets re-collected to fit on, session 11: set 10's traces did not outlive their machine):
 # bench.pipelines on 2 GPUs, multitask_b14k and multitask_h40_b26k (set 10's 2-GPU multitask pairs; b14k's
 # FusedSparseDist saving was under-predicted on the job's graph), default options; <= 230 s.
+# holdout12a / holdout12b / jobs2x / jobs4x (held out, 2026-11-28 session 12, collected before that session's
+# model changes): bench.pipelines on 1 GPU (multitask_b26k, multitask_h72_b18k, dense_b14k; options default,
+# shapes, stack; <= 270 s) and 2 GPUs (the same presets, default; <= 250 s); gpu/ranks_jobs.py with jobs_bold
+# on 2 ranks (rank 1 +3 ms) and 4 ranks (rank 2 +1.5 ms), each with 10 rounds after the traces (<= 230 / 260 s).
 # refit8b (released presets re-collected to fit on, session 9: set 8's held-out traces did not outlive their
 # machine): bench.pipelines on 2 GPUs, multitask_b28k and multitask_b24k (the 2-GPU FusedSparseDist pairs the
 # job's graph under-predicts, the SparseDist step whose untraced estimate was +51.8 %), default options; <= 230 s.
@@ -259,6 +263,15 @@ for p in "${parts[@]}"; do
     jobs4w) part jobs4w 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_keen --delay-rank 1 --delay-ms 2 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
     refit10b) part refit10b 230 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 120 --min-rounds 6 \
                   --plan multitask_b14k:sparse+fused,multitask_h40_b26k:sparse+fused --profile-options default --out "$OUT"' ;;
+    holdout12a) part holdout12a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
+                  --plan multitask_b26k:sparse+fused,multitask_h72_b18k:sparse+fused,dense_b14k:sparse+fused \
+                  --profile-options default,shapes,stack --window-variants sparse \
+                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
+    holdout12b) part holdout12b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
+                  --plan multitask_b26k:sparse+fused,multitask_h72_b18k:sparse+fused,dense_b14k:sparse+fused \
+                  --profile-options default --out "$OUT"' ;;
+    jobs2x) part jobs2x 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_bold --delay-rank 1 --delay-ms 3 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
+    jobs4x) part jobs4x 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_bold --delay-rank 2 --delay-ms 1.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
     refit8b) part refit8b 230 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 120 --min-rounds 6 \
                   --plan multitask_b28k:sparse+fused,multitask_b24k:sparse+fused --profile-options default --out "$OUT"' ;;
     refit9b) part refit9b 230 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 120 --min-rounds 6 \

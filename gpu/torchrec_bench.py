@@ -169,6 +169,16 @@ PLAN: dict[str, tuple[int, str, int, int, int]] = {
     "2gpu_fused_b3584": (2, "fused", 3584, 8, 1),
     "1gpu_fused_b9216_r2": (1, "fused", 9216, 8, 2),
     "1gpu_sparse_b9216_r2": (1, "sparse", 9216, 8, 2),
+    # held out (2026-11-28, session 12): batch sizes never run, collected before that session's model
+    # changes: 11264 on 1 GPU (twice, mirrored), 4608 on 2 and 5120 on 4
+    "1gpu_sparse_b11264": (1, "sparse", 11264, 8, 2),
+    "1gpu_fused_b11264": (1, "fused", 11264, 8, 2),
+    "4gpu_sparse_b5120": (4, "sparse", 5120, 8, 1),
+    "4gpu_fused_b5120": (4, "fused", 5120, 8, 1),
+    "2gpu_sparse_b4608": (2, "sparse", 4608, 8, 1),
+    "2gpu_fused_b4608": (2, "fused", 4608, 8, 1),
+    "1gpu_fused_b11264_r2": (1, "fused", 11264, 8, 2),
+    "1gpu_sparse_b11264_r2": (1, "sparse", 11264, 8, 2),
 }
 
 
