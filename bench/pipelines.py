@@ -47,7 +47,11 @@ SemiSync, SparseDist with the in-place copy); SparseDist is the reference. For e
    gets one trace run per option set: the profiler-overhead question (issue 24). Each run is one
    process's model and data: its warm-up steps, ``max(3, timed)`` untraced timed steps, one
    profiler warm-up step, ``--profile-steps`` traced steps, 3 tail steps; options outer,
-   variants in alternating order (``--window-variants``: only these under the non-default sets). ``--window-trace-max-mb`` / ``--window-traces-max-mb`` drop
+   variants in alternating order (``--window-variants``: only these under the non-default sets).
+   CUPTI is torn down after each trace (``TEARDOWN_CUPTI=1``, runtime.profiling.cupti_teardown;
+   ``process.cupti_teardown`` in the results): Kineto's default leaves it attached, and before
+   this every run after the first trace of a process (the second trace run of a preset, the next
+   preset's rounds in the last pass) ran 5-100 % slower on the host-bound presets. ``--window-trace-max-mb`` / ``--window-traces-max-mb`` drop
    a non-default option's traces past a size (their counts and times stay).
 
    **Results for the overhead question** (``results.json``, and the same document compact in
@@ -117,7 +121,7 @@ from bench.common.host import HostPin, ThreadCounters, cpu_model, host_probe, qu
 from runtime.data import DataConfig, SyntheticLoader
 from runtime.dist import init_from_env
 from runtime.model import DenseOptimizerConfig, ModelConfig
-from runtime.profiling import PROFILER_OPTIONS, cuda_sync_events, trace_counts
+from runtime.profiling import PROFILER_OPTIONS, cuda_sync_events, cupti_teardown, trace_counts
 from runtime.session import RunResult, Session
 from runtime.train import TrainConfig, config_dict, versions
 
@@ -528,6 +532,9 @@ class Bench:
         proc["cpu_model"] = cpu_model()
         proc["pin"] = self.pin.status
         proc["cuda_sync_events"] = cuda_sync_events()
+        # CUPTI torn down after each trace (runtime.profiling.cupti_teardown): left attached, the
+        # runs after a process's first trace ran 5-100 % slower on the host-bound presets
+        proc["cupti_teardown"] = cupti_teardown()
         if not self.gpu:
             return
         t = time.perf_counter()
@@ -942,6 +949,7 @@ def write_run_metrics(folder: Path, seg: dict, pdoc: dict, variant: str, cfg: Tr
         "measured_summary": measured,
         "device": bench.device_name, "world_size": bench.info.world_size, "date_utc": bench.doc["date_utc"],
         "cuda_sync_events": bench.doc["process"].get("cuda_sync_events"),
+        "cupti_teardown": bench.doc["process"].get("cupti_teardown"),
         "trace_run": {k: seg.get(k) for k in ("step_ms", "traced_step_ms", "host_step_ms", "traced_host_step_ms",
                                               "profiler_warmup_step_ms", "step_ms_median", "peak_reserved_bytes",
                                               "peak_allocated_bytes", "gpu_waited_share", "final_loss", "clocks", "trace_counts", "ranks")},

@@ -12,6 +12,13 @@ What the profiler records is a :class:`ProfilerOptions` (the runtime's default: 
 ``cuda_sync`` events, no shapes, no stacks); :data:`PROFILER_OPTIONS` names the sets the
 profiler-overhead benchmark compares (each option toggled from the default, and the set
 TorchRec's own benchmark uses).
+
+CUPTI is torn down at the end of every trace (``TEARDOWN_CUPTI=1``, :func:`cupti_teardown`):
+Kineto leaves it attached otherwise, and every CUDA call after the first trace of a process
+pays its callbacks. In ``bench.pipelines`` (torch 2.11, CUDA 13) the runs after a process's
+first trace ran 5-100 % slower untraced on the host-bound presets than the rounds before it
+(the second trace run of a preset, the next preset's rounds); bench/NOTES-explain.md, "The trace
+runs after the first".
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import gzip
 import importlib
 import json
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -38,6 +46,16 @@ def _experimental_config() -> tuple[Any, str]:
         return make(enable_cuda_sync_events=True), "on"
     except (TypeError, ValueError, RuntimeError) as e:  # an older torch without the keyword
         return None, f"off: torch {torch.__version__} refused enable_cuda_sync_events ({e})"
+
+
+TEARDOWN_ENV = "TEARDOWN_CUPTI"
+"""Kineto's switch: ``"1"`` calls ``cuptiFinalize`` when a trace ends (read at each teardown)."""
+
+
+def cupti_teardown() -> str:
+    """Sets ``TEARDOWN_CUPTI=1`` unless the caller set it (``0`` keeps CUPTI attached, as Kineto
+    does by default and as CUDA graphs under CUPTI need); returns the value in force."""
+    return os.environ.setdefault(TEARDOWN_ENV, "1")
 
 
 def cuda_sync_events() -> str:
@@ -88,8 +106,10 @@ def make_profiler(
     """A ``torch.profiler.profile`` with the runtime's settings: CPU (+ CUDA on a GPU)
     activities and ``options`` (default :class:`ProfilerOptions`: ``[memory]`` events (unless
     ``memory`` is False) and cuda_sync events where available, no shapes or stacks: they cost
-    host time on steps of thousands of ops)."""
+    host time on steps of thousands of ops). CUPTI is torn down when the trace ends
+    (:func:`cupti_teardown`), so that the steps after it run as untraced ones do."""
     o = options or ProfilerOptions(memory=memory)
+    cupti_teardown()
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     return profile(
         activities=acts,

@@ -38,7 +38,7 @@ import torch.distributed as dist
 from runtime.data import DataConfig, SyntheticLoader
 from runtime.model import DenseOptimizerConfig, ModelConfig
 from runtime.pipelines import FUSED_EMB_BACKWARDS, LOOKUP_PLACEMENTS, LOOKUP_STREAMS, PIPELINES, SEMI_LOOKUP_PLACEMENTS
-from runtime.profiling import ProfilerOptions, TraceHandlerError, cuda_sync_events
+from runtime.profiling import TEARDOWN_ENV, ProfilerOptions, TraceHandlerError, cuda_sync_events
 from runtime.session import ConfigError, Session
 
 
@@ -196,6 +196,7 @@ def train(cfg: TrainConfig, *, loader: SyntheticLoader | None = None) -> dict:
         "trace": Path(run.trace).name if run.trace else None,
         "snapshot": Path(run.snapshot).name if run.snapshot else None,
         "cuda_sync_events": cuda_sync_events() if cfg.profile_steps else None,
+        "cupti_teardown": os.environ.get(TEARDOWN_ENV) if cfg.profile_steps else None,
         "embedding_backend": run.embedding_backend,
     }
     (out / f"metrics_rank{rank}.json").write_text(json.dumps(mine, indent=1))

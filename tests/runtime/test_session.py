@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import gzip
 import json
 
@@ -11,7 +12,7 @@ import torch
 
 from runtime.data import DataConfig, SyntheticLoader
 from runtime.model import DenseOptimizerConfig, ModelConfig
-from runtime.profiling import cuda_sync_events, trace_counts
+from runtime.profiling import TEARDOWN_ENV, cuda_sync_events, make_profiler, trace_counts
 from runtime.session import ConfigError, Session
 from runtime.train import TrainConfig
 
@@ -108,6 +109,16 @@ def test_first_batches_share_the_built_ones():
 def test_the_profiler_asks_for_cuda_sync_events():
     # torch 2.13 (the CPU wheel of the tests) has the option; an older torch says why not
     assert cuda_sync_events() == "on"
+
+
+def test_the_profiler_tears_cupti_down_unless_the_caller_said_otherwise(monkeypatch):
+    # Kineto keeps CUPTI attached after a trace unless TEARDOWN_CUPTI=1: the runs after it pay
+    monkeypatch.delenv(TEARDOWN_ENV, raising=False)
+    make_profiler(torch.device("cpu"), schedule=None, on_trace_ready=None)
+    assert os.environ[TEARDOWN_ENV] == "1"
+    monkeypatch.setenv(TEARDOWN_ENV, "0")  # the caller's choice (CUDA graphs under CUPTI) stays
+    make_profiler(torch.device("cpu"), schedule=None, on_trace_ready=None)
+    assert os.environ[TEARDOWN_ENV] == "0"
 
 
 def test_trace_counts_of_a_hand_made_trace(tmp_path):
