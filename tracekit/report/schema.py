@@ -1126,7 +1126,9 @@ class JobWhatIf(TypedDict, total=False):
     warning: str
     """Why the prediction may be wrong (the straggler at the median rank's speed saving less
     than half the host work it takes out: what bounds the job after the change,
-    ``tracekit.ranks.whatif.capped_warning``; a fix on every rank whose saving at an end of the
+    ``tracekit.ranks.whatif.capped_warning``, or still bound by the straggler with every
+    other rank waiting for it, which may save less, ``tracekit.ranks.whatif.behind_warning``;
+    a fix on every rank whose saving at an end of the
     band of the job's estimated untraced step is outside the target's tolerance of it,
     ``tracekit.ranks.border``)."""
     at_band: list[dict[str, float]]

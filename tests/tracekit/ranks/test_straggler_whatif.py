@@ -210,6 +210,41 @@ def test_the_capped_warning_names_the_stragglers_unexplained_time():
     assert capped_warning(before, {"ranks": []}, 3, 2.19e6, 0.469e6) is None
 
 
+def test_a_straggler_still_far_behind_after_the_change_warns(tmp_path):
+    """Rank 1 sleeps 2 ms a step and its host work is 3 ms where rank 0's is 1 ms: with the
+    sleep gone rank 1 still bounds the job and rank 0 waits about 2 ms a step for it, so the row
+    warns that the saving may be too large (``behind_warning``); the saving is still the sleep."""
+    _, w = _row(tmp_path, host_us={0: 1000, 1: 3000}, sleep_us={1: 2000}, planted=(1,))
+    assert 1_900_000 <= w["saving_ns"] <= 2_100_000, w
+    assert w["warning"].startswith("the saving may be too large: with the work taken out, rank 1 "
+                                   "still bounds the job"), w["warning"]
+    assert "0.62-0.96 of the prediction" in w["warning"]
+
+
+def test_the_behind_warning_needs_every_other_rank_waiting():
+    """``behind_warning`` from summaries (the 4-rank ``jobs_lite`` delay's after replay, ms a
+    step): it warns where the straggler bounds and every other rank waits at least
+    ``BEHIND_SHARE`` of the step; not where one other rank waits less, nor where another rank
+    bounds."""
+    from tracekit.ranks.whatif import BEHIND_SHARE, behind_warning
+
+    def rank(r, own, wait):
+        return {"rank": r, "own_ns": own * 1e6, "transfer_ns": 0.0, "wait_ns": wait * 1e6}
+
+    after = {"step_ns": 11.27e6, "ranks": [rank(0, 7.076, 3.568), rank(1, 11.201, 0.0),
+                                           rank(2, 8.014, 2.537), rank(3, 8.393, 2.21)]}
+    text = behind_warning(after, 1, 1.604e6)
+    assert "rank 1 still bounds the job (11.201 ms a step of own work, the other ranks " \
+           "7.076-8.393) and every other rank waits for it at least 2.210 ms a step" in text
+    assert "(here 1.604 ms: 0.994-1.540)" in text
+    near = BEHIND_SHARE * 11.27 - 0.01
+    after["ranks"][3] = rank(3, 8.393, near)
+    assert behind_warning(after, 1, 1.604e6) is None
+    after["ranks"][3] = rank(3, 12.0, 0.0)
+    assert behind_warning(after, 1, 1.604e6) is None
+    assert behind_warning({"step_ns": 1e6, "ranks": []}, 1, 1e6) is None
+
+
 def test_a_saving_is_at_most_the_work_taken_out():
     """``_row(at_most_ns=...)``: a what-if that only takes out work, whose replayed period falls
     by more than the work it takes out a step, predicts that work (the excess is the first
