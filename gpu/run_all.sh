@@ -2,6 +2,8 @@
 # Everything GPU-side in one place: build, test and benchmark, results under $OUT.
 #
 #   bash gpu/run_all.sh [PART...]        # default: every part but pipelines2 (2 GPUs), in this order
+#   bash gpu/run_all.sh --dry-run [PART...]   # (or RUN_ALL_DRY=1) each part's name, limit and command, one
+#                                             # line each, nothing run, written or packed; OUT not needed
 #
 # The device tool allows 10 minutes a command: pipelines2, issue5 and pipelines take up to 9 each
 # (pipelines: its 480 s budget, a fresh machine's TBE build included), so each goes in a call of its own
@@ -103,9 +105,13 @@
 # folder is packed into $OUT/<part>.tar.gz (split into <part>.tar.gz.part-aa, -ab, ... when larger
 # than 15 MiB: `cat <part>.tar.gz.part-* | tar xz`), with every log's tail in $OUT/summary.txt.
 set -u
+shopt -s extglob
+DRY=${RUN_ALL_DRY:-}
+[ "${1:-}" = --dry-run ] && { DRY=1; shift; }
+[ -n "$DRY" ] && OUT=${OUT:-'$OUT'}
 OUT=${OUT:?set OUT to the results folder}
 WORK=${WORK:-/tmp/tracekit-gpu}
-mkdir -p "$WORK" "$OUT"
+[ -n "$DRY" ] || mkdir -p "$WORK" "$OUT"
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # NVLink multicast stays off on shared hosts (the device tool's rule).
@@ -118,6 +124,12 @@ SKIP_FILE="$WORK/tbe_skip_variants.txt"
 
 part() {  # part NAME SECONDS COMMAND...
     local name=$1 limit=$2; shift 2
+    if [ -n "$DRY" ]; then  # its words quoted, on one line: a script's continued lines joined
+        local words=() w
+        for w in "$@"; do words+=("${w//\\$'\n'*( )/}"); done
+        printf '%s %s %s\n' "$name" "$limit" "${words[*]@Q}"
+        return
+    fi
     local dir="$WORK/$name"; rm -rf "$dir"; mkdir -p "$dir"  # a warm (or reused) machine keeps /tmp: no stale outputs
     local t0=$SECONDS
     echo "=== $name (limit ${limit}s): $*"
@@ -286,4 +298,4 @@ for p in "${parts[@]}"; do
     *) echo "unknown part: $p" >&2 ;;
     esac
 done
-cat "$OUT/summary.txt"
+[ -n "$DRY" ] || cat "$OUT/summary.txt"
