@@ -100,6 +100,11 @@
 # bound is another rank's slower host (bench/NOTES-ranks.md, "FusedSparseDist on every rank"; <= 300 s).
 # cudagraph (gpu/cuda_graph_trace.py: a small MLP's step captured in a CUDA graph and replayed,
 # and the same eagerly, each traced; for explain's CUDA-graph check on a real trace; <= 1 min).
+# The parts of one shape are one function call each (below `part`): pipelines_part (bench.pipelines,
+# 2 passes, >= 6 rounds: overhead1/2), holdout_part (a held-out set's presets on 1 GPU or 2: holdout1/2,
+# holdoutNa/b), refit_part (refitNb), jobs_part (gpu/ranks_jobs.py: jobs2n ... jobs4f6) and jobs_after_part
+# (the same, 100 s of rounds and 10 after the traces: jobs2r, jobs4r, jobs4p, jobs2q onwards); a new set is a
+# line of each; `--dry-run` lists the commands they give.
 # Each part runs with its own time limit and its own output folder; one failing part does not
 # stop the others. The device tool brings back at most 8 files of at most 16 MiB, so each part's
 # folder is packed into $OUT/<part>.tar.gz (split into <part>.tar.gz.part-aa, -ab, ... when larger
@@ -146,6 +151,46 @@ part() {  # part NAME SECONDS COMMAND...
 # fbgemm_gpu, when the caller put it on PYTHONPATH: its version and whether its ops load
 fbgemm_check='import torch, fbgemm_gpu; torch.ops.fbgemm.asynchronous_complete_cumsum; print("fbgemm_gpu", fbgemm_gpu.__version__, "ops loaded")'
 
+pairs() {  # pairs PRESET...: SparseDist and FusedSparseDist of each preset, as bench.pipelines' --plan
+    local IFS=,
+    set -- "${@/%/:sparse+fused}"
+    echo "$*"
+}
+
+pipelines_part() {  # pipelines_part NAME LIMIT GPUS BUDGET PLAN [OPTION...]: bench.pipelines on GPUS GPUs,
+    # the PLAN's variants in interleaved untraced rounds (2 passes, at least 6 rounds, BUDGET s), then traced
+    local name=$1 limit=$2 gpus=$3 budget=$4 plan=$5; shift 5
+    part "$name" "$limit" bash -c "python3 -m bench.pipelines --gpus $gpus --passes 2 --budget-s $budget --min-rounds 6 --plan $plan ${*:+$* }--out \"\$OUT\""
+}
+
+holdout_part() {  # holdout_part NAME GPUS PRESET...: a held-out set's presets, SparseDist and FusedSparseDist;
+    # on 1 GPU under the profiler options default, shapes and stack, SparseDist's windows (<= 270 s);
+    # on 2 GPUs under the default options (<= 250 s)
+    local name=$1 gpus=$2; shift 2
+    if [ "$gpus" = 1 ]; then
+        pipelines_part "$name" 270 1 150 "$(pairs "$@")" --profile-options default,shapes,stack \
+                       --window-variants sparse --window-trace-max-mb 3 --window-traces-max-mb 10
+    else
+        pipelines_part "$name" 250 2 170 "$(pairs "$@")" --profile-options default
+    fi
+}
+
+refit_part() {  # refit_part NAME PRESET...: released presets re-collected to fit on, 2 GPUs, default options (<= 230 s)
+    local name=$1; shift
+    pipelines_part "$name" 230 2 120 "$(pairs "$@")" --profile-options default
+}
+
+jobs_part() {  # jobs_part NAME LIMIT RANKS PRESET DELAY_RANK DELAY_MS [OPTION...]: gpu/ranks_jobs.py on RANKS
+    # ranks through torchrun, a host delay of DELAY_MS planted on DELAY_RANK
+    local name=$1 limit=$2 ranks=$3 preset=$4 rank=$5 ms=$6; shift 6
+    part "$name" "$limit" bash -c "torchrun --standalone --nproc-per-node $ranks gpu/ranks_jobs.py --preset $preset --delay-rank $rank --delay-ms $ms ${*:+$* }--out \"\$OUT\""
+}
+
+jobs_after_part() {  # jobs_after_part NAME RANKS PRESET DELAY_RANK DELAY_MS: jobs_part, 100 s of rounds and 10
+    # rounds after the traces (<= 230 s on 2 ranks, 260 on 4)
+    jobs_part "$1" "$(( $2 == 2 ? 230 : 260 ))" "$2" "$3" "$4" "$5" --budget-s 100 --rounds-after-traces 10
+}
+
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(env kernels tbe tbe_ncu pipetests pipelines issue5 snapshot)
 for p in "${parts[@]}"; do
@@ -173,122 +218,60 @@ for p in "${parts[@]}"; do
     cudagraph) part cudagraph 120 bash -c 'python3 gpu/cuda_graph_trace.py --out "$OUT"' ;;
     snapshot) part snapshot 180 bash -c 'python3 gpu/snapshot_sample.py --out "$OUT"' ;;
     tbe_build) part tbe_build 200 python3 -c 'import time; t = time.time(); from runtime.kernels import cuda; cuda.load(verbose=False); print(f"TBE extension ready in {time.time() - t:.1f} s")' ;;
-    overhead1) part overhead1 260 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 180 --min-rounds 6 \
-                  --plan multitask_b32k:sparse+fused,multitask_b4k:sparse+fused,multitask:sparse+fused,dense_heavy:sparse+fused \
-                  --profile-options default,no_memory,no_sync,shapes,torchrec,stack --window-variants sparse \
-                  --window-trace-max-mb 3 --window-traces-max-mb 16 --out "$OUT"' ;;
-    overhead2) part overhead2 215 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 160 --min-rounds 6 \
-                  --plan multitask_b32k:sparse+fused,multitask_b4k:sparse+fused \
-                  --profile-options default,no_memory,no_sync,shapes,stack --window-variants sparse \
-                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
-    holdout1) part holdout1 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
-                  --plan multitask_b8k:sparse+fused,multitask_h32:sparse+fused,multitask_p0:sparse+fused,dense_b16k:sparse+fused \
-                  --profile-options default,shapes,stack --window-variants sparse \
-                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
-    holdout2) part holdout2 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
-                  --plan multitask:sparse+fused,dense_b16k:sparse+fused,multitask_b8k:sparse+fused \
-                  --profile-options default --out "$OUT"' ;;
+    overhead1) pipelines_part overhead1 260 1 180 "$(pairs multitask_b32k multitask_b4k multitask dense_heavy)" \
+                   --profile-options default,no_memory,no_sync,shapes,torchrec,stack --window-variants sparse --window-trace-max-mb 3 --window-traces-max-mb 16 ;;
+    overhead2) pipelines_part overhead2 215 2 160 "$(pairs multitask_b32k multitask_b4k)" \
+                   --profile-options default,no_memory,no_sync,shapes,stack --window-variants sparse --window-trace-max-mb 3 --window-traces-max-mb 10 ;;
+    holdout1) holdout_part holdout1 1 multitask_b8k multitask_h32 multitask_p0 dense_b16k ;;
+    holdout2) holdout_part holdout2 2 multitask dense_b16k multitask_b8k ;;
     jobs2) part jobs2 290 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_mid --delay-rank 1 --delay-ms 2 --budget-s 110 --out "$OUT/mid" &&
                   torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_hot --delay-rank 0 --delay-ms 4 --budget-s 60 --min-rounds 4 --out "$OUT/hot"' ;;
-    jobs4m) part jobs4m 200 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_mid --delay-rank 3 --delay-ms 2.5 --budget-s 90 --out "$OUT"' ;;
-    holdout3a) part holdout3a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
-                  --plan multitask_b12k:sparse+fused,multitask_h64_b8k:sparse+fused,dense_b8k:sparse+fused \
-                  --profile-options default,shapes,stack --window-variants sparse \
-                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
-    holdout3b) part holdout3b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
-                  --plan multitask_b12k:sparse+fused,multitask_h64_b8k:sparse+fused,dense_b8k:sparse+fused \
-                  --profile-options default --out "$OUT"' ;;
-    jobs2n) part jobs2n 170 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_lite --delay-rank 0 --delay-ms 3 --budget-s 100 --out "$OUT"' ;;
-    jobs4n) part jobs4n 200 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_lite --delay-rank 1 --delay-ms 1.5 --budget-s 100 --out "$OUT"' ;;
-    holdout4a) part holdout4a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
-                  --plan multitask_b6k:sparse+fused,multitask_h16_b24k:sparse+fused,dense_b12k:sparse+fused \
-                  --profile-options default,shapes,stack --window-variants sparse \
-                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
-    holdout4b) part holdout4b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
-                  --plan multitask_b6k:sparse+fused,multitask_h16_b24k:sparse+fused,dense_b12k:sparse+fused \
-                  --profile-options default --out "$OUT"' ;;
-    jobs2o) part jobs2o 170 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_wide --delay-rank 1 --delay-ms 2.5 --budget-s 100 --out "$OUT"' ;;
-    jobs4o) part jobs4o 200 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_wide --delay-rank 2 --delay-ms 2 --budget-s 100 --out "$OUT"' ;;
-    holdout5a) part holdout5a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
-                  --plan multitask_b10k:sparse+fused,multitask_h96_b20k:sparse+fused,dense_b24k:sparse+fused \
-                  --profile-options default,shapes,stack --window-variants sparse \
-                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
-    holdout5b) part holdout5b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
-                  --plan multitask_b10k:sparse+fused,multitask_h96_b20k:sparse+fused,dense_b24k:sparse+fused \
-                  --profile-options default --out "$OUT"' ;;
-    jobs2p) part jobs2p 170 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_deep --delay-rank 0 --delay-ms 1.5 --budget-s 100 --out "$OUT"' ;;
-    jobs2r) part jobs2r 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_wide --delay-rank 1 --delay-ms 2.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    jobs4r) part jobs4r 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_wide --delay-rank 2 --delay-ms 2 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    jobs4p) part jobs4p 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_deep --delay-rank 3 --delay-ms 1.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    holdout6a) part holdout6a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
-                  --plan multitask_b20k:sparse+fused,multitask_h48_b12k:sparse+fused,dense_b32k:sparse+fused \
-                  --profile-options default,shapes,stack --window-variants sparse \
-                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
-    holdout6b) part holdout6b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
-                  --plan multitask_b20k:sparse+fused,multitask_h48_b12k:sparse+fused,dense_b32k:sparse+fused \
-                  --profile-options default --out "$OUT"' ;;
-    jobs2q) part jobs2q 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_tall --delay-rank 1 --delay-ms 3.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    jobs4q) part jobs4q 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_tall --delay-rank 0 --delay-ms 2.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    holdout7a) part holdout7a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
-                  --plan multitask_b24k:sparse+fused,multitask_h80_b14k:sparse+fused,dense_b20k:sparse+fused \
-                  --profile-options default,shapes,stack --window-variants sparse \
-                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
-    holdout7b) part holdout7b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
-                  --plan multitask_b24k:sparse+fused,multitask_h80_b14k:sparse+fused,dense_b20k:sparse+fused \
-                  --profile-options default --out "$OUT"' ;;
-    jobs2s) part jobs2s 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_flat --delay-rank 0 --delay-ms 3 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    jobs4s) part jobs4s 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_flat --delay-rank 3 --delay-ms 2 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    holdout8a) part holdout8a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
-                  --plan multitask_b28k:sparse+fused,multitask_h112_b16k:sparse+fused,dense_b16k:sparse+fused \
-                  --profile-options default,shapes,stack --window-variants sparse \
-                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
-    holdout8b) part holdout8b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
-                  --plan multitask_b28k:sparse+fused,multitask_h112_b16k:sparse+fused,dense_b16k:sparse+fused \
-                  --profile-options default --out "$OUT"' ;;
-    jobs2t) part jobs2t 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_slim --delay-rank 1 --delay-ms 2.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    jobs4t) part jobs4t 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_slim --delay-rank 2 --delay-ms 1.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    holdout9a) part holdout9a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
-                  --plan multitask_b18k:sparse+fused,multitask_h56_b22k:sparse+fused,dense_b28k:sparse+fused \
-                  --profile-options default,shapes,stack --window-variants sparse \
-                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
-    holdout9b) part holdout9b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
-                  --plan multitask_b18k:sparse+fused,multitask_h56_b22k:sparse+fused,dense_b28k:sparse+fused \
-                  --profile-options default --out "$OUT"' ;;
-    jobs2u) part jobs2u 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_lean --delay-rank 0 --delay-ms 3 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    holdout10a) part holdout10a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
-                  --plan multitask_b14k:sparse+fused,multitask_h40_b26k:sparse+fused,dense_b10k:sparse+fused \
-                  --profile-options default,shapes,stack --window-variants sparse \
-                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
-    holdout10b) part holdout10b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
-                  --plan multitask_b14k:sparse+fused,multitask_h40_b26k:sparse+fused,dense_b10k:sparse+fused \
-                  --profile-options default --out "$OUT"' ;;
-    jobs2v) part jobs2v 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_trim --delay-rank 1 --delay-ms 2 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    jobs4v) part jobs4v 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_trim --delay-rank 3 --delay-ms 2.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    holdout11a) part holdout11a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
-                  --plan multitask_b22k:sparse+fused,multitask_h24_b30k:sparse+fused,dense_b6k:sparse+fused \
-                  --profile-options default,shapes,stack --window-variants sparse \
-                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
-    holdout11b) part holdout11b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
-                  --plan multitask_b22k:sparse+fused,multitask_h24_b30k:sparse+fused,dense_b6k:sparse+fused \
-                  --profile-options default --out "$OUT"' ;;
-    jobs2w) part jobs2w 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_keen --delay-rank 0 --delay-ms 2.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    jobs4w) part jobs4w 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_keen --delay-rank 1 --delay-ms 2 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    refit10b) part refit10b 230 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 120 --min-rounds 6 \
-                  --plan multitask_b14k:sparse+fused,multitask_h40_b26k:sparse+fused --profile-options default --out "$OUT"' ;;
-    holdout12a) part holdout12a 270 bash -c 'python3 -m bench.pipelines --gpus 1 --passes 2 --budget-s 150 --min-rounds 6 \
-                  --plan multitask_b26k:sparse+fused,multitask_h72_b18k:sparse+fused,dense_b14k:sparse+fused \
-                  --profile-options default,shapes,stack --window-variants sparse \
-                  --window-trace-max-mb 3 --window-traces-max-mb 10 --out "$OUT"' ;;
-    holdout12b) part holdout12b 250 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 170 --min-rounds 6 \
-                  --plan multitask_b26k:sparse+fused,multitask_h72_b18k:sparse+fused,dense_b14k:sparse+fused \
-                  --profile-options default --out "$OUT"' ;;
-    jobs2x) part jobs2x 230 bash -c 'torchrun --standalone --nproc-per-node 2 gpu/ranks_jobs.py --preset jobs_bold --delay-rank 1 --delay-ms 3 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    jobs4x) part jobs4x 260 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_bold --delay-rank 2 --delay-ms 1.5 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
-    refit8b) part refit8b 230 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 120 --min-rounds 6 \
-                  --plan multitask_b28k:sparse+fused,multitask_b24k:sparse+fused --profile-options default --out "$OUT"' ;;
-    refit9b) part refit9b 230 bash -c 'python3 -m bench.pipelines --gpus 2 --passes 2 --budget-s 120 --min-rounds 6 \
-                  --plan multitask_h56_b22k:sparse+fused,multitask_b28k:sparse+fused --profile-options default --out "$OUT"' ;;
-    jobs4f6) part jobs4f6 300 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --preset jobs_flat --delay-rank 3 --delay-ms 2 --profile-steps 6 --budget-s 100 --rounds-after-traces 10 --out "$OUT"' ;;
+    jobs4m) jobs_part jobs4m 200 4 jobs_mid 3 2.5 --budget-s 90 ;;
+    holdout3a) holdout_part holdout3a 1 multitask_b12k multitask_h64_b8k dense_b8k ;;
+    holdout3b) holdout_part holdout3b 2 multitask_b12k multitask_h64_b8k dense_b8k ;;
+    jobs2n) jobs_part jobs2n 170 2 jobs_lite 0 3 --budget-s 100 ;;
+    jobs4n) jobs_part jobs4n 200 4 jobs_lite 1 1.5 --budget-s 100 ;;
+    holdout4a) holdout_part holdout4a 1 multitask_b6k multitask_h16_b24k dense_b12k ;;
+    holdout4b) holdout_part holdout4b 2 multitask_b6k multitask_h16_b24k dense_b12k ;;
+    jobs2o) jobs_part jobs2o 170 2 jobs_wide 1 2.5 --budget-s 100 ;;
+    jobs4o) jobs_part jobs4o 200 4 jobs_wide 2 2 --budget-s 100 ;;
+    holdout5a) holdout_part holdout5a 1 multitask_b10k multitask_h96_b20k dense_b24k ;;
+    holdout5b) holdout_part holdout5b 2 multitask_b10k multitask_h96_b20k dense_b24k ;;
+    jobs2p) jobs_part jobs2p 170 2 jobs_deep 0 1.5 --budget-s 100 ;;
+    jobs2r) jobs_after_part jobs2r 2 jobs_wide 1 2.5 ;;
+    jobs4r) jobs_after_part jobs4r 4 jobs_wide 2 2 ;;
+    jobs4p) jobs_after_part jobs4p 4 jobs_deep 3 1.5 ;;
+    holdout6a) holdout_part holdout6a 1 multitask_b20k multitask_h48_b12k dense_b32k ;;
+    holdout6b) holdout_part holdout6b 2 multitask_b20k multitask_h48_b12k dense_b32k ;;
+    jobs2q) jobs_after_part jobs2q 2 jobs_tall 1 3.5 ;;
+    jobs4q) jobs_after_part jobs4q 4 jobs_tall 0 2.5 ;;
+    holdout7a) holdout_part holdout7a 1 multitask_b24k multitask_h80_b14k dense_b20k ;;
+    holdout7b) holdout_part holdout7b 2 multitask_b24k multitask_h80_b14k dense_b20k ;;
+    jobs2s) jobs_after_part jobs2s 2 jobs_flat 0 3 ;;
+    jobs4s) jobs_after_part jobs4s 4 jobs_flat 3 2 ;;
+    holdout8a) holdout_part holdout8a 1 multitask_b28k multitask_h112_b16k dense_b16k ;;
+    holdout8b) holdout_part holdout8b 2 multitask_b28k multitask_h112_b16k dense_b16k ;;
+    jobs2t) jobs_after_part jobs2t 2 jobs_slim 1 2.5 ;;
+    jobs4t) jobs_after_part jobs4t 4 jobs_slim 2 1.5 ;;
+    holdout9a) holdout_part holdout9a 1 multitask_b18k multitask_h56_b22k dense_b28k ;;
+    holdout9b) holdout_part holdout9b 2 multitask_b18k multitask_h56_b22k dense_b28k ;;
+    jobs2u) jobs_after_part jobs2u 2 jobs_lean 0 3 ;;
+    holdout10a) holdout_part holdout10a 1 multitask_b14k multitask_h40_b26k dense_b10k ;;
+    holdout10b) holdout_part holdout10b 2 multitask_b14k multitask_h40_b26k dense_b10k ;;
+    jobs2v) jobs_after_part jobs2v 2 jobs_trim 1 2 ;;
+    jobs4v) jobs_after_part jobs4v 4 jobs_trim 3 2.5 ;;
+    holdout11a) holdout_part holdout11a 1 multitask_b22k multitask_h24_b30k dense_b6k ;;
+    holdout11b) holdout_part holdout11b 2 multitask_b22k multitask_h24_b30k dense_b6k ;;
+    jobs2w) jobs_after_part jobs2w 2 jobs_keen 0 2.5 ;;
+    jobs4w) jobs_after_part jobs4w 4 jobs_keen 1 2 ;;
+    refit10b) refit_part refit10b multitask_b14k multitask_h40_b26k ;;
+    holdout12a) holdout_part holdout12a 1 multitask_b26k multitask_h72_b18k dense_b14k ;;
+    holdout12b) holdout_part holdout12b 2 multitask_b26k multitask_h72_b18k dense_b14k ;;
+    jobs2x) jobs_after_part jobs2x 2 jobs_bold 1 3 ;;
+    jobs4x) jobs_after_part jobs4x 4 jobs_bold 2 1.5 ;;
+    refit8b) refit_part refit8b multitask_b28k multitask_b24k ;;
+    refit9b) refit_part refit9b multitask_h56_b22k multitask_b28k ;;
+    jobs4f6) jobs_part jobs4f6 300 4 jobs_flat 3 2 --profile-steps 6 --budget-s 100 --rounds-after-traces 10 ;;
     jobs4) part jobs4 250 bash -c 'torchrun --standalone --nproc-per-node 4 gpu/ranks_jobs.py --budget-s 190 --out "$OUT"' ;;
     torchrec) part torchrec 340 bash -c 'set -e; fb=${FBPARTS:-/tmp/fbparts}; ls -l "$fb";
                   t=$SECONDS; bash "$fb/install.sh" "$fb" /tmp/site;
