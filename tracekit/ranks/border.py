@@ -26,7 +26,8 @@ BORDER_TOLERANCE = (0.25, 0.02)
 """The target's tolerance (issue 24): a saving differs when it is off by more than this share of
 the prediction or of the job step, whichever is larger."""
 SPEEDS = (0.25, 4.0)
-"""Host speeds searched for a band's end (x faster); an end none of them reaches is left out."""
+"""Host speeds searched for a band's end (x faster; ``jobgraph.host_speed_for_step``'s range,
+slower and faster); an end none of them reaches is left out."""
 TOLERANCE = 0.005
 """A band's end is reached within this share of it."""
 
@@ -51,25 +52,6 @@ def job_band(ranks: list[dict], step_ns: float) -> tuple[float, float] | None:
     return oh.untraced_range(traced, float(step_ns), slow_host=slow)
 
 
-def speed_for_step(inputs: list, step_ns: float) -> float | None:
-    """The factor (``SPEEDS``) by which every rank's host work, that many times faster (below
-    1: slower), brings the job step to ``step_ns`` within ``TOLERANCE`` (bisection: the step
-    never grows as the hosts get faster); None where no factor in ``SPEEDS`` reaches it."""
-    def step(f: float) -> float:
-        return jobgraph.schedule(jobgraph.build(jobgraph.at_host_speed(inputs, f))).step_ns
-
-    lo, hi = SPEEDS
-    if step(hi) > step_ns * (1 + TOLERANCE) or step(lo) < step_ns * (1 - TOLERANCE):
-        return None
-    for _ in range(40):
-        mid = (lo * hi) ** 0.5
-        got = step(mid)
-        if abs(got - step_ns) <= TOLERANCE * step_ns:
-            return mid
-        lo, hi = (mid, hi) if got > step_ns else (lo, mid)
-    return (lo * hi) ** 0.5
-
-
 def at_band(ctx, band_ns: tuple[float, float], replay) -> list[dict]:
     """The change replayed at each end of ``band_ns`` (low: faster hosts; high: slower):
     ``replay(host_speed)`` gives the what-if's row at that speed (``whatif.with_skeletons``).
@@ -77,7 +59,8 @@ def at_band(ctx, band_ns: tuple[float, float], replay) -> list[dict]:
     brought to and the saving there)."""
     out = []
     for target in band_ns:
-        f = speed_for_step(ctx.inputs, float(target))
+        f = jobgraph.host_speed_for_step(ctx.inputs, float(target), speeds=SPEEDS,
+                                         tolerance=TOLERANCE)
         if f is None:
             continue
         row = replay(f)

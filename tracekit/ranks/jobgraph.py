@@ -717,29 +717,43 @@ def at_host_speed(inputs: list[RankInput], factor: float) -> list[RankInput]:
     return [with_host_speed(ri, factor) for ri in inputs]
 
 
-def host_speed_for_step(inputs: list[RankInput], step_ns: float, *, tolerance: float = 0.001,
-                        largest: float = 4.0) -> float | None:
-    """The factor by which every rank's host work, made that many times faster
-    (``at_host_speed``), brings the job step to ``step_ns`` (within ``tolerance`` of it, by
-    bisection: the step only shrinks as the hosts get faster): the job's analogue of explain's
-    calibration by a given untraced step (``tracekit.graph.overhead``: "the untraced step given
-    sets the scale"). 1.0 where the job step is already at most ``step_ns``; None where even
-    ``largest`` times faster leaves it longer (the job is bound by other than its hosts)."""
+def host_speed_for_step(inputs: list[RankInput], step_ns: float, *,
+                        speeds: tuple[float, float] = (1.0, 4.0),
+                        tolerance: float = 0.001) -> float | None:
+    """The factor in ``speeds`` (``lo``, ``hi``) by which every rank's host work, made that many
+    times faster (``at_host_speed``; below 1: slower), brings the job step to ``step_ns``
+    (within ``tolerance`` of it, by bisection: the step never grows as the hosts get faster).
+    None where even ``hi`` times faster leaves it longer (the job is bound by other than its
+    hosts).
+
+    The range says what is searched:
+
+    - from 1 (the default: the hosts only made faster): the job's analogue of explain's
+      calibration by a given untraced step (``tracekit.graph.overhead``: "the untraced step
+      given sets the scale"); ``lo`` (1.0) where the job step is already at most
+      ``step_ns``; the bisection halves the range itself;
+    - from below 1 (either way: ``tracekit.ranks.border``'s band, a step longer than the
+      model's reached with slower hosts): None also where even ``lo`` leaves it shorter; the
+      bisection halves the range's ratio (as many halvings slower as faster: 1 is the first
+      midpoint of ``(1 / x, x)``)."""
     def step(f: float) -> float:
         return schedule(build(at_host_speed(inputs, f))).step_ns
 
-    if step(1.0) <= step_ns:
-        return 1.0
-    if step(largest) > step_ns * (1.0 + tolerance):
+    lo, hi = float(speeds[0]), float(speeds[1])
+    faster_only = lo >= 1.0
+    if faster_only and step(lo) <= step_ns:
+        return lo
+    if step(hi) > step_ns * (1.0 + tolerance):
         return None
-    lo, hi = 1.0, float(largest)
+    if not faster_only and step(lo) < step_ns * (1.0 - tolerance):
+        return None
     for _ in range(40):
-        mid = (lo + hi) / 2.0
+        mid = (lo + hi) / 2.0 if faster_only else (lo * hi) ** 0.5
         got = step(mid)
         if abs(got - step_ns) <= tolerance * step_ns:
             return mid
         lo, hi = (mid, hi) if got > step_ns else (lo, mid)
-    return hi
+    return hi if faster_only else (lo * hi) ** 0.5
 
 
 def scaled_transfers(ri: RankInput, factor: dict[int, float]) -> RankInput:

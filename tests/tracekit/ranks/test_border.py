@@ -20,6 +20,12 @@ def _job(tmp_path, **kw):
                        config=JobConfig(balance_what_if=False))
 
 
+def _speed_for(inputs, step_ns):
+    """The host speed ``at_band`` searches a band's end with."""
+    return jobgraph.host_speed_for_step(inputs, step_ns, speeds=border.SPEEDS,
+                                        tolerance=border.TOLERANCE)
+
+
 def _step(ctx, f):
     return jobgraph.schedule(jobgraph.build(jobgraph.at_host_speed(ctx.inputs, f))).step_ns
 
@@ -31,14 +37,14 @@ def test_host_speeds_that_give_a_step_either_way(tmp_path):
     rep = _job(tmp_path, host_us={0: 1000, 1: 1500})
     ctx = rep.graph
     step = ctx.schedule.step_ns
-    fast = border.speed_for_step(ctx.inputs, 0.8 * step)
-    slow = border.speed_for_step(ctx.inputs, 1.3 * step)
+    fast = _speed_for(ctx.inputs, 0.8 * step)
+    slow = _speed_for(ctx.inputs, 1.3 * step)
     assert fast is not None and fast > 1.05
     assert slow is not None and slow < 0.95
     assert _step(ctx, fast) == pytest.approx(0.8 * step, rel=border.TOLERANCE)
     assert _step(ctx, slow) == pytest.approx(1.3 * step, rel=border.TOLERANCE)
     sleepy = _job(tmp_path / "s", host_us={0: 500, 1: 500}, sleep_us={1: 3000}).graph
-    assert border.speed_for_step(sleepy.inputs, 2_000_000) is None
+    assert _speed_for(sleepy.inputs, 2_000_000) is None
 
 
 def test_a_saving_that_follows_the_hosts_speed_warns(tmp_path):

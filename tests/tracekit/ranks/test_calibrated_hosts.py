@@ -34,6 +34,30 @@ def test_the_host_speed_that_gives_a_step(tmp_path):
     assert jobgraph.at_host_speed(ctx.inputs, 1.0) == list(ctx.inputs)
 
 
+def test_a_range_from_below_one_reaches_longer_steps(tmp_path):
+    """The range decides what is searched: from 1 (the default) a step 30 % longer than the
+    model's needs no faster hosts (1.0); from 0.25 it is reached with hosts slower (a factor
+    under 1) and the replay there gives it; a step longer than even 4x slower hosts give is out
+    of that range (None), as a step shorter than 4x faster ones give is out of both."""
+    rep = _job(tmp_path, host_us={0: 1000, 1: 1500})
+    ctx = rep.graph
+    step = ctx.schedule.step_ns
+
+    def at(f):
+        return jobgraph.schedule(jobgraph.build(jobgraph.at_host_speed(ctx.inputs, f))).step_ns
+
+    assert jobgraph.host_speed_for_step(ctx.inputs, 1.3 * step) == 1.0
+    slow = jobgraph.host_speed_for_step(ctx.inputs, 1.3 * step, speeds=(0.25, 4.0))
+    assert slow is not None and 0.25 < slow < 0.95
+    assert at(slow) == pytest.approx(1.3 * step, rel=0.002)
+    fast = jobgraph.host_speed_for_step(ctx.inputs, 0.8 * step, speeds=(0.25, 4.0))
+    assert fast is not None and fast > 1.05
+    assert at(fast) == pytest.approx(0.8 * step, rel=0.002)
+    assert jobgraph.host_speed_for_step(ctx.inputs, 1.1 * at(0.25), speeds=(0.25, 4.0)) is None
+    assert jobgraph.host_speed_for_step(ctx.inputs, 0.9 * at(4.0)) is None
+    assert jobgraph.host_speed_for_step(ctx.inputs, 0.9 * at(4.0), speeds=(0.25, 4.0)) is None
+
+
 def test_no_host_speed_reaches_a_step_below_the_sleep(tmp_path):
     """A rank that sleeps 3 ms a step beside 0.5 ms of host work: no host speed brings the job
     step under the sleep (time the host does nothing is not host work): None."""
