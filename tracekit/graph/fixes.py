@@ -39,7 +39,7 @@ import pandas as pd
 from tracekit import _fastnp as fnp
 from tracekit import intervals, phases
 from tracekit.graph.model import COMMUNICATION, SYNC, EdgeKind, Graph, NodeKind
-from tracekit.graph.whatif import Change, remove_syncs
+from tracekit.graph.whatif import Change, counted_steps, remove_syncs
 from tracekit.phases import Rules
 from tracekit.trace.model import Kind, Trace
 
@@ -200,6 +200,26 @@ def same_top_op(trace: Trace, g: Graph, seeds: np.ndarray) -> np.ndarray:
         inside = (j >= 0) & fnp.isin(j, tops) & (u_e[np.maximum(j, 0)] > c_ts[mine])
         out[launch_dst[mine][inside]] = True
     return out
+
+
+def launch_queue_stall_ns(g: Graph, windows) -> float:
+    """The host's time blocked on a full launch queue, per counted step (ns, the mean over
+    ``counted_steps(windows)``): the waits (``Graph.wait_ns``) of the launches that held Kineto's
+    ``Command Buffer Full`` (an ``EdgeKind.QUEUE`` edge into them) and returned in a counted
+    step's window. 0 without counted steps or such launches."""
+    if not len(windows) or not g.wait_ns.size:
+        return 0.0
+    keep = counted_steps(windows)
+    if not keep.any():
+        return 0.0
+    calls = np.unique(g.dst[g.edge_kind == int(EdgeKind.QUEUE)])
+    if not calls.size:
+        return 0.0
+    lo = windows["start"].to_numpy(np.int64)[keep]
+    hi = windows["end"].to_numpy(np.int64)[keep]
+    at = g.start[calls]
+    inside = ((at[:, None] >= lo[None, :]) & (at[:, None] < hi[None, :])).any(axis=1)
+    return float(g.wait_ns[calls[inside]].sum()) / int(keep.sum())
 
 
 def detect_fused(trace: Trace, g: Graph, rules: Rules, cfg: FixConfig) -> Fix:
