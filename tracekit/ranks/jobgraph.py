@@ -672,6 +672,31 @@ def _period(jg: JobGraph, windows: pd.DataFrame) -> float:
     return float(one.max()) if len(one) else 0.0
 
 
+def rank_period(jg: JobGraph, windows: pd.DataFrame) -> float | None:
+    """The slowest rank's own period over the counted steps (ns): per rank, its completion of
+    the last counted step less its completion of the first over the steps between, the
+    largest; what the runtime measures (each rank's step, the slowest rank's). None with fewer
+    than two counted steps. Beside ``_period`` (the last rank's completions, which may be two
+    different ranks'), it is the other edge of a replay over two counted steps: a change that
+    moves one rank's first counted completion and not the last's moves that rank's period
+    (``whatif._row``'s ``rank_periods``)."""
+    steps = counted_steps(jg)
+    if len(steps) < 2:
+        return None
+    w = windows.set_index(["rank", "step"])
+    best = None
+    for ri in jg.ranks:
+        a, b = (ri.rank, steps[0]), (ri.rank, steps[-1])
+        if a not in w.index or b not in w.index:
+            continue
+        e0, e1 = w.loc[a, "end"], w.loc[b, "end"]
+        if e0 != e0 or e1 != e1:
+            continue
+        v = (int(e1) - int(e0)) / (len(steps) - 1)
+        best = v if best is None else max(best, v)
+    return best
+
+
 def with_skeleton(ri: RankInput, skeleton: dict) -> RankInput:
     """``ri`` with ``skeleton`` (a what-if's: the rank's graph changed and reduced again) in
     place of its own, each matched collective's transfer moved by as much as the change moved

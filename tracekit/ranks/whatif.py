@@ -409,7 +409,8 @@ def readable_path(rank: dict) -> str | None:
 
 def _row(ident: str, title: str, ctx, changed: list[int], free, aware, note: str = "", *,
          shares_gpu: bool = False, removes_only: bool = False,
-         at_most_ns: float | None = None) -> dict:
+         at_most_ns: float | None = None,
+         rank_periods: tuple[float, float, float] | None = None) -> dict:
     """A what-if's row: its prediction is the contention-free replay's, or the contention-aware
     one's for a change that moves GPU work beside other work (``shares_gpu``: as explain
     predicts such a fix on one rank, ``tracekit.graph.whatif.Change.shares_gpu``).
@@ -430,11 +431,43 @@ def _row(ident: str, title: str, ctx, changed: list[int], free, aware, note: str
     another rank, the changed rank's next step started ahead of it: ``ranks_2gpu_wide_delay``,
     2.688 ms a step taken out, the first counted completion 2.144 ms earlier, the last 5.245:
     a period 3.101 shorter). The row predicts that work as its saving, says so and keeps the
-    period's own change as ``period_saving_ns``."""
+    period's own change as ``period_saving_ns``.
+
+    ``rank_periods``: (unchanged, free, aware) the slowest rank's own period over the counted
+    steps (``jobgraph.rank_period``), the other edge of the same replays: the job's period runs
+    between the last rank's completions, which may be two ranks', and a change that moves
+    one rank's completions and not the other's moves the period though no rank's step
+    changed (the 4-rank ``jobs_trim`` hot job balanced: rank 0, last at both counted steps
+    as traced, ends them 0.752 and 0.795 ms earlier, rank 1's step-12 completion, as before,
+    becomes the last: the period 0.682 ms longer, the slowest rank's own as before); each rank's own period has the same edge for a rank
+    whose first counted completion moves alone (4-rank ``mid``: rank 3's 0.540 longer). A
+    change of the job's step moves both: the row predicts the saving of the two nearer no
+    change (none where they differ in sign), says so, and keeps the period's own as
+    ``period_saving_ns``."""
     base = float(ctx.schedule.step_ns)
     p_free = float(getattr(free, "step_ns", free))
     p_aware = float(getattr(aware, "step_ns", aware)) if aware is not None else p_free
     backwards = None
+    if rank_periods is not None:
+        rp0, rp_free, rp_aware = (float(x) for x in rank_periods)
+
+        def nearer(p: float, rp: float) -> float:
+            a, b = base - p, rp0 - rp
+            if a * b <= 0:
+                return base
+            return base - (a if abs(a) <= abs(b) else b)
+
+        q_free, q_aware = nearer(p_free, rp_free), nearer(p_aware, rp_aware)
+        head0, head1, rp_head = ((p_aware, q_aware, rp_aware) if shares_gpu else
+                                 (p_free, q_free, rp_free))
+        if abs(head1 - head0) >= 1_000:
+            backwards = base - head0
+            note = "; ".join(x for x in (note, (
+                f"the replayed period falls by {backwards / 1e6:.3f} ms a step and the slowest "
+                f"rank's own period by {(rp0 - rp_head) / 1e6:.3f} (two edges of the counted "
+                "steps, each moved where one rank's first counted completion moves alone): "
+                "predicted as the one nearer no change")) if x)
+        p_free, p_aware = q_free, q_aware
     if removes_only and max(p_free, p_aware) > base:
         backwards = base - max(p_free, p_aware)
         p_free, p_aware = min(p_free, base), min(p_aware, base)
@@ -883,7 +916,8 @@ def extra_work_rank(ranks: list[dict], ctx, summary: dict, *, exclude: int | Non
 
 def with_skeletons(ctx, ident: str, title: str, skeletons: dict[int, dict],
                    transfer: dict[int, float] | None = None, *,
-                   removes_only: bool = False, host_speed: float = 1.0) -> dict:
+                   removes_only: bool = False, host_speed: float = 1.0,
+                   rank_periods: bool = False) -> dict:
     """The job's graph with ranks' skeletons replaced (``skeletons``: rank -> ``{"free",
     "contention"}`` from ``RankSkeletonTask``; each collective's transfer moved with its
     kernel's duration, ``jobgraph.with_skeleton``) and all-to-all transfers scaled
@@ -894,12 +928,16 @@ def with_skeletons(ctx, ident: str, title: str, skeletons: dict[int, dict],
     every rank's host work that many times faster before and after the change
     (``jobgraph.at_host_speed``; the row's ``step_ns`` is then that job's step): the change
     at a host speed given from outside, e.g. calibrated on a measured untraced step
-    (``jobgraph.host_speed_for_step``)."""
+    (``jobgraph.host_speed_for_step``). ``rank_periods``: the saving read on both edges of
+    the counted steps (``_row``'s ``rank_periods``: the job's period and the slowest rank's
+    own, ``jobgraph.rank_period``)."""
     from tracekit.ranks import jobgraph
 
+    base_graph = ctx.graph
     if float(host_speed) != 1.0:
         inputs = jobgraph.at_host_speed(ctx.inputs, host_speed)
-        sc = jobgraph.schedule(jobgraph.build(inputs))
+        base_graph = jobgraph.build(inputs)
+        sc = jobgraph.schedule(base_graph)
         ctx = replace(ctx, inputs=inputs, schedule=sc)
 
     def changed(which: str) -> dict:
@@ -916,11 +954,17 @@ def with_skeletons(ctx, ident: str, title: str, skeletons: dict[int, dict],
                 out[ri.rank] = new
         return out
 
-    free, _ = jobgraph.predict(ctx.inputs, changed("free"))
-    aware, _ = jobgraph.predict(ctx.inputs, changed("contention"))
+    free, jg_free = jobgraph.predict(ctx.inputs, changed("free"))
+    aware, jg_aware = jobgraph.predict(ctx.inputs, changed("contention"))
+    rp = None
+    if rank_periods and base_graph is not None:
+        rp = (jobgraph.rank_period(base_graph, ctx.schedule.windows),
+              jobgraph.rank_period(jg_free, free.windows),
+              jobgraph.rank_period(jg_aware, aware.windows))
+        rp = None if any(x is None for x in rp) else rp
     row = _row(ident, title, ctx, list(skeletons), free, aware,
                shares_gpu=any(bool(v.get("shares_gpu")) for v in skeletons.values()),
-               removes_only=removes_only)
+               removes_only=removes_only, rank_periods=rp)
     if float(host_speed) != 1.0:
         row["host_speed"] = float(host_speed)
     return row
@@ -961,7 +1005,7 @@ def balanced(ranks: list[dict], job: dict, ctx, config, *, task: RankSkeletonTas
     row = with_skeletons(ctx, BALANCED, "the all-to-all balanced: every rank's GPU time per "
                          "phase at the mean rank's, each all-to-all's transfer at its mean "
                          "member's bytes, the features permuted by owner where the traces do not",
-                         skeletons, trans)
+                         skeletons, trans, rank_periods=True)
     row["factors"] = {str(k): {ph: round(f, 4) for ph, f in v.items()} for k, v in
                       sorted(factors.items())}
     perm = {str(k): int(v["permutation_ns"]) for k, v in sorted(skeletons.items())
@@ -989,7 +1033,8 @@ def balanced_warning(row: dict, bound: dict | None) -> str | None:
     not show. Where the replay added the balanced layout's permutation (``permutation_change``:
     the row's ``permutation_ns``), that cost is the prediction and the warning says what it
     leaves out and how far such predictions were from the measured saving (the tree's 5
-    host-bound hot jobs: -0.235 to -0.095 ms predicted, -0.304 to -0.015 measured)."""
+    host-bound hot jobs: -0.181 to -0.085 ms predicted since session 13's ``rank_periods``,
+    -0.304 to -0.015 measured)."""
     if row.get("helps") or not bound or bound.get("class") != "host" or \
             float(bound.get("share") or 0.0) < HOST_BOUND_SHARE:
         return None
@@ -1003,7 +1048,7 @@ def balanced_warning(row: dict, bound: dict | None) -> str | None:
                 f"bound ({each} ms a step of GPU work on each rank, the pooled embeddings "
                 "gathered into feature order and scattered back); the input dist's regrouping "
                 "of the ids on the host is not in it. On the 5 host-bound hot jobs of the "
-                "tree the measured saving was 0.21 ms below to 0.17 ms above such a "
+                "tree the measured saving was 0.22 ms below to 0.12 ms above such a "
                 "prediction")
     return (f"the job is bound by rank {bound['rank']}'s host ({bound['share']:.0%} of its "
             "critical path), which balancing's GPU phases are not on: the replay predicts "

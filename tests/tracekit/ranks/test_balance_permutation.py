@@ -115,3 +115,55 @@ def test_the_host_bound_warning_says_what_the_permutation_leaves_out():
     assert "(0.150 ms a step" in same
     assert "14 of 14 measured" in whatif.balanced_warning({"helps": False}, host)
     assert whatif.balanced_warning({**row, "helps": True}, host) is None
+
+
+def _ctx(step_ns: float):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(schedule=SimpleNamespace(step_ns=step_ns))
+
+
+@pytest.mark.parametrize("period, ranks, saving", [
+    # the 4-rank jobs_trim hot job balanced: the period 0.682 ms longer (rank 0's first counted
+    # completion earlier, rank 1's last as before), the slowest rank's own period as before
+    (10.904e6 + 682_000, (12.489e6, 12.489e6), 0.0),
+    # both edges move the same way: the one nearer no change
+    (10.0e6 + 100_000, (11.0e6, 11.0e6 + 150_000), -100_000.0),
+    (10.0e6 - 300_000, (11.0e6, 11.0e6 - 200_000), 200_000.0),
+    # they differ in sign: no change
+    (10.0e6 - 300_000, (11.0e6, 11.0e6 + 200_000), 0.0),
+])
+def test_the_balanced_row_reads_both_edges_of_the_counted_steps(period, ranks, saving):
+    """``_row``'s ``rank_periods``: the job's period and the slowest rank's own, each an edge
+    of two counted steps; the row predicts the saving nearer no change, keeps the period's."""
+    base = 10.904e6 if period > 10.9e6 else 10.0e6
+    rp0, rp1 = ranks
+    row = whatif._row("x", "x", _ctx(base), [0], period, period, rank_periods=(rp0, rp1, rp1))
+    assert row["saving_ns"] == pytest.approx(saving)
+    if saving != base - period:
+        assert row["period_saving_ns"] == pytest.approx(base - period)
+        assert "predicted as the one nearer no change" in row["note"]
+    without = whatif._row("x", "x", _ctx(base), [0], period, period)
+    assert without["saving_ns"] == pytest.approx(base - period)
+
+
+def test_the_slowest_ranks_own_period():
+    """``jobgraph.rank_period``: each rank's last counted completion less its first, over the
+    steps between; the largest; None with one counted step."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from tracekit.ranks import jobgraph
+
+    jg = SimpleNamespace(ranks=[SimpleNamespace(rank=0), SimpleNamespace(rank=1)],
+                         steps={0: np.array([10, 11, 12]), 1: np.array([10, 11, 12])},
+                         pinned_first={0: True, 1: True})
+    rows = [(0, 10, 0, 100, False), (0, 11, 100, 1_000, True), (0, 12, 1_000, 2_000, True),
+            (1, 10, 0, 50, False), (1, 11, 50, 700, True), (1, 12, 700, 1_900, True)]
+    w = pd.DataFrame(rows, columns=["rank", "step", "start", "end", "counted"])
+    assert jobgraph.rank_period(jg, w) == 1_200  # rank 1: 1900 - 700; the job's period 1000
+    assert jobgraph._period(jg, w) == 1_000
+    one = SimpleNamespace(ranks=jg.ranks, steps={0: np.array([10, 11]), 1: np.array([10, 11])},
+                          pinned_first={0: True, 1: True})
+    assert jobgraph.rank_period(one, w[w["step"] <= 11]) is None
