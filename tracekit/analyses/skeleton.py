@@ -36,6 +36,11 @@ class SkeletonResult:
     op_counts: dict | None = None
     """Every host op's count per step (``tracekit.analyses.profile.op_counts``): which ops the
     straggler runs more often than the median rank, without reading either trace again."""
+    input_dist_gpu: tuple = ()
+    """The distinct names of the rank's GPU activities in its input dist (its collective
+    kernels left out): whether the input dist already permutes the features by owner
+    (``tracekit.ranks.whatif.PERMUTE_PATTERN``), which the balanced what-if asks of every rank
+    without reading its trace again."""
 
     def to_dict(self) -> dict:
         s = self.skeleton
@@ -48,7 +53,7 @@ class SkeletonResult:
                 "pinned": s.pinned.tolist(), "arrive": s.arrive.tolist(), "end": s.end.tolist(),
                 "steps": s.steps.tolist(), "done": s.done.tolist(), "pin_done": int(s.pin_done),
                 "asleep_ns": float(self.asleep_ns), "op_counts": dict(self.op_counts or {}),
-                "terms": terms}
+                "input_dist_gpu": list(self.input_dist_gpu), "terms": terms}
 
 
 def host_asleep(g) -> np.ndarray:
@@ -109,4 +114,15 @@ def compute(trace: Trace, rules: Rules, *, config=None) -> SkeletonResult | None
     s = sk.reduce(g, nodes)
     view = "untraced" if est is not None and config.untraced else "traced"
     return SkeletonResult(view=view, kernels=which, skeleton=s, asleep_ns=asleep_per_step(g),
-                          op_counts=op_counts(trace, rules))
+                          op_counts=op_counts(trace, rules),
+                          input_dist_gpu=input_dist_gpu(g, nodes))
+
+
+def input_dist_gpu(g, cuts: np.ndarray) -> tuple:
+    """The distinct names (sorted) of ``g``'s GPU activities in phase ``input_dist``, the nodes
+    ``cuts`` (the collective kernels) left out."""
+    from tracekit.graph.model import NodeKind
+
+    sel = (g.kind == NodeKind.GPU) & (g.phase == "input_dist")
+    sel[cuts] = False
+    return tuple(sorted({str(x) for x in g.name[sel].tolist()}))

@@ -269,6 +269,20 @@ tree): 154-163 / 65-73 us (mid), 117-121 / 48-56 (lite), 301-309 / 114-146 (heav
 the backward 2.4-2.5x its copy (``bench/NOTES-ranks.md``)."""
 
 
+def permutes(skeleton: dict | None) -> bool | None:
+    """Whether a rank's input dist already permutes its features by owner (a GPU activity of
+    it matching ``PERMUTE_PATTERN``: ``permutation_change`` adds nothing there), read from its
+    skeleton's ``input_dist_gpu`` without its trace; None where the skeleton has no such list
+    (one cached before it): the trace must be read to know."""
+    from tracekit import patterns
+
+    names = (skeleton or {}).get("input_dist_gpu")
+    if names is None:
+        return None
+    rx = patterns.compile(PERMUTE_PATTERN)
+    return any(rx.search(str(n)) for n in names)
+
+
 def permutation_change(g, dur: np.ndarray, cuts: np.ndarray) -> dict | None:
     """The work a balanced layout adds to a rank whose trace's input dist does not permute its
     features by owner (no GPU activity of ``input_dist`` matching ``PERMUTE_PATTERN``): with the
@@ -987,9 +1001,12 @@ def balanced(ranks: list[dict], job: dict, ctx, config, *, task: RankSkeletonTas
     trans = transfer_factors(arrivals, inst) if arrivals is not None else {}
     joined = {ri.rank for ri in ctx.inputs}
     paths = {int(r["rank"]): source_path(r) for r in ranks if int(r["rank"]) in joined}
-    # every rank read again: the layout's permutation (``permutation_change``) is every rank's
-    todo = {k: factors.get(k, {}) for k in paths if paths[k]}
-    missing = sorted(k for k in joined if not paths.get(k))
+    # read again: a rank to scale, and one the layout's permutation (``permutation_change``)
+    # may change: its skeleton does not show its input dist permuting (``permutes``)
+    sks = {ri.rank: ri.skeleton for ri in ctx.inputs}
+    need = {k for k in joined if k in factors or permutes(sks.get(k)) is not True}
+    todo = {k: factors.get(k, {}) for k in need if paths.get(k)}
+    missing = sorted(k for k in need if not paths.get(k))
     if not todo and not trans:
         return None
     order = sorted(todo)

@@ -735,7 +735,9 @@ class Skeleton(TypedDict):
     first step's completion; ``asleep_ns`` the host time per step in which the trace shows
     its main thread doing nothing the model explains (a sleep, a wait outside the trace:
     ``tracekit.analyses.skeleton.host_asleep``); ``op_counts`` every host op's count per step
-    (``tracekit.analyses.profile.op_counts``)."""
+    (``tracekit.analyses.profile.op_counts``); ``input_dist_gpu`` the distinct names of its GPU
+    activities in the input dist, collectives left out (whether it permutes the features by
+    owner: the balanced what-if reads again only the ranks it must change)."""
 
     view: Literal["untraced", "traced"]
     kernels: list[int]
@@ -747,6 +749,7 @@ class Skeleton(TypedDict):
     pin_done: int
     asleep_ns: float
     op_counts: dict[str, float]
+    input_dist_gpu: list[str]
     terms: SkeletonTerms
 
 
