@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # heavy imports stay out of the warm path
 
 MAX_REPORTS = 256
 """Reports kept in the report cache; the least recently written go first."""
-REPORT_CACHE_VERSION = 18
+REPORT_CACHE_VERSION = 19
 """Part of every report-cache key: bump it when a change to the loader or the analyses changes
 a figure of an unchanged trace, or a rank object gains keys (the version string stays 0.1.0
 between releases)."""
