@@ -1050,7 +1050,7 @@ def balanced_warning(row: dict, bound: dict | None) -> str | None:
     not show. Where the replay added the balanced layout's permutation (``permutation_change``:
     the row's ``permutation_ns``), that cost is the prediction and the warning says what it
     leaves out and how far such predictions were from the measured saving (the tree's 5
-    host-bound hot jobs: -0.181 to -0.085 ms predicted since session 13's ``rank_periods``,
+    host-bound hot jobs: -0.181 to -0.085 ms predicted since session 12's ``rank_periods``,
     -0.304 to -0.015 measured)."""
     if row.get("helps") or not bound or bound.get("class") != "host" or \
             float(bound.get("share") or 0.0) < HOST_BOUND_SHARE:

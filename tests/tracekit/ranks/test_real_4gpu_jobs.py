@@ -73,7 +73,7 @@ def test_the_hot_rank_bounds_the_heavy_job(cache):
     # balancing costs 0.044 ms measured; the balanced layout's permutation (0.15 ms a step of
     # GPU work a rank, ``whatif.permutation_change``) costs 0.099 on the host-bound job read on
     # the slowest rank's own period, the job's period's 0.215 the first counted step's edge
-    # (session 13, ``whatif._row``'s ``rank_periods``; an expected failure in session 11)
+    # (session 12, ``whatif._row``'s ``rank_periods``; an expected failure in session 11)
     ("ranks_4gpu_hot", "all_to_all_balanced"),
     ("ranks_4gpu_heavy_hot", "all_to_all_balanced"),  # balancing saves 13.703 ms of 29.317
     ("ranks_4gpu_heavy_delay", "straggler_at_median"),  # the GPU-heavy steps absorb the delay
