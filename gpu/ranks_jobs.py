@@ -45,8 +45,10 @@ Writes (rank 0) ``DIR/results.json`` and ``DIR/results.md`` (updated after every
 step), job_step_ms_per_step (per timed step, max over ranks), ranks: [{step_ms, host_step_ms,
 step_ms_median}], wall_s}}``; ``summary[case]``: ``{job_step: {median, lo, hi, n} ms, ratio (to
 balanced, within rounds): {median, lo, hi, n}, saving_ms (what fixing the case saves per step: its
-median minus balanced's; positive when the case is slower), saving_ms_interval (balanced's median
-times the ratio's interval minus 1), saving_share_of_step}``; ``traces[case]``: ``{dir, job_step_ms
+median minus balanced's; positive when the case is slower), saving_ms_interval (the same
+difference of medians over the rounds resampled in pairs, 95 %: ``saving_interval``; results
+written before 2026-11-28 21:00 UTC hold balanced's median times the ratio's interval minus 1, which
+the point could fall outside), saving_share_of_step}``; ``traces[case]``: ``{dir, job_step_ms
 (untraced steps of the trace run), traced_step_ms (per rank, the traced steps), ranks: [...],
 trace_bytes (per rank)}``.
 """
@@ -196,6 +198,24 @@ def _config(spec: dict, *, device: str, warmup: int, timed: int, profile: int, o
                        dense_optimizer=DenseOptimizerConfig(kind="adam", lr=1e-3, foreach=True))
 
 
+def saving_interval(per_round: list[dict], case: str) -> tuple[float, float]:
+    """The 95 % percentile-bootstrap interval of ``median(case) - median(balanced)`` over the
+    rounds that ran both (``per_round``: case -> job step ms per round), the rounds resampled
+    together (each keeps its pair: ``method.bootstrap_ci`` over the rounds' indices): the
+    interval of the statistic ``saving_ms`` is, so that it holds its point."""
+    import numpy as np
+
+    both = [r for r in per_round if case in r and REFERENCE in r]
+    a = np.array([r[case] for r in both], dtype=float)
+    b = np.array([r[REFERENCE] for r in both], dtype=float)
+
+    def diff(ix: np.ndarray, axis: int = 1) -> np.ndarray:
+        ix = ix.astype(np.int64)
+        return np.median(a[ix], axis=axis) - np.median(b[ix], axis=axis)
+
+    return method.bootstrap_ci(range(len(both)), diff)
+
+
 def summary_of(rounds: list[dict]) -> dict | None:
     """Per case: the median job step over ``rounds`` [95 % interval], its ratio to balanced's
     within rounds and the saving of fixing it (None without a round)."""
@@ -210,10 +230,12 @@ def summary_of(rounds: list[dict]) -> dict | None:
         if "ratio" in e:
             r = e["ratio"]
             s["ratio"] = r.to_dict()
-            # saving of fixing the case (balancing / removing the delay): the case's step minus
-            # balanced's, from the within-round ratio and balanced's median
+            # saving of fixing the case (balancing / removing the delay): the case's median step
+            # minus balanced's, its interval the same statistic's over the rounds resampled
+            # (``saving_interval``: before, balanced's median times the within-round ratio's
+            # interval, which the point could fall outside)
             s["saving_ms"] = round(e["value"].median - ref.median, 4)
-            s["saving_ms_interval"] = [round(ref.median * (r.lo - 1), 4), round(ref.median * (r.hi - 1), 4)]
+            s["saving_ms_interval"] = [round(x, 4) for x in saving_interval(per_round, c)]
             s["saving_share_of_step"] = round(1 - 1 / r.median, 4) if r.median else None
         out[c] = s
     return out

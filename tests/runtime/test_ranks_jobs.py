@@ -55,6 +55,32 @@ def test_hot_tables_get_their_pooling():
         DataConfig(num_embeddings=(10, 10), pooling_factors=(1.0,))
 
 
+def _rounds(**cases):
+    """Timed rounds as ranks_jobs writes them, from per-case job steps (ms) per round."""
+    n = len(next(iter(cases.values())))
+    return [{"round": i + 1, "runs": {c: {"job_step_ms": v[i]} for c, v in cases.items()}}
+            for i in range(n)]
+
+
+def test_the_saving_interval_is_the_savings_own_and_holds_it():
+    # a constant 1 ms more in every round: the saving and its interval are exactly 1 ms
+    bal = [8.0, 9.1, 10.3, 8.4, 9.6, 7.9, 8.8]
+    s = ranks_jobs.summary_of(_rounds(balanced=bal, hot=[x + 1.0 for x in bal]))
+    assert s["hot"]["saving_ms"] == 1.0 and s["hot"]["saving_ms_interval"] == [1.0, 1.0]
+    assert s["balanced"]["saving_ms_interval"] == [0.0, 0.0]
+    # rounds drifting together (as set 12's 2-rank job did: -0.599 against [-0.592, -0.201]):
+    # balanced's median times the ratio's interval (the old interval) misses the difference of
+    # medians; the pairs resampled hold it
+    bal = [8.78, 8.38, 9.17, 9.29, 9.39, 9.0, 10.65, 7.87, 9.44]
+    hot = [8.08, 8.03, 8.89, 8.17, 8.88, 8.22, 9.95, 7.45, 9.65]
+    got = ranks_jobs.summary_of(_rounds(balanced=bal, hot=hot))["hot"]
+    ref = sorted(bal)[len(bal) // 2]
+    old_lo, old_hi = ref * (got["ratio"]["lo"] - 1), ref * (got["ratio"]["hi"] - 1)
+    assert not old_lo <= got["saving_ms"] <= old_hi
+    lo, hi = got["saving_ms_interval"]
+    assert lo <= got["saving_ms"] <= hi and lo < hi
+
+
 def test_the_planted_delay_sleeps_in_its_own_op_and_goes_away(tmp_path, one_intraop_thread):
     cfg = ranks_jobs._config(ranks_jobs.PRESETS["tiny"], device="cpu", warmup=1, timed=1, profile=0, out=tmp_path, seed=0)
     session = Session(cfg)
