@@ -14,7 +14,7 @@ untraced step over the median of the same variant's rounds:
 - ``first_preset_passes``: the first preset's last pass / its first pass (rounds only);
 - ``later_preset_passes``: a later preset's last pass (after a trace) / its first pass.
 
-    python -m bench.trace_order bench/results/pipelines-2gpu-*.json /work/fit12/bench/results/pipelines-*.json [--out DIR]
+    python -m bench.trace_order bench/results/pipelines-*gpu-h200-2026*.json [--out DIR]
 """
 
 from __future__ import annotations
