@@ -120,7 +120,7 @@ def compute(trace: Trace, rules: Rules, *, config=None) -> SkeletonResult | None
 
 def input_dist_gpu(g, cuts: np.ndarray) -> tuple:
     """The distinct names (sorted) of ``g``'s GPU activities in phase ``input_dist``, the nodes
-    ``cuts`` (the collective kernels) left out."""
+    ``cuts`` (the collective kernels: their indices or a mask over ``g``'s nodes) left out."""
     from tracekit.graph.model import NodeKind
 
     sel = (g.kind == NodeKind.GPU) & (g.phase == "input_dist")

@@ -274,11 +274,18 @@ def permutes(skeleton: dict | None) -> bool | None:
     it matching ``PERMUTE_PATTERN``: ``permutation_change`` adds nothing there), read from its
     skeleton's ``input_dist_gpu`` without its trace; None where the skeleton has no such list
     (one cached before it): the trace must be read to know."""
-    from tracekit import patterns
-
     names = (skeleton or {}).get("input_dist_gpu")
     if names is None:
         return None
+    return permutes_names(names)
+
+
+def permutes_names(names) -> bool:
+    """Whether any of ``names`` (the input dist's GPU activities: ``tracekit.analyses.skeleton.
+    input_dist_gpu``) matches ``PERMUTE_PATTERN``: the one check ``permutes`` (from a skeleton)
+    and ``permutation_change`` (from the graph) make."""
+    from tracekit import patterns
+
     rx = patterns.compile(PERMUTE_PATTERN)
     return any(rx.search(str(n)) for n in names)
 
@@ -295,13 +302,13 @@ def permutation_change(g, dur: np.ndarray, cuts: np.ndarray) -> dict | None:
     Returns ``{"dur", "lag", "added": GPU ns per step}`` or None where the trace already
     permutes or shows no copy to price on."""
     from tracekit import patterns
+    from tracekit.analyses.skeleton import input_dist_gpu
     from tracekit.graph.model import EdgeKind, NodeKind
 
-    gpu = (g.kind == NodeKind.GPU) & ~cuts
-    perm_rx, copy_rx = patterns.compile(PERMUTE_PATTERN), patterns.compile(COPY_PATTERN)
-    dist = np.flatnonzero(gpu & (g.phase == "input_dist"))
-    if any(perm_rx.search(str(g.name[i])) for i in dist):
+    if permutes_names(input_dist_gpu(g, cuts)):
         return None
+    gpu = (g.kind == NodeKind.GPU) & ~cuts
+    copy_rx = patterns.compile(COPY_PATTERN)
     codes, uniq = fnp.factorize(g.name)  # the copy pattern asked once per distinct name
     copies = np.array([bool(copy_rx.search(str(u))) for u in uniq], bool)[codes] & gpu
     dur = dur.copy()
